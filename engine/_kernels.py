@@ -1,0 +1,398 @@
+"""Compiled table kernels: apply (writers), lookup (readers), repair (after a takeover).
+
+Invariants these kernels keep (layout in layout.py):
+- A bucket changes only under its lock, between an odd and the next even seqlock
+  version; readers retry when the version was odd or moved.
+- Every state a writer killed at any instruction can leave is still readable
+  without tearing, so readers can read a dead writer's bucket before anyone
+  repairs it: a record is complete before the head passes it and before a slot
+  points at it; a record is marked DEAD before its slot is removed; a slot is
+  removed before the tail passes its record, and ring space is reused only
+  behind the tail. An interrupted backward shift leaves a duplicate slot, never
+  a hole.
+- Readers never write. Nothing here reads outside its arrays even when a
+  reader sees a bucket mid-change: every position and length taken from shared
+  memory is bounds-checked before use (numba does not check bounds).
+
+Arrays are 1-d views of the segment: meta/index/ring64 int64, ring8 uint8.
+`geo` = [slots, ring bytes, key size, max value, max live entries] per bucket.
+Hashes are passed as int64 (the bits of the uint64 xxh64).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from shmcache.engine._xxh64 import xxh64_span
+from shmcache.engine.layout import (
+    BUCKET_BITS,
+    F_DEAD,
+    F_LIVE,
+    F_PAD,
+    M_EVICTIONS,
+    M_HEAD,
+    M_LIVE,
+    M_LIVE_BYTES,
+    M_LOCK,
+    M_TAIL,
+    M_TAKEOVERS,
+    M_VERSION,
+    NBUCKETS,
+    POS_BITS,
+    POS_MASK,
+    RECORD_ALIGN,
+    RECORD_HEADER,
+    ROW_WORDS,
+    TAG_SHIFT,
+)
+from shmcache.ipc.atomics import cas, fence_acquire, fence_release, load_acquire, store_release
+
+ADD = 0
+DELETE = 1
+
+G_SLOTS, G_RING, G_KEY, G_MAXV, G_MAXLIVE = 0, 1, 2, 3, 4
+
+# writer counters, returned to the Python side and added to the writer's slot
+C_SETS, C_DELETES, C_DELETE_MISSES, C_UNKNOWN = 0, 1, 2, 3
+N_WRITE_COUNTERS = 4
+
+# lookup status
+DONE, NEED_SPACE, STUCK = 0, 1, 2
+
+_BUCKET_MASK = NBUCKETS - 1
+_LEN_MASK = 0xFFFFFFFF
+
+
+@njit(inline="always")
+def _home(h, slots):
+    return (h >> BUCKET_BITS) & (slots - 1)
+
+
+@njit(inline="always")
+def _tag(h):
+    return (h >> TAG_SHIFT) & 0xFFFF
+
+
+@njit(inline="always")
+def _record_size(ks, vlen):
+    return (RECORD_HEADER + ks + vlen + RECORD_ALIGN - 1) // RECORD_ALIGN * RECORD_ALIGN
+
+
+@njit(inline="always")
+def _key_eq(a, aoff, b, boff, ks):
+    for j in range(ks):
+        if a[aoff + j] != b[boff + j]:
+            return False
+    return True
+
+
+# -- writer side: the caller holds the bucket lock, so shared memory is trusted ------
+
+
+@njit(inline="always")
+def _find(index, ibase, slots, ring8, ring64, rbase, ring, h, keys, koff, ks):
+    """(slot holding the key or -1, first empty slot on its probe path or -1)."""
+    mask = slots - 1
+    i = _home(h, slots)
+    tag = _tag(h)
+    for _ in range(slots):
+        e = index[ibase + i]
+        if e == 0:
+            return -1, i
+        if (e >> POS_BITS) == tag:
+            off = ((e & POS_MASK) - 1) % ring
+            if ring64[(rbase + off) >> 3] == h and _key_eq(ring8, rbase + off + RECORD_HEADER, keys, koff, ks):
+                return i, -1
+        i = (i + 1) & mask
+    return -1, -1
+
+
+@njit(inline="always")
+def _remove_slot(index, ibase, slots, ring64, rbase, ring, i):
+    """Backward-shift deletion (linear probing needs no tombstones)."""
+    mask = slots - 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        e = index[ibase + j]
+        if e == 0:
+            break
+        k = _home(ring64[(rbase + ((e & POS_MASK) - 1) % ring) >> 3], slots)
+        if (i < k <= j) if i <= j else (i < k or k <= j):
+            continue  # its home lies in (i, j]: it stays reachable where it is
+        index[ibase + i] = e  # copy first: until i is cleared or reused, e sits twice, never nowhere
+        i = j
+    index[ibase + i] = 0
+
+
+@njit(inline="always")
+def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks):
+    """Reclaim the record at the tail; count it if it was live. Returns False on an empty ring."""
+    tail = meta[mb + M_TAIL]
+    if tail >= meta[mb + M_HEAD]:
+        return False
+    off = tail % ring
+    w = (rbase + off) >> 3
+    word = ring64[w + 1]
+    flags = word >> 32
+    if flags == F_PAD:
+        size = ring - off
+    else:
+        vlen = word & _LEN_MASK
+        size = _record_size(ks, vlen)
+        if flags == F_LIVE:
+            h = ring64[w]
+            mask = slots - 1
+            i = _home(h, slots)
+            for _ in range(slots):
+                e = index[ibase + i]
+                if e == 0:
+                    break
+                if (e & POS_MASK) - 1 == tail:
+                    _remove_slot(index, ibase, slots, ring64, rbase, ring, i)
+                    break
+                i = (i + 1) & mask
+            ring64[w + 1] = (F_DEAD << 32) | vlen
+            meta[mb + M_LIVE] -= 1
+            meta[mb + M_LIVE_BYTES] -= size
+            meta[mb + M_EVICTIONS] += 1
+    meta[mb + M_TAIL] = tail + size
+    return True
+
+
+@njit(inline="always")
+def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, max_live,
+         h, keys, koff, vdata, vstart, vlen):
+    size = _record_size(ks, vlen)
+    head = meta[mb + M_HEAD]
+    off = head % ring
+    if ring - off < size:  # no wrapping records: pad to the ring end and start over at 0
+        pad = ring - off
+        while head + pad - meta[mb + M_TAIL] > ring:
+            _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks)
+        ring64[((rbase + off) >> 3) + 1] = F_PAD << 32
+        head += pad
+        meta[mb + M_HEAD] = head
+        off = 0
+    while head + size - meta[mb + M_TAIL] > ring or meta[mb + M_LIVE] >= max_live:
+        if not _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks):
+            break
+    w = (rbase + off) >> 3
+    p = rbase + off + RECORD_HEADER
+    ring64[w] = h
+    ring8[p:p + ks] = keys[koff:koff + ks]
+    ring8[p + ks:p + ks + vlen] = vdata[vstart:vstart + vlen]
+    ring64[w + 1] = (F_LIVE << 32) | vlen
+    meta[mb + M_HEAD] = head + size
+    entry = (_tag(h) << POS_BITS) | (head + 1)
+    found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, h, keys, koff, ks)
+    if found >= 0:
+        old = index[ibase + found]
+        ow = (rbase + ((old & POS_MASK) - 1) % ring) >> 3
+        olen = ring64[ow + 1] & _LEN_MASK
+        index[ibase + found] = entry
+        ring64[ow + 1] = (F_DEAD << 32) | olen
+        meta[mb + M_LIVE_BYTES] += size - _record_size(ks, olen)
+    else:
+        index[ibase + empty] = entry  # an empty slot exists: live < max_live < slots
+        meta[mb + M_LIVE] += 1
+        meta[mb + M_LIVE_BYTES] += size
+
+
+@njit(inline="always")
+def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, h, keys, koff):
+    found, _ = _find(index, ibase, slots, ring8, ring64, rbase, ring, h, keys, koff, ks)
+    if found < 0:
+        return False
+    w = (rbase + ((index[ibase + found] & POS_MASK) - 1) % ring) >> 3
+    vlen = ring64[w + 1] & _LEN_MASK
+    ring64[w + 1] = (F_DEAD << 32) | vlen  # dead first: a crash before the slot goes cannot resurrect it
+    _remove_slot(index, ibase, slots, ring64, rbase, ring, found)
+    meta[mb + M_LIVE] -= 1
+    meta[mb + M_LIVE_BYTES] -= _record_size(ks, vlen)
+    return True
+
+
+@njit(nogil=True, cache=True)
+def apply_entries(meta, index, ring8, ring64, geo, keys, hashes, actions,
+                  vstarts, vlens, vdata, start, me, spin_limit, counters):
+    """Apply entries start.. in order, each under its bucket's lock and seqlock.
+
+    keys is the flat (n * key size) uint8 array. Returns the index of the first
+    entry not applied: n when all were, or an entry whose bucket lock stayed held
+    by another owner for spin_limit tries (the caller checks that owner's
+    liveness, takes the lock over if it is dead, and calls again from there).
+    """
+    slots, ring, ks, max_live = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXLIVE]
+    n = hashes.shape[0]
+    for i in range(start, n):
+        h = hashes[i]
+        b = h & _BUCKET_MASK
+        mb = b * ROW_WORDS
+        spins = 0
+        while True:
+            if load_acquire(meta, mb + M_LOCK) == 0 and cas(meta, mb + M_LOCK, 0, me) == 0:
+                break
+            spins += 1
+            if spins >= spin_limit:
+                return i
+        v = meta[mb + M_VERSION]
+        store_release(meta, mb + M_VERSION, v + 1)
+        fence_release()
+        ibase = b * slots
+        rbase = b * ring
+        act = actions[i]
+        if act == ADD:
+            _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, max_live,
+                 h, keys, i * ks, vdata, vstarts[i], vlens[i])
+            counters[C_SETS] += 1
+        elif act == DELETE:
+            if _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, h, keys, i * ks):
+                counters[C_DELETES] += 1
+            else:
+                counters[C_DELETE_MISSES] += 1
+        else:
+            counters[C_UNKNOWN] += 1
+        store_release(meta, mb + M_VERSION, v + 2)
+        store_release(meta, mb + M_LOCK, 0)
+    return n
+
+
+@njit(nogil=True, cache=True)
+def repair_bucket(meta, index, ring8, ring64, geo, b):
+    """Rebuild bucket b after its lock was taken over from a dead writer, then unlock.
+
+    The caller holds the lock (CAS from the dead owner's word). The version is
+    moved to a new odd value first, so a reader that was reading the dead
+    writer's bucket as it stood sees the change and retries. The index is
+    rebuilt from the ring between tail and head; later records of a key win.
+    """
+    slots, ring, ks, maxv, max_live = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV], geo[G_MAXLIVE]
+    mb = b * ROW_WORDS
+    v = meta[mb + M_VERSION]
+    nv = v + 2 if v & 1 else v + 1
+    store_release(meta, mb + M_VERSION, nv)
+    fence_release()
+    ibase = b * slots
+    rbase = b * ring
+    index[ibase:ibase + slots] = 0
+    head = meta[mb + M_HEAD]
+    tail = meta[mb + M_TAIL]
+    if tail > head or head - tail > ring:  # never written so by a writer; start the bucket afresh
+        tail = head
+        meta[mb + M_TAIL] = tail
+    live = 0
+    live_bytes = 0
+    pos = tail
+    while pos < head:
+        off = pos % ring
+        w = (rbase + off) >> 3
+        word = ring64[w + 1]
+        flags = word >> 32
+        vlen = word & _LEN_MASK
+        if flags == F_PAD:
+            pos += ring - off
+            continue
+        size = _record_size(ks, vlen)
+        if (flags != F_LIVE and flags != F_DEAD) or vlen > maxv or off + size > ring:
+            head = pos  # damaged: keep what came before it
+            meta[mb + M_HEAD] = head
+            break
+        if flags == F_LIVE:
+            h = ring64[w]
+            kp = rbase + off + RECORD_HEADER
+            if np.int64(xxh64_span(ring8, kp, ks, np.uint64(0))) != h:
+                ring64[w + 1] = (F_DEAD << 32) | vlen
+            else:
+                found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, h, ring8, kp, ks)
+                entry = (_tag(h) << POS_BITS) | (pos + 1)
+                if found >= 0:
+                    old = index[ibase + found]
+                    ow = (rbase + ((old & POS_MASK) - 1) % ring) >> 3
+                    olen = ring64[ow + 1] & _LEN_MASK
+                    ring64[ow + 1] = (F_DEAD << 32) | olen
+                    index[ibase + found] = entry
+                    live_bytes += size - _record_size(ks, olen)
+                elif live < max_live and empty >= 0:
+                    index[ibase + empty] = entry
+                    live += 1
+                    live_bytes += size
+                else:
+                    ring64[w + 1] = (F_DEAD << 32) | vlen
+        pos += size
+    meta[mb + M_LIVE] = live
+    meta[mb + M_LIVE_BYTES] = live_bytes
+    meta[mb + M_TAKEOVERS] += 1
+    store_release(meta, mb + M_VERSION, nv + 1)
+    store_release(meta, mb + M_LOCK, 0)
+
+
+# -- reader side: no locks, shared memory may change under us -------------------------
+
+
+@njit(nogil=True, cache=True)
+def lookup(meta, index, ring8, ring64, geo, keys, hashes, start, found, offsets, out, out_pos,
+           want_values, static_bucket, static_version, spin_limit, counters):
+    """Look keys start.. up; returns (next index, out_pos, DONE | NEED_SPACE | STUCK).
+
+    found[i] is set per key; with want_values the value is copied to out[out_pos:]
+    and offsets[i + 1] is its end. NEED_SPACE: out is too small for key i's value.
+    STUCK: key i's bucket stayed odd (mid-write) for spin_limit tries; the caller
+    checks the lock owner and, if it is dead, calls again with static_bucket and
+    static_version set, which accepts that bucket as it stands while its version
+    does not move. counters[0] counts retries after a concurrent write.
+    """
+    slots, ring, ks, maxv = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV]
+    mask = slots - 1
+    n = hashes.shape[0]
+    for i in range(start, n):
+        h = hashes[i]
+        b = h & _BUCKET_MASK
+        mb = b * ROW_WORDS
+        ibase = b * slots
+        rbase = b * ring
+        tag = _tag(h)
+        koff = i * ks
+        spins = 0
+        while True:
+            v1 = load_acquire(meta, mb + M_VERSION)
+            if v1 & 1 and not (b == static_bucket and v1 == static_version):
+                spins += 1
+                if spins >= spin_limit:
+                    return i, out_pos, STUCK
+                continue
+            hit = -1
+            vlen = 0
+            s = _home(h, slots)
+            for _ in range(slots):
+                e = index[ibase + s]
+                if e == 0:
+                    break
+                if (e >> POS_BITS) == tag:
+                    off = ((e & POS_MASK) - 1) % ring
+                    if off + RECORD_HEADER + ks <= ring:
+                        w = (rbase + off) >> 3
+                        word = ring64[w + 1]
+                        ln = word & _LEN_MASK
+                        if (ring64[w] == h and (word >> 32) == F_LIVE and ln <= maxv
+                                and off + RECORD_HEADER + ks + ln <= ring
+                                and _key_eq(ring8, rbase + off + RECORD_HEADER, keys, koff, ks)):
+                            hit = rbase + off + RECORD_HEADER + ks
+                            vlen = ln
+                            break
+                s = (s + 1) & mask
+            if want_values and hit >= 0:
+                if out_pos + vlen > out.shape[0]:
+                    return i, out_pos, NEED_SPACE
+                out[out_pos:out_pos + vlen] = ring8[hit:hit + vlen]
+            fence_acquire()
+            if load_acquire(meta, mb + M_VERSION) == v1:
+                break
+            counters[0] += 1
+            spins += 1
+        found[i] = hit >= 0
+        if want_values and hit >= 0:
+            out_pos += vlen
+        offsets[i + 1] = out_pos
+    return n, out_pos, DONE

@@ -1,0 +1,220 @@
+"""The shared-memory segment layout: the one contract every process agrees on.
+
+One segment per cache, a file under /dev/shm, laid out as consecutive sections,
+each a whole number of 4 KiB pages so every section starts page-aligned:
+
+    +----------------------+  0
+    | header   (4 KiB)     |  int64 words: magic, version, geometry, ids, state
+    | writers  (4 KiB)     |  MAX_WRITERS x 8 int64: owner word + counters per writer process
+    | workers  (4 KiB)     |  MAX_WORKERS x 8 int64: pid word, heartbeat, counters (consumer/)
+    | partitions (64 KiB)  |  MAX_PARTITIONS x 8 int64: applied offset, watermark, owner (consumer/)
+    | bucket meta (512 KiB)|  NBUCKETS x 8 int64: lock, seqlock version, ring head/tail, counts
+    | index                |  NBUCKETS x slots int64: open-addressing (linear probing) slots
+    | rings                |  NBUCKETS x ring_bytes uint8: records, oldest overwritten first
+    +----------------------+  size
+
+A record in a bucket's ring, 16-byte aligned, never wrapping around the ring end:
+
+    [int64 xxh64(key)][int64 flags << 32 | value_len][key: key_size B][value][pad to 16]
+
+An index slot is 0 (empty) or `tag << 47 | (position + 1)`, where position is the
+record's absolute (ever-growing) byte position in the ring and tag is the top 16
+bits of the key's hash. Bucket = xxh64(key) % NBUCKETS; a key's home slot is
+`(xxh64 >> BUCKET_BITS) % slots`.
+
+What is *not* guaranteed: a stored entry may be evicted at any time (FIFO per
+bucket when its ring or its index is full); evictions are counted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from shmcache.errors import MemoryTooSmallError
+
+MAGIC = 0x31484341434D4853  # b"SHMCACH1" read as a little-endian int64
+LAYOUT_VERSION = 1
+
+PAGE = 4096
+WORD = 8  # every shared word is an int64
+
+BUCKET_BITS = 13
+NBUCKETS = 1 << BUCKET_BITS  # 8192: per-bucket locks spread contention; P | 8192 for wire v2
+
+# -- header: int64 word indices -------------------------------------------------
+H_MAGIC = 0
+H_VERSION = 1
+H_KEY_SIZE = 2
+H_MAX_VALUE = 3
+H_NBUCKETS = 4
+H_SLOTS = 5  # index slots per bucket (a power of two)
+H_RING = 6  # ring bytes per bucket (a multiple of RECORD_ALIGN)
+H_SIZE = 7  # total segment bytes
+H_CREATION_ID = 8  # random, tells a re-created segment from the old one
+H_CREATED_NS = 9
+H_SUPERVISOR = 10  # owner word (pid << 32 | start stamp) of the supervisor, 0 if none
+H_STATE = 11  # STATE_* below
+H_TOPIC_LEN = 12
+H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8, for status output
+TOPIC_MAX = 32 * WORD
+HEADER_WORDS = PAGE // WORD
+
+STATE_CREATING = 0  # magic not yet written: attachers wait
+STATE_READY = 1
+
+# -- per-process slot tables ------------------------------------------------------
+ROW_WORDS = 8  # 64 B rows: one cache line each, so processes never share a line
+
+MAX_WRITERS = 64
+W_OWNER = 0  # owner word of the process holding the slot, 0 if free
+W_SETS = 1
+W_DELETES = 2
+W_DELETE_MISSES = 3
+W_BATCHES = 4
+W_TAKEOVERS = 5
+
+MAX_WORKERS = 64
+MAX_PARTITIONS = 1024
+
+# -- bucket meta: int64 word offsets within a bucket's row ---------------------------
+M_LOCK = 0  # 0 free, else owner word of the writer holding it
+M_VERSION = 1  # seqlock: odd while a writer changes the bucket
+M_HEAD = 2  # absolute ring position where the next record goes
+M_TAIL = 3  # absolute ring position of the oldest record
+M_LIVE = 4  # live entries
+M_LIVE_BYTES = 5  # ring bytes held by live records
+M_EVICTIONS = 6  # live records overwritten to make room
+M_TAKEOVERS = 7  # locks taken over from a dead writer, bucket then rebuilt
+
+# -- records -------------------------------------------------------------------------
+RECORD_ALIGN = 16
+RECORD_HEADER = 8 + 8  # hash + (flags, value length)
+F_LIVE = 1  # the current value of its key
+F_DEAD = 2  # replaced or deleted; space is reclaimed when the tail passes
+F_PAD = 3  # filler up to the ring end; the next record starts at ring offset 0
+
+# -- index slots -----------------------------------------------------------------------
+POS_BITS = 47  # absolute ring positions up to 128 TiB per bucket before wrapping
+POS_MASK = (1 << POS_BITS) - 1
+TAG_SHIFT = 48  # tag = hash >> 48 (16 bits), disjoint from bucket and home bits
+SLOT_RING_BYTES = 48  # ring bytes budgeted per index slot: load stays ~1/3 for 150 B records
+MAX_LOAD_NUM, MAX_LOAD_DEN = 3, 4  # index full at 3/4: evict the oldest before inserting
+MIN_SLOTS = 8
+
+DEFAULT_KEY_SIZE = 32
+DEFAULT_MAX_VALUE = 4096
+MAX_KEY_SIZE = 1024
+
+_FIXED_SECTIONS = (
+    PAGE,  # header
+    MAX_WRITERS * ROW_WORDS * WORD,
+    MAX_WORKERS * ROW_WORDS * WORD,
+    MAX_PARTITIONS * ROW_WORDS * WORD,
+    NBUCKETS * ROW_WORDS * WORD,  # bucket meta
+)
+FIXED_BYTES = sum(_FIXED_SECTIONS)
+
+
+def align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def record_size(key_size: int, value_len: int) -> int:
+    return align(RECORD_HEADER + key_size + value_len, RECORD_ALIGN)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where everything is, derived from the segment size and the key/value limits."""
+
+    size: int
+    key_size: int
+    max_value: int
+    slots: int  # index slots per bucket
+    ring: int  # ring bytes per bucket
+
+    @property
+    def max_live(self) -> int:
+        return self.slots * MAX_LOAD_NUM // MAX_LOAD_DEN
+
+    @property
+    def writers_off(self) -> int:
+        return PAGE
+
+    @property
+    def workers_off(self) -> int:
+        return self.writers_off + MAX_WRITERS * ROW_WORDS * WORD
+
+    @property
+    def partitions_off(self) -> int:
+        return self.workers_off + MAX_WORKERS * ROW_WORDS * WORD
+
+    @property
+    def meta_off(self) -> int:
+        return self.partitions_off + MAX_PARTITIONS * ROW_WORDS * WORD
+
+    @property
+    def index_off(self) -> int:
+        return self.meta_off + NBUCKETS * ROW_WORDS * WORD
+
+    @property
+    def ring_off(self) -> int:
+        return align(self.index_off + NBUCKETS * self.slots * WORD, PAGE)
+
+    @property
+    def capacity_bytes(self) -> int:
+        return NBUCKETS * self.ring
+
+    @classmethod
+    def plan(cls, memory: int, key_size: int, max_value: int) -> "Geometry":
+        """Split `memory` bytes into index and rings; raise if a largest record cannot fit."""
+        max_record = record_size(key_size, max_value)
+        budget = (memory - FIXED_BYTES - PAGE) // NBUCKETS  # PAGE: ring section alignment
+        slots = _pow2_floor(max(budget // (SLOT_RING_BYTES + WORD), MIN_SLOTS))
+        while slots > MIN_SLOTS and budget - slots * WORD < max_record:
+            slots //= 2  # small caches give index room back so a largest value still fits
+        ring = (budget - slots * WORD) // RECORD_ALIGN * RECORD_ALIGN
+        if ring < max_record:
+            need = FIXED_BYTES + PAGE + NBUCKETS * (max_record + MIN_SLOTS * WORD)
+            raise MemoryTooSmallError(
+                f"memory={format_bytes(memory)} is too small for {NBUCKETS} buckets holding "
+                f"values up to {max_value} B with {key_size} B keys: at least "
+                f"{format_bytes(align(need, 1 << 20))} is needed"
+            )
+        size = align(FIXED_BYTES + NBUCKETS * slots * WORD, PAGE) + NBUCKETS * ring
+        return cls(size=size, key_size=key_size, max_value=max_value, slots=slots, ring=ring)
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
+          "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
+          "tib": 2**40}
+
+
+def parse_bytes(value: int | str, *, what: str = "memory") -> int:
+    """'256MiB', '1.5GiB', '500MB', 1048576 -> bytes; a clear ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}={value!r} is not a size")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _UNITS:
+            raise ValueError(f"{what}={value!r} is not a size (examples: 256MiB, 1GiB, 500MB)")
+        n = int(float(m.group(1)) * _UNITS[unit])
+    if n <= 0:
+        raise ValueError(f"{what}={value!r} must be positive")
+    return n
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

@@ -1,0 +1,532 @@
+"""The table handles: Reader (attach, read-only) and Writer (create/open).
+
+A Reader maps the segment with PROT_READ and looks keys up in batches through the
+compiled lookup kernel: it takes no lock, never blocks a writer and is never seen
+by writers. A Writer maps it read-write, holds a writer slot (its counters) and
+applies batches under per-bucket locks; when a lock stays held by a process that
+no longer lives, the Writer takes it over and rebuilds that bucket.
+
+Not guaranteed: an entry may be evicted at any time (FIFO per bucket once its
+ring or index is full); a key that is set and read concurrently reads as either
+the old or the new value. stats() is a snapshot assembled without locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from shmcache.engine import _kernels as K
+from shmcache.engine import layout as L
+from shmcache.engine._xxh64 import xxh64_rows
+from shmcache.errors import (
+    CacheNotReadyError,
+    ClosedError,
+    GeometryMismatchError,
+    KeySizeError,
+    LayoutVersionError,
+    NotACacheError,
+    ReadOnlyError,
+    TooManyWritersError,
+    ValueTooLargeError,
+)
+from shmcache.ipc import liveness
+from shmcache.ipc.atomics import cas_word, load_word, store_word
+from shmcache.ipc.segment import Segment
+
+log = logging.getLogger("shmcache.engine")
+
+# Spins before a kernel hands a held lock / odd bucket back to Python, which yields
+# the CPU and checks whether the holder still lives (NOTES-atomics: spin with backoff).
+SPIN_LIMIT = 2000
+READY_TIMEOUT = 5.0  # how long attach waits for a creator to finish initialising
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Lookup results without per-key objects: value i is data[offsets[i]:offsets[i + 1]]
+    where found[i]; offsets has len(found) + 1 entries (int64)."""
+
+    found: np.ndarray
+    offsets: np.ndarray
+    data: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+    def to_list(self) -> list[bytes | None]:
+        buf = self.data.tobytes()
+        o = self.offsets.tolist()
+        return [buf[o[i]:o[i + 1]] if f else None for i, f in enumerate(self.found.tolist())]
+
+    def to_arrow(self, large: bool = False):
+        """A pyarrow BinaryArray (nulls where not found), built from these buffers without per-row work."""
+        try:
+            import pyarrow as pa
+        except ImportError:  # optional dependency
+            raise ImportError("to_arrow() needs pyarrow: pip install 'shmcache[arrow]'") from None
+        n = len(self.found)
+        valid = pa.py_buffer(np.packbits(self.found, bitorder="little"))
+        if large or self.offsets[-1] > np.iinfo(np.int32).max:
+            return pa.Array.from_buffers(pa.large_binary(), n, [valid, pa.py_buffer(self.offsets), pa.py_buffer(self.data)])
+        offs = self.offsets.astype(np.int32)
+        return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(self.data)])
+
+
+class Reader:
+    """A read-only handle on a cache: `shmcache.attach(name)`."""
+
+    _seg: Segment | None = None  # class defaults: close() may run on a half-built handle
+    _writable = False
+
+    def __init__(self, name: str, *, _segment: Segment | None = None):
+        self.name = name
+        self._seg = _segment or Segment(name, writable=self._writable)
+        try:
+            self._map()
+        except BaseException:
+            self._seg.close()
+            raise
+        self._hits = 0
+        self._misses = 0
+        self._retries = np.zeros(1, np.int64)
+        self._avg_value = 128  # running guess of value size, to size lookup buffers
+
+    # -- mapping --------------------------------------------------------------------------
+
+    def _map(self) -> None:
+        seg = self._seg
+        if seg.size < L.PAGE or seg.mm is None:
+            raise NotACacheError(f"cache {self.name!r}: {seg.path} is {seg.size} bytes, not a shmcache segment")
+        self._header = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while load_word(self._header, L.H_MAGIC) == 0 and self._header[L.H_STATE] == L.STATE_CREATING:
+            if time.monotonic() > deadline:
+                raise CacheNotReadyError(f"cache {self.name!r} is still being created after {READY_TIMEOUT:.0f} s")
+            time.sleep(0.01)
+        h = self._header
+        if h[L.H_MAGIC] != L.MAGIC:
+            raise NotACacheError(f"cache {self.name!r}: {seg.path} is not a shmcache segment (bad magic)")
+        if h[L.H_VERSION] != L.LAYOUT_VERSION:
+            raise LayoutVersionError(
+                f"cache {self.name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
+                f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
+            )
+        geo = L.Geometry(size=int(h[L.H_SIZE]), key_size=int(h[L.H_KEY_SIZE]), max_value=int(h[L.H_MAX_VALUE]),
+                         slots=int(h[L.H_SLOTS]), ring=int(h[L.H_RING]))
+        if geo.size != seg.size or int(h[L.H_NBUCKETS]) != L.NBUCKETS:
+            raise NotACacheError(f"cache {self.name!r}: header says {geo.size} bytes but {seg.path} has {seg.size}")
+        self.geometry = geo
+        mm = seg.mm
+        rows = L.ROW_WORDS
+        self._writers = np.frombuffer(mm, np.int64, L.MAX_WRITERS * rows, geo.writers_off)
+        self._workers = np.frombuffer(mm, np.int64, L.MAX_WORKERS * rows, geo.workers_off)
+        self._partitions = np.frombuffer(mm, np.int64, L.MAX_PARTITIONS * rows, geo.partitions_off)
+        self._meta = np.frombuffer(mm, np.int64, L.NBUCKETS * rows, geo.meta_off)
+        self._index = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.slots, geo.index_off)
+        self._ring8 = np.frombuffer(mm, np.uint8, L.NBUCKETS * geo.ring, geo.ring_off)
+        self._ring64 = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.ring // L.WORD, geo.ring_off)
+        self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live], np.int64)
+
+    @property
+    def key_size(self) -> int:
+        return self.geometry.key_size
+
+    @property
+    def max_value(self) -> int:
+        return self.geometry.max_value
+
+    @property
+    def creation_id(self) -> int:
+        return int(self._header[L.H_CREATION_ID])
+
+    def close(self) -> None:
+        """Unmap. Never destroys the cache; safe to call twice."""
+        for attr in ("_header", "_writers", "_workers", "_partitions", "_meta", "_index", "_ring8", "_ring64"):
+            self.__dict__.pop(attr, None)
+        if self._seg is not None:
+            self._seg.close()
+            self._seg = None
+
+    @property
+    def closed(self) -> bool:
+        return self._seg is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{L.format_bytes(self.geometry.size)}"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+    def _check_open(self) -> None:
+        if self._seg is None:
+            raise ClosedError(f"cache {self.name!r}: this handle is closed")
+
+    # -- input normalisation --------------------------------------------------------------
+
+    def _keys(self, keys) -> np.ndarray:
+        """(n, key_size) C-contiguous uint8 from an array or a sequence of bytes."""
+        self._check_open()
+        ks = self.geometry.key_size
+        if isinstance(keys, np.ndarray):
+            if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != ks:
+                raise KeySizeError(
+                    f"cache {self.name!r}: keys must be an (n, {ks}) uint8 array, got {keys.dtype} {keys.shape}"
+                )
+            return np.ascontiguousarray(keys)
+        if isinstance(keys, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"cache {self.name!r}: keys must be a sequence of keys; for one key use get/set/delete")
+        keys = list(keys)
+        for i, k in enumerate(keys):
+            if not isinstance(k, (bytes, bytearray, memoryview)) or len(k) != ks:
+                what = f"{len(k)} bytes" if isinstance(k, (bytes, bytearray, memoryview)) else type(k).__name__
+                raise KeySizeError(f"cache {self.name!r}: key {i} is {what}; this cache's keys are {ks} bytes")
+        return np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), ks)
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def _lookup(self, keys, want_values: bool) -> Packed:
+        k = self._keys(keys)
+        n = len(k)
+        hashes = xxh64_rows(k).view(np.int64)
+        found = np.zeros(n, np.bool_)
+        offsets = np.zeros(n + 1, np.int64)
+        out = np.empty(max(n * self._avg_value, 1024) if want_values else 0, np.uint8)
+        flat = k.reshape(-1)
+        i, pos, static_b, static_v = 0, 0, -1, -1
+        while True:
+            i, pos, status = K.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, flat,
+                                      hashes, i, found, offsets, out, pos, want_values, static_b, static_v,
+                                      SPIN_LIMIT, self._retries)
+            if status == K.DONE:
+                break
+            if status == K.NEED_SPACE:
+                bigger = np.empty(max(2 * len(out), pos + self.geometry.max_value), np.uint8)
+                bigger[:pos] = out[:pos]
+                out = bigger
+                continue
+            static_b, static_v = self._stuck_bucket(int(hashes[i]) & (L.NBUCKETS - 1), static_b, static_v)
+        hits = int(np.count_nonzero(found))
+        self._hits += hits
+        self._misses += n - hits
+        if want_values and hits:
+            self._avg_value = max(16, pos // hits + 1)
+        return Packed(found, offsets, out[:pos])
+
+    def _stuck_bucket(self, b: int, static_b: int, static_v: int) -> tuple[int, int]:
+        """A bucket stayed mid-write: read it as it stands if its writer is dead, else yield."""
+        owner = load_word(self._meta, b * L.ROW_WORDS + L.M_LOCK)
+        if owner == 0 or not liveness.is_alive(owner):
+            return b, int(load_word(self._meta, b * L.ROW_WORDS + L.M_VERSION))
+        os.sched_yield()
+        return static_b, static_v
+
+    def get_many_packed(self, keys) -> Packed:
+        """Look a batch up: found mask, value offsets and one data buffer (see Packed)."""
+        return self._lookup(keys, True)
+
+    def get_many(self, keys) -> list[bytes | None]:
+        return self._lookup(keys, True).to_list()
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.get_many([key])[0]
+
+    def contains_many(self, keys) -> np.ndarray:
+        """Bool array: which keys are present."""
+        return self._lookup(keys, False).found
+
+    def __contains__(self, key: bytes) -> bool:
+        return bool(self.contains_many([key])[0])
+
+    # -- stats ------------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """A snapshot: table-wide figures summed over buckets and writer slots, plus
+        this handle's own hits, misses and retries (readers are never seen by writers)."""
+        self._check_open()
+        m = self._meta.reshape(L.NBUCKETS, L.ROW_WORDS)
+        w = self._writers.reshape(L.MAX_WRITERS, L.ROW_WORDS)
+        geo = self.geometry
+        return {
+            "name": self.name,
+            "entries": int(m[:, L.M_LIVE].sum()),
+            "bytes_used": int(m[:, L.M_LIVE_BYTES].sum()),
+            "capacity_bytes": geo.capacity_bytes,
+            "max_entries": L.NBUCKETS * geo.max_live,
+            "memory": geo.size,
+            "evictions": int(m[:, L.M_EVICTIONS].sum()),
+            "lock_takeovers": int(m[:, L.M_TAKEOVERS].sum()),
+            "sets": int(w[:, L.W_SETS].sum()),
+            "deletes": int(w[:, L.W_DELETES].sum()),
+            "delete_misses": int(w[:, L.W_DELETE_MISSES].sum()),
+            "writers": int(np.count_nonzero(w[:, L.W_OWNER])),
+            "hits": self._hits,
+            "misses": self._misses,
+            "read_retries": int(self._retries[0]),
+            "key_size": geo.key_size,
+            "max_value": geo.max_value,
+            "buckets": L.NBUCKETS,
+            "layout_version": L.LAYOUT_VERSION,
+            "creation_id": self.creation_id,
+        }
+
+    # -- a reader cannot write ----------------------------------------------------------------
+
+    def _read_only(self, *args, **kwargs):
+        raise ReadOnlyError(f"cache {self.name!r} is attached read-only; writers use shmcache.open()")
+
+    set = set_many = delete = delete_many = apply = _read_only
+
+
+class Writer(Reader):
+    """A read-write handle: `shmcache.create(...)` or `shmcache.open(name)`."""
+
+    _writable = True
+    _slot = -1
+
+    def __init__(self, name: str, *, _segment: Segment | None = None):
+        super().__init__(name, _segment=_segment)
+        try:
+            self._pid = os.getpid()
+            self._me = liveness.owner_word()
+            self._slot = self._claim_slot()
+        except BaseException:
+            Reader.close(self)
+            raise
+        self._counters = np.zeros(K.N_WRITE_COUNTERS, np.int64)
+
+    def _claim_slot(self) -> int:
+        """A writer slot for this process's counters: a free one, else one whose owner died."""
+        for want_free in (True, False):
+            for s in range(L.MAX_WRITERS):
+                idx = s * L.ROW_WORDS + L.W_OWNER
+                cur = int(load_word(self._writers, idx))
+                if (cur == 0) == want_free and (want_free or not liveness.is_alive(cur)):
+                    if cas_word(self._writers, idx, cur, self._me) == cur:
+                        return s
+        raise TooManyWritersError(f"cache {self.name!r}: all {L.MAX_WRITERS} writer slots are held by live processes")
+
+    def close(self) -> None:
+        if self._slot >= 0 and self._seg is not None:
+            store_word(self._writers, self._slot * L.ROW_WORDS + L.W_OWNER, 0)  # counters stay: totals never drop
+            self._slot = -1
+        super().close()
+
+    def _values(self, values, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(starts, lens, data) from a sequence of bytes or an (offsets, data) pair."""
+        maxv = self.geometry.max_value
+        if isinstance(values, tuple) and len(values) == 2 and isinstance(values[0], np.ndarray):
+            offsets = np.asarray(values[0], np.int64)
+            data = np.ascontiguousarray(values[1]).view(np.uint8).reshape(-1)
+            if offsets.shape != (n + 1,):
+                raise ValueError(f"cache {self.name!r}: value offsets must have {n + 1} entries for {n} keys, got {offsets.shape}")
+            lens = np.diff(offsets)
+            if n and (offsets[0] < 0 or offsets[-1] > len(data) or (lens < 0).any()):
+                raise ValueError(f"cache {self.name!r}: value offsets must rise from 0 to at most len(data)={len(data)}")
+            starts = offsets[:-1]
+        else:
+            if isinstance(values, (bytes, bytearray, memoryview, str)):
+                raise TypeError(f"cache {self.name!r}: values must be a sequence of values; for one value use set()")
+            values = list(values)
+            if len(values) != n:
+                raise ValueError(f"cache {self.name!r}: {n} keys but {len(values)} values")
+            for i, v in enumerate(values):
+                if not isinstance(v, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"cache {self.name!r}: value {i} is {type(v).__name__}, not bytes")
+            lens = np.fromiter(map(len, values), np.int64, n)
+            data = np.frombuffer(b"".join(values), np.uint8)
+            starts = np.cumsum(lens) - lens
+        if n and lens.max() > maxv:
+            i = int(np.argmax(lens))
+            raise ValueTooLargeError(f"cache {self.name!r}: value {i} is {int(lens[i])} bytes; the limit is {maxv} (max_value)")
+        return starts.astype(np.int64, copy=False), lens.astype(np.int64, copy=False), data
+
+    def apply(self, keys, actions, values=None) -> None:
+        """Apply ADD (0) / DELETE (1) entries in order. values as in set_many (ignored for deletes).
+
+        This is the batch entry point for decoded Kafka messages: no per-entry objects."""
+        k = self._keys(keys)
+        n = len(k)
+        actions = np.ascontiguousarray(actions, np.uint8)
+        if actions.shape != (n,):
+            raise ValueError(f"cache {self.name!r}: {n} keys but actions of shape {actions.shape}")
+        if values is None:
+            starts = lens = np.zeros(n, np.int64)
+            data = np.zeros(0, np.uint8)
+        else:
+            starts, lens, data = self._values(values, n)
+        self._apply(k, actions, starts, lens, data)
+
+    def _apply(self, k: np.ndarray, actions: np.ndarray, starts, lens, data) -> None:
+        self._check_open()
+        hashes = xxh64_rows(k).view(np.int64)
+        n = len(hashes)
+        flat = k.reshape(-1)
+        c = self._counters
+        c[:] = 0
+        i = 0
+        while True:
+            i = K.apply_entries(self._meta, self._index, self._ring8, self._ring64, self._geo, flat, hashes,
+                                actions, starts, lens, data, i, self._me, SPIN_LIMIT, c)
+            if i >= n:
+                break
+            self._contended(int(hashes[i]) & (L.NBUCKETS - 1))
+        row = self._slot * L.ROW_WORDS
+        w = self._writers
+        w[row + L.W_SETS] += c[K.C_SETS]
+        w[row + L.W_DELETES] += c[K.C_DELETES]
+        w[row + L.W_DELETE_MISSES] += c[K.C_DELETE_MISSES]
+        w[row + L.W_BATCHES] += 1
+
+    def _contended(self, b: int) -> None:
+        """Bucket b's lock stayed held: take it over if its owner died, else yield the CPU."""
+        lock = b * L.ROW_WORDS + L.M_LOCK
+        owner = int(load_word(self._meta, lock))
+        if owner == 0 or liveness.is_alive(owner):
+            os.sched_yield()
+            return
+        if cas_word(self._meta, lock, owner, self._me) == owner:
+            K.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)
+            self._writers[self._slot * L.ROW_WORDS + L.W_TAKEOVERS] += 1
+            log.warning("cache %r: took over bucket %d from dead writer pid %d and rebuilt it",
+                        self.name, b, liveness.word_pid(owner))
+
+    def set_many(self, keys, values) -> None:
+        """Set a batch: keys as for get_many; values a sequence of bytes or (offsets, data)."""
+        k = self._keys(keys)
+        starts, lens, data = self._values(values, len(k))
+        self._apply(k, np.zeros(len(k), np.uint8), starts, lens, data)
+
+    def delete_many(self, keys) -> None:
+        k = self._keys(keys)
+        z = np.zeros(len(k), np.int64)
+        self._apply(k, np.full(len(k), K.DELETE, np.uint8), z, z, np.zeros(0, np.uint8))
+
+    def set(self, key: bytes, value: bytes) -> None:
+        self.set_many([key], [value])
+
+    def delete(self, key: bytes) -> None:
+        self.delete_many([key])
+
+    def repair_dead_locks(self) -> int:
+        """Take over and rebuild every bucket whose lock is held by a dead process; returns how many.
+
+        Writers do this lazily when they meet such a lock; a supervisor calls it after a
+        worker died, so that no bucket stays mid-write until some writer happens by."""
+        locks = self._meta.reshape(L.NBUCKETS, L.ROW_WORDS)[:, L.M_LOCK]
+        repaired = 0
+        for b in np.flatnonzero(locks).tolist():
+            owner = int(load_word(self._meta, b * L.ROW_WORDS + L.M_LOCK))
+            if owner and not liveness.is_alive(owner) and cas_word(self._meta, b * L.ROW_WORDS + L.M_LOCK, owner, self._me) == owner:
+                K.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)
+                self._writers[self._slot * L.ROW_WORDS + L.W_TAKEOVERS] += 1
+                repaired += 1
+        return repaired
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+
+
+def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT_KEY_SIZE,
+           max_value: int = L.DEFAULT_MAX_VALUE, mode: int = 0o600, exist_ok: bool = False) -> Writer:
+    """Create a cache of fixed size `memory` and return a writer on it.
+
+    FileExistsError (CacheExistsError) if it exists, unless exist_ok=True, which opens
+    it instead (its key size and max_value must match; its memory stays as it was)."""
+    from shmcache.ipc.segment import check_name
+
+    check_name(name)
+    if not isinstance(key_size, int) or not 1 <= key_size <= L.MAX_KEY_SIZE:
+        raise ValueError(f"cache {name!r}: key_size={key_size!r} must be an int from 1 to {L.MAX_KEY_SIZE}")
+    if not isinstance(max_value, int) or not 0 <= max_value <= 0xFFFFFFFF:
+        raise ValueError(f"cache {name!r}: max_value={max_value!r} must be an int from 0 to 2**32-1")
+    if not isinstance(mode, int) or mode & ~0o666 or not mode & 0o600 == 0o600:
+        raise ValueError(f"cache {name!r}: mode={mode!r} must give the owner read-write and no execute bits (e.g. 0o600, 0o640)")
+    geo = L.Geometry.plan(L.parse_bytes(memory), key_size, max_value)
+    try:
+        seg = Segment(name, create_size=geo.size, writable=True, mode=mode)
+    except FileExistsError:
+        if not exist_ok:
+            raise
+        w = Writer(name)
+        if (w.key_size, w.max_value) != (key_size, max_value):
+            w.close()
+            raise GeometryMismatchError(
+                f"cache {name!r} exists with key_size={w.key_size}, max_value={w.max_value}; "
+                f"asked for key_size={key_size}, max_value={max_value}"
+            ) from None
+        return w
+    try:
+        h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
+        h[L.H_KEY_SIZE] = key_size
+        h[L.H_MAX_VALUE] = max_value
+        h[L.H_NBUCKETS] = L.NBUCKETS
+        h[L.H_SLOTS] = geo.slots
+        h[L.H_RING] = geo.ring
+        h[L.H_SIZE] = geo.size
+        h[L.H_CREATION_ID] = secrets.randbits(63)
+        h[L.H_CREATED_NS] = time.time_ns()
+        h[L.H_VERSION] = L.LAYOUT_VERSION
+        h[L.H_STATE] = L.STATE_READY
+        store_word(h, L.H_MAGIC, L.MAGIC)  # last: attachers wait for the magic
+        del h
+        return Writer(name, _segment=seg)
+    except BaseException:
+        seg.close()
+        seg.unlink()
+        raise
+
+
+def open_writer(name: str) -> Writer:
+    """Re-attach a writer to an existing cache (a restarted worker)."""
+    return Writer(name)
+
+
+def attach(name: str) -> Reader:
+    """Map a cache read-only (PROT_READ) from any process; never registers it for cleanup."""
+    return Reader(name)
+
+
+def destroy(name: str) -> None:
+    """Remove the cache's name; processes that have it mapped keep reading until they close."""
+    from shmcache.ipc.segment import unlink
+
+    unlink(name)
+
+
+def exists(name: str) -> bool:
+    from shmcache.ipc.segment import path_of
+
+    return os.path.exists(path_of(name))
+
+
+def list_caches() -> Iterable[str]:
+    """Names under /dev/shm that carry the shmcache magic."""
+    from shmcache.ipc.segment import SHM_DIR
+
+    for entry in sorted(os.scandir(SHM_DIR), key=lambda e: e.name):
+        try:
+            with open(entry.path, "rb") as f:
+                if int.from_bytes(f.read(8), "little") == L.MAGIC:
+                    yield entry.name
+        except OSError:
+            continue
+
+
+__all__: Sequence[str] = ["Reader", "Writer", "Packed", "create", "open_writer", "attach", "destroy", "exists", "list_caches"]

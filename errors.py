@@ -1,0 +1,82 @@
+"""Every error shmcache raises on purpose, one place.
+
+Each subclasses the builtin a caller would already catch (FileNotFoundError,
+ValueError, ...), so `except FileNotFoundError` keeps working, and each message
+names the cache and what was wrong. Anomalies on the data path (torn reads
+retried, malformed Kafka messages, evictions) are counters, never exceptions.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ShmcacheError",
+    "CacheNotFoundError",
+    "CacheExistsError",
+    "NotACacheError",
+    "LayoutVersionError",
+    "CacheNotReadyError",
+    "CachePermissionError",
+    "GeometryMismatchError",
+    "KeySizeError",
+    "ValueTooLargeError",
+    "MemoryTooSmallError",
+    "ReadOnlyError",
+    "TooManyWritersError",
+    "ClosedError",
+]
+
+
+class ShmcacheError(Exception):
+    """Base class of the errors below."""
+
+
+class CacheNotFoundError(ShmcacheError, FileNotFoundError):
+    """No segment of that name under /dev/shm."""
+
+
+class CacheExistsError(ShmcacheError, FileExistsError):
+    """create() of a name that exists, without exist_ok=True."""
+
+
+class NotACacheError(ShmcacheError, ValueError):
+    """The segment exists but is not a shmcache segment (wrong magic or size)."""
+
+
+class LayoutVersionError(ShmcacheError, ValueError):
+    """The segment was made by a shmcache of another layout version."""
+
+
+class CacheNotReadyError(ShmcacheError, TimeoutError):
+    """The segment is still being initialised by its creator, or not caught up in time."""
+
+
+class CachePermissionError(ShmcacheError, PermissionError):
+    """The segment's mode does not let this user open it."""
+
+
+class GeometryMismatchError(ShmcacheError, ValueError):
+    """create(exist_ok=True) found a segment with another key size or value limit."""
+
+
+class KeySizeError(ShmcacheError, ValueError):
+    """A key whose length is not the cache's key size."""
+
+
+class ValueTooLargeError(ShmcacheError, ValueError):
+    """A value longer than the cache's max_value."""
+
+
+class MemoryTooSmallError(ShmcacheError, ValueError):
+    """memory= cannot hold one largest record per bucket."""
+
+
+class ReadOnlyError(ShmcacheError, PermissionError):
+    """A write through a read-only (attach()) handle."""
+
+
+class TooManyWritersError(ShmcacheError, RuntimeError):
+    """Every writer slot of the segment is held by a live process."""
+
+
+class ClosedError(ShmcacheError, ValueError):
+    """Use of a handle after close()."""

@@ -1,0 +1,130 @@
+"""Cross-process atomics on numpy arrays, as numba intrinsics.
+
+These are the only primitives the lock and seqlock kernels use to touch shared
+words (see ../shared/NOTES-atomics.md for what was verified). On x86-64 the CAS
+and fetch-add become `lock cmpxchg` / `lock xadd`; acquire loads, release stores
+and acquire/release fences are plain moves plus compiler barriers. They are still
+required: with plain loads and stores LLVM removes or reorders the seqlock's
+odd-version store and readers accept torn values.
+
+Every intrinsic takes a 1-d int64 array and an element index, and takes the
+element's address from the typed array (never from a raw integer), so numba keeps
+the type, the lifetime and the read-only flag. Writing intrinsics refuse a
+read-only array at typing time: a CAS on a PROT_READ mapping would be a SIGSEGV.
+"""
+
+from __future__ import annotations
+
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+
+def _check_array(arr, *, writable: bool, who: str) -> None:
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.int64):
+        raise TypingError(f"{who}: expected a 1-d int64 array, got {arr}")
+    if writable and not arr.mutable:
+        raise TypingError(f"{who}: the array is read-only (a reader's mapping cannot be written)")
+
+
+def _element_pointer(context, builder, arrty, arr, idxty, idx):
+    ary = context.make_array(arrty)(context, builder, arr)
+    i = context.cast(builder, idx, idxty, types.intp)
+    return cgutils.get_item_pointer(context, builder, arrty, ary, [i], wraparound=False)
+
+
+@intrinsic
+def cas(typingctx, arr, idx, expected, desired):
+    """Compare-and-swap arr[idx]: returns the value seen (== expected on success)."""
+    _check_array(arr, writable=True, who="cas")
+    sig = types.int64(arr, idx, types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        res = builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst")
+        return builder.extract_value(res, 0)
+
+    return sig, codegen
+
+
+@intrinsic
+def fetch_add(typingctx, arr, idx, delta):
+    """Atomically add delta to arr[idx]; returns the previous value."""
+    _check_array(arr, writable=True, who="fetch_add")
+    sig = types.int64(arr, idx, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def load_acquire(typingctx, arr, idx):
+    """arr[idx] with acquire ordering: later loads cannot move before it."""
+    _check_array(arr, writable=False, who="load_acquire")
+    sig = types.int64(arr, idx)
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        return builder.load_atomic(ptr, "acquire", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def store_release(typingctx, arr, idx, value):
+    """arr[idx] = value with release ordering: earlier stores cannot move after it."""
+    _check_array(arr, writable=True, who="store_release")
+    sig = types.void(arr, idx, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        builder.store_atomic(args[2], ptr, "release", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def fence_acquire(typingctx):
+    """Loads before the fence complete before loads after it (seqlock reader)."""
+    sig = types.void()
+
+    def codegen(context, builder, sig, args):
+        builder.fence("acquire")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def fence_release(typingctx):
+    """Stores before the fence become visible before stores after it (seqlock writer)."""
+    sig = types.void()
+
+    def codegen(context, builder, sig, args):
+        builder.fence("release")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(nogil=True, cache=True)
+def cas_word(arr, idx, expected, desired):
+    """Python-callable CAS for slow paths (slot claims, lock takeover)."""
+    return cas(arr, idx, expected, desired)
+
+
+@njit(nogil=True, cache=True)
+def load_word(arr, idx):
+    """Python-callable acquire load."""
+    return load_acquire(arr, idx)
+
+
+@njit(nogil=True, cache=True)
+def store_word(arr, idx, value):
+    """Python-callable release store."""
+    store_release(arr, idx, value)
