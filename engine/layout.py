@@ -17,9 +17,10 @@ A record in a bucket's ring, 16-byte aligned, never wrapping around the ring end
 
     [int64 xxh64(key)][int64 flags << 32 | value_len][key: key_size B][value][pad to 16]
 
-An index slot is 0 (empty) or `tag << 47 | (position + 1)`, where position is the
-record's absolute (ever-growing) byte position in the ring and tag is the top 16
-bits of the key's hash. Bucket = xxh64(key) % NBUCKETS; a key's home slot is
+An index slot is 0 (empty) or `tag << 47 | (offset + 1)`, where offset is the
+record's byte offset in its bucket's ring and tag is the top 16 bits of the key's
+hash. A bucket's head and tail are absolute, ever-growing byte positions (ring
+offset = position % ring bytes); the live records lie between them. Bucket = xxh64(key) % NBUCKETS; a key's home slot is
 `(xxh64 >> BUCKET_BITS) % slots`.
 
 What is *not* guaranteed: a stored entry may be evicted at any time (FIFO per
@@ -95,7 +96,7 @@ F_DEAD = 2  # replaced or deleted; space is reclaimed when the tail passes
 F_PAD = 3  # filler up to the ring end; the next record starts at ring offset 0
 
 # -- index slots -----------------------------------------------------------------------
-POS_BITS = 47  # absolute ring positions up to 128 TiB per bucket before wrapping
+POS_BITS = 47  # slot = tag << POS_BITS | (ring offset + 1)
 POS_MASK = (1 << POS_BITS) - 1
 TAG_SHIFT = 48  # tag = hash >> 48 (16 bits), disjoint from bucket and home bits
 SLOT_RING_BYTES = 48  # ring bytes budgeted per index slot: load stays ~1/3 for 150 B records

@@ -132,7 +132,8 @@ class Reader:
         self._index = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.slots, geo.index_off)
         self._ring8 = np.frombuffer(mm, np.uint8, L.NBUCKETS * geo.ring, geo.ring_off)
         self._ring64 = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.ring // L.WORD, geo.ring_off)
-        self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live], np.int64)
+        self._kstride = L.align(geo.key_size, 8)
+        self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
 
     @property
     def key_size(self) -> int:
@@ -199,6 +200,15 @@ class Reader:
                 raise KeySizeError(f"cache {self.name!r}: key {i} is {what}; this cache's keys are {ks} bytes")
         return np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), ks)
 
+    def _words(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The kernels' view of keys: flat uint8 rows padded to 8 bytes, 8-aligned, and its int64 view."""
+        if self._kstride != k.shape[1] or k.ctypes.data % 8:
+            padded = np.zeros((len(k), self._kstride), np.uint8)
+            padded[:, : k.shape[1]] = k
+            k = padded
+        flat = k.reshape(-1)
+        return flat, flat.view(np.int64)
+
     # -- lookups --------------------------------------------------------------------------
 
     def _lookup(self, keys, want_values: bool) -> Packed:
@@ -208,10 +218,10 @@ class Reader:
         found = np.zeros(n, np.bool_)
         offsets = np.zeros(n + 1, np.int64)
         out = np.empty(max(n * self._avg_value, 1024) if want_values else 0, np.uint8)
-        flat = k.reshape(-1)
+        k8, k64 = self._words(k)
         i, pos, static_b, static_v = 0, 0, -1, -1
         while True:
-            i, pos, status = K.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, flat,
+            i, pos, status = K.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
                                       hashes, i, found, offsets, out, pos, want_values, static_b, static_v,
                                       SPIN_LIMIT, self._retries)
             if status == K.DONE:
@@ -377,12 +387,12 @@ class Writer(Reader):
         self._check_open()
         hashes = xxh64_rows(k).view(np.int64)
         n = len(hashes)
-        flat = k.reshape(-1)
+        k8, k64 = self._words(k)
         c = self._counters
         c[:] = 0
         i = 0
         while True:
-            i = K.apply_entries(self._meta, self._index, self._ring8, self._ring64, self._geo, flat, hashes,
+            i = K.apply_entries(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64, hashes,
                                 actions, starts, lens, data, i, self._me, SPIN_LIMIT, c)
             if i >= n:
                 break
