@@ -1,0 +1,5 @@
+import sys
+
+from shmcache.cli import main
+
+sys.exit(main())

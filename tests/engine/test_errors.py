@@ -1,0 +1,88 @@
+"""Misuse at the edge raises an error naming the cache and what was wrong; nothing stored is lost."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+import shmcache
+from shmcache.engine.layout import parse_bytes
+
+
+@pytest.fixture
+def w():
+    name = f"t-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with shmcache.create(name, memory="40MiB", max_value=100) as writer:
+        writer.set(b"k" * 32, b"kept")
+        yield writer
+    shmcache.destroy(name)
+
+
+def test_wrong_key_length_names_cache_and_key(w):
+    with pytest.raises(shmcache.KeySizeError, match=rf"cache '{w.name}': key 1 is 31 bytes; this cache's keys are 32 bytes"):
+        w.set_many([b"a" * 32, b"b" * 31], [b"x", b"y"])
+    with pytest.raises(shmcache.KeySizeError, match=r"\(n, 32\) uint8 array"):
+        w.get_many_packed(np.zeros((3, 16), np.uint8))
+    with pytest.raises(ValueError):  # KeySizeError is a ValueError
+        w.get(b"short")
+    assert w.get(b"k" * 32) == b"kept"
+
+
+def test_value_over_limit(w):
+    with pytest.raises(shmcache.ValueTooLargeError, match=r"value 1 is 101 bytes; the limit is 100 \(max_value\)"):
+        w.set_many([b"a" * 32, b"b" * 32], [b"x", b"y" * 101])
+    assert w.get(b"a" * 32) is None, "a rejected batch applies nothing"
+    assert w.get(b"k" * 32) == b"kept"
+
+
+def test_mismatched_lengths_and_types(w):
+    with pytest.raises(ValueError, match="2 keys but 1 values"):
+        w.set_many([b"a" * 32, b"b" * 32], [b"x"])
+    with pytest.raises(TypeError, match="value 0 is str"):
+        w.set_many([b"a" * 32], ["text"])
+    with pytest.raises(TypeError, match="sequence of keys"):
+        w.get_many(b"a" * 32)
+    with pytest.raises(ValueError, match="offsets must have 3 entries"):
+        w.set_many(np.zeros((2, 32), np.uint8), (np.array([0, 1]), np.zeros(1, np.uint8)))
+    with pytest.raises(ValueError, match="actions of shape"):
+        w.apply([b"a" * 32], np.array([0, 0], np.uint8), [b"x"])
+
+
+def test_memory_too_small():
+    with pytest.raises(shmcache.MemoryTooSmallError, match=r"memory=8.0 MiB is too small .* at least 3[0-9].0 MiB is needed"):
+        shmcache.create(f"t-{os.getpid()}-small", memory="8MiB")
+    assert not shmcache.exists(f"t-{os.getpid()}-small")
+
+
+@pytest.mark.parametrize("bad", ["lots", "-5MiB", 0, "12 parsecs", True])
+def test_bad_memory_values(bad):
+    with pytest.raises(ValueError, match="memory="):
+        parse_bytes(bad)
+
+
+def test_bad_create_arguments():
+    name = f"t-{os.getpid()}-args"
+    with pytest.raises(ValueError, match="key_size=0"):
+        shmcache.create(name, key_size=0)
+    with pytest.raises(ValueError, match="mode=511"):
+        shmcache.create(name, mode=0o777)
+    assert not shmcache.exists(name)
+
+
+def test_exist_ok_with_other_geometry(w):
+    with pytest.raises(shmcache.GeometryMismatchError, match="key_size=32, max_value=100"):
+        shmcache.create(w.name, memory="40MiB", max_value=4096, exist_ok=True)
+    with shmcache.create(w.name, memory="40MiB", max_value=100, exist_ok=True) as again:
+        assert again.get(b"k" * 32) == b"kept"
+
+
+def test_closed_handle(w):
+    r = shmcache.attach(w.name)
+    r.close()
+    r.close()  # idempotent
+    with pytest.raises(shmcache.ClosedError, match="closed"):
+        r.get(b"k" * 32)
+
