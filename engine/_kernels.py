@@ -248,14 +248,22 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, action
     """
     slots, ring, ks, max_live, kst = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXLIVE], geo[G_KSTRIDE]
     n = hashes.shape[0]
-    for i in range(start, n):  # overlap the batch's cache misses (see _prefetch)
+    for i in range(start, n):  # overlap the batch's cache misses (see _prefetch): meta, home slot ...
         h = hashes[i]
         b = h & _BUCKET_MASK
         prefetch(meta, b * ROW_WORDS, 1)
         prefetch(index, b * slots + _home(h, slots), 0)
-    for i in range(start, n):
-        b = hashes[i] & _BUCKET_MASK
-        prefetch(ring8, b * ring + meta[b * ROW_WORDS + M_HEAD] % ring, 1)
+    for i in range(start, n):  # ... then where the record goes, and the record it may replace
+        h = hashes[i]
+        b = h & _BUCKET_MASK
+        end = b * ring + ring - 1
+        hp = b * ring + meta[b * ROW_WORDS + M_HEAD] % ring
+        prefetch(ring8, hp, 1)
+        prefetch(ring8, min(hp + 64, end), 1)
+        prefetch(ring8, min(hp + 128, end), 1)
+        e = index[b * slots + _home(h, slots)]
+        if e != 0:
+            prefetch(ring64, (b * ring + (e & POS_MASK) - 1) >> 3, 1)
     for i in range(start, n):
         h = hashes[i]
         b = h & _BUCKET_MASK
