@@ -78,6 +78,51 @@ def cmd_list(a) -> int:
     return 0
 
 
+def cmd_run(a) -> int:
+    from shmcache.consumer.config import RunConfig
+    from shmcache.consumer.supervisor import run
+
+    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "memory", "workers", "format",
+                                        "commit_interval", "assignment")}
+    kafka = {}
+    for item in a.set or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise SystemExit(f"shmcache: --set {item!r}: expected KEY=VALUE (a librdkafka setting)")
+        kafka[k] = v
+    if a.config:
+        cfg = RunConfig.from_toml(a.config, **flags)
+        cfg.kafka.update(kafka)
+        cfg.validate()
+    else:
+        missing = [f"--{k}" for k in ("name", "bootstrap", "topic") if not flags[k]]
+        if missing:
+            raise SystemExit(f"shmcache run: give {', '.join(missing)} (or --config FILE)")
+        cfg = RunConfig(**{k: v for k, v in flags.items() if v is not None}, kafka=kafka)
+    return run(cfg)
+
+
+def cmd_status(a) -> int:
+    with shmcache.attach(a.name) as r:
+        st = r.status()
+    if a.json:
+        print(json.dumps(st))
+        return 0
+    console = Console()
+    sup = f"pid {st['supervisor_pid']}" + ("" if st["supervisor_alive"] else " (not running)") if st["supervisor_pid"] else "none"
+    console.print(f"cache [bold]{a.name}[/]: topic {st['topic']!r}, {st['partitions']} partitions, supervisor {sup}, "
+                  + ("[green]ready[/]" if st["ready"] else "[yellow]not ready[/]"))
+    t = Table()
+    for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "committed", "caught up"):
+        t.add_column(col, justify="right")
+    for p in st["assigned"]:
+        t.add_row(str(p["partition"]), str(p["worker"]), str(p["worker_pid"]), f"{p['applied']:,}",
+                  f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
+                  "yes" if p["caught_up"] else "no")
+    console.print(t)
+    return 0
+
+
 def cmd_demo(a) -> int:
     from shmcache import demo
 
@@ -117,6 +162,24 @@ def parser() -> argparse.ArgumentParser:
     x.set_defaults(fn=cmd_destroy)
     ls = sub.add_parser("list", help="list the caches under /dev/shm")
     ls.set_defaults(fn=cmd_list)
+    rn = sub.add_parser("run", help="run the supervisor daemon: keep a cache filled from a Kafka topic")
+    rn.add_argument("--config", help="a TOML file with these settings (flags override it)")
+    rn.add_argument("--name", help="the cache name")
+    rn.add_argument("--bootstrap", help="Kafka bootstrap servers, host:port[,host:port]")
+    rn.add_argument("--topic")
+    rn.add_argument("--group", help="consumer group (default: unique to this machine and cache)")
+    rn.add_argument("--memory", help="cache size if it must be created (default 1GiB)")
+    rn.add_argument("--workers", type=int, help="worker processes (default 2)")
+    rn.add_argument("--format", choices=("v1", "v2", "kv"), help="wire format (default v1)")
+    rn.add_argument("--commit-interval", type=float, help="seconds between commits (default 1)")
+    rn.add_argument("--assignment", choices=("cooperative-sticky", "range", "roundrobin"),
+                    help="partition.assignment.strategy (default cooperative-sticky)")
+    rn.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka setting, repeatable")
+    rn.set_defaults(fn=cmd_run)
+    su = sub.add_parser("status", help="per-partition progress and readiness of a cache")
+    su.add_argument("name")
+    su.add_argument("--json", action="store_true")
+    su.set_defaults(fn=cmd_status)
     dm = sub.add_parser("demo", help="create a cache, fill it from one process, read it from others")
     dm.add_argument("--entries", type=int, default=1_000_000)
     dm.add_argument("--readers", type=int, default=2)

@@ -57,6 +57,8 @@ H_CREATED_NS = 9
 H_SUPERVISOR = 10  # owner word (pid << 32 | start stamp) of the supervisor, 0 if none
 H_STATE = 11  # STATE_* below
 H_TOPIC_LEN = 12
+H_PARTITIONS = 13  # partitions of the topic (0 until a supervisor has seen it)
+H_SUPERVISOR_HEARTBEAT = 14  # time.time_ns() of the supervisor's last loop
 H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8, for status output
 TOPIC_MAX = 32 * WORD
 HEADER_WORDS = PAGE // WORD
@@ -75,8 +77,25 @@ W_DELETE_MISSES = 3
 W_BATCHES = 4
 W_TAKEOVERS = 5
 
-MAX_WORKERS = 64
-MAX_PARTITIONS = 1024
+MAX_WORKERS = 64  # consumer worker processes, one row each (written by that worker only)
+K_OWNER = 0  # owner word of the worker process, 0 if none
+K_HEARTBEAT = 1  # time.time_ns() of the worker's last loop
+K_STARTS = 2  # how many times this worker slot was (re)started (written by the supervisor)
+K_ADDS = 3  # entries applied, by action
+K_DELETES = 4
+K_MALFORMED = 5  # messages with damage (their valid prefix was applied)
+K_UNKNOWN = 6  # entries skipped for an unknown action
+K_MESSAGES = 7  # Kafka messages applied
+
+MAX_PARTITIONS = 1024  # partitions of the cache's topic, row = partition number
+P_APPLIED = 0  # next offset to apply: every message before it is in the table; -1 none yet
+P_HIGH_WATERMARK = 1  # high watermark seen at assignment (readiness target); -1 unknown
+P_OWNER = 2  # worker index + 1 that owns the partition now; 0 unowned
+P_CAUGHT_UP = 3  # 1 once applied >= high watermark at assignment
+P_COMMITTED = 4  # last offset the supervisor committed to Kafka; -1 none
+P_ASSIGNED = 5  # 1 while this node's consumer group assigns the partition here
+P_GENERATION = 6  # bumped at each assignment: tells a stale worker's publish from a current one
+P_LATEST = 7  # newest high watermark the supervisor saw (refreshed periodically), for lag
 
 # -- bucket meta: int64 word offsets within a bucket's row ---------------------------
 M_LOCK = 0  # 0 free, else owner word of the writer holding it

@@ -106,9 +106,11 @@ class Reader:
             raise NotACacheError(f"cache {self.name!r}: {seg.path} is {seg.size} bytes, not a shmcache segment")
         self._header = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
         deadline = time.monotonic() + READY_TIMEOUT
-        while load_word(self._header, L.H_MAGIC) == 0 and self._header[L.H_STATE] == L.STATE_CREATING:
+        while load_word(self._header, L.H_MAGIC) == 0:  # the creator writes the magic last
             if time.monotonic() > deadline:
-                raise CacheNotReadyError(f"cache {self.name!r} is still being created after {READY_TIMEOUT:.0f} s")
+                raise CacheNotReadyError(
+                    f"cache {self.name!r}: {seg.path} has no shmcache magic after {READY_TIMEOUT:.0f} s "
+                    "(still being created, or not a shmcache segment)")
             time.sleep(0.01)
         h = self._header
         if h[L.H_MAGIC] != L.MAGIC:
@@ -296,6 +298,23 @@ class Reader:
             "creation_id": self.creation_id,
         }
 
+    # -- readiness (filled by a supervisor; see consumer/control.py) ------------------------------
+
+    def status(self) -> dict:
+        """Topic, supervisor, per-partition progress (applied, watermark, lag, caught up), workers."""
+        from shmcache.consumer import control
+
+        self._check_open()
+        return control.status(self)
+
+    def wait_ready(self, timeout: float | None = None) -> dict:
+        """Block until every partition assigned to this node has caught up with the high
+        watermark seen at assignment; raises CacheNotReadyError on timeout."""
+        from shmcache.consumer import control
+
+        self._check_open()
+        return control.wait_ready(self, timeout)
+
     # -- a reader cannot write ----------------------------------------------------------------
 
     def _read_only(self, *args, **kwargs):
@@ -416,6 +435,22 @@ class Writer(Reader):
             self._writers[self._slot * L.ROW_WORDS + L.W_TAKEOVERS] += 1
             log.warning("cache %r: took over bucket %d from dead writer pid %d and rebuilt it",
                         self.name, b, liveness.word_pid(owner))
+
+    def apply_spans(self, keys: np.ndarray, actions: np.ndarray, starts: np.ndarray, lens: np.ndarray,
+                    data: np.ndarray) -> None:
+        """Apply a decoded batch as it comes from consumer.wire: value i is
+        data[starts[i]:starts[i] + lens[i]]. Lengths are checked against max_value."""
+        k = self._keys(keys)
+        n = len(k)
+        lens = np.asarray(lens, np.int64)
+        starts = np.asarray(starts, np.int64)
+        if actions.shape != (n,) or lens.shape != (n,) or starts.shape != (n,):
+            raise ValueError(f"cache {self.name!r}: {n} keys but actions/starts/lens of shapes "
+                             f"{actions.shape}/{starts.shape}/{lens.shape}")
+        if n and (lens.max() > self.geometry.max_value or lens.min() < 0 or (starts + lens).max() > len(data)
+                  or starts.min() < 0):
+            raise ValueTooLargeError(f"cache {self.name!r}: a value span is outside data or over max_value")
+        self._apply(k, np.ascontiguousarray(actions, np.uint8), starts, lens, np.ascontiguousarray(data, np.uint8))
 
     def set_many(self, keys, values) -> None:
         """Set a batch: keys as for get_many; values a sequence of bytes or (offsets, data)."""

@@ -113,9 +113,13 @@ class Segment:
             return "unknown"
 
     def close(self) -> None:
-        """Unmap. Raises BufferError if numpy views of the mapping are still alive."""
+        """Unmap now, or, while numpy views of the mapping are still alive somewhere,
+        drop this reference so the mapping goes when the last view does."""
         if self.mm is not None:
-            self.mm.close()
+            try:
+                self.mm.close()
+            except BufferError:
+                pass
             self.mm = None
 
     def unlink(self) -> None:

@@ -1,0 +1,104 @@
+"""What `shmcache run` needs to know: one config object, from flags or a TOML file.
+
+A TOML file holds the same names as the flags (underscores), plus a [kafka] table
+of librdkafka settings passed through to every consumer unchanged:
+
+    name = "txmeta"
+    bootstrap = "127.0.0.1:9092"
+    topic = "txmeta"
+    workers = 2
+    format = "v1"
+    [kafka]
+    "fetch.max.bytes" = 52428800
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import tomllib
+from dataclasses import dataclass, field
+
+FORMATS = ("v1", "v2", "kv")
+STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
+
+# Settings the supervisor and workers own; passing them through would break the
+# invariants (commits only of applied offsets, by the supervisor alone).
+RESERVED_KAFKA = {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers"}
+
+
+@dataclass
+class RunConfig:
+    name: str
+    bootstrap: str
+    topic: str
+    group: str = ""  # default: unique to this machine and cache
+    memory: str = "1GiB"
+    workers: int = 2
+    format: str = "v1"
+    commit_interval: float = 1.0  # seconds between periodic commits
+    assignment: str = "cooperative-sticky"  # partition.assignment.strategy
+    key_size: int = 32
+    max_value: int = 4096
+    batch_messages: int = 64  # messages a worker takes per consume() call
+    drain_timeout: float = 30.0  # how long a revoke or shutdown waits for workers to drain
+    metrics_port: int = 0
+    kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            self.group = f"shmcache-{socket.gethostname()}-{self.name}"
+        self.validate()
+
+    def validate(self) -> None:
+        from shmcache.ipc.segment import check_name
+
+        check_name(self.name)
+        if not self.bootstrap:
+            raise ValueError("bootstrap: give the Kafka bootstrap servers (host:port[,host:port])")
+        if not self.topic:
+            raise ValueError("topic: give the Kafka topic that fills the cache")
+        if self.format not in FORMATS:
+            raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
+        if self.assignment not in STRATEGIES:
+            raise ValueError(f"assignment={self.assignment!r}: expected one of {', '.join(STRATEGIES)}")
+        if not 1 <= self.workers <= 64:
+            raise ValueError(f"workers={self.workers}: expected 1..64")
+        if self.commit_interval <= 0:
+            raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
+        if self.format != "kv" and self.key_size != 32:
+            raise ValueError(f"key_size={self.key_size}: the txmeta formats carry 32-byte keys; use format='kv'")
+        bad = RESERVED_KAFKA & set(self.kafka)
+        if bad:
+            raise ValueError(f"kafka settings {sorted(bad)} are set by shmcache itself; use the matching option instead")
+
+    @property
+    def cooperative(self) -> bool:
+        return self.assignment == "cooperative-sticky"
+
+    def consumer_settings(self, **extra) -> dict:
+        """librdkafka settings common to the supervisor's and the workers' consumers."""
+        conf = {
+            "bootstrap.servers": self.bootstrap,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+        conf.update(self.kafka)
+        conf.update(extra)
+        return conf
+
+    @classmethod
+    def from_toml(cls, path: str, **overrides) -> "RunConfig":
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{path}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,364 @@
+"""The supervisor daemon (`shmcache run`): this node's only member of the consumer group.
+
+It owns the segment and the group membership; workers (consumer/worker.py) own
+the fetching and applying. Its consumer never delivers data: every partition it
+is assigned is paused at once (and again after every rebalance, since a
+partition that moves loses its pause state), and its poll() serves rebalance
+callbacks and heartbeats only.
+
+Where offsets start: from the segment's own applied offset (what the table
+holds), or the group's committed offset if that is lower; from the low
+watermark on a new segment. Re-applying is safe (apply is idempotent); skipping
+is not.
+
+What may be committed, and when (DESIGN invariant 1): only applied offsets
+published by workers in the segment; periodically, after a revoke drained the
+affected workers, and at shutdown after every worker stopped. Nothing on lost.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+
+from shmcache.consumer import control
+from shmcache.consumer import worker as worker_mod
+from shmcache.consumer.config import RunConfig
+from shmcache.engine import layout as L
+from shmcache.errors import ShmcacheError
+from shmcache.ipc import liveness
+
+log = logging.getLogger("shmcache.supervisor")
+
+WATERMARK_REFRESH_S = 5.0
+KAFKA_TIMEOUT_S = 15.0
+
+
+class State(enum.Enum):
+    INIT = "init"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class WorkerHandle:
+    """One worker process: started, commanded and stopped by the supervisor.
+
+    Each (re)start gets a new pipe, so replies from an old instance can never be
+    mistaken for the new one's."""
+
+    def __init__(self, sup: "Supervisor", index: int):
+        self.sup = sup
+        self.index = index
+        self.proc = None
+        self.conn = None
+        self.partitions: set[int] = set()
+
+    def start(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        cfg = self.sup.cfg.to_dict()
+        cfg["_log_level"] = logging.getLogger().level or logging.INFO
+        self.proc = ctx.Process(target=worker_mod.main, args=(cfg, self.index, child),
+                                name=f"shmcache-worker-{self.index}")
+        self.proc.start()
+        child.close()
+        control.workers(self.sup.cache)[self.index, L.K_STARTS] += 1
+        log.info("worker %d started, pid %d", self.index, self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def request(self, cmd: tuple, reply: str, timeout: float):
+        """Send a command and wait for its reply; None if the worker died or did not answer."""
+        try:
+            self.conn.send(cmd)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.conn.poll(0.05):
+                    kind, payload = self.conn.recv()
+                    if kind == reply:
+                        return payload
+                elif not self.alive():
+                    return None
+        except (OSError, EOFError):
+            return None
+        log.warning("worker %d did not answer %r within %.0f s", self.index, cmd[0], timeout)
+        return None
+
+    def stop(self, reason: str, timeout: float) -> None:
+        """Ask, wait, then terminate, then kill: every stop ends within about `timeout` + 2 s."""
+        if self.proc is None:
+            return
+        log.info("stopping worker %d (pid %d): %s", self.index, self.proc.pid, reason)
+        if self.alive():
+            self.request(("stop",), "stopped", timeout)
+            self.proc.join(timeout)
+        if self.proc.is_alive():
+            log.warning("worker %d ignored stop; terminating", self.index)
+            self.proc.terminate()
+            self.proc.join(1)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(1)
+        self.conn.close()
+        self.proc = None
+
+
+class Supervisor:
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.state = State.INIT
+        self.cache = None
+        self.consumer = None
+        self.workers: list[WorkerHandle] = []
+        self.assigned: dict[int, int] = {}  # partition -> worker index
+        self._stop_reason = ""
+        self._last_commit = 0.0
+        self._last_watermarks = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        if not self._stop_reason:
+            log.info("stop requested: %s", reason)
+            self._stop_reason = reason
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT; returns the exit code."""
+        assert self.state is State.INIT, self.state
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda s, f: self.request_stop(signal.Signals(s).name))
+        self._open_cache()
+        try:
+            self._start()
+            self.state = State.RUNNING
+            while not self._stop_reason:
+                self.consumer.poll(0.1)  # paused: serves callbacks only (a stray message is dropped)
+                self._tick()
+            return 0
+        finally:
+            self._shutdown()
+
+    def _open_cache(self) -> None:
+        import shmcache
+
+        cfg = self.cfg
+        self.cache = shmcache.create(cfg.name, memory=cfg.memory, key_size=cfg.key_size,
+                                     max_value=cfg.max_value, exist_ok=True)
+        h = self.cache._header
+        other = int(h[L.H_SUPERVISOR])
+        if other and other != liveness.owner_word() and liveness.is_alive(other):
+            self.cache.close()
+            raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, pid {liveness.word_pid(other)}")
+        if control.topic(self.cache) != cfg.topic:
+            control.reset_partitions(self.cache)  # progress on another topic means nothing here
+        control.workers(self.cache)[:] = 0
+        h[L.H_SUPERVISOR] = liveness.owner_word()
+        repaired = self.cache.repair_dead_locks()
+        if repaired:
+            log.warning("repaired %d buckets left locked by dead writers", repaired)
+        s = self.cache.stats()
+        log.info("cache %r: %d entries, %s; topic %r, group %r", cfg.name, s["entries"],
+                 L.format_bytes(s["memory"]), cfg.topic, cfg.group)
+
+    def _start(self) -> None:
+        from confluent_kafka import Consumer
+
+        cfg = self.cfg
+        self.consumer = Consumer(cfg.consumer_settings(**{
+            "group.id": cfg.group,
+            "partition.assignment.strategy": cfg.assignment,
+        }))
+        meta = self.consumer.list_topics(cfg.topic, timeout=KAFKA_TIMEOUT_S)
+        tmeta = meta.topics.get(cfg.topic)
+        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            raise ShmcacheError(f"topic {cfg.topic!r} not found on {cfg.bootstrap}: "
+                                f"{tmeta.error if tmeta is not None else 'no such topic'}")
+        npart = len(tmeta.partitions)
+        if npart > L.MAX_PARTITIONS:
+            raise ShmcacheError(f"topic {cfg.topic!r} has {npart} partitions; at most {L.MAX_PARTITIONS} are supported")
+        control.set_topic(self.cache, cfg.topic, npart)
+        self.workers = [WorkerHandle(self, i) for i in range(cfg.workers)]
+        for w in self.workers:
+            w.start()
+        self.consumer.subscribe([cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
+        log.info("joined group %r for topic %r (%d partitions, %s assignment), %d workers",
+                 cfg.group, cfg.topic, npart, cfg.assignment, cfg.workers)
+
+    def _shutdown(self) -> None:
+        if self.state is State.STOPPED:
+            return
+        self.state = State.STOPPING
+        reason = self._stop_reason or "error"
+        for w in self.workers:  # workers stop fetching and report; then the final commit
+            w.stop(reason, self.cfg.drain_timeout)
+        if self.consumer is not None:
+            self._commit(list(self.assigned), final=True)
+            self.consumer.close()  # leaves the group; on_revoke sees STOPPING and only commits
+        if self.cache is not None:
+            self.cache._header[L.H_SUPERVISOR] = 0
+            rows = control.partitions(self.cache)
+            for p in list(self.assigned):
+                rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = 0
+            self.cache.close()
+        self.state = State.STOPPED
+        log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
+
+    # -- rebalance callbacks (run inside consumer.poll) ----------------------------------------------
+
+    def _on_assign(self, consumer, tps) -> None:
+        """New partitions: start them where the table's content ends; pause them here."""
+        from confluent_kafka import TopicPartition
+
+        if self.cfg.cooperative:
+            consumer.incremental_assign(tps)
+        else:
+            consumer.assign(tps)
+        if tps:
+            consumer.pause(tps)  # pause state does not survive a move: set it on every assignment
+        if not tps or self.state is State.STOPPING:
+            return
+        parts = sorted(tp.partition for tp in tps)
+        committed = {tp.partition: tp.offset for tp in consumer.committed(
+            [TopicPartition(self.cfg.topic, p) for p in parts], timeout=KAFKA_TIMEOUT_S)}
+        rows = control.partitions(self.cache)
+        plan: dict[int, list] = {}
+        for p in parts:
+            lo, hi = consumer.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=KAFKA_TIMEOUT_S)
+            have = int(rows[p, L.P_APPLIED])
+            start = have if have >= 0 else lo
+            if committed[p] >= 0:
+                start = min(start, committed[p])
+            start = max(start, lo)  # older data is gone from the topic
+            w = min(self.workers, key=lambda h: len(h.partitions))
+            w.partitions.add(p)
+            self.assigned[p] = w.index
+            row = rows[p]
+            row[L.P_APPLIED] = start
+            row[L.P_HIGH_WATERMARK] = hi
+            row[L.P_LATEST] = hi
+            row[L.P_CAUGHT_UP] = int(start >= hi)
+            row[L.P_COMMITTED] = committed[p]
+            row[L.P_OWNER] = w.index + 1
+            row[L.P_GENERATION] += 1
+            row[L.P_ASSIGNED] = 1
+            plan.setdefault(w.index, []).append((p, start, int(row[L.P_GENERATION])))
+        for idx, items in plan.items():
+            self.workers[idx].request(("assign", items), "assigned", self.cfg.drain_timeout)
+        log.info("assigned %s", {p: (self.assigned[p], int(rows[p, L.P_APPLIED]), int(rows[p, L.P_HIGH_WATERMARK]))
+                                 for p in parts})
+
+    def _release(self, tps, commit: bool) -> None:
+        parts = [tp.partition for tp in tps if tp.partition in self.assigned]
+        if self.state is not State.STOPPING:
+            by_worker: dict[int, list[int]] = {}
+            for p in parts:
+                by_worker.setdefault(self.assigned[p], []).append(p)
+            for idx, ps in by_worker.items():  # drain: each worker finishes its batch first
+                w = self.workers[idx]
+                if w.alive():
+                    w.request(("revoke", ps), "revoked", self.cfg.drain_timeout)
+                w.partitions.difference_update(ps)
+        if commit:
+            self._commit(parts, final=True)
+        rows = control.partitions(self.cache)
+        for p in parts:
+            rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = rows[p, L.P_CAUGHT_UP] = 0
+            self.assigned.pop(p, None)
+
+    def _on_revoke(self, consumer, tps) -> None:
+        """Partitions leave: drain their workers, commit what they applied, before returning."""
+        log.info("revoked %s", sorted(tp.partition for tp in tps))
+        self._release(tps, commit=True)
+        self._unassign(consumer, tps)
+
+    def _on_lost(self, consumer, tps) -> None:
+        """Partitions are already someone else's: stop them, commit nothing."""
+        log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
+        self._release(tps, commit=False)
+        self._unassign(consumer, tps)
+
+    def _unassign(self, consumer, tps) -> None:
+        if self.cfg.cooperative:
+            consumer.incremental_unassign(tps)
+        else:
+            consumer.unassign()
+
+    # -- periodic work ------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self.cache._header[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+        for w in self.workers:
+            if not w.alive():
+                self._restart(w)
+        if now - self._last_commit >= self.cfg.commit_interval:
+            self._commit(list(self.assigned))
+            self._last_commit = now
+        if now - self._last_watermarks >= WATERMARK_REFRESH_S:
+            self._refresh_watermarks()
+            self._last_watermarks = now
+
+    def _restart(self, w: WorkerHandle) -> None:
+        """A worker died: repair what it left locked, start a new one from its applied offsets."""
+        code = w.proc.exitcode if w.proc is not None else None
+        log.warning("worker %d (pid %s) died with exit code %s; restarting", w.index,
+                    w.proc.pid if w.proc is not None else "?", code)
+        if w.conn is not None:
+            w.conn.close()
+        repaired = self.cache.repair_dead_locks()
+        if repaired:
+            log.warning("repaired %d buckets the dead worker left locked", repaired)
+        w.start()
+        rows = control.partitions(self.cache)
+        items = []
+        for p in sorted(w.partitions):
+            rows[p, L.P_GENERATION] += 1
+            items.append((p, int(rows[p, L.P_APPLIED]), int(rows[p, L.P_GENERATION])))
+        if items:
+            w.request(("assign", items), "assigned", self.cfg.drain_timeout)
+
+    def _commit(self, parts, final: bool = False) -> None:
+        """Commit the applied offsets the workers published (never more)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        rows = control.partitions(self.cache)
+        todo = [(p, int(rows[p, L.P_APPLIED])) for p in parts
+                if rows[p, L.P_APPLIED] >= 0 and rows[p, L.P_APPLIED] != rows[p, L.P_COMMITTED]]
+        if not todo:
+            return
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.cfg.topic, p, o) for p, o in todo], asynchronous=False)
+        except KafkaException as e:
+            log.warning("commit of %s failed: %s", dict(todo), e)
+            return
+        for p, o in todo:
+            rows[p, L.P_COMMITTED] = o
+        if final:
+            log.info("committed %s", dict(todo))
+        else:
+            log.debug("committed %s", dict(todo))
+
+    def _refresh_watermarks(self) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        rows = control.partitions(self.cache)
+        for p in list(self.assigned):
+            try:
+                _, hi = self.consumer.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=2)
+            except KafkaException:
+                continue
+            rows[p, L.P_LATEST] = hi
+
+
+def run(cfg: RunConfig) -> int:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    log.info("shmcache supervisor pid %d", os.getpid())
+    return Supervisor(cfg).run()

@@ -1,0 +1,187 @@
+"""A worker process: fetch assigned partitions, decode, apply in order, publish offsets.
+
+A worker is a plain Kafka consumer with `incremental_assign()` at the offsets the
+supervisor gives it; it has no group membership and never commits. Each
+`consume()` batch is decoded and applied inline (no queues, no threads: the
+Teranode lesson), then each partition's applied offset (the next offset to
+apply) is published in the segment. Only after that may the supervisor commit it.
+
+Commands from the supervisor arrive on a pipe between batches, so a revoke or a
+stop always finds every fetched message applied:
+    ("assign", [(partition, offset, generation), ...]) -> ("assigned", [partition, ...])
+    ("revoke", [partition, ...])                       -> ("revoked", {partition: applied})
+    ("stop",)                                          -> ("stopped", {partition: applied})
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import numpy as np
+
+from shmcache.consumer import control, wire
+from shmcache.consumer.config import RunConfig
+from shmcache.engine import layout as L
+from shmcache.ipc import liveness
+
+log = logging.getLogger("shmcache.worker")
+
+
+class Worker:
+    def __init__(self, cfg: RunConfig, index: int, conn):
+        import shmcache
+        from confluent_kafka import Consumer
+
+        self.cfg = cfg
+        self.index = index
+        self.conn = conn
+        self.parent = os.getppid()
+        self.cache = shmcache.open(cfg.name)
+        self.rows = control.partitions(self.cache)
+        self.me = control.workers(self.cache)[index]
+        self.me[L.K_OWNER] = liveness.owner_word()
+        self.me[L.K_HEARTBEAT] = time.time_ns()
+        # group.id only because librdkafka wants one; assign() never joins the group
+        self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker"}))
+        self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
+        self.stopping = False
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def _commands(self, wait: float) -> None:
+        while self.conn.poll(wait):
+            wait = 0
+            cmd = self.conn.recv()
+            getattr(self, "_cmd_" + cmd[0])(*cmd[1:])
+
+    def _cmd_assign(self, items) -> None:
+        from confluent_kafka import TopicPartition
+
+        tps = []
+        for p, offset, gen in items:
+            if p in self.owned:  # re-assigned to us: restart it at the given offset
+                self.consumer.incremental_unassign([TopicPartition(self.cfg.topic, p)])
+            self.owned[p] = gen
+            tps.append(TopicPartition(self.cfg.topic, p, offset))
+        if tps:
+            self.consumer.incremental_assign(tps)
+        log.info("worker %d: fetching partitions %s", self.index, [(p, o) for p, o, _ in items])
+        self.conn.send(("assigned", [p for p, _, _ in items]))
+
+    def _drop(self, parts) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        mine = [p for p in parts if p in self.owned]
+        if mine:
+            self.consumer.incremental_unassign([TopicPartition(self.cfg.topic, p) for p in mine])
+        for p in mine:
+            del self.owned[p]
+        return {p: int(self.rows[p, L.P_APPLIED]) for p in mine}
+
+    def _cmd_revoke(self, parts) -> None:
+        applied = self._drop(parts)
+        log.info("worker %d: released partitions %s at applied offsets %s", self.index, list(applied), applied)
+        self.conn.send(("revoked", applied))
+
+    def _cmd_stop(self) -> None:
+        applied = self._drop(list(self.owned))
+        self.conn.send(("stopped", applied))
+        self.stopping = True
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while not self.stopping:
+                self._commands(0 if self.owned else 0.1)
+                if self.stopping:
+                    break
+                if os.getppid() != self.parent:
+                    log.error("worker %d: supervisor %d is gone; exiting without publishing more", self.index, self.parent)
+                    return
+                if self.owned:
+                    msgs = self.consumer.consume(num_messages=self.cfg.batch_messages, timeout=0.05)
+                    if msgs:
+                        self._apply(msgs)
+                    self._publish()
+                self.me[L.K_HEARTBEAT] = time.time_ns()
+        finally:
+            self.consumer.close()
+            self.me[L.K_OWNER] = 0
+            del self.me, self.rows  # views of the mapping
+            self.cache.close()
+
+    def _apply(self, msgs) -> None:
+        kv = self.cfg.format == "kv"
+        good = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                log.warning("worker %d: %s [%d]: %s", self.index, m.topic(), m.partition() or -1, err)
+                continue
+            if m.partition() in self.owned:  # a message fetched just before a revoke is not ours
+                good.append(m)
+        if not good:
+            return
+        if kv:
+            self._apply_kv(good)
+        else:
+            for m in good:
+                self._apply_wire(m)
+        self.me[L.K_MESSAGES] += len(good)
+
+    def _apply_wire(self, m) -> None:
+        value = m.value()
+        batch = wire.decode(value if value is not None else b"", max_value=self.cfg.max_value)
+        if batch.error is not None:
+            self.me[L.K_MALFORMED] += 1
+            log.warning("malformed message %s [%d] @ %d: %s; applied the %d entries before the damage",
+                        m.topic(), m.partition(), m.offset(), batch.error, len(batch.actions))
+        self.me[L.K_UNKNOWN] += batch.unknown_actions
+        self._apply_batch(batch)
+
+    def _apply_kv(self, msgs) -> None:
+        batch = wire.decode_kv([m.key() for m in msgs], [m.value() for m in msgs],
+                               key_size=self.cfg.key_size, max_value=self.cfg.max_value)
+        for i in getattr(batch, "skipped", ()) or ():
+            m = msgs[i]
+            self.me[L.K_MALFORMED] += 1
+            log.warning("malformed message %s [%d] @ %d: key of %s bytes or value over %d bytes; skipped",
+                        m.topic(), m.partition(), m.offset(), len(m.key() or b""), self.cfg.max_value)
+        self._apply_batch(batch)
+
+    def _apply_batch(self, batch) -> None:
+        n = len(batch.actions)
+        if n:
+            self.cache.apply_spans(batch.keys, batch.actions, batch.value_starts, batch.value_lens, batch.data)
+            deletes = int(np.count_nonzero(batch.actions == wire.DELETE))
+            self.me[L.K_DELETES] += deletes
+            self.me[L.K_ADDS] += n - deletes
+
+    def _publish(self) -> None:
+        """Publish each owned partition's position: every message before it has been applied."""
+        from confluent_kafka import TopicPartition
+
+        tps = self.consumer.position([TopicPartition(self.cfg.topic, p) for p in self.owned])
+        for tp in tps:
+            p, pos = tp.partition, tp.offset
+            if pos < 0 or self.rows[p, L.P_GENERATION] != self.owned.get(p):
+                continue  # nothing fetched yet, or the partition was given to someone else
+            row = self.rows[p]
+            if pos > row[L.P_APPLIED]:
+                row[L.P_APPLIED] = pos
+            if 0 <= row[L.P_HIGH_WATERMARK] <= row[L.P_APPLIED] and not row[L.P_CAUGHT_UP]:
+                row[L.P_CAUGHT_UP] = 1
+                log.info("partition %d caught up at offset %d", p, int(row[L.P_APPLIED]))
+
+
+def main(cfg_dict: dict, index: int, conn) -> None:
+    """Process entry point (multiprocessing spawn)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the supervisor, which drains us
+    logging.basicConfig(level=cfg_dict.pop("_log_level", logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    worker = Worker(RunConfig(**cfg_dict), index, conn)
+    worker.run()
