@@ -83,7 +83,7 @@ def cmd_run(a) -> int:
     from shmcache.consumer.supervisor import run
 
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "memory", "workers", "format",
-                                        "commit_interval", "assignment")}
+                                        "commit_interval", "assignment", "max_rate")}
     kafka = {}
     for item in a.set or []:
         k, sep, v = item.partition("=")
@@ -174,6 +174,7 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--commit-interval", type=float, help="seconds between commits (default 1)")
     rn.add_argument("--assignment", choices=("cooperative-sticky", "range", "roundrobin"),
                     help="partition.assignment.strategy (default cooperative-sticky)")
+    rn.add_argument("--max-rate", type=int, help="entries/s per worker while catching up (default 0: unlimited)")
     rn.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka setting, repeatable")
     rn.set_defaults(fn=cmd_run)
     su = sub.add_parser("status", help="per-partition progress and readiness of a cache")

@@ -41,6 +41,7 @@ class RunConfig:
     key_size: int = 32
     max_value: int = 4096
     batch_messages: int = 64  # messages a worker takes per consume() call
+    max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)
     drain_timeout: float = 30.0  # how long a revoke or shutdown waits for workers to drain
     metrics_port: int = 0
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
@@ -64,6 +65,8 @@ class RunConfig:
             raise ValueError(f"assignment={self.assignment!r}: expected one of {', '.join(STRATEGIES)}")
         if not 1 <= self.workers <= 64:
             raise ValueError(f"workers={self.workers}: expected 1..64")
+        if self.max_rate < 0:
+            raise ValueError(f"max_rate={self.max_rate}: must be >= 0 (0 = unlimited)")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.format != "kv" and self.key_size != 32:

@@ -6,6 +6,13 @@ supervisor gives it; it has no group membership and never commits. Each
 Teranode lesson), then each partition's applied offset (the next offset to
 apply) is published in the segment. Only after that may the supervisor commit it.
 
+Flow control (`max_rate`): past its budget for the current second a worker
+pauses all its partitions and resumes them when the next second starts. Pause
+state is per assignment in librdkafka, so partitions assigned while paused are
+paused at once, and only partitions still owned are resumed (a resume that
+forgets a partition, or a pause that outlives its reason, stops a partition for
+good: seeds/franz-go-partitions-stop-after-pause-resume.txt).
+
 Commands from the supervisor arrive on a pipe between batches, so a revoke or a
 stop always finds every fetched message applied:
     ("assign", [(partition, offset, generation), ...]) -> ("assigned", [partition, ...])
@@ -48,6 +55,9 @@ class Worker:
         self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker"}))
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
         self.stopping = False
+        self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
+        self.window_start = time.monotonic()
+        self.window_entries = 0
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -68,6 +78,8 @@ class Worker:
             tps.append(TopicPartition(self.cfg.topic, p, offset))
         if tps:
             self.consumer.incremental_assign(tps)
+            if self.paused_until:
+                self.consumer.pause(tps)  # paused now: new partitions wait with the others
         log.info("worker %d: fetching partitions %s", self.index, [(p, o) for p, o, _ in items])
         self.conn.send(("assigned", [p for p, _, _ in items]))
 
@@ -107,12 +119,31 @@ class Worker:
                     if msgs:
                         self._apply(msgs)
                     self._publish()
+                    self._flow_control()
                 self.me[L.K_HEARTBEAT] = time.time_ns()
         finally:
             self.consumer.close()
             self.me[L.K_OWNER] = 0
             del self.me, self.rows  # views of the mapping
             self.cache.close()
+
+    def _tps(self):
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(self.cfg.topic, p) for p in self.owned]
+
+    def _flow_control(self) -> None:
+        if not self.cfg.max_rate:
+            return
+        now = time.monotonic()
+        if self.paused_until and now >= self.paused_until:
+            self.consumer.resume(self._tps())  # every partition owned now, whenever it came
+            self.paused_until = 0.0
+        if now - self.window_start >= 1.0:
+            self.window_start, self.window_entries = now, 0
+        elif not self.paused_until and self.window_entries >= self.cfg.max_rate:
+            self.consumer.pause(self._tps())
+            self.paused_until = self.window_start + 1.0
 
     def _apply(self, msgs) -> None:
         kv = self.cfg.format == "kv"
@@ -160,6 +191,7 @@ class Worker:
             deletes = int(np.count_nonzero(batch.actions == wire.DELETE))
             self.me[L.K_DELETES] += deletes
             self.me[L.K_ADDS] += n - deletes
+            self.window_entries += n
 
     def _publish(self) -> None:
         """Publish each owned partition's position: every message before it has been applied."""
