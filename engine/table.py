@@ -243,10 +243,15 @@ class Reader:
 
     def _stuck_bucket(self, b: int, static_b: int, static_v: int) -> tuple[int, int]:
         """A bucket stayed mid-write: read it as it stands if its writer is dead, else yield."""
-        owner = load_word(self._meta, b * L.ROW_WORDS + L.M_LOCK)
-        if owner == 0 or not liveness.is_alive(owner):
-            return b, int(load_word(self._meta, b * L.ROW_WORDS + L.M_VERSION))
-        os.sched_yield()
+        lock = b * L.ROW_WORDS + L.M_LOCK
+        owner = load_word(self._meta, lock)
+        if owner != 0 and not liveness.is_alive(owner):
+            version = int(load_word(self._meta, b * L.ROW_WORDS + L.M_VERSION))
+            # Only if the dead writer still holds the lock is that version its own: a live
+            # writer taking over in between makes another odd version, never to be accepted.
+            if load_word(self._meta, lock) == owner:
+                return b, version
+        os.sched_yield()  # a live writer is mid-write (or just finished): retry
         return static_b, static_v
 
     def get_many_packed(self, keys) -> Packed:
