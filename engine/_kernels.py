@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from shmcache.engine._prefetch import prefetch
-from shmcache.engine._xxh64 import xxh64_span
+from shmcache.engine._xxh64 import hash_keys, xxh64_span
 from shmcache.engine.layout import (
     BUCKET_BITS,
     F_DEAD,
@@ -236,35 +236,68 @@ def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, h, ke
     return True
 
 
+# Software pipelining: while key i is looked up, the record of key i + _AHEAD_RECORD
+# and the bucket of key i + _AHEAD_BUCKET are on their way into the cache. A few
+# dozen misses in flight is what the core can track; more only queue up.
+_AHEAD_BUCKET = 16
+_AHEAD_RECORD = 8
+
+
+@njit(inline="always")
+def _prefetch_bucket(meta, index, slots, h):
+    b = h & _BUCKET_MASK
+    prefetch(meta, b * ROW_WORDS, 0)
+    prefetch(index, b * slots + _home(h, slots), 0)
+
+
+@njit(inline="always")
+def _prefetch_write(meta, index, ring8, ring64, slots, ring, h):
+    """Prefetch, for writing, where the key's record will go and the record it may replace."""
+    b = h & _BUCKET_MASK
+    end = b * ring + ring - 1
+    hp = b * ring + meta[b * ROW_WORDS + M_HEAD] % ring
+    prefetch(ring8, hp, 1)
+    prefetch(ring8, min(hp + 64, end), 1)
+    prefetch(ring8, min(hp + 128, end), 1)
+    e = index[b * slots + _home(h, slots)]
+    if e != 0:
+        prefetch(ring64, (b * ring + (e & POS_MASK) - 1) >> 3, 1)
+
+
+@njit(inline="always")
+def _prefetch_record(index, ring8, slots, ring, h, lines):
+    """Prefetch the record the key's home slot points at: a hint, read without the seqlock."""
+    b = h & _BUCKET_MASK
+    e = index[b * slots + _home(h, slots)]
+    if e != 0:
+        end = b * ring + ring - 1
+        r = b * ring + (e & POS_MASK) - 1
+        for j in range(lines):
+            prefetch(ring8, min(r + 64 * j, end), 0)
+
+
 @njit(nogil=True, cache=True)
 def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, actions,
                   vstarts, vlens, vdata, start, me, spin_limit, counters):
-    """Apply entries start.. in order, each under its bucket's lock and seqlock.
+    """Hash and apply entries start.. in order, each under its bucket's lock and seqlock.
 
-    Returns the index of the first
+    hashes[i] receives each key's xxh64. Returns the index of the first
     entry not applied: n when all were, or an entry whose bucket lock stayed held
     by another owner for spin_limit tries (the caller checks that owner's
     liveness, takes the lock over if it is dead, and calls again from there).
     """
     slots, ring, ks, max_live, kst = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXLIVE], geo[G_KSTRIDE]
     n = hashes.shape[0]
-    for i in range(start, n):  # overlap the batch's cache misses (see _prefetch): meta, home slot ...
-        h = hashes[i]
-        b = h & _BUCKET_MASK
-        prefetch(meta, b * ROW_WORDS, 1)
-        prefetch(index, b * slots + _home(h, slots), 0)
-    for i in range(start, n):  # ... then where the record goes, and the record it may replace
-        h = hashes[i]
-        b = h & _BUCKET_MASK
-        end = b * ring + ring - 1
-        hp = b * ring + meta[b * ROW_WORDS + M_HEAD] % ring
-        prefetch(ring8, hp, 1)
-        prefetch(ring8, min(hp + 64, end), 1)
-        prefetch(ring8, min(hp + 128, end), 1)
-        e = index[b * slots + _home(h, slots)]
-        if e != 0:
-            prefetch(ring64, (b * ring + (e & POS_MASK) - 1) >> 3, 1)
+    hash_keys(keys8, keys64, kst, ks, hashes, start)
+    for j in range(start, min(n, start + _AHEAD_BUCKET)):
+        _prefetch_bucket(meta, index, slots, hashes[j])
+    for j in range(start, min(n, start + _AHEAD_RECORD)):
+        _prefetch_write(meta, index, ring8, ring64, slots, ring, hashes[j])
     for i in range(start, n):
+        if i + _AHEAD_BUCKET < n:
+            _prefetch_bucket(meta, index, slots, hashes[i + _AHEAD_BUCKET])
+        if i + _AHEAD_RECORD < n:
+            _prefetch_write(meta, index, ring8, ring64, slots, ring, hashes[i + _AHEAD_RECORD])
         h = hashes[i]
         b = h & _BUCKET_MASK
         mb = b * ROW_WORDS
@@ -372,34 +405,30 @@ def repair_bucket(meta, index, ring8, ring64, geo, b):
 @njit(nogil=True, cache=True)
 def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found, offsets, out, out_pos,
            want_values, static_bucket, static_version, spin_limit, counters):
-    """Look keys start.. up; returns (next index, out_pos, DONE | NEED_SPACE | STUCK).
+    """Hash and look keys start.. up; returns (next index, out_pos, DONE | NEED_SPACE | STUCK).
 
-    found[i] is set per key; with want_values the value is copied to out[out_pos:]
-    and offsets[i + 1] is its end. NEED_SPACE: out is too small for key i's value.
-    STUCK: key i's bucket stayed odd (mid-write) for spin_limit tries; the caller
-    checks the lock owner and, if it is dead, calls again with static_bucket and
-    static_version set, which accepts that bucket as it stands while its version
-    does not move. counters[0] counts retries after a concurrent write.
+    hashes[i] receives each key's xxh64. found[i] is set per key; with want_values
+    the value is copied to out[out_pos:] and offsets[i + 1] is its end.
+    NEED_SPACE: out is too small for key i's value. STUCK: key i's bucket stayed
+    odd (mid-write) for spin_limit tries; the caller checks the lock owner and, if
+    it is dead, calls again with static_bucket and static_version set, which
+    accepts that bucket as it stands while its version does not move.
+    counters[0] counts retries after a concurrent write.
     """
     slots, ring, ks, maxv, kst = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV], geo[G_KSTRIDE]
     mask = slots - 1
     n = hashes.shape[0]
-    for i in range(start, n):  # overlap the batch's cache misses: meta and home slot ...
-        h = hashes[i]
-        b = h & _BUCKET_MASK
-        prefetch(meta, b * ROW_WORDS, 0)
-        prefetch(index, b * slots + _home(h, slots), 0)
-    for i in range(start, n):  # ... then the record the home slot points at (a hint only)
-        h = hashes[i]
-        b = h & _BUCKET_MASK
-        e = index[b * slots + _home(h, slots)]
-        if e != 0:
-            r = b * ring + (e & POS_MASK) - 1
-            prefetch(ring8, r, 0)
-            prefetch(ring8, min(r + 64, b * ring + ring - 1), 0)
-            if want_values:
-                prefetch(ring8, min(r + 128, b * ring + ring - 1), 0)
+    lines = 3 if want_values else 1
+    hash_keys(keys8, keys64, kst, ks, hashes, start)
+    for j in range(start, min(n, start + _AHEAD_BUCKET)):
+        _prefetch_bucket(meta, index, slots, hashes[j])
+    for j in range(start, min(n, start + _AHEAD_RECORD)):
+        _prefetch_record(index, ring8, slots, ring, hashes[j], lines)
     for i in range(start, n):
+        if i + _AHEAD_BUCKET < n:
+            _prefetch_bucket(meta, index, slots, hashes[i + _AHEAD_BUCKET])
+        if i + _AHEAD_RECORD < n:
+            _prefetch_record(index, ring8, slots, ring, hashes[i + _AHEAD_RECORD], lines)
         h = hashes[i]
         b = h & _BUCKET_MASK
         mb = b * ROW_WORDS

@@ -145,10 +145,65 @@ def _rows_words(words, n, nw, seed):
     return out
 
 
+@njit(inline="always")
+def _xxh64_4words(a, b, c, d):
+    """XXH64 (seed 0) of a 32-byte key given as 4 little-endian lanes: branch-free, so a
+    loop over keys vectorises (AVX-512 multiplies 8 lanes at once: 2 ns instead of 17)."""
+    v1 = _round(P1 + P2, a)
+    v2 = _round(P2, b)
+    v3 = _round(np.uint64(0), c)
+    v4 = _round(np.uint64(0) - P1, d)
+    h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+    h = _merge(h, v1)
+    h = _merge(h, v2)
+    h = _merge(h, v3)
+    h = _merge(h, v4)
+    h += np.uint64(32)
+    h ^= h >> np.uint64(33)
+    h *= P2
+    h ^= h >> np.uint64(29)
+    h *= P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@njit(nogil=True, cache=True)
+def _hash32_into(keys64, hashes, start):
+    # Its own function, over slices from 0: LLVM vectorises this loop only so (a loop
+    # from a variable start, or inlined into a kernel, ran 6x slower).
+    k = keys64[start * 4:]
+    h = hashes[start:]
+    for i in range(h.shape[0]):
+        b = i * 4
+        h[i] = np.int64(_xxh64_4words(np.uint64(k[b]), np.uint64(k[b + 1]), np.uint64(k[b + 2]), np.uint64(k[b + 3])))
+
+
+@njit(inline="always")
+def hash_keys(keys8, keys64, kstride, ks, hashes, start):
+    """hashes[i] = xxh64(key i) as int64 bits, for i in start..; key i is keys8[i*kstride:][:ks]
+    and keys64 views the same memory (kstride is a multiple of 8)."""
+    if ks == 32 and kstride == 32:
+        _hash32_into(keys64, hashes, start)
+    else:
+        for i in range(start, hashes.shape[0]):
+            hashes[i] = np.int64(xxh64_span(keys8, i * kstride, ks, np.uint64(0)))
+
+
+@njit(nogil=True, cache=True)
+def _rows32(words, out):
+    for r in range(out.shape[0]):
+        b = r * 4
+        out[r] = _xxh64_4words(words[b], words[b + 1], words[b + 2], words[b + 3])
+
+
 def xxh64_rows(keys: np.ndarray, seed: int = 0) -> np.ndarray:
     """XXH64 of every row of a C-contiguous 2-d uint8 array, as uint64."""
     n, width = keys.shape
     flat = keys.reshape(n * width)
     if width % 8 == 0 and flat.ctypes.data % 8 == 0:
+        if width == 32 and seed == 0:
+            out = np.empty(n, np.uint64)
+            _rows32(flat.view(np.uint64), out)
+            return out
         return _rows_words(flat.view(np.uint64), n, width // 8, np.uint64(seed))
     return _rows_bytes(flat, n, width, np.uint64(seed))
