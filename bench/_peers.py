@@ -427,6 +427,10 @@ def _child_main(role: str, cache: str, n: int, seed: int) -> None:
 
 RESULTS: dict[tuple[str, str], dict] = {}  # (operation, peer) -> {"keys_per_s", "seconds", ...}
 NOTES: list[str] = []
+# Summaries of other benchmark modules (bench/test_consume.py), printed by conftest.py
+# after this one: (section title, render() -> str ("" = nothing to show),
+# save(directory) -> Path | None).
+SUMMARIES: list = []
 
 # (label, numerator (op, peer), denominator (op, peer), target)
 RATIOS = [

@@ -1,6 +1,8 @@
-"""bench/: make bench/_peers.py importable (pytest runs with --import-mode=importlib)
-and print the summary table at the end of the run."""
+"""bench/: make bench/_peers.py importable (pytest runs with --import-mode=importlib),
+lend bench/test_consume.py the Kafka broker fixtures of tests/consumer/conftest.py,
+and print the summary tables at the end of the run."""
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -11,11 +13,38 @@ if str(HERE) not in sys.path:
 import _peers  # noqa: E402
 
 
+def _load_kafka_fixtures():
+    """tests/consumer/conftest.py as a module of its own (its fixtures are not visible
+    from bench/). Re-exported here, its session-scoped `kafka_broker` is a broker of
+    this directory's own, started on first use and stopped by pid at the end."""
+    name = "_shmcache_bench_kafka_fixtures"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE.parent / "tests" / "consumer" / "conftest.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+kafka_fixtures = _load_kafka_fixtures()
+kafka_broker = kafka_fixtures.kafka_broker
+kafka_admin = kafka_fixtures.kafka_admin
+kafka_topic = kafka_fixtures.kafka_topic
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not _peers.RESULTS:
-        return
-    terminalreporter.section("shmcache benchmark summary")
-    terminalreporter.write(_peers.render_summary())
-    if _peers.RESULTS.get(("_meta", "_meta"), {}).get("enabled"):
-        path = _peers.save_json(Path(config.rootpath) / ".benchmarks")  # git-ignored
-        terminalreporter.write_line(f"results written to {path}")
+    if _peers.RESULTS:
+        terminalreporter.section("shmcache benchmark summary")
+        terminalreporter.write(_peers.render_summary())
+        if _peers.RESULTS.get(("_meta", "_meta"), {}).get("enabled"):
+            path = _peers.save_json(Path(config.rootpath) / ".benchmarks")  # git-ignored
+            terminalreporter.write_line(f"results written to {path}")
+    for title, render, save in _peers.SUMMARIES:  # other benchmark modules (test_consume.py)
+        text = render()
+        if not text:
+            continue
+        terminalreporter.section(title)
+        terminalreporter.write(text)
+        path = save(Path(config.rootpath) / ".benchmarks")
+        if path is not None:
+            terminalreporter.write_line(f"results written to {path}")
