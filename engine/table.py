@@ -17,7 +17,6 @@ import logging
 import os
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -47,14 +46,19 @@ SPIN_LIMIT = 2000
 READY_TIMEOUT = 5.0  # how long attach waits for a creator to finish initialising
 
 
-@dataclass(frozen=True)
 class Packed:
     """Lookup results without per-key objects: value i is data[offsets[i]:offsets[i + 1]]
     where found[i]; offsets has len(found) + 1 entries (int64)."""
 
-    found: np.ndarray
-    offsets: np.ndarray
-    data: np.ndarray
+    __slots__ = ("found", "offsets", "data")  # a plain class: built once per batch, cheaply
+
+    def __init__(self, found: np.ndarray, offsets: np.ndarray, data: np.ndarray):
+        self.found = found
+        self.offsets = offsets
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Packed({len(self.found)} keys, {int(self.found.sum())} found, {len(self.data)} value bytes)"
 
     def __len__(self) -> int:
         return len(self.found)
@@ -202,8 +206,9 @@ class Reader:
         return np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), ks)
 
     def _words(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The kernels' view of keys: flat uint8 rows padded to 8 bytes, 8-aligned, and its int64 view."""
-        if self._kstride != k.shape[1] or k.ctypes.data % 8:
+        """The kernels' view of keys: flat uint8 rows padded to 8 bytes, and its int64 view
+        (an unaligned view is fine: numba compiles for it and x86 loads do not care)."""
+        if self._kstride != k.shape[1]:
             padded = np.zeros((len(k), self._kstride), np.uint8)
             padded[:, : k.shape[1]] = k
             k = padded
