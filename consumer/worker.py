@@ -7,11 +7,14 @@ Teranode lesson), then each partition's applied offset (the next offset to
 apply) is published in the segment. Only after that may the supervisor commit it.
 
 Flow control (`max_rate`): past its budget for the current second a worker
-pauses all its partitions and resumes them when the next second starts. Pause
-state is per assignment in librdkafka, so partitions assigned while paused are
-paused at once, and only partitions still owned are resumed (a resume that
-forgets a partition, or a pause that outlives its reason, stops a partition for
-good: seeds/franz-go-partitions-stop-after-pause-resume.txt).
+pauses all its partitions and resumes them when the next second starts.
+Partitions assigned while paused are paused at once, and only partitions still
+owned are resumed (a resume that forgets a partition, or a pause that outlives
+its reason, stops a partition for good:
+seeds/franz-go-partitions-stop-after-pause-resume.txt). librdkafka keeps a
+partition's pause flag across unassign and a later assign, so a partition
+dropped while paused is resumed before it is unassigned: otherwise it would
+come back paused, after the resume that was due, and never be fetched again.
 
 Commands from the supervisor arrive on a pipe between batches, so a revoke or a
 stop always finds every fetched message applied:
@@ -88,7 +91,9 @@ class Worker:
 
         mine = [p for p in parts if p in self.owned]
         if mine:
-            self.consumer.incremental_unassign([TopicPartition(self.cfg.topic, p) for p in mine])
+            tps = [TopicPartition(self.cfg.topic, p) for p in mine]
+            self.consumer.resume(tps)  # or a pause flag outlives the assignment (see above); else a no-op
+            self.consumer.incremental_unassign(tps)
         for p in mine:
             del self.owned[p]
         return {p: int(self.rows[p, L.P_APPLIED]) for p in mine}
@@ -177,7 +182,7 @@ class Worker:
     def _apply_kv(self, msgs) -> None:
         batch = wire.decode_kv([m.key() for m in msgs], [m.value() for m in msgs],
                                key_size=self.cfg.key_size, max_value=self.cfg.max_value)
-        for i in getattr(batch, "skipped", ()) or ():
+        for i in batch.skipped.tolist():  # an ndarray: `or ()` on it raised for any size but 1
             m = msgs[i]
             self.me[L.K_MALFORMED] += 1
             log.warning("malformed message %s [%d] @ %d: key of %s bytes or value over %d bytes; skipped",
