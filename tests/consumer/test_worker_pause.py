@@ -1,0 +1,137 @@
+"""A worker's flow control across a revoke, deterministically (no group, no supervisor):
+the worker process is driven through its command pipe, as the supervisor drives it.
+
+The trap (seeds/franz-go-partitions-stop-after-pause-resume.txt), as it happens with
+librdkafka: a partition revoked while flow control has it paused keeps librdkafka's
+pause flag after incremental_unassign(); the worker's resume at the end of the second
+covers only the partitions it still owns; when the partition is assigned again later,
+it comes back paused and is never fetched again.
+"""
+
+import multiprocessing as mp
+import os
+import sys
+import time
+import uuid
+
+import numpy as np
+from confluent_kafka import Producer
+
+import shmcache
+from shmcache.consumer import control, wire
+from shmcache.consumer import worker as worker_mod
+from shmcache.consumer.config import RunConfig
+from shmcache.engine import layout as L
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline import poll_until  # noqa: E402
+
+BURST = 300  # one-entry messages per partition and cycle: several seconds' worth at max_rate=1
+CYCLES = 2
+
+
+class WorkerDriver:
+    def __init__(self, cfg: RunConfig):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_mod.main, args=(cfg.to_dict(), 0, child), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def request(self, cmd: tuple, reply: str, timeout: float = 30.0):
+        self.conn.send(cmd)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.conn.poll(0.05):
+                kind, payload = self.conn.recv()
+                if kind == reply:
+                    return payload
+            assert self.proc.is_alive(), f"worker exited with {self.proc.exitcode}"
+        raise AssertionError(f"worker did not answer {cmd[0]!r}")
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.request(("stop",), "stopped", 10)
+            except (AssertionError, OSError, EOFError):
+                pass
+            self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        self.conn.close()
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int], rng) -> None:
+    """One-entry v1 messages: counts[p] of them to partition p."""
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for p, n in counts.items():
+        for _ in range(n):
+            key = rng.integers(0, 256, 32, np.uint8).tobytes()
+            prod.produce(topic, wire.encode_v1([key], [wire.ADD], [key * 3]), partition=p)
+    assert prod.flush(30) == 0
+
+
+def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, kafka_topic):
+    topic = kafka_topic(2)
+    rng = np.random.default_rng(11)
+    ends = {0: BURST, 1: BURST}
+    produce(kafka_broker.bootstrap, topic, ends, rng)
+    name = f"t-pipe-wpause-{uuid.uuid4().hex[:10]}"
+    cache = shmcache.create(name, memory="64MiB")
+    driver = rows = None
+    try:
+        control.set_topic(cache, topic, 2)
+        control.reset_partitions(cache)
+        rows = control.partitions(cache)
+        # max_rate=1: every batch exhausts the second's budget, so the worker is paused
+        # from just after each batch until the next second starts
+        cfg = RunConfig(name=name, bootstrap=kafka_broker.bootstrap, topic=topic, workers=1,
+                        max_rate=1, group=f"t-pipe-wpause-{uuid.uuid4().hex[:8]}")
+        driver = WorkerDriver(cfg)
+
+        def assign(p: int, offset: int) -> None:
+            rows[p, L.P_GENERATION] += 1
+            rows[p, L.P_APPLIED] = offset
+            driver.request(("assign", [(p, offset, int(rows[p, L.P_GENERATION]))]), "assigned")
+
+        def applied(p: int) -> int:
+            return int(rows[p, L.P_APPLIED])
+
+        def total() -> int:
+            return applied(0) + applied(1)
+
+        def paused() -> bool:
+            """Flow control has the worker paused: nothing applied for a while, with work left."""
+            t = total()
+            time.sleep(0.25)
+            return total() == t and applied(0) < ends[0] and applied(1) < ends[1]
+
+        assign(0, 0)
+        assign(1, 0)
+        for cycle in range(CYCLES):
+            poll_until(paused, 30, f"cycle {cycle}: the worker to be paused by flow control", interval=0)
+            released = driver.request(("revoke", [1]), "revoked")
+            # the worker goes on with partition 0 alone, paused and resumed once a second,
+            # until it has applied all of it; then its last pause runs out (1 s windows)
+            poll_until(lambda: applied(0) >= ends[0], 30, f"cycle {cycle}: partition 0 to be applied")
+            time.sleep(1.5)  # not a synchronisation: the worker must be past its last pause
+            a1 = released[1]
+            assign(1, a1)  # assigned again while the worker is not paused
+            poll_until(lambda: applied(1) >= ends[1], 15,
+                       lambda: f"cycle {cycle}: partition 1, revoked while paused and assigned again at "
+                               f"{a1}, to be fetched to {ends[1]} (applied {applied(1)})")
+            if cycle + 1 < CYCLES:
+                produce(kafka_broker.bootstrap, topic, {0: BURST, 1: BURST}, rng)
+                ends = {0: ends[0] + BURST, 1: ends[1] + BURST}
+        w = control.workers(cache)[0]
+        assert w[L.K_MALFORMED] == 0 and w[L.K_MESSAGES] > 0
+    finally:
+        if driver is not None:
+            driver.close()
+        del rows  # a view of the mapping
+        cache.close()
+        shmcache.destroy(name)
