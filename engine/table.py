@@ -23,6 +23,7 @@ import numpy as np
 
 from shmcache.engine import _kernels as K
 from shmcache.engine import layout as L
+from shmcache.engine import reader_stats
 from shmcache.errors import (
     CacheNotReadyError,
     ClosedError,
@@ -99,6 +100,7 @@ class Reader:
         self._hits = 0
         self._misses = 0
         self._retries = np.zeros(1, np.int64)
+        self._shared_stats = reader_stats.ReaderStats(name, self.creation_id)  # every reader's hits, misses
         self._avg_value = 128  # running guess of value size, to size lookup buffers
 
     # -- mapping --------------------------------------------------------------------------
@@ -154,6 +156,8 @@ class Reader:
 
     def close(self) -> None:
         """Unmap. Never destroys the cache; safe to call twice."""
+        if "_shared_stats" in self.__dict__:
+            self.__dict__.pop("_shared_stats").close()
         for attr in ("_header", "_writers", "_workers", "_partitions", "_meta", "_index", "_ring8", "_ring64"):
             self.__dict__.pop(attr, None)
         if self._seg is not None:
@@ -241,6 +245,7 @@ class Reader:
         hits = int(np.count_nonzero(found))
         self._hits += hits
         self._misses += n - hits
+        self._shared_stats.add(hits, n - hits)
         if want_values and hits:
             self._avg_value = max(16, pos // hits + 1)
         return Packed(found, offsets, out[:pos])
@@ -278,8 +283,9 @@ class Reader:
     # -- stats ------------------------------------------------------------------------------
 
     def stats(self) -> dict:
-        """A snapshot: table-wide figures summed over buckets and writer slots, plus
-        this handle's own hits, misses and retries (readers are never seen by writers)."""
+        """A snapshot: table-wide figures summed over buckets and writer slots; every
+        reader process's hits and misses (`reader_hits`, `reader_misses`, `readers`
+        attached and alive); and this handle's own `hits`, `misses` and retries."""
         self._check_open()
         m = self._meta.reshape(L.NBUCKETS, L.ROW_WORDS)
         w = self._writers.reshape(L.MAX_WRITERS, L.ROW_WORDS)
@@ -300,6 +306,7 @@ class Reader:
             "hits": self._hits,
             "misses": self._misses,
             "read_retries": int(self._retries[0]),
+            **self._shared_stats.totals(),
             "key_size": geo.key_size,
             "max_value": geo.max_value,
             "buckets": L.NBUCKETS,
@@ -538,12 +545,14 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_CREATED_NS] = time.time_ns()
         h[L.H_VERSION] = L.LAYOUT_VERSION
         h[L.H_STATE] = L.STATE_READY
+        reader_stats.create(name, mode, int(h[L.H_CREATION_ID]))
         store_word(h, L.H_MAGIC, L.MAGIC)  # last: attachers wait for the magic
         del h
         return Writer(name, _segment=seg)
     except BaseException:
         seg.close()
         seg.unlink()
+        reader_stats.unlink(name)
         raise
 
 
@@ -562,6 +571,7 @@ def destroy(name: str) -> None:
     from shmcache.ipc.segment import unlink
 
     unlink(name)
+    reader_stats.unlink(name)
 
 
 def exists(name: str) -> bool:

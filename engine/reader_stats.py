@@ -1,0 +1,160 @@
+"""Readers' hit and miss counters, in a companion segment beside the cache.
+
+A reader maps the cache PROT_READ and is never seen by writers, so its counters
+cannot live in the cache segment. Each cache has a small companion,
+`/dev/shm/.shmcache-<name>.readers` (a name no cache can have: cache names start
+with a letter or digit), that readers map read-write. Each reader process claims
+one 64-byte row (its own cache line: no shared hot counters) and adds to it after
+every batch; `stats()`, `shmcache top` and the metrics sum the rows.
+
+    +---------------------+  0
+    | header  (4 KiB)     |  magic, version, creation id of the cache it belongs to
+    | rows (MAX_READERS)  |  8 int64 each: owner word, hits, misses, batches, read retries
+    +---------------------+
+
+A row whose owner died is reused by the next reader; its counters are kept, so
+the sums never go down. A reader that cannot open the companion (another mode,
+a cache made without one) simply keeps no shared counters: lookups never fail
+for want of statistics. Mode: the cache's, with write added wherever read is
+given (0640 -> 0660), so a reader group can count.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from shmcache.engine import layout as L
+from shmcache.ipc import liveness
+from shmcache.ipc.atomics import cas_word, load_word
+from shmcache.ipc.segment import SHM_DIR, check_name
+
+MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
+VERSION = 1
+MAX_READERS = 1024
+
+H_MAGIC = 0
+H_VERSION = 1
+H_CREATION_ID = 2  # the cache's creation id: a companion left from an older cache is not used
+
+R_OWNER = 0  # owner word of the reader process, 0 if free
+R_HITS = 1
+R_MISSES = 2
+R_BATCHES = 3
+R_RETRIES = 4
+
+SIZE = L.PAGE + MAX_READERS * L.ROW_WORDS * L.WORD
+
+
+def path_of(name: str) -> str:
+    return os.path.join(SHM_DIR, f".shmcache-{check_name(name)}.readers")
+
+
+def companion_mode(mode: int) -> int:
+    return mode | ((mode & 0o044) >> 1)
+
+
+def create(name: str, mode: int, creation_id: int) -> None:
+    """Make (or replace) the companion of a cache being created."""
+    path = path_of(name)
+    try:
+        os.unlink(path)  # left by a cache of the same name that was removed by hand
+    except FileNotFoundError:
+        pass
+    mode = companion_mode(mode)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.posix_fallocate(fd, 0, SIZE)
+        with mmap.mmap(fd, SIZE) as mm:
+            h = np.frombuffer(mm, np.int64, 3)
+            h[H_VERSION] = VERSION
+            h[H_CREATION_ID] = creation_id
+            h[H_MAGIC] = MAGIC
+            del h
+    finally:
+        os.close(fd)
+
+
+def unlink(name: str) -> None:
+    try:
+        os.unlink(path_of(name))
+    except FileNotFoundError:
+        pass
+
+
+class ReaderStats:
+    """This process's row in a cache's companion; a no-op when there is none."""
+
+    rows: np.ndarray | None = None
+    row: np.ndarray | None = None
+    _mm: mmap.mmap | None = None
+    _claimed = False  # a row is claimed at the first batch, so stats-only handles take none
+
+    def __init__(self, name: str, creation_id: int):
+        try:
+            fd = os.open(path_of(name), os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            return  # no companion, or not ours to write: no shared counters
+        try:
+            if os.fstat(fd).st_size != SIZE:
+                return
+            self._mm = mmap.mmap(fd, SIZE)
+        finally:
+            os.close(fd)
+        h = np.frombuffer(self._mm, np.int64, 3)
+        if h[H_MAGIC] != MAGIC or h[H_VERSION] != VERSION or h[H_CREATION_ID] != creation_id:
+            del h
+            self.close()
+            return
+        del h
+        self.rows = np.frombuffer(self._mm, np.int64, MAX_READERS * L.ROW_WORDS, L.PAGE)
+
+    def _claim(self) -> np.ndarray | None:
+        me = liveness.owner_word()
+        for want_free in (True, False):
+            for s in range(MAX_READERS):
+                idx = s * L.ROW_WORDS + R_OWNER
+                cur = int(load_word(self.rows, idx))
+                if cur == me:
+                    return self.rows[idx:idx + L.ROW_WORDS]  # a second handle in this process shares the row
+                if (cur == 0) == want_free and (want_free or not liveness.is_alive(cur)):
+                    if cas_word(self.rows, idx, cur, me) == cur:
+                        return self.rows[idx:idx + L.ROW_WORDS]
+        return None  # every row held by a live reader: this one goes uncounted
+
+    def add(self, hits: int, misses: int, retries: int = 0) -> None:
+        if not self._claimed:
+            self._claimed = True
+            self.row = self._claim() if self.rows is not None else None
+        row = self.row
+        if row is not None:
+            row[R_HITS] += hits
+            row[R_MISSES] += misses
+            row[R_BATCHES] += 1
+            if retries:
+                row[R_RETRIES] += retries
+
+    def totals(self) -> dict:
+        """Sums over every row ever used, and how many readers are attached now."""
+        if self.rows is None:
+            return {"reader_hits": 0, "reader_misses": 0, "reader_batches": 0, "readers": 0}
+        r = self.rows.reshape(MAX_READERS, L.ROW_WORDS)
+        owners = [int(w) for w in r[:, R_OWNER][r[:, R_OWNER] != 0]]
+        return {
+            "reader_hits": int(r[:, R_HITS].sum()),
+            "reader_misses": int(r[:, R_MISSES].sum()),
+            "reader_batches": int(r[:, R_BATCHES].sum()),
+            "readers": sum(1 for w in owners if liveness.is_alive(w)),
+        }
+
+    def close(self) -> None:
+        self.row = self.rows = None
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # a view is still alive somewhere; the mapping goes with it
+            self._mm = None

@@ -1,0 +1,1 @@
+"""The Spark side of shmcache (PySpark, optional: pip install 'shmcache[spark]')."""
