@@ -105,6 +105,7 @@ def encoded_sizes(meta: Meta) -> np.ndarray:
 def encode(meta: Meta) -> tuple[np.ndarray, np.ndarray]:
     """(offsets int64[n + 1], data uint8[]): record i is data[offsets[i]:offsets[i + 1]],
     the shape the cache's set_many and the wire encoders take."""
+    _check(meta)
     n = len(meta)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(encoded_sizes(meta), out=offsets[1:])
@@ -112,6 +113,20 @@ def encode(meta: Meta) -> tuple[np.ndarray, np.ndarray]:
     _encode(meta.fee, meta.size, meta.flags, meta.parent_offsets, np.ascontiguousarray(meta.parents).reshape(-1),
             meta.vout_offsets, meta.vouts, meta.block_height, offsets, data)
     return offsets, data
+
+
+def _check(meta: Meta) -> None:
+    """The kernels index by these offsets unchecked: a bad Meta raises here instead."""
+    n, m = len(meta), len(meta.parents)
+    for name, arr, want in (("size", meta.size, n), ("flags", meta.flags, n), ("block_height", meta.block_height, n),
+                            ("parent_offsets", meta.parent_offsets, n + 1), ("vout_offsets", meta.vout_offsets, m + 1)):
+        if arr.shape != (want,):
+            raise ValueError(f"Meta.{name} has shape {arr.shape}; expected ({want},)")
+    if meta.parents.ndim != 2 or meta.parents.shape[1] != HASH:
+        raise ValueError(f"Meta.parents has shape {meta.parents.shape}; expected (m, {HASH})")
+    for name, off, total in (("parent_offsets", meta.parent_offsets, m), ("vout_offsets", meta.vout_offsets, len(meta.vouts))):
+        if off[0] != 0 or off[-1] != total or (np.diff(off) < 0).any():
+            raise ValueError(f"Meta.{name} must rise from 0 to {total}")
 
 
 @njit(cache=True, nogil=True)
@@ -255,32 +270,119 @@ def _gather(offsets, data, valid, parent_offsets, first_vout, fee, size, flags, 
                 | np.int64(data[p + 3])
 
 
-# -- Arrow ---------------------------------------------------------------------------------------
+# -- Arrow (the txmeta table) -----------------------------------------------------------------
+#
+# One schema for every table of txmeta rows: the load generator's ground truth, the
+# Parquet a Spark job publishes, the source an audit compares with, and the columns
+# a Spark lookup decodes. Spark has no unsigned types, so fields are signed and wide
+# enough (fees fit in 63 bits; a u32 vout or height in int64).
+
+def arrow_fields():
+    """The decoded columns, in order: (name, pyarrow type)."""
+    import pyarrow as pa
+
+    return [("fee", pa.int64()), ("size", pa.int64()), ("flags", pa.int32()),
+            ("parents", pa.list_(pa.binary())), ("parent_vouts", pa.list_(pa.list_(pa.int64()))),
+            ("block_height", pa.int64())]
+
+
+def table_schema(extra=()):
+    """tx_hash (binary, 32 bytes) + the decoded columns (+ extra (name, type) pairs)."""
+    import pyarrow as pa
+
+    return pa.schema([("tx_hash", pa.binary()), *arrow_fields(), *extra])
 
 
 def to_arrow(meta: Meta) -> dict:
-    """Arrow columns (pyarrow arrays, no per-row Python work): fee, size (uint64), flags
-    (uint8), parents (list<fixed_size_binary(32)>), parent_vouts (list<list<uint32>>),
-    block_height (int64, null where absent). Invalid records are null in every column."""
+    """The decoded columns as pyarrow arrays (see arrow_fields), built from the flat
+    arrays without per-row Python work. Invalid records are null in every column;
+    block_height is null where absent."""
     import pyarrow as pa
 
-    n = len(meta)
     invalid = ~meta.valid
-    mask = pa.array(invalid)
-    parents = pa.FixedSizeBinaryArray.from_buffers(pa.binary(HASH), len(meta.parents),
-                                                   [None, pa.py_buffer(np.ascontiguousarray(meta.parents))])
+    types = dict(arrow_fields())
+    m = len(meta.parents)
+    hash_offsets = pa.py_buffer(np.arange(0, (m + 1) * HASH, HASH, dtype=np.int32))
+    parents = pa.Array.from_buffers(pa.binary(), m, [None, hash_offsets,
+                                                     pa.py_buffer(np.ascontiguousarray(meta.parents))])
     po = pa.array(meta.parent_offsets.astype(np.int32))
     vo = pa.array(meta.vout_offsets.astype(np.int32))
-    inner = pa.ListArray.from_arrays(vo, pa.array(meta.vouts, pa.uint32()))
+    inner = pa.ListArray.from_arrays(vo, pa.array(meta.vouts.astype(np.int64)))
     return {
-        "fee": pa.array(meta.fee, mask=invalid),
-        "size": pa.array(meta.size, mask=invalid),
-        "flags": pa.array(meta.flags, mask=invalid),
-        "parents": pa.ListArray.from_arrays(po, parents, mask=mask),
-        "parent_vouts": pa.ListArray.from_arrays(po, inner, mask=mask),
+        "fee": pa.array(meta.fee.astype(np.int64), mask=invalid),
+        "size": pa.array(meta.size.astype(np.int64), mask=invalid),
+        "flags": pa.array(meta.flags.astype(np.int32), mask=invalid),
+        "parents": pa.ListArray.from_arrays(po, parents, mask=pa.array(invalid)).cast(types["parents"]),
+        "parent_vouts": pa.ListArray.from_arrays(po, inner, mask=pa.array(invalid)).cast(types["parent_vouts"]),
         "block_height": pa.array(meta.block_height, mask=invalid | (meta.block_height < 0)),
-    } if n else {
-        "fee": pa.array([], pa.uint64()), "size": pa.array([], pa.uint64()), "flags": pa.array([], pa.uint8()),
-        "parents": pa.array([], pa.list_(pa.binary(HASH))), "parent_vouts": pa.array([], pa.list_(pa.list_(pa.uint32()))),
-        "block_height": pa.array([], pa.int64()),
     }
+
+
+def from_arrow(table) -> Meta:
+    """A Meta from a pyarrow Table or RecordBatch with the decoded columns (extra
+    columns are ignored). A null in any column but block_height, or a parent hash
+    that is not 32 bytes, raises ValueError naming the column and the row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    cols = {}
+    for name, typ in arrow_fields():
+        if name not in table.column_names:
+            raise ValueError(f"txmeta table: no column {name!r} (has {table.column_names})")
+        col = table.column(name)
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        col = col.cast(typ)
+        if name != "block_height" and col.null_count:
+            raise ValueError(f"txmeta table: column {name!r} has a null at row {_first_null(col)}")
+        cols[name] = col
+
+    def offsets_of(lists):  # a list array's offsets, rebased to 0 (slices keep their parent's)
+        o = np.frombuffer(lists.buffers()[1], np.int32, len(lists) + 1, 4 * lists.offset)
+        return (o - o[0]).astype(np.int64)
+
+    po = offsets_of(cols["parents"])
+    hashes = pc.list_flatten(cols["parents"])
+    if hashes.null_count:
+        raise ValueError("txmeta table: column 'parents' holds a null hash")
+    lens = pc.binary_length(hashes).to_numpy(zero_copy_only=False)
+    if len(lens) and (lens != HASH).any():
+        bad = int(np.flatnonzero(lens != HASH)[0])
+        row = int(np.searchsorted(po, bad, side="right") - 1)
+        raise ValueError(f"txmeta table: row {row} has a parent hash of {int(lens[bad])} bytes, not {HASH}")
+    parents = np.frombuffer(_binary_data(hashes), np.uint8).reshape(-1, HASH)
+    pv = cols["parent_vouts"]
+    if not np.array_equal(offsets_of(pv), po):
+        raise ValueError("txmeta table: 'parent_vouts' must hold one vout list per parent")
+    inner = pc.list_flatten(pv)
+    if inner.null_count:
+        raise ValueError("txmeta table: column 'parent_vouts' holds a null list")
+    vo = offsets_of(inner)
+    vouts = pc.list_flatten(inner).to_numpy(zero_copy_only=False)
+    if len(vouts) and (vouts.min() < 0 or vouts.max() > 0xFFFFFFFF):
+        raise ValueError("txmeta table: a vout outside 0..2**32-1")
+    height = cols["block_height"].fill_null(NO_HEIGHT).to_numpy(zero_copy_only=False).astype(np.int64)
+    if (height > 0xFFFFFFFF).any() or (height < NO_HEIGHT).any():
+        raise ValueError("txmeta table: a block_height outside 0..2**32-1")
+    fee = cols["fee"].to_numpy(zero_copy_only=False)
+    size = cols["size"].to_numpy(zero_copy_only=False)
+    flags = cols["flags"].to_numpy(zero_copy_only=False)
+    if (fee < 0).any() or (size < 0).any() or (flags < 0).any() or (flags > 255).any():
+        raise ValueError("txmeta table: fee and size must be >= 0 and flags 0..255")
+    return Meta(fee=fee.astype(np.uint64), size=size.astype(np.uint64), flags=flags.astype(np.uint8),
+                parent_offsets=po, parents=np.ascontiguousarray(parents), vout_offsets=vo,
+                vouts=vouts.astype(np.uint32), block_height=height, valid=np.ones(n, np.bool_))
+
+
+def _first_null(col) -> int:
+    return int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+
+
+def _binary_data(arr) -> bytes:
+    """The bytes of a binary array's values, back to back (a copy of one buffer, no per-row work)."""
+    import pyarrow as pa
+
+    arr = arr.cast(pa.binary())
+    o = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, 4 * arr.offset)
+    return memoryview(arr.buffers()[2])[o[0]:o[-1]].tobytes() if len(arr) else b""
