@@ -61,6 +61,14 @@ H_PARTITIONS = 13  # partitions of the topic (0 until a supervisor has seen it)
 H_SUPERVISOR_HEARTBEAT = 14  # time.time_ns() of the supervisor's last loop
 H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8, for status output
 TOPIC_MAX = 32 * WORD
+# Supervisor counters and facts: written by the supervisor only, zeroed when one starts
+# (as the worker rows are), read by status, `shmcache top` and the metrics endpoint.
+H_COMMITS = 48  # offset commits Kafka accepted
+H_COMMIT_FAILURES = 49  # commits Kafka refused or timed out (the offsets go again next time)
+H_REBALANCES = 50  # completed rebalances: assign callbacks, one per group generation, even if empty
+H_PARTITIONS_LOST = 51  # lost callbacks: partitions taken away without a revoke (nothing committed)
+H_SUPERVISOR_STARTED = 52  # time.time_ns() when the current supervisor started
+H_METRICS_PORT = 53  # TCP port of the supervisor's Prometheus endpoint, 0 if none
 HEADER_WORDS = PAGE // WORD
 
 STATE_CREATING = 0  # magic not yet written: attachers wait
