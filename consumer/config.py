@@ -43,7 +43,8 @@ class RunConfig:
     batch_messages: int = 256  # messages a worker takes per consume() call
     max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)
     drain_timeout: float = 30.0  # how long a revoke or shutdown waits for workers to drain
-    metrics_port: int = 0
+    metrics_port: int = 0  # serve Prometheus metrics on this port; 0 = no endpoint
+    metrics_host: str = "127.0.0.1"  # the endpoint's address: loopback unless asked otherwise
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
 
     def __post_init__(self) -> None:
@@ -67,6 +68,8 @@ class RunConfig:
             raise ValueError(f"workers={self.workers}: expected 1..64")
         if self.max_rate < 0:
             raise ValueError(f"max_rate={self.max_rate}: must be >= 0 (0 = unlimited)")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port={self.metrics_port}: expected 0 (none) or a TCP port 1..65535")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.format != "kv" and self.key_size != 32:

@@ -1,9 +1,11 @@
 """The segment's control area: per-partition progress and per-worker rows.
 
 Who writes what (one writer per word, so no locks are needed):
-- the supervisor: topic and partition count in the header, and per partition
-  the high watermark at assignment, owner, assigned flag, generation, committed
-  offset and latest watermark; a worker row's start count;
+- the supervisor: topic and partition count in the header, its own counters
+  (commits, commit failures, rebalances, lost partitions), start time and
+  metrics port; per partition the high watermark at assignment, owner, assigned
+  flag, generation, committed offset and latest watermark; a worker row's start
+  count;
 - the owning worker: its partitions' applied offset and caught-up flag, and its
   own row (owner word, heartbeat, counters).
 Readers (status, wait_ready, metrics) only read. Values are published with
@@ -48,6 +50,28 @@ def set_topic(handle, name: str, npartitions: int) -> None:
     h[L.H_TOPIC:L.H_TOPIC + len(words)] = words
     h[L.H_TOPIC_LEN] = len(raw)
     h[L.H_PARTITIONS] = npartitions
+
+
+SUPERVISOR_COUNTERS = {  # status() key -> header word
+    "commits": L.H_COMMITS,
+    "commit_failures": L.H_COMMIT_FAILURES,
+    "rebalances": L.H_REBALANCES,
+    "partitions_lost": L.H_PARTITIONS_LOST,
+}
+
+
+def reset_supervisor(handle, metrics_port: int = 0) -> None:
+    """A supervisor starts: its counters count from zero (as the worker rows do)."""
+    h = handle._header
+    for word in SUPERVISOR_COUNTERS.values():
+        h[word] = 0
+    h[L.H_SUPERVISOR_STARTED] = time.time_ns()
+    h[L.H_METRICS_PORT] = metrics_port
+
+
+def count(handle, word: int, n: int = 1) -> None:
+    """Add to one of the supervisor's header counters (the supervisor is their only writer)."""
+    handle._header[word] += n
 
 
 def reset_partitions(handle) -> None:
@@ -102,6 +126,7 @@ def status(handle) -> dict:
             "unknown_actions": r[L.K_UNKNOWN],
         })
     sup_alive = bool(sup) and liveness.is_alive(sup)
+    started = int(h[L.H_SUPERVISOR_STARTED])
     return {
         "name": handle.name,
         "topic": topic(handle),
@@ -111,6 +136,10 @@ def status(handle) -> dict:
         "assigned": parts,
         "workers": ws,
         "ready": sup_alive and bool(parts) and all(p["caught_up"] for p in parts),
+        # the last (or current) supervisor's counters, since it started
+        **{k: int(h[w]) for k, w in SUPERVISOR_COUNTERS.items()},
+        "supervisor_started_s": started / 1e9 if started else None,
+        "metrics_port": int(h[L.H_METRICS_PORT]) or None,
     }
 
 

@@ -14,6 +14,11 @@ is not.
 What may be committed, and when (DESIGN invariant 1): only applied offsets
 published by workers in the segment; periodically, after a revoke drained the
 affected workers, and at shutdown after every worker stopped. Nothing on lost.
+
+What it publishes besides: its commits, commit failures, rebalances and lost
+partitions in header words (control.SUPERVISOR_COUNTERS), and with
+`metrics_port` a Prometheus endpoint (consumer/metrics.py) that reads all of
+the segment's counters at scrape time.
 """
 
 from __future__ import annotations
@@ -117,6 +122,7 @@ class Supervisor:
         self.consumer = None
         self.workers: list[WorkerHandle] = []
         self.assigned: dict[int, int] = {}  # partition -> worker index
+        self.metrics = None  # the Prometheus endpoint, when metrics_port is set
         self._stop_reason = ""
         self._last_commit = 0.0
         self._last_watermarks = 0.0
@@ -135,6 +141,7 @@ class Supervisor:
             signal.signal(sig, lambda s, f: self.request_stop(signal.Signals(s).name))
         self._open_cache()
         try:
+            self._serve_metrics()
             self._start()
             self.state = State.RUNNING
             while not self._stop_reason:
@@ -158,6 +165,7 @@ class Supervisor:
         if control.topic(self.cache) != cfg.topic:
             control.reset_partitions(self.cache)  # progress on another topic means nothing here
         control.workers(self.cache)[:] = 0
+        control.reset_supervisor(self.cache)
         h[L.H_SUPERVISOR] = liveness.owner_word()
         repaired = self.cache.repair_dead_locks()
         if repaired:
@@ -165,6 +173,15 @@ class Supervisor:
         s = self.cache.stats()
         log.info("cache %r: %d entries, %s; topic %r, group %r", cfg.name, s["entries"],
                  L.format_bytes(s["memory"]), cfg.topic, cfg.group)
+
+    def _serve_metrics(self) -> None:
+        if not self.cfg.metrics_port:
+            return
+        from shmcache.consumer.metrics import MetricsServer
+
+        self.metrics = MetricsServer(self.cfg.name, self.cfg.metrics_port, self.cfg.metrics_host)
+        self.cache._header[L.H_METRICS_PORT] = self.metrics.port
+        log.info("metrics on http://%s:%d/metrics", self.metrics.host, self.metrics.port)
 
     def _start(self) -> None:
         from confluent_kafka import Consumer
@@ -201,7 +218,10 @@ class Supervisor:
         if self.consumer is not None:
             self._commit(list(self.assigned), final=True)
             self.consumer.close()  # leaves the group; on_revoke sees STOPPING and only commits
+        if self.metrics is not None:  # before the cache closes: a scrape reads it
+            self.metrics.close()
         if self.cache is not None:
+            self.cache._header[L.H_METRICS_PORT] = 0
             self.cache._header[L.H_SUPERVISOR] = 0
             rows = control.partitions(self.cache)
             for p in list(self.assigned):
@@ -216,6 +236,7 @@ class Supervisor:
         """New partitions: start them where the table's content ends; pause them here."""
         from confluent_kafka import TopicPartition
 
+        control.count(self.cache, L.H_REBALANCES)  # called once per completed rebalance, even with no partitions
         if self.cfg.cooperative:
             consumer.incremental_assign(tps)
         else:
@@ -281,6 +302,7 @@ class Supervisor:
     def _on_lost(self, consumer, tps) -> None:
         """Partitions are already someone else's: stop them, commit nothing."""
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
+        control.count(self.cache, L.H_PARTITIONS_LOST, len(tps))
         self._release(tps, commit=False)
         self._unassign(consumer, tps)
 
@@ -336,8 +358,10 @@ class Supervisor:
         try:
             self.consumer.commit(offsets=[TopicPartition(self.cfg.topic, p, o) for p, o in todo], asynchronous=False)
         except KafkaException as e:
+            control.count(self.cache, L.H_COMMIT_FAILURES)
             log.warning("commit of %s failed: %s", dict(todo), e)
             return
+        control.count(self.cache, L.H_COMMITS)
         for p, o in todo:
             rows[p, L.P_COMMITTED] = o
         if final:

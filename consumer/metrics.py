@@ -1,0 +1,184 @@
+"""Prometheus metrics of one cache, read from shared memory at scrape time.
+
+`shmcache run --metrics-port N` serves them on http://127.0.0.1:N/metrics. Every
+figure is read from the counters the processes already keep in the segment (the
+workers' rows, the partition rows, the supervisor's header words, the bucket
+meta) and the readers' companion segment, when Prometheus scrapes: nothing is
+counted twice and nothing is kept in this process. Every sample carries a
+`cache` label, so one Prometheus can scrape several caches' supervisors.
+
+    name                                              type     labels
+    shmcache_applied_entries_total                    counter  action=add|delete
+    shmcache_applied_messages_total                   counter
+    shmcache_malformed_messages_total                 counter
+    shmcache_unknown_action_entries_total             counter
+    shmcache_partition_lag_messages                   gauge    partition
+    shmcache_partition_caught_up                      gauge    partition (1 = applied reached the
+                                                                          high watermark at assignment)
+    shmcache_partition_applied_offset                 gauge    partition (next offset to apply)
+    shmcache_partition_committed_offset               gauge    partition (-1 = none)
+    shmcache_ready                                    gauge
+    shmcache_commits_total                            counter
+    shmcache_commit_failures_total                    counter
+    shmcache_rebalances_total                         counter
+    shmcache_partitions_lost_total                    counter
+    shmcache_worker_up                                gauge    worker
+    shmcache_worker_restarts_total                    counter  worker
+    shmcache_table_entries                            gauge
+    shmcache_table_bytes                              gauge    (ring bytes held by live records)
+    shmcache_table_capacity_bytes                     gauge    (ring bytes in all)
+    shmcache_segment_bytes                            gauge    (size of /dev/shm/<name>)
+    shmcache_evictions_total                          counter
+    shmcache_lock_takeovers_total                     counter
+    shmcache_reader_hits_total                        counter  (every reader process, summed)
+    shmcache_reader_misses_total                      counter
+    shmcache_readers                                  gauge    (reader processes attached now)
+    shmcache_supervisor_start_time_seconds            gauge
+
+Not guaranteed: a scrape is a snapshot taken without locks, so one partition's
+row may be a moment older than another's. The worker and supervisor counters
+restart from zero when a supervisor starts (Prometheus' rate() treats that as a
+counter reset); the table and reader counters live as long as the segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from shmcache.consumer import control
+
+log = logging.getLogger("shmcache.metrics")
+
+PREFIX = "shmcache_"
+
+
+class CacheCollector:
+    """A prometheus-client collector for one cache: `collect()` reads the segment.
+
+    It attaches read-only on the first scrape (and again if the cache was destroyed
+    and re-created); a cache that does not exist yields no samples."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._reader = None
+        self._ino = None  # inode of the segment attached: a new one means a re-created cache
+        self._lock = threading.Lock()  # the HTTP server may run scrapes in parallel threads
+
+    def _attach(self):
+        import shmcache
+        from shmcache.ipc.segment import path_of
+
+        try:
+            ino = os.stat(path_of(self.name)).st_ino
+        except OSError:
+            ino = None
+        if self._reader is not None and ino != self._ino:  # destroyed or re-created
+            self._reader.close()
+            self._reader = None
+        if self._reader is None and ino is not None:
+            try:
+                self._reader = shmcache.attach(self.name)
+                self._ino = ino
+            except (OSError, shmcache.ShmcacheError) as e:
+                log.debug("metrics: cache %r not attachable: %s", self.name, e)
+        return self._reader
+
+    def collect(self):
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
+        with self._lock:
+            r = self._attach()
+            if r is None:
+                return
+            s = r.stats()
+            st = control.status(r)
+        c = [self.name]
+
+        def counter(name, doc, value, labels=(), rows=None):
+            m = CounterMetricFamily(PREFIX + name, doc, labels=["cache", *labels])
+            for lv, v in (rows if rows is not None else [((), value)]):
+                m.add_metric([*c, *map(str, lv)], v)
+            return m
+
+        def gauge(name, doc, value, labels=(), rows=None):
+            m = GaugeMetricFamily(PREFIX + name, doc, labels=["cache", *labels])
+            for lv, v in (rows if rows is not None else [((), value)]):
+                m.add_metric([*c, *map(str, lv)], v)
+            return m
+
+        ws = st["workers"]
+        parts = st["assigned"]
+        yield counter("applied_entries", "Entries applied to the table, by action.", None, ["action"],
+                      [(("add",), sum(w["adds"] for w in ws)), (("delete",), sum(w["deletes"] for w in ws))])
+        yield counter("applied_messages", "Kafka messages applied.", sum(w["messages"] for w in ws))
+        yield counter("malformed_messages", "Messages with damage (the entries before it were applied).",
+                      sum(w["malformed"] for w in ws))
+        yield counter("unknown_action_entries", "Entries skipped for an unknown action.",
+                      sum(w["unknown_actions"] for w in ws))
+        yield gauge("partition_lag_messages", "Newest high watermark seen minus the applied offset.", None,
+                    ["partition"], [((p["partition"],), p["lag"]) for p in parts if p["lag"] is not None])
+        yield gauge("partition_caught_up", "1 once the partition applied up to its high watermark at assignment.",
+                    None, ["partition"], [((p["partition"],), int(p["caught_up"])) for p in parts])
+        yield gauge("partition_applied_offset", "Next offset to apply: every message before it is in the table.",
+                    None, ["partition"], [((p["partition"],), p["applied"]) for p in parts])
+        yield gauge("partition_committed_offset", "Last offset committed to Kafka (-1: none yet).", None,
+                    ["partition"], [((p["partition"],), p["committed"]) for p in parts])
+        yield gauge("ready", "1 when a live supervisor has partitions and every one is caught up.", int(st["ready"]))
+        yield counter("commits", "Offset commits Kafka accepted.", st["commits"])
+        yield counter("commit_failures", "Offset commits Kafka refused or that timed out.", st["commit_failures"])
+        yield counter("rebalances", "Completed consumer-group rebalances.", st["rebalances"])
+        yield counter("partitions_lost", "Partitions lost without a revoke.", st["partitions_lost"])
+        yield gauge("worker_up", "1 while the worker process is alive.", None, ["worker"],
+                    [((w["worker"],), int(w["alive"])) for w in ws])
+        yield counter("worker_restarts", "Times a dead worker was started again.", None, ["worker"],
+                      [((w["worker"],), max(0, w["starts"] - 1)) for w in ws])
+        yield gauge("table_entries", "Live entries in the table.", s["entries"])
+        yield gauge("table_bytes", "Ring bytes held by live records.", s["bytes_used"])
+        yield gauge("table_capacity_bytes", "Ring bytes in all buckets.", s["capacity_bytes"])
+        yield gauge("segment_bytes", "Size of the shared-memory segment.", s["memory"])
+        yield counter("evictions", "Live records overwritten to make room.", s["evictions"])
+        yield counter("lock_takeovers", "Bucket locks taken over from a dead writer.", s["lock_takeovers"])
+        yield counter("reader_hits", "Lookups that found their key, summed over reader processes.", s["reader_hits"])
+        yield counter("reader_misses", "Lookups that did not, summed over reader processes.", s["reader_misses"])
+        yield gauge("readers", "Reader processes attached now (that have looked up at least once).", s["readers"])
+        if st["supervisor_started_s"]:
+            yield gauge("supervisor_start_time_seconds", "Unix time the current supervisor started.",
+                        st["supervisor_started_s"])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+
+class MetricsServer:
+    """The HTTP endpoint: /metrics with this cache's collector and the process' own metrics."""
+
+    def __init__(self, name: str, port: int, host: str = "127.0.0.1"):
+        from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+
+        self.collector = CacheCollector(name)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total etc. of the supervisor
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as e:
+            self.collector.close()
+            raise OSError(e.errno, f"metrics endpoint {host}:{port}: {e.strerror}") from None
+        self.host = host
+        self.port = self._server.server_port
+
+    def close(self) -> None:
+        """Stop serving and let go of the segment; safe to call twice."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(5)
+            self._server = None
+            self.collector.close()
+
+    _server = None
