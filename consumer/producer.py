@@ -10,9 +10,14 @@
 The same key always lands in the same partition only for v2 and kv; v1 keys by
 the batch's first hash, so a later batch can carry the key elsewhere. Order per
 key across partitions is then not guaranteed: the producer of v1 must send a
-key's ADD and DELETE in one batch or accept it (Teranode's validator does).
+key's ADD and DELETE in one batch, or build each batch for one partition from
+keys that belong there (consumer/loadgen.py does), or accept it (Teranode's
+validator does).
 
-On backpressure (the local queue full) the producer waits, never drops.
+On backpressure (the local queue full) the producer waits, never drops. Every
+delivery report is checked: `flush()` raises if any message failed, and for v1
+each message's partition is compared with the one murmur2 gives its key
+(`misrouted`), so a client whose partitioner disagrees is caught, not trusted.
 """
 
 from __future__ import annotations
@@ -48,13 +53,23 @@ class TxmetaProducer:
         if format == "v2" and wire.V2_BUCKETS % self.partitions:
             raise ValueError(f"topic {topic!r} has {self.partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
         self.sent_messages = 0
+        self.delivered_messages = 0  # acknowledged by the broker
+        self.misrouted = 0  # v1 messages acknowledged on another partition than murmur2(key) gives
+        self.end_offsets: dict[int, int] = {}  # partition -> highest acknowledged offset + 1
 
-    def _on_delivery(self, err, msg) -> None:
+    def _on_delivery(self, err, msg, expect: int | None) -> None:
         if err is not None:
             self._errors.append(f"{msg.topic()} [{msg.partition()}]: {err}")
+            return
+        self.delivered_messages += 1
+        p = msg.partition()
+        self.end_offsets[p] = max(self.end_offsets.get(p, 0), msg.offset() + 1)
+        if expect is not None and p != expect:
+            self.misrouted += 1
+            self._errors.append(f"{msg.topic()} [{p}] @ {msg.offset()}: keyed for partition {expect} by murmur2")
 
-    def _produce(self, value, key=None, partition=None) -> None:
-        kw = {"on_delivery": self._on_delivery}
+    def _produce(self, value, key=None, partition=None, expect=None) -> None:
+        kw = {"on_delivery": lambda err, msg: self._on_delivery(err, msg, expect)}
         if partition is not None:
             kw["partition"] = int(partition)
         while True:
@@ -73,32 +88,56 @@ class TxmetaProducer:
         if len(keys) == 0:
             return
         if self.format == "v1":
-            self._produce(wire.encode_v1(keys, actions, values), key=keys[0].tobytes())
+            key = keys[0].tobytes()
+            self._produce(wire.encode_v1(keys, actions, values), key=key,
+                          expect=wire.murmur2_partition(key, self.partitions))
         elif self.format == "v2":
             parts = wire.v2_partition(wire.xxh64_keys(keys), self.partitions)
             offsets, data = _as_offsets(values, len(keys))
             for p in np.unique(parts).tolist():
                 idx = np.flatnonzero(parts == p)  # keeps wire order within the partition
-                sub = [data[offsets[i]:offsets[i + 1]].tobytes() for i in idx.tolist()]
-                self._produce(wire.encode_v2(keys[idx], actions[idx], sub), partition=p)
+                self._produce(wire.encode_v2(keys[idx], actions[idx], take(offsets, data, idx)), partition=p)
         else:
             offsets, data = _as_offsets(values, len(keys))
             for i in range(len(keys)):
                 value = None if actions[i] == wire.DELETE else data[offsets[i]:offsets[i + 1]].tobytes()
                 self._produce(value, key=keys[i].tobytes())
 
+    def poll(self, timeout: float = 0.0) -> None:
+        """Serve delivery reports for up to `timeout` seconds (e.g. while pacing)."""
+        self._p.poll(timeout)
+
+    def check(self) -> None:
+        """Raise now if any delivery failed (rather than at the end)."""
+        if self._errors:
+            raise RuntimeError(f"{len(self._errors)} messages to {self.topic!r} failed: {self._errors[:3]}")
+
     def flush(self, timeout: float = 60.0) -> None:
         """Wait until everything sent is acknowledged; raise if anything failed."""
         left = self._p.flush(timeout)
         if left:
             raise TimeoutError(f"{left} messages to {self.topic!r} not delivered after {timeout:.0f} s")
-        if self._errors:
-            raise RuntimeError(f"{len(self._errors)} messages failed: {self._errors[:3]}")
+        self.check()
+
+
+def take(offsets: np.ndarray, data: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values idx[0], idx[1], ... of (offsets, data) as a new (offsets, data) pair,
+    gathered with array operations (no per-value Python objects)."""
+    offsets = np.asarray(offsets, np.int64)
+    idx = np.asarray(idx, np.int64)
+    starts = offsets[idx]
+    lens = offsets[idx + 1] - starts
+    out = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(lens, out=out[1:])
+    # byte j of the result comes from data[starts[i] + (j - out[i])] for the value i holding j
+    src = np.repeat(starts - out[:-1], lens) + np.arange(out[-1], dtype=np.int64)
+    return out, np.asarray(data, np.uint8)[src]
 
 
 def _as_offsets(values, n: int) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(values, tuple):
         return np.asarray(values[0], np.int64), np.asarray(values[1], np.uint8)
+    values = [b"" if v is None else v for v in values]
     lens = np.fromiter(map(len, values), np.int64, n)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])

@@ -1,0 +1,457 @@
+"""The load generator (`shmcache produce`): Teranode-shaped txmeta on a Kafka topic.
+
+What it sends: batches of up to `batch_size` entries (default 1024, the
+validator's batch size), each entry a random 32-byte tx hash with a MetaBytes
+value (txmeta.generate: fee, size, flags, 1-3 parents with their vouts, a block
+height on half of them; parents drawn from the previous batch's hashes, as a
+transaction spends recent outputs), and a `delete_share` of DELETEs of hashes
+sent earlier. Every hash is ADDed once and DELETEd at most once. A batch goes
+out when it is full or, under `rate`, when `linger` has passed since its first
+entry was due (the validator's batch size and timeout).
+
+Per-key order (DESIGN invariant 2), which is what makes the final table well
+defined:
+- v1 keys a message by its FIRST hash and the producer's murmur2 partitioner
+  places it, so a DELETE of h riding in a message keyed by another hash could
+  land in another partition than h's ADD and be applied first. So each v1 batch
+  is built for one target partition p (round robin): its first hash is drawn
+  until murmur2 gives p, and its DELETEs are of hashes ADDed in earlier batches
+  for p. Every message that touches h is then in one partition, in order.
+- v2 sends each entry to `wire.v2_partition(xxh64(h), P)`: deletes follow their
+  key. Its DELETEs are of hashes from any earlier batch.
+
+Ground truth (`ground_truth=PATH`): a Parquet file of every entry sent, in send
+order, written to PATH.tmp and renamed to PATH only once every message was
+acknowledged (a file at PATH is complete). Columns: txmeta.table_schema() plus
+
+    deleted    bool   the entry was a DELETE (its value columns are null)
+    seq        int64  the entry's number in send order, from 0
+    partition  int32  the Kafka partition the entry was sent to
+
+The state the topic leaves (and a cache fed from it, if nothing was evicted): for
+each tx_hash the row with the highest seq wins; the hash is present with that
+row's value unless `deleted` (`final_state()` computes it).
+
+Generation works on whole batches (numpy, txmeta.encode, wire.encode_v1/v2), so a
+few million entries take seconds. On backpressure it waits (poll), never drops;
+any failed delivery, or a v1 message the broker placed elsewhere than murmur2
+says, fails the run at the next batch or at the final flush.
+
+Not guaranteed: `rate` is a target (sleeps between batches), not a bound on
+burstiness within a batch; the delete share is reached only once there are
+earlier hashes to delete (the first batches of each partition are all ADDs).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from shmcache import txmeta
+from shmcache.consumer import wire
+from shmcache.consumer.producer import TxmetaProducer
+
+ADD, DELETE = wire.ADD, wire.DELETE
+# 4096 entries of at most 8+32+1+4 + 21+3*(32+4+4)+4 = 194 B stay under Kafka's
+# 1 MB default message.max.bytes.
+MAX_BATCH = 4096
+FORMATS = ("v1", "v2")
+GROUND_TRUTH_ROW_GROUP = 1 << 17  # rows buffered per Parquet row group
+
+# Producer settings for throughput, as Teranode's validator produces: no
+# compression (tx hashes are random bytes), batches of whole messages with a
+# short linger, a bounded local queue so a slow broker pushes back (BufferError,
+# then we wait) instead of buffering gigabytes.
+PRODUCER_SETTINGS = {
+    "compression.type": "none",
+    "linger.ms": 10,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.kbytes": 128 * 1024,
+}
+
+
+def ground_truth_schema():
+    import pyarrow as pa
+
+    return txmeta.table_schema(extra=[("deleted", pa.bool_()), ("seq", pa.int64()), ("partition", pa.int32())])
+
+
+@dataclass
+class LoadConfig:
+    bootstrap: str
+    topic: str
+    count: int = 1_000_000  # entries to send
+    format: str = "v1"
+    rate: float = 0.0  # entries/s; 0 = as fast as it can
+    batch_size: int = 1024
+    linger: float = 0.01  # seconds a partial batch waits under `rate`
+    delete_share: float = 0.1  # share of entries that delete an earlier hash
+    seed: int | None = None
+    create_topic: bool = False
+    partitions: int = 8  # of a topic it creates
+    ground_truth: str | None = None  # Parquet path
+    settings: dict = field(default_factory=dict)  # librdkafka producer settings, over PRODUCER_SETTINGS
+
+    def validate(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
+        if self.count < 0:
+            raise ValueError(f"count={self.count}: must be >= 0")
+        if not 1 <= self.batch_size <= MAX_BATCH:
+            raise ValueError(f"batch_size={self.batch_size}: expected 1..{MAX_BATCH}")
+        if self.rate < 0:
+            raise ValueError(f"rate={self.rate}: must be >= 0 (0 = as fast as it can)")
+        if self.linger < 0:
+            raise ValueError(f"linger={self.linger}: must be >= 0 seconds")
+        if not 0.0 <= self.delete_share < 1.0:
+            raise ValueError(f"delete_share={self.delete_share}: expected 0 <= share < 1")
+        if self.partitions < 1:
+            raise ValueError(f"partitions={self.partitions}: must be >= 1")
+
+
+# -- generating ---------------------------------------------------------------------------
+
+
+class _Pool:
+    """Hashes that may still be deleted: a growable (n, 32) array, random removal."""
+
+    def __init__(self):
+        self.keys = np.empty((1024, 32), np.uint8)
+        self.n = 0
+
+    def add(self, keys: np.ndarray) -> None:
+        need = self.n + len(keys)
+        if need > len(self.keys):
+            grown = np.empty((max(need, 2 * len(self.keys)), 32), np.uint8)
+            grown[: self.n] = self.keys[: self.n]
+            self.keys = grown
+        self.keys[self.n:need] = keys
+        self.n = need
+
+    def take(self, d: int, rng: np.random.Generator) -> np.ndarray:
+        """Remove d random hashes (d <= n) and return them."""
+        idx = np.sort(rng.choice(self.n, d, replace=False))
+        out = self.keys[idx].copy()
+        # Fill the holes below the new end with the survivors above it (swap-remove, vectorised).
+        end = self.n - d
+        holes = idx[idx < end]
+        tail = np.arange(end, self.n)
+        movers = tail[~np.isin(tail, idx)]
+        self.keys[holes] = self.keys[movers]
+        self.n = end
+        return out
+
+
+@dataclass(eq=False)
+class GenBatch:
+    """One batch as sent: entry i is keys[i], actions[i], value data[offsets[i]:offsets[i+1]]."""
+
+    keys: np.ndarray  # (n, 32) uint8
+    actions: np.ndarray  # (n,) uint8
+    offsets: np.ndarray  # (n + 1,) int64; DELETEs are empty
+    data: np.ndarray  # uint8
+    meta: txmeta.Meta  # the ADDs' values, in entry order
+    partition: int | None  # v1: the partition it is built for; v2: None (split per entry)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+class Generator:
+    """Batches of Teranode-shaped entries, without a broker (see the module docstring)."""
+
+    def __init__(self, fmt: str, partitions: int, delete_share: float, rng: np.random.Generator):
+        if fmt not in FORMATS:
+            raise ValueError(f"format={fmt!r}: expected one of {', '.join(FORMATS)}")
+        self.fmt = fmt
+        self.partitions = partitions
+        self.delete_share = delete_share
+        self.rng = rng
+        # v1: one pool per target partition; v2: one pool (deletes follow their key)
+        self.pools = [_Pool() for _ in range(partitions if fmt == "v1" else 1)]
+        self.next_partition = 0
+        self.recent: np.ndarray | None = None  # the last batch's hashes: parents of the next
+
+    def _first_key(self, p: int) -> np.ndarray:
+        """A fresh hash that murmur2 sends to partition p (about P draws)."""
+        while True:
+            k = self.rng.integers(0, 256, 32, np.uint8)
+            if wire.murmur2_partition(k.tobytes(), self.partitions) == p:
+                return k
+
+    def batch(self, n: int) -> GenBatch:
+        if n < 1:
+            raise ValueError(f"batch of {n} entries: must be >= 1")
+        rng = self.rng
+        if self.fmt == "v1":
+            part = self.next_partition
+            self.next_partition = (part + 1) % self.partitions
+            pool = self.pools[part]
+        else:
+            part, pool = None, self.pools[0]
+        # Entry 0 is always a new hash (v1 keys the message by it); DELETEs go at random
+        # places among the rest, of hashes from earlier batches (this batch's join the pool after).
+        d = min(int(rng.binomial(n - 1, self.delete_share)) if n > 1 else 0, pool.n)
+        is_delete = np.zeros(n, np.bool_)
+        is_delete[1 + rng.choice(n - 1, d, replace=False)] = True
+        a = n - d
+        new = rng.integers(0, 256, (a, 32), np.uint8)
+        if part is not None:
+            new[0] = self._first_key(part)
+        keys = np.empty((n, 32), np.uint8)
+        keys[~is_delete] = new
+        if d:
+            keys[is_delete] = pool.take(d, rng)
+        meta = txmeta.generate(a, rng, parent_pool=self.recent)
+        add_offsets, data = txmeta.encode(meta)
+        lens = np.zeros(n, np.int64)
+        lens[~is_delete] = np.diff(add_offsets)  # the ADDs' values, back to back, in entry order
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        pool.add(new)
+        self.recent = new
+        actions = np.where(is_delete, DELETE, ADD).astype(np.uint8)
+        return GenBatch(keys, actions, offsets, data, meta, part)
+
+    def partitions_of(self, b: GenBatch) -> np.ndarray:
+        """The partition each entry of `b` is sent to."""
+        if b.partition is not None:
+            return np.full(len(b), b.partition, np.int32)
+        return wire.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
+
+
+# -- ground truth ------------------------------------------------------------------------------
+
+
+def ground_truth_table(gen: Generator, b: GenBatch, seq0: int):
+    """Batch `b` as rows of the ground-truth schema (seq from seq0)."""
+    import pyarrow as pa
+
+    n = len(b)
+    is_delete = b.actions == DELETE
+    rank = np.zeros(n, np.int64)
+    rank[~is_delete] = np.arange(n - int(is_delete.sum()))
+    pick = pa.array(rank, mask=is_delete)  # a null index takes a null: DELETE rows have no value
+    cols = {k: v.take(pick) for k, v in txmeta.to_arrow(b.meta).items()}
+    hash_offsets = pa.py_buffer(np.arange(0, (n + 1) * 32, 32, dtype=np.int32))
+    tx_hash = pa.Array.from_buffers(pa.binary(), n, [None, hash_offsets, pa.py_buffer(b.keys.tobytes())])
+    return pa.Table.from_pydict({
+        "tx_hash": tx_hash, **cols,
+        "deleted": pa.array(is_delete),
+        "seq": pa.array(np.arange(seq0, seq0 + n, dtype=np.int64)),
+        "partition": pa.array(gen.partitions_of(b)),
+    }, schema=ground_truth_schema())
+
+
+class GroundTruthWriter:
+    """Appends batches to PATH.tmp; `commit()` renames it to PATH, `discard()` removes it."""
+
+    def __init__(self, path: str):
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self.tmp = path + ".tmp"
+        self._writer = pq.ParquetWriter(self.tmp, ground_truth_schema())
+        self._pending: list = []
+        self._rows = 0
+
+    def write(self, table) -> None:
+        self._pending.append(table)
+        self._rows += table.num_rows
+        if self._rows >= GROUND_TRUTH_ROW_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if self._pending:
+            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=GROUND_TRUTH_ROW_GROUP)
+            self._pending, self._rows = [], 0
+
+    def commit(self) -> None:
+        self._flush()
+        self._writer.close()
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - a half-written file is removed either way
+            pass
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+
+def final_state(path: str, columns: list[str] | None = None):
+    """The state a ground-truth file describes: for each tx_hash, its row with the highest
+    seq (so `deleted` says whether the hash is absent). `columns`: which to read (tx_hash,
+    seq and deleted always are)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if columns is not None:
+        columns = list(dict.fromkeys(["tx_hash", "seq", "deleted", *columns]))
+    t = pq.read_table(path, columns=columns)
+    last = t.group_by("tx_hash", use_threads=False).aggregate([("seq", "max")])
+    return t.filter(pc.is_in(t["seq"], value_set=last["seq_max"]))  # seq is unique: one row per hash
+
+
+# -- topics ----------------------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> bool:
+    """Create `topic` with `partitions` partitions (replication 1) and wait until each has a
+    leader. Returns False if it already existed with that many partitions; raises if it
+    exists with another count."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    created = True
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+                            operation_timeout=timeout)[topic].result(timeout=timeout)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise RuntimeError(f"creating topic {topic!r} on {bootstrap}: {e.args[0].str()}") from None
+        created = False
+    deadline = time.monotonic() + timeout
+    while True:
+        t = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+        if t is not None and t.error is None and t.partitions:
+            if len(t.partitions) != partitions:
+                raise ValueError(f"topic {topic!r} exists with {len(t.partitions)} partitions, not {partitions}")
+            if all(p.leader >= 0 and p.error is None for p in t.partitions.values()):
+                return created
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic!r}: not every partition has a leader after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def delete_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout=timeout)
+
+
+# -- producing -----------------------------------------------------------------------------
+
+
+@dataclass
+class LoadStats:
+    """What was sent so far; `progress` callbacks get this object after every batch."""
+
+    total: int  # entries to send
+    entries: int = 0
+    adds: int = 0
+    deletes: int = 0
+    bytes: int = 0  # message payload bytes
+    messages: int = 0  # produced
+    delivered: int = 0  # acknowledged by the broker
+    started: float = 0.0  # time.monotonic()
+    seconds: float = 0.0  # from the first batch to the last acknowledgement
+    partitions: int = 0
+    end_offsets: dict = field(default_factory=dict)  # partition -> last acknowledged offset + 1
+    ground_truth: str | None = None
+
+
+def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None) -> LoadStats:
+    """Send cfg.count entries to cfg.topic; returns when every message is acknowledged.
+    Raises on any failed delivery (after flushing what it can)."""
+    cfg.validate()
+    if cfg.create_topic:
+        create_topic(cfg.bootstrap, cfg.topic, cfg.partitions)
+    producer = TxmetaProducer(cfg.bootstrap, cfg.topic, format=cfg.format,
+                              settings={**PRODUCER_SETTINGS, **cfg.settings})
+    gen = Generator(cfg.format, producer.partitions, cfg.delete_share, np.random.default_rng(cfg.seed))
+    truth = GroundTruthWriter(cfg.ground_truth) if cfg.ground_truth else None
+    st = LoadStats(total=cfg.count, partitions=producer.partitions, started=time.monotonic())
+    try:
+        while st.entries < cfg.count:
+            n = min(cfg.batch_size, cfg.count - st.entries)
+            if cfg.rate:
+                n = _pace(producer, cfg, st, n)
+            b = gen.batch(n)
+            producer.send(b.keys, b.actions, (b.offsets, b.data))
+            producer.check()
+            if truth is not None:
+                truth.write(ground_truth_table(gen, b, st.entries))
+            d = int(np.count_nonzero(b.actions == DELETE))
+            st.entries += n
+            st.deletes += d
+            st.adds += n - d
+            st.bytes += int(b.offsets[-1]) + n * (wire.V1_ENTRY_HEADER if cfg.format == "v1" else wire.V2_ENTRY_HEADER)
+            st.messages, st.delivered = producer.sent_messages, producer.delivered_messages
+            if progress is not None:
+                progress(st)
+        producer.flush(max(60.0, st.messages * 0.05))
+        if truth is not None:
+            truth.commit()
+            st.ground_truth = truth.path
+            truth = None
+    finally:
+        if truth is not None:
+            truth.discard()
+    st.seconds = time.monotonic() - st.started
+    st.messages, st.delivered = producer.sent_messages, producer.delivered_messages
+    st.end_offsets = dict(sorted(producer.end_offsets.items()))
+    if progress is not None:
+        progress(st)
+    return st
+
+
+def _pace(producer: TxmetaProducer, cfg: LoadConfig, st: LoadStats, n: int) -> int:
+    """Under `rate`: wait until n entries are due, or `linger` after the first of them was
+    due, serving delivery reports meanwhile; return how many are due then (1..n)."""
+    first_due = st.started + (st.entries + 1) / cfg.rate
+    send_at = min(st.started + (st.entries + n) / cfg.rate, first_due + cfg.linger)
+    while (left := send_at - time.monotonic()) > 0:
+        producer.poll(min(left, 0.1))
+    due = int((time.monotonic() - st.started) * cfg.rate) - st.entries
+    return max(1, min(n, due))
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def command(a) -> int:
+    """`shmcache produce`: a progress bar (rich) while sending, then a summary line."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    settings = {}
+    for item in a.set or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise SystemExit(f"shmcache produce: --set {item!r}: expected KEY=VALUE (a librdkafka setting)")
+        settings[k] = v
+    cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
+                     batch_size=a.batch_size, linger=a.linger, delete_share=a.delete_share, seed=a.seed,
+                     create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,
+                     settings=settings)
+    console = Console(stderr=True)
+    with Progress(TextColumn(f"producing to {a.topic}"), BarColumn(),
+                  TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
+                             "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
+                  TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
+        task = bar.add_task("produce", total=cfg.count, rate=0.0, acked=0, messages=0)
+
+        def progress(st: LoadStats) -> None:
+            secs = max(time.monotonic() - st.started, 1e-9)
+            bar.update(task, completed=st.entries, rate=st.entries / secs, acked=st.delivered, messages=st.messages)
+
+        st = produce(cfg, progress)
+    mb = st.bytes / 1e6
+    print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {cfg.format} "
+          f"messages to {cfg.topic!r} ({st.partitions} partitions) in {st.seconds:.1f} s: "
+          f"{st.entries / max(st.seconds, 1e-9):,.0f} entries/s, {mb:,.1f} MB; every message acknowledged")
+    if st.ground_truth:
+        print(f"ground truth: {st.ground_truth} ({st.entries:,} rows; the last row per tx_hash wins)")
+    return 0
