@@ -65,6 +65,7 @@ def reset_supervisor(handle, metrics_port: int = 0) -> None:
     h = handle._header
     for word in SUPERVISOR_COUNTERS.values():
         h[word] = 0
+    h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
     h[L.H_SUPERVISOR_STARTED] = time.time_ns()
     h[L.H_METRICS_PORT] = metrics_port
 
@@ -89,6 +90,9 @@ def status(handle) -> dict:
     wrows = workers(handle)
     now = time.time_ns()
     sup = int(h[L.H_SUPERVISOR])
+    # An assignment is published row by row: read the rows between two looks at the
+    # rebalance count and the assigning flag, and call nothing ready across a change.
+    rebalances, assigning = int(h[L.H_REBALANCES]), int(h[L.H_ASSIGNING])
     parts = []
     for p in range(min(nparts, L.MAX_PARTITIONS)):
         r = rows[p].tolist()
@@ -126,6 +130,7 @@ def status(handle) -> dict:
             "unknown_actions": r[L.K_UNKNOWN],
         })
     sup_alive = bool(sup) and liveness.is_alive(sup)
+    settled = not assigning and not h[L.H_ASSIGNING] and int(h[L.H_REBALANCES]) == rebalances
     started = int(h[L.H_SUPERVISOR_STARTED])
     return {
         "name": handle.name,
@@ -135,7 +140,8 @@ def status(handle) -> dict:
         "supervisor_alive": sup_alive,
         "assigned": parts,
         "workers": ws,
-        "ready": sup_alive and bool(parts) and all(p["caught_up"] for p in parts),
+        "ready": settled and sup_alive and bool(parts) and all(p["caught_up"] for p in parts),
+        "assigning": not settled,
         # the last (or current) supervisor's counters, since it started
         **{k: int(h[w]) for k, w in SUPERVISOR_COUNTERS.items()},
         "supervisor_started_s": started / 1e9 if started else None,
@@ -157,6 +163,8 @@ def wait_ready(handle, timeout: float | None = None, poll: float = 0.05) -> dict
                 why = "no live supervisor"
             elif not st["assigned"]:
                 why = "no partitions assigned yet"
+            elif st["assigning"]:
+                why = "an assignment is being published"
             else:
                 lagging = [f"{p['partition']} (lag {p['lag']})" for p in st["assigned"] if not p["caught_up"]]
                 why = "partitions not caught up: " + ", ".join(lagging[:20])

@@ -234,9 +234,17 @@ class Supervisor:
 
     def _on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
+        control.count(self.cache, L.H_REBALANCES)  # called once per completed rebalance, even with no partitions
+        h = self.cache._header
+        h[L.H_ASSIGNING] = 1  # readers must not call a half-published assignment ready
+        try:
+            self._assign(consumer, tps)
+        finally:
+            h[L.H_ASSIGNING] = 0
+
+    def _assign(self, consumer, tps) -> None:
         from confluent_kafka import TopicPartition
 
-        control.count(self.cache, L.H_REBALANCES)  # called once per completed rebalance, even with no partitions
         if self.cfg.cooperative:
             consumer.incremental_assign(tps)
         else:

@@ -69,6 +69,7 @@ H_REBALANCES = 50  # completed rebalances: assign callbacks, one per group gener
 H_PARTITIONS_LOST = 51  # partitions lost: taken away without a revoke (nothing committed)
 H_SUPERVISOR_STARTED = 52  # time.time_ns() when the current supervisor started
 H_METRICS_PORT = 53  # TCP port of the supervisor's Prometheus endpoint, 0 if none
+H_ASSIGNING = 54  # 1 while the supervisor publishes an assignment (rows half-written): not ready
 HEADER_WORDS = PAGE // WORD
 
 STATE_CREATING = 0  # magic not yet written: attachers wait
