@@ -83,7 +83,8 @@ def cmd_run(a) -> int:
     from shmcache.consumer.supervisor import run
 
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "memory", "workers", "format",
-                                        "commit_interval", "assignment", "max_rate")}
+                                        "commit_interval", "assignment", "max_rate", "metrics_port",
+                                        "metrics_host")}
     kafka = {}
     for item in a.set or []:
         k, sep, v = item.partition("=")
@@ -126,7 +127,19 @@ def cmd_status(a) -> int:
 def cmd_demo(a) -> int:
     from shmcache import demo
 
-    return demo.run(entries=a.entries, readers=a.readers, memory=a.memory, name=a.name, keep=a.keep)
+    return demo.command(a)
+
+
+def cmd_produce(a) -> int:
+    from shmcache.consumer import loadgen
+
+    return loadgen.command(a)
+
+
+def cmd_top(a) -> int:
+    from shmcache import top
+
+    return top.command(a)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -176,18 +189,48 @@ def parser() -> argparse.ArgumentParser:
                     help="partition.assignment.strategy (default cooperative-sticky)")
     rn.add_argument("--max-rate", type=int, help="entries/s per worker while catching up (default 0: unlimited)")
     rn.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka setting, repeatable")
+    rn.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default 0: none)")
+    rn.add_argument("--metrics-host", help="address of the metrics endpoint (default 127.0.0.1)")
     rn.set_defaults(fn=cmd_run)
     su = sub.add_parser("status", help="per-partition progress and readiness of a cache")
     su.add_argument("name")
     su.add_argument("--json", action="store_true")
     su.set_defaults(fn=cmd_status)
-    dm = sub.add_parser("demo", help="create a cache, fill it from one process, read it from others")
-    dm.add_argument("--entries", type=int, default=1_000_000)
-    dm.add_argument("--readers", type=int, default=2)
-    dm.add_argument("--memory", default="512MiB")
-    dm.add_argument("--name")
+    dm = sub.add_parser("demo", help="the main job end to end: Kafka broker, supervisor, load generator, reader")
+    dm.add_argument("--entries", type=int, default=2_000_000, help="entries to produce (default 2,000,000)")
+    dm.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    dm.add_argument("--partitions", type=int, default=8, help="partitions of the demo topic (default 8)")
+    dm.add_argument("--format", choices=("v1", "v2"), default="v1", help="wire format (default v1)")
+    dm.add_argument("--bootstrap", help="use this Kafka broker instead of starting the project's local one")
+    dm.add_argument("--memory", default="auto", help="cache size (default: enough that nothing is evicted)")
+    dm.add_argument("--sample", type=int, default=100_000, help="sent keys the reader checks (default 100,000)")
+    dm.add_argument("--delete-share", type=float, default=0.1, help="share of DELETEs (default 0.1)")
+    dm.add_argument("--seed", type=int, help="random seed of the generated entries")
+    dm.add_argument("--name", help="cache name (default: demo-<random>)")
     dm.add_argument("--keep", action="store_true", help="leave the cache in /dev/shm afterwards")
     dm.set_defaults(fn=cmd_demo)
+    pr = sub.add_parser("produce", help="load generator: Teranode-shaped txmeta to a Kafka topic")
+    pr.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,host:port]")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--count", type=int, default=1_000_000, help="entries to send (default 1,000,000)")
+    pr.add_argument("--format", choices=("v1", "v2"), default="v1", help="wire format (default v1)")
+    pr.add_argument("--rate", type=float, default=0.0, help="entries/s (default 0: as fast as it can)")
+    pr.add_argument("--batch-size", type=int, default=1024, help="entries per batch, at most (default 1024)")
+    pr.add_argument("--linger", type=float, default=0.01,
+                    help="seconds a partial batch waits under --rate (default 0.01)")
+    pr.add_argument("--delete-share", type=float, default=0.1, help="share of DELETEs of earlier hashes (default 0.1)")
+    pr.add_argument("--create-topic", action="store_true", help="create the topic (replication 1) if missing")
+    pr.add_argument("--partitions", type=int, default=8, help="partitions of a topic it creates (default 8)")
+    pr.add_argument("--ground-truth", metavar="PATH", help="write every entry sent to this Parquet file")
+    pr.add_argument("--seed", type=int, help="random seed (default: fresh)")
+    pr.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka producer setting, repeatable")
+    pr.set_defaults(fn=cmd_produce)
+    tp = sub.add_parser("top", help="a live view of a cache: throughput, lag, memory, readers, workers")
+    tp.add_argument("name")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    tp.add_argument("--once", action="store_true", help="print one snapshot and exit (rates over one interval)")
+    tp.add_argument("--count", type=int, default=0, help="exit after this many refreshes (default 0: until Ctrl-C)")
+    tp.set_defaults(fn=cmd_top)
     return p
 
 

@@ -1,14 +1,46 @@
-"""`shmcache demo`: create a cache, fill it from one process, read it from others.
+"""`shmcache demo` (the README's first command, `scripts/demo`): the main job end to end.
 
-Every process regenerates the same dataset from a seed, so readers can check each
-value they read against what the writer wrote, without shipping it between them.
+1. Starts the project's local Kafka broker (scripts/kafka, free ports, its own run
+   directory in a temporary directory), or uses `--bootstrap`.
+2. Creates a fresh topic (8 partitions) and starts the supervisor daemon, `python
+   -m shmcache run`, with 2 workers and enough memory that nothing is evicted;
+   waits until every partition is assigned (`wait_ready`).
+3. Produces 2,000,000 Teranode-shaped entries (consumer/loadgen.py, 10% DELETEs of
+   earlier hashes) with a ground-truth Parquet file, showing what was sent and
+   what the cache applied, until every partition's applied offset reaches the
+   end of what was sent.
+4. A separate reader process attaches read-only, looks up a sample of the sent
+   hashes and checks them against the ground truth: present ones must hit with
+   the exact bytes sent, deleted ones must miss; then measures lookups/s.
+5. Stops the supervisor with SIGTERM (it drains, makes its final commit and must
+   exit 0) and prints a summary: entries/s applied, memory used, evictions.
+
+It exits 1 if any check fails: a sampled lookup wrong, the table's entry count
+not what the ground truth says, an eviction, a malformed message, a commit short
+of what was applied, a supervisor exit code other than 0. Whatever happens,
+also on Ctrl-C or SIGTERM, it stops what it started, by pid (the supervisor and
+its workers, the broker), removes its temporary directory, the topic (on a
+broker it did not start) and the cache segment (unless `--keep`). Every run
+uses fresh names, so runs one after another (or side by side) do not meet.
+
+Not guaranteed: the figures are this machine's, with the broker, the producer,
+the supervisor and its workers all sharing its cores; the apply rate is bounded
+by the produce rate, since the cache consumes while the topic is being filled.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+import uuid
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -16,112 +48,535 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import shmcache
-from shmcache.engine.layout import format_bytes
+from shmcache.engine.layout import format_bytes, parse_bytes
 
-BATCH = 1024
+REPO = Path(__file__).resolve().parent
+KAFKA_SCRIPT = REPO / "scripts" / "kafka"
+BATCH = 1024  # lookups per get_many_packed call
+BYTES_PER_ENTRY = 300  # ring + index per entry with room to spare (records average ~160 B)
+MEMORY_FLOOR = 64 << 20
+READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 60.0
 
 
-def dataset(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """n 32-byte keys and values of 61-141 bytes (the size of Teranode txmeta records)."""
+class DemoError(Exception):
+    """A step could not be done (the demo stops and cleans up)."""
+
+
+def auto_memory(entries: int) -> int:
+    """Enough segment for `entries` entries that no bucket overflows (so nothing is evicted)."""
+    return entries * BYTES_PER_ENTRY + MEMORY_FLOOR
+
+
+# -- the reader process --------------------------------------------------------------------------
+
+
+def _values_equal(o1, d1, o2, d2) -> np.ndarray:
+    """Per row: is value i of (o1, d1) byte-equal to value i of (o2, d2)? Array operations only."""
+    from shmcache.consumer.producer import take
+
+    l1, l2 = np.diff(o1), np.diff(o2)
+    eq = l1 == l2
+    idx = np.flatnonzero(eq & (l1 > 0))
+    if len(idx):
+        a_o, a_d = take(o1, d1, idx)
+        _, b_d = take(o2, d2, idx)
+        eq[idx] = np.add.reduceat((a_d != b_d).astype(np.int64), a_o[:-1]) == 0
+    return eq
+
+
+def check_sample(name: str, truth_path: str, sample: int, seed: int | None, min_seconds: float = 1.0) -> dict:
+    """Look up `sample` sent hashes and check them against the ground truth; then time lookups."""
+    import pyarrow.compute as pc
+
+    from shmcache import txmeta
+    from shmcache.consumer import loadgen
+    from shmcache.consumer.producer import take
+
+    state = loadgen.final_state(truth_path)
     rng = np.random.default_rng(seed)
-    keys = rng.integers(0, 256, (n, 32), dtype=np.uint8)
-    lens = rng.integers(61, 142, n)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    return keys, offsets, rng.integers(0, 256, int(offsets[-1]), dtype=np.uint8)
-
-
-def _writer(name: str, n: int, seed: int, results) -> None:
-    keys, offsets, data = dataset(n, seed)
-    with shmcache.open(name) as w:
-        t = time.perf_counter()
-        for s in range(0, n, BATCH):
-            e = min(n, s + BATCH)
-            w.set_many(keys[s:e], (offsets[s:e + 1] - offsets[s], data[offsets[s]:offsets[e]]))
-        results.put(("writer", os.getpid(), n, time.perf_counter() - t, n))
-
-
-def _reader(name: str, n: int, seed: int, rounds: int, results) -> None:
-    keys, offsets, data = dataset(n, seed)
-    order = np.random.default_rng(os.getpid()).permutation(n)  # random order: no locality help
+    m = min(sample, state.num_rows)
+    rows = state.take(np.sort(rng.choice(state.num_rows, m, replace=False)))
+    keys = loadgen.hashes_of(rows["tx_hash"])
+    deleted = rows["deleted"].to_numpy(zero_copy_only=False).astype(bool)
+    present = ~deleted
+    exp_off, exp_data = txmeta.encode(txmeta.from_arrow(rows.filter(pc.invert(rows["deleted"]))))
+    found = np.empty(m, bool)
+    lens = np.zeros(m, np.int64)
+    chunks = []
     with shmcache.attach(name) as r:
-        hits = wrong = 0
-        t = time.perf_counter()
-        for _ in range(rounds):
-            for s in range(0, n, BATCH):
-                idx = order[s:s + BATCH]
-                p = r.get_many_packed(keys[idx])
-                hits += int(p.found.sum())
-                # check a sample of values byte for byte against the writer's dataset
-                for j in range(0, len(idx), 97):
-                    if p.found[j]:
-                        i = idx[j]
-                        wrong += p.data[p.offsets[j]:p.offsets[j + 1]].tobytes() != data[offsets[i]:offsets[i + 1]].tobytes()
-        results.put(("reader", os.getpid(), n * rounds, time.perf_counter() - t, hits, wrong))
+        for s in range(0, m, BATCH):
+            p = r.get_many_packed(keys[s:s + BATCH])
+            found[s:s + BATCH] = p.found
+            lens[s:s + BATCH] = np.diff(p.offsets)
+            chunks.append(p.data[p.offsets[0]:p.offsets[-1]].copy())
+        got_off = np.zeros(m + 1, np.int64)
+        np.cumsum(lens, out=got_off[1:])
+        got_data = np.concatenate(chunks) if chunks else np.empty(0, np.uint8)
+        live_idx = np.flatnonzero(present)
+        g_off, g_data = take(got_off, got_data, live_idx)
+        right = _values_equal(g_off, g_data, exp_off, exp_data) & found[live_idx]
+        # throughput: the same keys in random order, whole rounds, for at least min_seconds
+        order = keys[rng.permutation(m)]
+        lookups, spent = 0, 0.0
+        while spent < min_seconds:
+            t = time.perf_counter()
+            for s in range(0, m, BATCH):
+                r.get_many_packed(order[s:s + BATCH])
+            spent += time.perf_counter() - t
+            lookups += m
+            if m == 0:
+                break
+    return {
+        "pid": os.getpid(),
+        "sampled": int(m),
+        "present": int(present.sum()),
+        "deleted": int(deleted.sum()),
+        "present_hits": int(found[present].sum()),
+        "right_values": int(right.sum()),
+        "deleted_misses": int((~found[deleted]).sum()),
+        "lookups": int(lookups),
+        "lookup_seconds": spent,
+    }
 
 
-def run(entries: int = 1_000_000, readers: int = 2, memory: str = "512MiB", name: str | None = None,
-        keep: bool = False, seed: int = 1) -> int:
-    console = Console()
-    name = name or f"shmcache-demo-{os.getpid()}"
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    w = shmcache.create(name, memory=memory)
-    g = w.geometry
-    console.print(f"created cache [bold]{name}[/] at /dev/shm/{name}: {format_bytes(g.size)}, "
-                  f"8192 buckets x ({g.slots} index slots + {format_bytes(g.ring)} ring)")
-    procs = []
+def _reader_main(name, truth_path, sample, seed, out) -> None:
+    """Entry point of the reader process (multiprocessing spawn)."""
     try:
-        writer = ctx.Process(target=_writer, args=(name, entries, seed, results), name="writer")
-        writer.start()
-        procs.append(writer)
-        with Progress(TextColumn("filling from writer pid {task.fields[pid]}"), BarColumn(),
-                      TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(),
-                      console=console, transient=not console.is_terminal) as bar:
-            task = bar.add_task("fill", total=entries, pid=writer.pid)
-            while writer.is_alive():
-                bar.update(task, completed=w.stats()["sets"])
-                time.sleep(0.1)
-            bar.update(task, completed=w.stats()["sets"])
-        writer.join()
-        if writer.exitcode != 0:
-            console.print(f"[red]writer exited with {writer.exitcode}[/]")
-            return 1
-        readers_p = [ctx.Process(target=_reader, args=(name, entries, seed, 2, results), name=f"reader-{i}")
-                     for i in range(readers)]
-        for p in readers_p:
-            p.start()
-            procs.append(p)
-        for p in readers_p:
-            p.join()
-        rows = [results.get(timeout=5) for _ in range(1 + readers)]
-        table = Table(title=f"shmcache demo: {entries:,} entries, values 61-141 B, batches of {BATCH}")
-        for col in ("process", "pid", "keys", "seconds", "keys/s", "hits", "wrong values"):
-            table.add_column(col, justify="right")
-        failed = False
-        for row in rows:
-            kind, pid, n, secs = row[:4]
-            hits = row[4]
-            wrong = row[5] if kind == "reader" else 0
-            failed |= kind == "reader" and (hits != n or wrong)
-            table.add_row(kind, str(pid), f"{n:,}", f"{secs:.2f}", f"{n / secs:,.0f}",
-                          f"{hits:,}" if kind == "reader" else "-", str(wrong) if kind == "reader" else "-")
-        console.print(table)
-        s = w.stats()
-        console.print(f"table: {s['entries']:,} entries, {format_bytes(s['bytes_used'])} of "
-                      f"{format_bytes(s['capacity_bytes'])} ring space used, {s['evictions']:,} evictions, "
-                      f"{s['lock_takeovers']} lock takeovers")
-        console.print("[green]every lookup hit and every checked value matched[/]" if not failed
-                      else "[red]some lookups missed or returned wrong values[/]")
-        return 1 if failed else 0
-    finally:
-        for p in procs:
+        out.put(("ok", check_sample(name, truth_path, sample, seed)))
+    except BaseException as e:  # noqa: BLE001 - reported by the parent
+        out.put(("error", f"{type(e).__name__}: {e}"))
+
+
+# -- the processes it starts ------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class Broker:
+    """The project's local broker, started with scripts/kafka in `run_dir`."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.info: dict | None = None
+
+    def start(self) -> str:
+        if not KAFKA_SCRIPT.exists():
+            raise DemoError(f"{KAFKA_SCRIPT} not found (an installed shmcache has no scripts/): "
+                            "give --bootstrap HOST:PORT to use an existing broker")
+        # --watch-pid: if this process dies without cleaning up (SIGKILL), a watchdog stops the broker
+        cmd = [sys.executable, str(KAFKA_SCRIPT), "start", "--dir", str(self.run_dir), "--watch-pid", str(os.getpid())]
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, check=False)
+        if p.returncode != 0:
+            self.stop()  # it may be half up
+            raise DemoError(f"scripts/kafka start failed (exit {p.returncode}); see the lines above")
+        self.info = json.loads(p.stdout.strip().splitlines()[-1])
+        return self.info["bootstrap"]
+
+    @property
+    def pid(self) -> int | None:
+        return self.info["pid"] if self.info else None
+
+    def stop(self) -> None:
+        """scripts/kafka stop (SIGTERM, then SIGKILL), then make sure of it by pid."""
+        subprocess.run([sys.executable, str(KAFKA_SCRIPT), "stop", "--dir", str(self.run_dir)],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
+        if self.pid is not None and _alive(self.pid):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+class SupervisorProcess:
+    """`python -m shmcache run`, its output in a log file; its workers remembered by pid."""
+
+    def __init__(self, argv: list[str], log_path: Path):
+        self.argv = argv
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self.worker_pids: set[int] = set()
+        self.exit_code: int | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def note_workers(self, status: dict) -> None:
+        self.worker_pids.update(w["pid"] for w in status["workers"] if w["pid"])
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM and wait (the supervisor drains and commits); SIGKILL it and its workers
+        if it does not exit in time. Returns its exit code (None if it had to be killed)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.exit_code = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                self.exit_code = None
+        elif self.exit_code is None:
+            self.exit_code = self.proc.returncode
+        deadline = time.monotonic() + 10
+        for pid in self.worker_pids:  # they exit with their supervisor; make sure
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        return self.exit_code
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "".join(self.log_path.read_text(errors="replace").splitlines(keepends=True)[-n:])
+        except OSError:
+            return "(no log)"
+
+
+# -- the demo -------------------------------------------------------------------------------------
+
+
+class Demo:
+    def __init__(self, *, entries: int, workers: int, partitions: int, fmt: str, bootstrap: str | None,
+                 memory: int, sample: int, delete_share: float, seed: int | None, name: str | None,
+                 keep: bool, console: Console):
+        self.entries, self.workers, self.partitions, self.fmt = entries, workers, partitions, fmt
+        self.bootstrap, self.memory, self.sample, self.delete_share = bootstrap, memory, sample, delete_share
+        self.seed, self.keep, self.console = seed, keep, console
+        tag = uuid.uuid4().hex[:8]
+        self.name = name or f"demo-{tag}"
+        self.topic = f"shmcache-demo-{tag}"
+        self.group = f"shmcache-demo-{tag}"
+        self.tmp = Path(tempfile.mkdtemp(prefix="shmcache-demo-"))
+        self.broker: Broker | None = None
+        self.sup: SupervisorProcess | None = None
+        self.reader = None  # our own read-only handle, for progress
+        self.created_topic = False
+        self.failures: list[str] = []
+        self.rows: list[tuple[str, str]] = []  # the summary
+
+    def check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.failures.append(what)
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def start_broker(self) -> None:
+        if self.bootstrap:
+            self.console.print(f"using the Kafka broker at {self.bootstrap}")
+            return
+        self.console.print("starting the project's local Kafka broker (scripts/kafka; the first run fetches its jars)")
+        self.broker = Broker(self.tmp / "kafka")
+        t = time.monotonic()
+        self.bootstrap = self.broker.start()
+        self.console.print(f"Kafka broker pid {self.broker.pid} on {self.bootstrap}, "
+                           f"ready in {time.monotonic() - t:.1f} s")
+
+    def start_supervisor(self) -> None:
+        from shmcache.consumer import loadgen
+
+        loadgen.create_topic(self.bootstrap, self.topic, self.partitions)
+        self.created_topic = True
+        argv = [sys.executable, "-m", "shmcache", "run", "--name", self.name, "--bootstrap", self.bootstrap,
+                "--topic", self.topic, "--group", self.group, "--workers", str(self.workers),
+                "--format", self.fmt, "--memory", str(self.memory), "--commit-interval", "1"]
+        self.sup = SupervisorProcess(argv, self.tmp / "supervisor.log")
+        self.sup.start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while self.reader is None:
+            self._supervisor_alive()
+            if shmcache.exists(self.name):
+                try:
+                    self.reader = shmcache.attach(self.name)
+                except shmcache.ShmcacheError:
+                    pass  # still being created
+            if time.monotonic() > deadline:
+                raise DemoError(f"cache {self.name} did not appear within {READY_TIMEOUT_S:.0f} s")
+            time.sleep(0.05)
+        while True:  # ready, and all of the topic assigned here, to workers that are up
+            self._supervisor_alive()
+            try:
+                st = self.reader.wait_ready(timeout=1.0)
+            except shmcache.CacheNotReadyError:
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            alive = [w for w in st["workers"] if w["alive"]]
+            if len(st["assigned"]) == self.partitions and len(alive) == self.workers:
+                break
+            if time.monotonic() > deadline:
+                raise DemoError(f"after {READY_TIMEOUT_S:.0f} s: {len(st['assigned'])} of {self.partitions} "
+                                f"partitions assigned, {len(alive)} of {self.workers} workers up")
+            time.sleep(0.05)
+        self.sup.note_workers(st)
+        pids = ", ".join(str(w["pid"]) for w in st["workers"])
+        self.console.print(f"topic {self.topic!r} ({self.partitions} partitions); supervisor pid {self.sup.pid} with "
+                           f"{self.workers} workers (pids {pids}), cache {self.name!r} of {format_bytes(self.memory)}: "
+                           f"{len(st['assigned'])} partitions assigned, ready")
+
+    def _supervisor_alive(self) -> None:
+        if not self.sup.running():
+            raise DemoError(f"the supervisor exited with code {self.sup.proc.returncode}; its log ends:\n"
+                            f"{self.sup.log_tail()}")
+
+    def _applied(self) -> tuple[int, dict]:
+        st = self.reader.status()
+        self.sup.note_workers(st)
+        return sum(w["adds"] + w["deletes"] for w in st["workers"]), st
+
+    def produce_and_catch_up(self) -> None:
+        from shmcache.consumer import loadgen
+
+        cfg = loadgen.LoadConfig(bootstrap=self.bootstrap, topic=self.topic, count=self.entries, format=self.fmt,
+                                 delete_share=self.delete_share, seed=self.seed,
+                                 ground_truth=str(self.tmp / "ground-truth.parquet"))
+        c = self.console
+        t0 = time.monotonic()
+        with Progress(TextColumn("{task.description:>8}"), BarColumn(), TextColumn("{task.completed:>12,} entries"),
+                      TextColumn("{task.fields[rate]:>10,.0f}/s"), TimeElapsedColumn(), console=c,
+                      transient=not c.is_terminal) as bar:
+            sent = bar.add_task("produced", total=self.entries, rate=0.0)
+            applied = bar.add_task("applied", total=self.entries, rate=0.0)
+            last = [0.0]
+
+            def show(st) -> None:
+                now = time.monotonic()
+                if now - last[0] < 0.1 and st.entries < st.total:
+                    return
+                last[0] = now
+                self._supervisor_alive()
+                n, _ = self._applied()
+                bar.update(sent, completed=st.entries, rate=st.entries / max(now - t0, 1e-9))
+                bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
+
+            self.sent = loadgen.produce(cfg, show)
+            t_sent = time.monotonic()
+            ends = self.sent.end_offsets
+            deadline = t_sent + max(READY_TIMEOUT_S, self.entries / 10_000)
+            while True:
+                self._supervisor_alive()
+                n, st = self._applied()
+                now = time.monotonic()
+                bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
+                at = {p["partition"]: p["applied"] for p in st["assigned"]}
+                if all(at.get(p, -1) >= end for p, end in ends.items()):
+                    break
+                if now > deadline:
+                    behind = {p: (at.get(p), end) for p, end in ends.items() if at.get(p, -1) < end}
+                    raise DemoError(f"the cache did not catch up within {deadline - t_sent:.0f} s of the last "
+                                    f"acknowledgement: (applied, end) by partition {behind}")
+                time.sleep(0.05)
+        t_done = time.monotonic()
+        s = self.sent
+        self.applied_entries, self.apply_seconds = n, t_done - t0
+        c.print(f"produced {s.entries:,} entries ({s.adds:,} ADD, {s.deletes:,} DELETE) in {s.messages:,} "
+                f"{self.fmt} messages in {s.seconds:.1f} s ({s.entries / max(s.seconds, 1e-9):,.0f} entries/s)")
+        c.print(f"the cache applied them all {t_done - t0:.1f} s after the first was sent "
+                f"({n / max(t_done - t0, 1e-9):,.0f} entries/s), {t_done - t_sent:.1f} s after the last was acknowledged")
+
+    def read_back(self) -> None:
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        self.console.print(f"a reader process looks up {min(self.sample, self.sent.adds):,} of the sent hashes ...")
+        p = ctx.Process(target=_reader_main, args=(self.name, self.sent.ground_truth, self.sample, self.seed, out),
+                        name="shmcache-demo-reader")
+        p.start()
+        try:
+            kind, res = out.get(timeout=600)
+        finally:
+            p.join(30)
             if p.is_alive():
                 p.kill()
-            p.join()
-        w.close()
-        if keep:
-            console.print(f"kept /dev/shm/{name}; remove it with: shmcache destroy {name}")
+                p.join()
+        if kind != "ok":
+            raise DemoError(f"the reader process failed: {res}")
+        self.read = res
+
+    def stop_supervisor(self) -> None:
+        st = self.reader.status()
+        self.sup.note_workers(st)
+        code = self.sup.stop()
+        self.check(code == 0, f"supervisor exit code {code} after SIGTERM (want 0)")
+        left = [pid for pid in self.sup.worker_pids if _alive(pid)]
+        self.check(not left, f"worker processes still alive: {left}")
+        rows = {p: c for p, c in self._committed().items()}
+        short = {p: (rows.get(p), end) for p, end in self.sent.end_offsets.items() if rows.get(p) != end}
+        self.check(not short, f"committed offsets short of the end (committed, end): {short}")
+        self.console.print(f"supervisor pid {self.sup.pid} stopped with SIGTERM: exit code {code}, final commit "
+                           f"{'at the end of every partition' if not short else 'SHORT'}")
+
+    def _committed(self) -> dict[int, int]:
+        from shmcache.consumer import control
+        from shmcache.engine import layout as L
+
+        rows = control.partitions(self.reader)
+        return {p: int(rows[p, L.P_COMMITTED]) for p in range(self.partitions)}
+
+    def summarize(self) -> None:
+        s = self.reader.stats()
+        st = self.reader.status()
+        sent, rd = self.sent, self.read
+        live = sent.adds - sent.deletes  # every hash is ADDed once and DELETEd at most once
+        malformed = sum(w["malformed"] for w in st["workers"])
+        self.check(rd["present_hits"] == rd["present"], f"{rd['present'] - rd['present_hits']} present hashes missed")
+        self.check(rd["right_values"] == rd["present"],
+                   f"{rd['present'] - rd['right_values']} present hashes without the exact value sent")
+        self.check(rd["deleted_misses"] == rd["deleted"], f"{rd['deleted'] - rd['deleted_misses']} deleted hashes hit")
+        self.check(s["entries"] == live, f"table holds {s['entries']:,} entries; the ground truth says {live:,}")
+        self.check(s["evictions"] == 0, f"{s['evictions']:,} evictions")
+        self.check(malformed == 0, f"{malformed} malformed messages")
+        looked = rd["present"] + rd["deleted"]
+        hit_rate = rd["present_hits"] / rd["present"] if rd["present"] else 1.0
+        t = Table(title=f"shmcache demo: {sent.entries:,} entries, {self.fmt}, {self.partitions} partitions, "
+                        f"{self.workers} workers", show_header=False, title_justify="left")
+        t.add_column(justify="left")
+        t.add_column(justify="right")
+        rows = [
+            ("entries produced", f"{sent.entries:,} ({sent.adds:,} ADD, {sent.deletes:,} DELETE)"),
+            ("produced", f"{sent.entries / max(sent.seconds, 1e-9):,.0f} entries/s"),
+            ("entries applied", f"{self.applied_entries:,}"),
+            ("applied", f"{self.applied_entries / max(self.apply_seconds, 1e-9):,.0f} entries/s"),
+            ("table entries", f"{s['entries']:,} (expected {live:,})"),
+            ("memory used", f"{format_bytes(s['bytes_used'])} ({s['bytes_used'] / s['capacity_bytes']:.1%} of "
+                            f"{format_bytes(s['capacity_bytes'])} ring)"),
+            ("segment", f"{format_bytes(s['memory'])} in /dev/shm"),
+            ("evictions", f"{s['evictions']:,}"),
+            ("lock takeovers", f"{s['lock_takeovers']:,}"),
+            ("malformed messages", f"{malformed:,}"),
+            ("commits / rebalances", f"{st['commits']:,} / {st['rebalances']:,}"),
+            ("sampled hashes", f"{looked:,} ({rd['present']:,} present, {rd['deleted']:,} deleted)"),
+            ("hit rate (present)", f"{hit_rate:.2%} ({rd['present_hits']:,} hits, "
+                                   f"{rd['right_values']:,} with the exact value)"),
+            ("deleted that missed", f"{rd['deleted_misses']:,} of {rd['deleted']:,}"),
+            ("lookups", f"{rd['lookups'] / max(rd['lookup_seconds'], 1e-9):,.0f} /s"),
+            ("reader process", f"pid {rd['pid']}, batches of {BATCH}, random order"),
+            ("readers' hits / misses", f"{s['reader_hits']:,} / {s['reader_misses']:,}"),
+        ]
+        for r in rows:
+            t.add_row(*r)
+        self.console.print(t)
+
+    def cleanup(self) -> None:
+        """Stop whatever is still running, by pid; remove what was made. Each step on its own."""
+        c = self.console
+        steps = []
+        if self.sup is not None and self.sup.running():
+            steps.append(("supervisor", lambda: self.sup.stop()))
+        if self.reader is not None:
+            steps.append(("reader handle", self.reader.close))
+        if self.broker is not None:
+            steps.append(("broker", self.broker.stop))
+        elif self.created_topic and not self.keep:
+            steps.append(("topic", self._delete_topic))
+        if not self.keep:
+            steps.append(("cache", lambda: shmcache.destroy(self.name) if shmcache.exists(self.name) else None))
+        steps.append(("temporary directory", lambda: shutil.rmtree(self.tmp, ignore_errors=True)))
+        for what, fn in steps:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - the other steps still run
+                c.print(f"[red]cleanup: {what}: {e}[/]")
+                self.failures.append(f"cleanup of the {what} failed: {e}")
+        stopped = []
+        if self.sup is not None:
+            workers = ", ".join(map(str, sorted(self.sup.worker_pids))) or "-"
+            stopped.append(f"supervisor pid {self.sup.pid} (workers {workers})")
+        if self.broker is not None and self.broker.pid is not None:
+            stopped.append(f"broker pid {self.broker.pid}")
+        if stopped:
+            c.print("stopped " + ", ".join(stopped))
+        if self.keep:
+            c.print(f"kept /dev/shm/{self.name}; read it with shmcache.attach({self.name!r}), "
+                    f"remove it with: shmcache destroy {self.name}")
         else:
-            shmcache.destroy(name)
-            console.print(f"destroyed cache {name}")
+            c.print(f"removed cache {self.name}")
+
+    def _delete_topic(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        from shmcache.consumer import loadgen
+
+        loadgen.delete_topic(self.bootstrap, self.topic)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for f in admin.delete_consumer_groups([self.group], request_timeout=15).values():
+            f.result(timeout=15)
+
+    def run(self) -> int:
+        try:
+            self.start_broker()
+            self.start_supervisor()
+            self.produce_and_catch_up()
+            self.read_back()
+            self.stop_supervisor()
+            self.summarize()
+        except DemoError as e:
+            self.failures.append(str(e))
+        except KeyboardInterrupt:
+            self.failures.append("interrupted")
+        except Exception as e:  # noqa: BLE001 - reported below, after the cleanup
+            self.failures.append(f"{type(e).__name__}: {e}")
+        finally:
+            # a second Ctrl-C or SIGTERM must not cut the cleanup short
+            old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                self.cleanup()
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+        if self.failures:
+            self.console.print("[red]demo FAILED:[/] " + "; ".join(self.failures))
+            return 130 if self.failures == ["interrupted"] else 1
+        self.console.print("[green]demo passed:[/] every sampled hash hit with its exact value, every deleted one "
+                           "missed, nothing evicted, every applied offset committed")
+        return 0
+
+
+def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: str = "v1",
+        bootstrap: str | None = None, memory: int | str = "auto", sample: int = 100_000,
+        delete_share: float = 0.1, seed: int | None = None, name: str | None = None, keep: bool = False) -> int:
+    """Run the demo; returns the exit code (0: every check held)."""
+    from shmcache.consumer import wire
+
+    if entries < 1:
+        raise ValueError(f"entries={entries}: must be >= 1")
+    if sample < 1:
+        raise ValueError(f"sample={sample}: must be >= 1")
+    if fmt == "v2" and wire.V2_BUCKETS % partitions:
+        raise ValueError(f"partitions={partitions}: v2 needs a divisor of {wire.V2_BUCKETS}")
+    mem = auto_memory(entries) if memory == "auto" else parse_bytes(memory)
+    demo = Demo(entries=entries, workers=workers, partitions=partitions, fmt=fmt, bootstrap=bootstrap, memory=mem,
+                sample=sample, delete_share=delete_share, seed=seed, name=name, keep=keep,
+                console=Console(soft_wrap=True))  # long lines stay whole in logs (no terminal width)
+
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt  # cleanup runs in the same finally as for Ctrl-C
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return demo.run()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def command(a) -> int:
+    """`shmcache demo` (see cli.py for the options)."""
+    return run(entries=a.entries, workers=a.workers, partitions=a.partitions, fmt=a.format, bootstrap=a.bootstrap,
+               memory=a.memory, sample=a.sample, delete_share=a.delete_share, seed=a.seed, name=a.name, keep=a.keep)

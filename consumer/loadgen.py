@@ -302,6 +302,21 @@ def final_state(path: str, columns: list[str] | None = None):
     return t.filter(pc.is_in(t["seq"], value_set=last["seq_max"]))  # seq is unique: one row per hash
 
 
+def hashes_of(column) -> np.ndarray:
+    """A column of 32-byte tx hashes (pyarrow binary, chunked or not) as an (n, 32) uint8 array."""
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    arr = arr.cast(pa.binary())
+    if arr.null_count:
+        raise ValueError("tx_hash column holds a null")
+    o = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, 4 * arr.offset)
+    if len(arr) and (np.diff(o) != 32).any():
+        raise ValueError("tx_hash column holds a value that is not 32 bytes")
+    data = np.frombuffer(arr.buffers()[2], np.uint8)[o[0]:o[-1]] if len(arr) else np.empty(0, np.uint8)
+    return data.reshape(-1, 32)
+
+
 # -- topics ----------------------------------------------------------------------------------
 
 
