@@ -1,0 +1,71 @@
+"""What runs inside an executor's Python worker: one read-only handle per cache.
+
+Spark reuses a Python worker process for many tasks (`spark.python.worker.reuse`,
+on by default), so a cache is attached once per worker process and kept in
+`_READERS` for every later batch. A handle is only ever `shmcache.attach()`ed:
+PROT_READ, never written, never unlinked, never registered with multiprocessing's
+resource tracker, so nothing an executor does (or its exit) can remove a cache.
+
+A cache that was destroyed and created again under the same name is a new file
+(another inode): each batch stats `/dev/shm/<name>` (one syscall) and re-attaches
+when the inode changed, so a worker never keeps reading a dead table. A cache that
+is gone raises CacheNotFoundError naming the cache and this host: on a cluster,
+every machine that runs executors needs its own `shmcache run`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import shmcache
+from shmcache.errors import CacheNotFoundError
+from shmcache.ipc.segment import path_of
+
+_READERS: dict[str, tuple[int, "shmcache.Reader"]] = {}  # name -> (inode of the mapped file, reader)
+
+
+def reader(name: str, who: str) -> "shmcache.Reader":
+    """This process's read-only handle on cache `name`, attached on first use."""
+    try:
+        inode = os.stat(path_of(name)).st_ino  # before attach: a re-create in between is seen next batch
+    except FileNotFoundError:
+        _drop(name)
+        raise _missing(name, who) from None
+    held = _READERS.get(name)
+    if held is not None and held[0] == inode:
+        return held[1]
+    _drop(name)
+    _prune()
+    try:
+        r = shmcache.attach(name)
+    except FileNotFoundError:  # CacheNotFoundError: destroyed between the stat and the open
+        raise _missing(name, who) from None
+    _READERS[name] = (inode, r)
+    return r
+
+
+def _missing(name: str, who: str) -> CacheNotFoundError:
+    return CacheNotFoundError(
+        f"{who}: cache {name!r} not found on host {socket.gethostname()!r} ({path_of(name)}); "
+        "every machine that runs executors needs its own `shmcache run --name "
+        f"{name} ...` (see README, Spark)")
+
+
+def _drop(name: str) -> None:
+    held = _READERS.pop(name, None)
+    if held is not None:
+        held[1].close()  # unmaps; never destroys
+
+
+def _prune() -> None:
+    """Unmap handles on caches that no longer exist, so a long-lived worker does not
+    keep the memory of destroyed tables mapped."""
+    for name in list(_READERS):
+        if not os.path.exists(path_of(name)):
+            _drop(name)
+
+
+def attached() -> list[str]:
+    """Names this process holds a handle on (for tests and logs)."""
+    return sorted(_READERS)

@@ -1,0 +1,114 @@
+"""SparkSessions for the jobs, tests and benchmarks, with the Kafka connector's jars.
+
+`session()` builds (or returns the running) SparkSession. Locally (`local[N]`, the
+default) it is kept small: no UI, no console progress bars, few shuffle partitions,
+and executors' Python workers run this interpreter (PYSPARK_PYTHON defaults to
+sys.executable, so they import this shmcache). With kafka=True the connector's jars
+go on `spark.jars` from local files fetched by scripts/setup (scripts/spark-jars):
+nothing is resolved from the network at run time. `spark.jars` are shipped to a
+cluster's executors by Spark itself.
+
+Where the jars come from, first match wins:
+1. SHMCACHE_SPARK_JARS: a directory of jars or a comma-separated list of jar files;
+2. .cache/spark/pyspark-<version>/kafka-jars/ in the repo (scripts/spark-jars).
+A missing directory raises an error that says how to fetch it.
+
+Not guaranteed: settings that only apply when the JVM starts (spark.jars, driver
+memory) cannot change on a session that is already running; `session()` then
+returns it as it is, and `kafka_jars_loaded()` tells whether the sink is there.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MASTER = "local[2]"
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",  # local[2]: a handful of tasks, not 200
+    "spark.sql.adaptive.enabled": "true",
+}
+
+
+class SparkSetupError(RuntimeError):
+    """PySpark or the Kafka connector jars are not installed where expected."""
+
+
+def kafka_jars() -> list[str]:
+    """Local paths of the Kafka connector jars (see the module docstring)."""
+    given = os.environ.get("SHMCACHE_SPARK_JARS")
+    if given:
+        if os.path.isdir(given):
+            jars = sorted(glob.glob(os.path.join(given, "*.jar")))
+        else:
+            jars = [j for j in given.split(",") if j]
+        missing = [j for j in jars if not os.path.isfile(j)]
+        if not jars or missing:
+            raise SparkSetupError(f"SHMCACHE_SPARK_JARS={given!r}: no jars there, or missing files {missing}")
+        return jars
+    d = jars_dir()
+    jars = sorted(glob.glob(str(d / "*.jar")))
+    if not jars:
+        raise SparkSetupError(
+            f"the Spark Kafka connector jars for pyspark {_pyspark_version()} are not in {d}; "
+            "fetch them with scripts/setup (or scripts/spark-jars fetch; Java 17+ and Maven needed), "
+            "or point SHMCACHE_SPARK_JARS at a directory of spark-sql-kafka-0-10_2.13 and its dependencies")
+    return jars
+
+
+def jars_dir() -> Path:
+    """Where scripts/spark-jars puts the jars for the installed pyspark."""
+    return REPO / ".cache" / "spark" / f"pyspark-{_pyspark_version()}" / "kafka-jars"
+
+
+def _pyspark_version() -> str:
+    try:
+        import pyspark
+    except ImportError:
+        raise SparkSetupError("shmcache.spark needs PySpark: pip install 'shmcache[spark]' "
+                              "(PySpark 4.x needs Java 17+ and pandas < 3)") from None
+    return pyspark.__version__
+
+
+def session(app: str = "shmcache", *, master: str | None = None, kafka: bool = False,
+            conf: dict[str, str] | None = None, log_level: str = "ERROR"):
+    """The running SparkSession, or a new one: `master` (default $SHMCACHE_SPARK_MASTER,
+    else local[2]), the connector's jars when kafka=True, then `conf` on top."""
+    _pyspark_version()
+    from pyspark.sql import SparkSession
+
+    running = SparkSession.getActiveSession()
+    if running is not None:
+        return running
+    master = master or os.environ.get("SHMCACHE_SPARK_MASTER") or DEFAULT_MASTER
+    settings: dict[str, str] = {}
+    if master.startswith("local"):
+        settings.update(LOCAL_CONF)
+        # Spark starts Python workers with $PYSPARK_PYTHON, else `python3` on PATH, which
+        # may not have shmcache: locally, use this interpreter.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if kafka:
+        settings["spark.jars"] = ",".join(kafka_jars())
+    settings.update(conf or {})
+    b = SparkSession.builder.master(master).appName(app)
+    for k, v in settings.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
+def kafka_jars_loaded(spark) -> bool:
+    """Whether the running session can load the Kafka sink's classes."""
+    jvm = spark.sparkContext._jvm
+    try:
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider", False, loader)
+        return True
+    except Exception:  # py4j wraps ClassNotFoundException
+        return False
