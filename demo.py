@@ -510,14 +510,9 @@ class Demo:
             c.print(f"removed cache {self.name}")
 
     def _delete_topic(self) -> None:
-        from confluent_kafka.admin import AdminClient
-
         from shmcache.consumer import loadgen
 
-        loadgen.delete_topic(self.bootstrap, self.topic)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for f in admin.delete_consumer_groups([self.group], request_timeout=15).values():
-            f.result(timeout=15)
+        loadgen.delete_topic(self.bootstrap, self.topic, groups=(self.group,))
 
     def run(self) -> int:
         try:

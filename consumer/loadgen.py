@@ -320,6 +320,12 @@ def hashes_of(column) -> np.ndarray:
 # -- topics ----------------------------------------------------------------------------------
 
 
+def _admin_settings(bootstrap: str) -> dict:
+    # log_level 4: librdkafka's informational chatter when a short-lived admin client
+    # is destroyed ("Purging 1 unserved events") is not for the user's terminal
+    return {"bootstrap.servers": bootstrap, "log_level": 4}
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> bool:
     """Create `topic` with `partitions` partitions (replication 1) and wait until each has a
     leader. Returns False if it already existed with that many partitions; raises if it
@@ -327,7 +333,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_admin_settings(bootstrap))
     created = True
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
@@ -349,11 +355,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
         time.sleep(0.1)
 
 
-def delete_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> None:
+def delete_topic(bootstrap: str, topic: str, groups: tuple[str, ...] = (), timeout: float = 30.0) -> None:
+    """Delete `topic`, and the consumer `groups` that read it (their committed offsets)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(_admin_settings(bootstrap))
     admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout=timeout)
+    if groups:
+        for f in admin.delete_consumer_groups(list(groups), request_timeout=timeout).values():
+            f.result(timeout=timeout)
 
 
 # -- producing -----------------------------------------------------------------------------

@@ -1,0 +1,90 @@
+"""`shmcache demo` on a broker it did not start (`--bootstrap`), in the other wire
+format; and the demo when something goes wrong: a check that fails (a cache too
+small, so entries are evicted) exits 1, and Ctrl-C exits 130, each after
+stopping everything it started and removing its topic, group and segment."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import shmcache
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _demo_run import ENV, REPO, alive, assert_nothing_left, run_demo  # noqa: E402
+
+
+def _topic_of(out: str) -> str:
+    return re.search(r"topic '(shmcache-demo-[0-9a-f]+)'", out).group(1)
+
+
+def _groups(admin) -> set[str]:
+    return {g.group_id for g in admin.list_consumer_groups().result(timeout=15).valid}
+
+
+def _topics(admin) -> set[str]:
+    return set(admin.list_topics(timeout=10).topics)
+
+
+def test_v2_on_an_existing_broker_keeping_the_cache(kafka_broker, kafka_admin):
+    run = run_demo(["--entries", "20000", "--format", "v2", "--bootstrap", kafka_broker.bootstrap, "--keep"],
+                   timeout=600, script=False)
+    name, topic = run.cache(), _topic_of(run.out)
+    try:
+        assert run.code == 0, run.out
+        assert f"using the Kafka broker at {kafka_broker.bootstrap}" in run.out and "Kafka broker pid" not in run.out
+        assert run.row("hit rate (present)").startswith("100.00%")
+        assert_nothing_left(run, kept=True)
+        with shmcache.attach(name) as r:  # kept: readable, its supervisor gone, everything committed
+            st = r.status()
+            assert not st["supervisor_alive"] and st["commits"] >= 1
+            assert f"{r.stats()['entries']:,}" == run.row("table entries").split()[0]
+        assert topic in _topics(kafka_admin)  # --keep keeps the topic too
+    finally:
+        shmcache.destroy(name)
+        for f in kafka_admin.delete_topics([topic], operation_timeout=10).values():
+            f.result(timeout=15)
+
+
+def test_a_failed_check_exits_1_and_cleans_up(kafka_broker, kafka_admin):
+    # 40 MiB holds ~24 records per bucket: 200,000 entries (~24 per bucket) overflow some buckets
+    run = run_demo(["--entries", "200000", "--memory", "40MiB", "--bootstrap", kafka_broker.bootstrap],
+                   timeout=600, script=False)
+    assert run.code == 1, run.out
+    assert "demo FAILED" in run.out and "evictions" in run.out.split("demo FAILED")[1]
+    assert int(run.row("evictions").replace(",", "")) > 0
+    assert_nothing_left(run)
+    topic = _topic_of(run.out)
+    assert topic not in _topics(kafka_admin) and topic not in _groups(kafka_admin)
+
+
+def test_ctrl_c_stops_everything_it_started(kafka_broker, kafka_admin):
+    p = subprocess.Popen([sys.executable, "-m", "shmcache", "demo", "--entries", "5000000",
+                          "--bootstrap", kafka_broker.bootstrap], cwd=REPO, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                         start_new_session=True)
+    lines = []
+    try:
+        for line in p.stdout:  # until the supervisor is up and producing has begun
+            lines.append(line)
+            if "partitions assigned, ready" in line:
+                break
+        time.sleep(2)
+        sup = int(re.search(r"supervisor pid (\d+)", "".join(lines)).group(1))
+        workers = [int(x) for x in re.search(r"\(pids (\d+), (\d+)\)", "".join(lines)).groups()]
+        name = re.search(r"cache '(demo-[0-9a-f]+)'", "".join(lines)).group(1)
+        topic = _topic_of("".join(lines))
+        p.send_signal(signal.SIGINT)  # the demo alone, as a terminal's Ctrl-C would reach it first
+        rest, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    out = "".join(lines) + rest
+    assert p.returncode == 130, out
+    assert "demo FAILED: interrupted" in out
+    assert not [pid for pid in [sup, *workers] if alive(pid)]
+    assert not os.path.exists(f"/dev/shm/{name}")
+    assert topic not in _topics(kafka_admin)
