@@ -32,6 +32,9 @@ LOCAL_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",  # local[2]: a handful of tasks, not 200
     "spark.sql.adaptive.enabled": "true",
+    # local: the driver and its executors talk over loopback only
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
 }
 
 
@@ -92,6 +95,7 @@ def session(app: str = "shmcache", *, master: str | None = None, kafka: bool = F
         # Spark starts Python workers with $PYSPARK_PYTHON, else `python3` on PATH, which
         # may not have shmcache: locally, use this interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # read by the JVM as it starts
     if kafka:
         settings["spark.jars"] = ",".join(kafka_jars())
     settings.update(conf or {})

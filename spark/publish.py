@@ -1,0 +1,149 @@
+"""Publish txmeta rows from Parquet to the txmeta topic through Spark's Kafka sink.
+
+    from shmcache.spark import publish, session
+    spark = session("publish", kafka=True)
+    report = publish.publish(spark, "txmeta.parquet", "broker:9092", "txmeta", format="v1")
+
+    shmcache spark publish txmeta.parquet --bootstrap broker:9092 --topic txmeta
+
+The plan (each step a Spark stage; no per-entry Python anywhere):
+1. rows -> entries (`_messages.entry_batches`, mapInArrow): the MetaBytes of each
+   ADD, empty content for each DELETE (see _source.py for where deletes come
+   from), and `kpart`, the Kafka partition of the entry's own hash: murmur2 (v1,
+   Kafka's partitioner for keyed records) or the bucket range (v2).
+2. repartition by kpart, sort within partitions by (kpart, action): all entries of
+   one Kafka partition meet in one Spark task, ADDs before DELETEs.
+3. entries -> messages (`_messages.message_batches`, mapInArrow): runs of one kpart
+   cut into messages of <= 1024 entries (and <= max_bytes), encoded with
+   `wire.encode_v1` / `encode_v2`.
+4. Spark's Kafka sink (spark-sql-kafka): v1 records keyed by their first tx hash, so
+   Kafka's murmur2 partitioner places each message in the partition of every entry
+   in it; v2 records with their partition set and no key.
+
+Guaranteed (DESIGN invariant 2): every entry lands in the partition of its own hash,
+and within a partition each hash's ADD precedes its DELETE from the same run, since
+one task produces all of a partition's messages in order through an idempotent
+producer (acks=all). Deletes of hashes added by an earlier run land after them.
+Not guaranteed: exactly-once. A failed task is retried and re-sends its messages
+(re-applying an ADD/DELETE sequence leaves the same table: invariant 6); speculative
+execution (`spark.speculation`, off by default) must stay off, since two attempts of
+one task would interleave a partition's messages.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+
+from shmcache.consumer import wire
+from shmcache.spark import _messages
+
+WHO = "shmcache.spark.publish"
+ENTRY_SCHEMA = "tx_hash binary, action byte, kpart int, content binary"
+RECORD_SCHEMA = "key binary, value binary, partition int"
+# Producer settings of the sink (Spark's `kafka.`-prefixed options); the caller's win.
+PRODUCER = {
+    "acks": "all",
+    "enable.idempotence": "true",  # retries keep the order within a partition
+    "compression.type": "lz4",
+    "linger.ms": "5",
+}
+
+
+@dataclass
+class PublishReport:
+    topic: str
+    format: str
+    partitions: int
+    adds: int  # ADD entries sent
+    deletes: int  # DELETE entries sent
+    messages: int
+    bytes: int  # message values, before compression
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def publish(spark, path, bootstrap: str, topic: str, *, format: str = "v1", key_col: str = "tx_hash",
+            delete_col: str | None = None, deletes=None, partitions: int | None = None,
+            max_entries: int = _messages.MAX_ENTRIES, max_bytes: int = _messages.MAX_BYTES,
+            kafka_options: dict[str, str] | None = None) -> PublishReport:
+    """Send the txmeta rows of Parquet `path` (and its deletes) to `topic`; returns
+    once every message is acknowledged. `partitions` is the topic's partition count,
+    asked of the broker when not given (needs confluent-kafka on the driver)."""
+    from pyspark.sql import functions as F
+
+    from shmcache.spark import _source
+
+    if format not in ("v1", "v2"):
+        raise ValueError(f"{WHO}: format={format!r}; expected v1 or v2 (kv topics are not txmeta batches)")
+    if not 1 <= max_entries <= _messages.MAX_ENTRIES * 64:
+        raise ValueError(f"{WHO}: max_entries={max_entries} must be 1..{_messages.MAX_ENTRIES * 64}")
+    if max_bytes < wire.V2_HEADER + wire.V2_ENTRY_HEADER + wire.MAX_VALUE:
+        raise ValueError(f"{WHO}: max_bytes={max_bytes} cannot hold one entry of the largest value")
+    t0 = time.monotonic()
+    if partitions is None:
+        partitions = topic_partitions(bootstrap, topic)
+    if format == "v2" and wire.V2_BUCKETS % partitions:
+        raise ValueError(f"{WHO}: topic {topic!r} has {partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
+    src = _source.read(spark, path, key_col=key_col, delete_col=delete_col, deletes=deletes, who=WHO)
+
+    sc = spark.sparkContext
+    counts = {name: sc.accumulator(0) for name in ("adds", "deletes", "messages", "bytes")}
+    step1 = partial(_messages.entry_batches, partitions=partitions, fmt=format, key_col=key_col)
+    entries = src.adds.mapInArrow(partial(_counted, step1, counts["adds"], action=wire.ADD), ENTRY_SCHEMA)
+    if src.deletes is not None:
+        entries = entries.unionByName(
+            src.deletes.mapInArrow(partial(_counted, step1, counts["deletes"], action=wire.DELETE), ENTRY_SCHEMA))
+    tasks = max(1, min(partitions, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+    ordered = entries.repartition(tasks, "kpart").sortWithinPartitions("kpart", "action")
+    step3 = partial(_messages.message_batches, fmt=format, max_entries=max_entries, max_bytes=max_bytes)
+    records = ordered.mapInArrow(partial(_records_counted, step3, counts["messages"], counts["bytes"]),
+                                 RECORD_SCHEMA)
+    records = records.drop("partition") if format == "v1" else records.select(F.col("value"), F.col("partition"))
+
+    w = records.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+    for k, v in {**PRODUCER, **(kafka_options or {})}.items():
+        w = w.option(f"kafka.{k}", v)
+    w.save()
+    return PublishReport(topic=topic, format=format, partitions=partitions, adds=counts["adds"].value,
+                         deletes=counts["deletes"].value, messages=counts["messages"].value,
+                         bytes=counts["bytes"].value, seconds=time.monotonic() - t0)
+
+
+def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
+    """The partition count of `topic`, from the broker's metadata."""
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError:
+        raise ImportError(f"{WHO}: asking the broker for {topic!r}'s partitions needs confluent-kafka "
+                          "(pip install 'shmcache[kafka]'), or pass partitions=") from None
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=timeout)
+    t = meta.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        raise ValueError(f"{WHO}: topic {topic!r} not found on {bootstrap}"
+                         + (f" ({t.error})" if t is not None and t.error is not None else "")
+                         + "; create it first (its partition count fixes where each hash goes)")
+    return len(t.partitions)
+
+
+# -- in the executors ------------------------------------------------------------------------------
+# Counters ride on Spark accumulators: summed on the driver when the job ends (a retried
+# task counts twice; the figures are a report, not a check).
+
+
+def _counted(step, acc, batches, *, action):
+    for out in step(batches, action=action):
+        acc.add(out.num_rows)
+        yield out
+
+
+def _records_counted(step, messages, nbytes, batches):
+    import pyarrow.compute as pc
+
+    for out in step(batches):
+        messages.add(out.num_rows)
+        nbytes.add(int(pc.sum(pc.binary_length(out.column("value"))).as_py() or 0))
+        yield out
