@@ -30,7 +30,10 @@ acknowledged (a file at PATH is complete). Columns: txmeta.table_schema() plus
 
 The state the topic leaves (and a cache fed from it, if nothing was evicted): for
 each tx_hash the row with the highest seq wins; the hash is present with that
-row's value unless `deleted` (`final_state()` computes it).
+row's value unless `deleted` (`final_state()` computes it). Since every hash is
+ADDed once and DELETEd at most once, after its ADD, reading it as "a hash with a
+deleted row is absent" (as the Spark audit reads a `deleted` column) gives the
+same state.
 
 Generation works on whole batches (numpy, txmeta.encode, wire.encode_v1/v2), so a
 few million entries take seconds. On backpressure it waits (poll), never drops;
