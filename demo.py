@@ -24,8 +24,10 @@ broker it did not start) and the cache segment (unless `--keep`). Every run
 uses fresh names, so runs one after another (or side by side) do not meet.
 
 Not guaranteed: the figures are this machine's, with the broker, the producer,
-the supervisor and its workers all sharing its cores; the apply rate is bounded
-by the produce rate, since the cache consumes while the topic is being filled.
+the supervisor and its workers all sharing its cores. The apply rate is bounded
+by the produce rate, since the cache consumes while the topic is being filled:
+"behind the producer" says how long the cache needed after the last entry was
+acknowledged (near 0: it kept up, and the producer set the pace).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -57,6 +60,7 @@ BYTES_PER_ENTRY = 300  # ring + index per entry with room to spare (records aver
 MEMORY_FLOOR = 64 << 20
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
+PLAIN_PROGRESS_S = 5.0  # seconds between progress lines when there is no terminal
 
 
 class DemoError(Exception):
@@ -293,6 +297,9 @@ class Demo:
     def start_supervisor(self) -> None:
         from shmcache.consumer import loadgen
 
+        if shmcache.exists(self.name):  # the demo checks (and removes) a cache of its own only
+            raise DemoError(f"a cache named {self.name!r} exists already: give another --name, "
+                            f"or remove it with: shmcache destroy {self.name}")
         loadgen.create_topic(self.bootstrap, self.topic, self.partitions)
         self.created_topic = True
         argv = [sys.executable, "-m", "shmcache", "run", "--name", self.name, "--bootstrap", self.bootstrap,
@@ -355,7 +362,13 @@ class Demo:
                       transient=not c.is_terminal) as bar:
             sent = bar.add_task("produced", total=self.entries, rate=0.0)
             applied = bar.add_task("applied", total=self.entries, rate=0.0)
-            last = [0.0]
+            last = [0.0, t0]  # last bar update, last plain line
+
+            def plain(now: float, produced: int, n: int) -> None:
+                """Without a terminal the bars are not drawn: a line every few seconds instead."""
+                if not c.is_terminal and now - last[1] >= PLAIN_PROGRESS_S:
+                    last[1] = now
+                    c.print(f"  {now - t0:5.1f} s: {produced:,} entries produced, {n:,} applied")
 
             def show(st) -> None:
                 now = time.monotonic()
@@ -366,6 +379,7 @@ class Demo:
                 n, _ = self._applied()
                 bar.update(sent, completed=st.entries, rate=st.entries / max(now - t0, 1e-9))
                 bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
+                plain(now, st.entries, n)
 
             self.sent = loadgen.produce(cfg, show)
             t_sent = time.monotonic()
@@ -376,6 +390,7 @@ class Demo:
                 n, st = self._applied()
                 now = time.monotonic()
                 bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
+                plain(now, self.sent.entries, n)
                 at = {p["partition"]: p["applied"] for p in st["assigned"]}
                 if all(at.get(p, -1) >= end for p, end in ends.items()):
                     break
@@ -386,7 +401,7 @@ class Demo:
                 time.sleep(0.05)
         t_done = time.monotonic()
         s = self.sent
-        self.applied_entries, self.apply_seconds = n, t_done - t0
+        self.applied_entries, self.apply_seconds, self.behind_seconds = n, t_done - t0, t_done - t_sent
         c.print(f"produced {s.entries:,} entries ({s.adds:,} ADD, {s.deletes:,} DELETE) in {s.messages:,} "
                 f"{self.fmt} messages in {s.seconds:.1f} s ({s.entries / max(s.seconds, 1e-9):,.0f} entries/s)")
         c.print(f"the cache applied them all {t_done - t0:.1f} s after the first was sent "
@@ -400,7 +415,13 @@ class Demo:
                         name="shmcache-demo-reader")
         p.start()
         try:
-            kind, res = out.get(timeout=600)
+            while True:
+                try:
+                    kind, res = out.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if not p.is_alive():  # died without a word (a signal, a crash)
+                        raise DemoError(f"the reader process died with exit code {p.exitcode}") from None
         finally:
             p.join(30)
             if p.is_alive():
@@ -453,7 +474,9 @@ class Demo:
             ("entries produced", f"{sent.entries:,} ({sent.adds:,} ADD, {sent.deletes:,} DELETE)"),
             ("produced", f"{sent.entries / max(sent.seconds, 1e-9):,.0f} entries/s"),
             ("entries applied", f"{self.applied_entries:,}"),
-            ("applied", f"{self.applied_entries / max(self.apply_seconds, 1e-9):,.0f} entries/s"),
+            ("applied", f"{self.applied_entries / max(self.apply_seconds, 1e-9):,.0f} entries/s "
+                        "(first sent to last applied)"),
+            ("behind the producer", f"{self.behind_seconds:.1f} s after the last acknowledgement"),
             ("table entries", f"{s['entries']:,} (expected {live:,})"),
             ("memory used", f"{format_bytes(s['bytes_used'])} ({s['bytes_used'] / s['capacity_bytes']:.1%} of "
                             f"{format_bytes(s['capacity_bytes'])} ring)"),
@@ -486,7 +509,7 @@ class Demo:
             steps.append(("broker", self.broker.stop))
         elif self.created_topic and not self.keep:
             steps.append(("topic", self._delete_topic))
-        if not self.keep:
+        if not self.keep and self.sup is not None:  # the supervisor made it
             steps.append(("cache", lambda: shmcache.destroy(self.name) if shmcache.exists(self.name) else None))
         steps.append(("temporary directory", lambda: shutil.rmtree(self.tmp, ignore_errors=True)))
         for what, fn in steps:
@@ -503,7 +526,9 @@ class Demo:
             stopped.append(f"broker pid {self.broker.pid}")
         if stopped:
             c.print("stopped " + ", ".join(stopped))
-        if self.keep:
+        if self.sup is None:
+            pass  # no cache was made
+        elif self.keep:
             c.print(f"kept /dev/shm/{self.name}; read it with shmcache.attach({self.name!r}), "
                     f"remove it with: shmcache destroy {self.name}")
         else:

@@ -48,6 +48,8 @@ earlier hashes to delete (the first batches of each partition are all ADDs).
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -230,58 +232,111 @@ class Generator:
 # -- ground truth ------------------------------------------------------------------------------
 
 
-def ground_truth_table(gen: Generator, b: GenBatch, seq0: int):
-    """Batch `b` as rows of the ground-truth schema (seq from seq0)."""
+def ground_truth_table(batches: list[GenBatch], partitions: list[np.ndarray], seq0: int):
+    """Consecutive batches as rows of the ground-truth schema (`partitions`: each entry's;
+    seq from seq0). Built over many batches at once: the per-call cost of Arrow is paid once."""
     import pyarrow as pa
 
-    n = len(b)
-    is_delete = b.actions == DELETE
+    keys = np.concatenate([b.keys for b in batches])
+    is_delete = np.concatenate([b.actions for b in batches]) == DELETE
+    n = len(keys)
     rank = np.zeros(n, np.int64)
     rank[~is_delete] = np.arange(n - int(is_delete.sum()))
     pick = pa.array(rank, mask=is_delete)  # a null index takes a null: DELETE rows have no value
-    cols = {k: v.take(pick) for k, v in txmeta.to_arrow(b.meta).items()}
+    cols = {k: v.take(pick) for k, v in txmeta.to_arrow(_concat_meta([b.meta for b in batches])).items()}
     hash_offsets = pa.py_buffer(np.arange(0, (n + 1) * 32, 32, dtype=np.int32))
-    tx_hash = pa.Array.from_buffers(pa.binary(), n, [None, hash_offsets, pa.py_buffer(b.keys.tobytes())])
+    tx_hash = pa.Array.from_buffers(pa.binary(), n, [None, hash_offsets, pa.py_buffer(keys)])
     return pa.Table.from_pydict({
         "tx_hash": tx_hash, **cols,
         "deleted": pa.array(is_delete),
         "seq": pa.array(np.arange(seq0, seq0 + n, dtype=np.int64)),
-        "partition": pa.array(gen.partitions_of(b)),
+        "partition": pa.array(np.concatenate(partitions)),
     }, schema=ground_truth_schema())
 
 
+def _concat_meta(metas: list[txmeta.Meta]) -> txmeta.Meta:
+    """One Meta of the records of `metas`, in order (the offsets rebased)."""
+    def offsets(arrays, sizes):
+        base = np.cumsum([0, *sizes])
+        return np.concatenate([np.zeros(1, np.int64)] + [o[1:] + base[i] for i, o in enumerate(arrays)])
+
+    return txmeta.Meta(
+        fee=np.concatenate([m.fee for m in metas]), size=np.concatenate([m.size for m in metas]),
+        flags=np.concatenate([m.flags for m in metas]),
+        parent_offsets=offsets([m.parent_offsets for m in metas], [len(m.parents) for m in metas]),
+        parents=np.concatenate([m.parents for m in metas]),
+        vout_offsets=offsets([m.vout_offsets for m in metas], [len(m.vouts) for m in metas]),
+        vouts=np.concatenate([m.vouts for m in metas]),
+        block_height=np.concatenate([m.block_height for m in metas]),
+        valid=np.concatenate([m.valid for m in metas]))
+
+
 class GroundTruthWriter:
-    """Appends batches to PATH.tmp; `commit()` renames it to PATH, `discard()` removes it."""
+    """Appends batches to PATH.tmp from a thread of its own, a row group (GROUND_TRUTH_ROW_GROUP
+    rows) at a time, so building Arrow tables and writing Parquet overlap with producing.
+    `commit()` waits for it and renames the file to PATH; `discard()` removes it."""
+
+    QUEUE = 256  # batches in flight: a bound on memory if the disk is slower than the broker
 
     def __init__(self, path: str):
         import pyarrow.parquet as pq
 
         self.path = path
         self.tmp = path + ".tmp"
-        self._writer = pq.ParquetWriter(self.tmp, ground_truth_schema())
-        self._pending: list = []
+        # random hashes neither dictionary-encode nor compress well: don't spend CPU trying
+        self._writer = pq.ParquetWriter(self.tmp, ground_truth_schema(), use_dictionary=False, compression="none")
+        self._pending: list = []  # (batch, partitions) not yet written
+        self._pending_seq0 = 0
         self._rows = 0
+        self._queue: queue.Queue = queue.Queue(self.QUEUE)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ground-truth-writer", daemon=True)
+        self._thread.start()
 
-    def write(self, table) -> None:
-        self._pending.append(table)
-        self._rows += table.num_rows
-        if self._rows >= GROUND_TRUTH_ROW_GROUP:
+    def add(self, b: GenBatch, partitions: np.ndarray, seq0: int) -> None:
+        """Queue a batch (its arrays must not change afterwards); raise if writing failed."""
+        if self._error is not None:
+            raise RuntimeError(f"writing the ground truth {self.tmp}: {self._error}") from self._error
+        self._queue.put((b, partitions, seq0))
+
+    def _run(self) -> None:
+        try:
+            while (item := self._queue.get()) is not None:
+                b, parts, seq0 = item
+                if not self._pending:
+                    self._pending_seq0 = seq0
+                self._pending.append((b, parts))
+                self._rows += len(b)
+                if self._rows >= GROUND_TRUTH_ROW_GROUP:
+                    self._flush()
             self._flush()
+        except BaseException as e:  # noqa: BLE001 - reported to the producing thread
+            self._error = e
+            while self._queue.get() is not None:  # drain, so add() and _stop() never block
+                pass
 
     def _flush(self) -> None:
-        import pyarrow as pa
-
         if self._pending:
-            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=GROUND_TRUTH_ROW_GROUP)
+            table = ground_truth_table([b for b, _ in self._pending], [p for _, p in self._pending],
+                                       self._pending_seq0)
+            self._writer.write_table(table, row_group_size=GROUND_TRUTH_ROW_GROUP)
             self._pending, self._rows = [], 0
 
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
     def commit(self) -> None:
-        self._flush()
+        self._stop()
+        if self._error is not None:
+            raise RuntimeError(f"writing the ground truth {self.tmp}: {self._error}") from self._error
         self._writer.close()
         os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
         try:
+            self._stop()
             self._writer.close()
         except Exception:  # noqa: BLE001 - a half-written file is removed either way
             pass
@@ -410,7 +465,7 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
             producer.send(b.keys, b.actions, (b.offsets, b.data))
             producer.check()
             if truth is not None:
-                truth.write(ground_truth_table(gen, b, st.entries))
+                truth.add(b, gen.partitions_of(b), st.entries)
             d = int(np.count_nonzero(b.actions == DELETE))
             st.entries += n
             st.deletes += d

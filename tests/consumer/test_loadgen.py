@@ -112,8 +112,8 @@ def test_ground_truth_file_describes_the_final_state(tmp_path):
     w = loadgen.GroundTruthWriter(path)
     expected: dict[bytes, bytes | None] = {}
     seq = 0
-    for b, _ in _walk(gen, 150, 1000):
-        w.write(loadgen.ground_truth_table(gen, b, seq))
+    for b, parts in _walk(gen, 150, 1000):
+        w.add(b, parts, seq)
         seq += len(b)
         for i, (k, a) in enumerate(zip(b.keys, b.actions.tolist())):
             expected[k.tobytes()] = b.data[b.offsets[i]:b.offsets[i + 1]].tobytes() if a == ADD else None
