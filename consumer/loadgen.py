@@ -439,7 +439,7 @@ class LoadStats:
     messages: int = 0  # produced
     delivered: int = 0  # acknowledged by the broker
     started: float = 0.0  # time.monotonic()
-    seconds: float = 0.0  # from the first batch to the last acknowledgement
+    seconds: float = 0.0  # from the start to the last acknowledgement (set at the end)
     partitions: int = 0
     end_offsets: dict = field(default_factory=dict)  # partition -> last acknowledged offset + 1
     ground_truth: str | None = None
@@ -475,6 +475,7 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
             if progress is not None:
                 progress(st)
         producer.flush(max(60.0, st.messages * 0.05))
+        st.seconds = time.monotonic() - st.started
         if truth is not None:
             truth.commit()
             st.ground_truth = truth.path
@@ -482,7 +483,6 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
     finally:
         if truth is not None:
             truth.discard()
-    st.seconds = time.monotonic() - st.started
     st.messages, st.delivered = producer.sent_messages, producer.delivered_messages
     st.end_offsets = dict(sorted(producer.end_offsets.items()))
     if progress is not None:
