@@ -14,6 +14,11 @@ Invariants these kernels keep (layout in layout.py):
   reader sees a bucket mid-change: every position and length taken from shared
   memory is bounds-checked before use (numba does not check bounds).
 
+The kernels are compiled without numba's reference counting (`_nrt=False`): they
+allocate nothing, and with it every inlined helper taking arrays paid an atomic
+incref/decref pair per array per call (8 per key in the key compare alone,
+half of a lookup's time).
+
 Arrays are 1-d views of the segment: meta/index/ring64 int64, ring8 uint8.
 `geo` = [slots, ring bytes, key size, max value, max live entries, key stride].
 Keys come as one flat uint8 array and an int64 view of the same memory, rows
@@ -252,7 +257,8 @@ def _prefetch_bucket(meta, index, slots, h):
 
 @njit(inline="always")
 def _prefetch_write(meta, index, ring8, ring64, slots, ring, h):
-    """Prefetch, for writing, where the key's record will go and the record it may replace."""
+    """Prefetch, for writing, where the key's record will go, the record it may replace, and
+    the oldest record (a full ring evicts it first: every add in steady state)."""
     b = h & _BUCKET_MASK
     end = b * ring + ring - 1
     hp = b * ring + meta[b * ROW_WORDS + M_HEAD] % ring
@@ -262,6 +268,7 @@ def _prefetch_write(meta, index, ring8, ring64, slots, ring, h):
     e = index[b * slots + _home(h, slots)]
     if e != 0:
         prefetch(ring64, (b * ring + (e & POS_MASK) - 1) >> 3, 1)
+    prefetch(ring8, b * ring + meta[b * ROW_WORDS + M_TAIL] % ring, 1)
 
 
 @njit(inline="always")
@@ -276,7 +283,7 @@ def _prefetch_record(index, ring8, slots, ring, h, lines):
             prefetch(ring8, min(r + 64 * j, end), 0)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, actions,
                   vstarts, vlens, vdata, start, me, spin_limit, counters):
     """Hash and apply entries start.. in order, each under its bucket's lock and seqlock.
@@ -330,7 +337,7 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, action
     return n
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def repair_bucket(meta, index, ring8, ring64, geo, b):
     """Rebuild bucket b after its lock was taken over from a dead writer, then unlock.
 
@@ -402,7 +409,7 @@ def repair_bucket(meta, index, ring8, ring64, geo, b):
 # -- reader side: no locks, shared memory may change under us -------------------------
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found, offsets, out, out_pos,
            want_values, static_bucket, static_version, spin_limit, counters):
     """Hash and look keys start.. up; returns (next index, out_pos, DONE | NEED_SPACE | STUCK).
