@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
