@@ -53,10 +53,14 @@ class Entries:
     def from_arrow(cls, batch) -> "Entries":
         """From a batch with columns tx_hash, action, kpart, content (as entry_batches makes)."""
         keys, valid = _keys.from_arrow(batch.column("tx_hash"), wire.KEY_SIZE, "tx_hash", WHO)
+        import pyarrow as pa
+
         content = batch.column("content")
         bufs = content.buffers()
         n = len(content)
-        offsets = np.frombuffer(bufs[1], np.int32, n + 1, 4 * content.offset).astype(np.int64)
+        # int64 offsets when Spark sends large types (spark.sql.execution.arrow.useLargeVarTypes)
+        width = np.int64 if pa.types.is_large_binary(content.type) else np.int32
+        offsets = np.frombuffer(bufs[1], width, n + 1, np.dtype(width).itemsize * content.offset).astype(np.int64)
         data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
         return cls(keys, batch.column("action").to_numpy().astype(np.uint8),
                    batch.column("kpart").to_numpy().astype(np.int32), offsets, data)

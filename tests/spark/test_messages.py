@@ -122,3 +122,13 @@ def test_bad_rows_are_named():
     t = pa.table({"tx_hash": pa.array([b"\1" * 32]), **txmeta.to_arrow(big)})
     with pytest.raises(ValueError, match=f"encodes to .* bytes of MetaBytes; .*limit is {wire.MAX_VALUE}"):
         _entries(t, wire.ADD, "v1")
+
+
+def test_large_binary_content():
+    """Spark sends large types when spark.sql.execution.arrow.useLargeVarTypes is on."""
+    keys, meta, table = _rows(1200, seed=4)
+    e = _entries(table, wire.ADD, "v1")
+    large = e.cast(e.schema.set(3, pa.field("content", pa.large_binary())))
+    want = _decode(M.message_batches(_sorted_batches(e, 500), fmt="v1"))
+    got = _decode(M.message_batches(_sorted_batches(large, 500), fmt="v1"))
+    assert [(k, p, bytes(b.data)) for k, p, b in got] == [(k, p, bytes(b.data)) for k, p, b in want]
