@@ -55,7 +55,7 @@ def _u64(buf, p):
     return v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def scan(buf, pos, count, hash_size, key_size, max_value):
     """Walk up to `count` entries from byte `pos`, stopping at the first damage.
 
@@ -112,7 +112,7 @@ def scan(buf, pos, count, hash_size, key_size, max_value):
     return walked, kept, unknown, delete_payloads, p, err, err_at, err_len
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def gather(buf, pos, walked, hash_size, key_size,
            keys_out, actions_out, starts_out, lens_out, hashes_out):
     """Copy the ADD/DELETE entries among the first `walked` (already scanned) into
@@ -122,15 +122,19 @@ def gather(buf, pos, walked, hash_size, key_size,
     pos = np.int64(pos)
     action_at = np.int64(hash_size) + np.int64(key_size)
     head = action_at + ACTION_SIZE + LEN_SIZE
+    flat = keys_out.reshape(-1)
+    ks = np.uint64(key_size)
     j = 0
     p = pos
     for _ in range(walked):
         action = buf[p + action_at]
         length = _u32(buf, p + action_at + ACTION_SIZE)
         if action == ADD or action == DELETE:
-            k0 = p + hash_size
-            for b in range(key_size):
-                keys_out[j, b] = buf[k0 + b]
+            # unsigned indices: no negative-index fix-up per byte, so the copy vectorises
+            src = np.uint64(p + hash_size)
+            dst = np.uint64(j) * ks
+            for b in range(ks):
+                flat[dst + b] = buf[src + b]
             actions_out[j] = action
             starts_out[j] = p + head
             lens_out[j] = length if action == ADD else 0
@@ -141,7 +145,7 @@ def gather(buf, pos, walked, hash_size, key_size,
     return j
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def encode(out, pos, hash_size, keys, actions, offsets, data, hashes):
     """Write entry i = [hash][key][action][u32 LE len][data[offsets[i]:offsets[i+1]]]
     for every row of `keys` into `out` from byte `pos` (the u64 LE hash only if
