@@ -20,6 +20,7 @@ import pytest
 
 import shmcache
 from shmcache.engine import layout as L
+from shmcache.engine import reader_stats
 
 KEY = b"k" * 32
 VALUE = b"the value " * 10
@@ -36,6 +37,7 @@ def name():
     yield n
     if os.path.lexists(_path(n)):
         os.unlink(_path(n))
+    reader_stats.unlink(n)  # the readers' companion segment, made by create()
 
 
 @pytest.fixture
