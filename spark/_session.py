@@ -15,7 +15,7 @@ A missing directory raises an error that says how to fetch it.
 
 Not guaranteed: settings that only apply when the JVM starts (spark.jars, driver
 memory) cannot change on a session that is already running; `session()` then
-returns it as it is, and `kafka_jars_loaded()` tells whether the sink is there.
+returns it as it is (publish says so if the Kafka sink is then missing).
 """
 
 from __future__ import annotations
@@ -106,13 +106,3 @@ def session(app: str = "shmcache", *, master: str | None = None, kafka: bool = F
     spark.sparkContext.setLogLevel(log_level)
     return spark
 
-
-def kafka_jars_loaded(spark) -> bool:
-    """Whether the running session can load the Kafka sink's classes."""
-    jvm = spark.sparkContext._jvm
-    try:
-        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-        jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider", False, loader)
-        return True
-    except Exception:  # py4j wraps ClassNotFoundException
-        return False

@@ -107,7 +107,17 @@ def publish(spark, path, bootstrap: str, topic: str, *, format: str = "v1", key_
     w = records.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
     for k, v in {**PRODUCER, **(kafka_options or {})}.items():
         w = w.option(f"kafka.{k}", v)
-    w.save()
+    try:
+        w.save()
+    except Exception as e:  # py4j's AnalysisException: the message is all there is to go by
+        if "KAFKA_DATA_SOURCE_NOT_ENABLED" in str(e) or "Failed to find data source: kafka" in str(e):
+            from shmcache.spark._session import SparkSetupError
+
+            raise SparkSetupError(
+                f"{WHO}: this SparkSession cannot load Spark's Kafka sink; build it with "
+                "shmcache.spark.session(kafka=True) (which puts the connector's jars on spark.jars) "
+                "before any other session starts, or set spark.jars yourself") from e
+        raise
     return PublishReport(topic=topic, format=format, partitions=partitions, adds=counts["adds"].value,
                          deletes=counts["deletes"].value, messages=counts["messages"].value,
                          bytes=counts["bytes"].value, seconds=time.monotonic() - t0)

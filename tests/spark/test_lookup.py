@@ -14,7 +14,7 @@ import pytest
 
 import shmcache
 from shmcache import txmeta
-from shmcache.spark import lookup
+from shmcache.spark import datagen, lookup
 
 N = 3000
 
@@ -115,21 +115,32 @@ def test_recreated_cache_is_reattached(spark, cache_names):
 
 def test_cache_survives_the_session(filled, tmp_path, repo):
     """Executors attach in a Spark session of a child process, which stops its session and
-    exits: the cache is still there, intact, and its readers' counters show the executors read it."""
+    exits: the cache is still there, intact, and its readers' counters show the executors read it.
+    (The child's session has no Kafka jars, so it also checks publish's error for that.)"""
     name, keys, _, values = filled
+    datagen.write(tmp_path / "src", 10)
     script = tmp_path / "child.py"
     script.write_text(textwrap.dedent(f"""
         import pyarrow as pa
-        from shmcache.spark import lookup, session
+        from shmcache.spark import lookup, publish, session
+        from shmcache.spark._session import SparkSetupError
         spark = session("child", master="local[2]")
         keys = [bytes.fromhex(h) for h in {[k.tobytes().hex() for k in keys[:500]]!r}]
         df = spark.createDataFrame(pa.table({{"tx_hash": pa.array(keys, pa.binary())}})).repartition(2)
         print("FOUND", lookup(df, cache={name!r}).filter("found").count())
+        try:
+            publish.publish(spark, {str(tmp_path / "src")!r}, "127.0.0.1:1", "t", partitions=4)
+        except SparkSetupError as e:
+            print("SETUP-ERROR", e)
+        except Exception as e:
+            print("OTHER-ERROR", type(e).__name__, e)
         spark.stop()
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=repo)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "FOUND 500" in out.stdout
+    assert "SETUP-ERROR shmcache.spark.publish: this SparkSession cannot load Spark's Kafka sink" in out.stdout, \
+        out.stdout
     assert shmcache.exists(name)
     with shmcache.attach(name) as r:
         assert r.get_many(list(k.tobytes() for k in keys)) == values
