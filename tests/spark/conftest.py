@@ -9,7 +9,6 @@ is loaded under a name of its own, so this directory's session-scoped
 """
 
 import importlib.util
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -80,9 +79,3 @@ def cache_names():
 def repo() -> Path:
     return HERE.parents[1]
 
-
-def env_for_subprocess() -> dict:
-    """The environment for `python -m shmcache spark ...` children: CI-like, quiet."""
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    return env
