@@ -270,6 +270,25 @@ class RedisServer:
         )
         self.pid = self.proc.pid
 
+    def connect(self):
+        """A redis-py client once the server answers; the server is stopped if it never does."""
+        import redis
+
+        try:
+            client = redis.Redis(host="127.0.0.1", port=self.port)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    return client
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise
+                    time.sleep(0.02)
+        except BaseException:
+            self.stop()
+            raise
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.pid, 15)
@@ -285,24 +304,9 @@ class RedisPeer:
     """redis-py, one MGET / MSET of a whole batch per call (no pipelining beyond that)."""
 
     def __init__(self, ds: Dataset):
-        import redis
-
         self.ds = ds
         self.server = RedisServer()
-        try:
-            self.client = redis.Redis(host="127.0.0.1", port=self.server.port)
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    self.client.ping()
-                    break
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline or self.server.proc.poll() is not None:
-                        raise
-                    time.sleep(0.02)
-        except BaseException:
-            self.server.stop()
-            raise
+        self.client = self.server.connect()
 
     def fill(self) -> None:
         for kb, vb in zip(self.ds.fill_key_lists, self.ds.fill_value_lists):

@@ -414,23 +414,8 @@ class RedisTarget:
     """A redis-server (bench/_peers.py) and a client; the consumer writes through it."""
 
     def __init__(self):
-        import redis
-
         self.server = P.RedisServer()
-        try:
-            self.client = redis.Redis(host="127.0.0.1", port=self.server.port)
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    self.client.ping()
-                    break
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline or self.server.proc.poll() is not None:
-                        raise
-                    time.sleep(0.02)
-        except BaseException:
-            self.server.stop()
-            raise
+        self.client = self.server.connect()
 
     def write(self, msgs) -> None:
         """Decode each message and queue its entries in order: MSET per run of ADDs,

@@ -97,6 +97,7 @@ _MAX_VALUE_LIMIT = 2**31 - 1  # value_lens is int32
 # Kafka's default partitioner (Java Utils.murmur2, librdkafka rd_murmur2).
 MURMUR2_SEED = 0x9747B28C
 _M2_M = 0x5BD1E995
+_M32 = np.uint32(_M2_M)  # the same multiplier for numpy uint32 arithmetic (wraps like Java ints)
 _U32 = 0xFFFFFFFF
 
 
@@ -385,6 +386,43 @@ def murmur2(key: bytes) -> int:
     h = (h * _M2_M) & _U32
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+
+
+def murmur2_rows(keys: np.ndarray) -> np.ndarray:
+    """Kafka's murmur2 of each row of an (n, k) uint8 array, as uint32 (Java's int bits)."""
+    keys = np.ascontiguousarray(keys, np.uint8)
+    if keys.ndim != 2:
+        raise ValueError(f"keys must be a 2-d uint8 array, got shape {keys.shape}")
+    n, length = keys.shape
+    body = length - length % 4
+    with np.errstate(over="ignore"):
+        h = np.full(n, (MURMUR2_SEED ^ length) & 0xFFFFFFFF, np.uint32)
+        if body:
+            words = np.ascontiguousarray(keys[:, :body]).view("<u4")  # (n, body // 4), little-endian
+            for j in range(words.shape[1]):
+                k = words[:, j] * _M32
+                k ^= k >> np.uint32(24)
+                k *= _M32
+                h *= _M32
+                h ^= k
+        tail = length - body
+        if tail:  # Java's switch falls through 3, 2, 1
+            for i in range(tail - 1, -1, -1):
+                h ^= keys[:, body + i].astype(np.uint32) << np.uint32(8 * i)
+            h *= _M32
+        h ^= h >> np.uint32(13)
+        h *= _M32
+        h ^= h >> np.uint32(15)
+    return h
+
+
+def murmur2_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
+    """`murmur2_partition` of every row of an (n, k) uint8 array (int64)."""
+    if not isinstance(partitions, int) or partitions <= 0:
+        raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+    return ((murmur2_rows(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).astype(np.int64)
 
 
 def murmur2_partition(key: bytes, partitions: int) -> int:

@@ -9,9 +9,8 @@
 - v2: `(xxh64(hash) % 8192) // (8192 // P)`, the bucket-range partition
   (`wire.v2_partition`), set explicitly on each message.
 
-`murmur2_rows` is `wire.murmur2` over the rows of an (n, k) uint8 array in numpy
-uint32 arithmetic (products wrap mod 2**32 as Java's ints do); tests pin it to
-`wire.murmur2_partition` key by key.
+Both partitioners live in `consumer/wire.py`, the wire contract; this module picks
+one by format.
 """
 
 from __future__ import annotations
@@ -20,41 +19,10 @@ import numpy as np
 
 from shmcache.consumer import wire
 
-_M = np.uint32(0x5BD1E995)
-
-
-def murmur2_rows(keys: np.ndarray) -> np.ndarray:
-    """Kafka's murmur2 of each row of an (n, k) uint8 array, as uint32 (Java's int bits)."""
-    keys = np.ascontiguousarray(keys, np.uint8)
-    if keys.ndim != 2:
-        raise ValueError(f"keys must be a 2-d uint8 array, got shape {keys.shape}")
-    n, length = keys.shape
-    body = length - length % 4
-    with np.errstate(over="ignore"):
-        h = np.full(n, (wire.MURMUR2_SEED ^ length) & 0xFFFFFFFF, np.uint32)
-        if body:
-            words = np.ascontiguousarray(keys[:, :body]).view("<u4")  # (n, body // 4), little-endian
-            for j in range(words.shape[1]):
-                k = words[:, j] * _M
-                k ^= k >> np.uint32(24)
-                k *= _M
-                h *= _M
-                h ^= k
-        tail = length - body
-        if tail:  # Java's switch falls through 3, 2, 1
-            for i in range(tail - 1, -1, -1):
-                h ^= keys[:, body + i].astype(np.uint32) << np.uint32(8 * i)
-            h *= _M
-        h ^= h >> np.uint32(13)
-        h *= _M
-        h ^= h >> np.uint32(15)
-    return h
-
-
 def v1_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
     """The partition Kafka's default partitioner gives each key (int32)."""
     _check(partitions)
-    return ((murmur2_rows(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).astype(np.int32)
+    return wire.murmur2_partitions(keys, partitions).astype(np.int32)
 
 
 def v2_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:

@@ -374,3 +374,24 @@ def test_v2_partition_rejects_partition_counts_not_dividing_8192(partitions):
 def test_xxh64_keys_matches_the_xxhash_package():
     keys = np.random.default_rng(1).integers(0, 256, (100, 32), dtype=np.uint8)
     assert wire.xxh64_keys(keys).tolist() == [xxhash.xxh64_intdigest(bytes(k)) for k in keys]
+
+
+# -- vectorised murmur2 (what publishers use to pick each entry's partition) --------------
+
+@pytest.mark.parametrize("length", [32, 1, 3, 4, 7, 16])
+def test_murmur2_rows_equals_wire(length):
+    rng = np.random.default_rng(length)
+    keys = rng.integers(0, 256, (500, length), np.uint8)
+    got = wire.murmur2_rows(keys)
+    want = [wire.murmur2(k.tobytes()) & 0xFFFFFFFF for k in keys]
+    assert got.tolist() == want
+
+
+def test_murmur2_rows_java_reference_values():
+    # Kafka's own test vectors (clients/.../UtilsTest.testMurmur2) for keys of 1..n bytes
+    cases = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+             b"a-little-bit-longer-string": -1486304829, b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+             b"abc": 479470107}
+    for key, want in cases.items():
+        arr = np.frombuffer(key, np.uint8).reshape(1, -1)
+        assert int(wire.murmur2_rows(arr)[0]) == want & 0xFFFFFFFF, key
