@@ -232,8 +232,8 @@ class Reader:
         i, pos, static_b, static_v = 0, 0, -1, -1
         while True:
             i, pos, status = K.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
-                                      hashes, i, found, offsets, out, pos, want_values, static_b, static_v,
-                                      SPIN_LIMIT, self._retries)
+                                      hashes, i, found, offsets, out, pos, want_values, self._avg_value, static_b,
+                                      static_v, SPIN_LIMIT, self._retries)
             if status == K.DONE:
                 break
             if status == K.NEED_SPACE:
