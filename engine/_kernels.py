@@ -35,6 +35,10 @@ from shmcache.engine._prefetch import prefetch
 from shmcache.engine._xxh64 import hash_keys, xxh64_span
 from shmcache.engine.layout import (
     BUCKET_BITS,
+    W_DELETE_MISSES,
+    W_DELETES,
+    W_SETS,
+    W_UNKNOWN,
     F_DEAD,
     F_LIVE,
     F_PAD,
@@ -61,9 +65,6 @@ DELETE = 1
 
 G_SLOTS, G_RING, G_KEY, G_MAXV, G_MAXLIVE, G_KSTRIDE = 0, 1, 2, 3, 4, 5
 
-# writer counters, returned to the Python side and added to the writer's slot
-C_SETS, C_DELETES, C_DELETE_MISSES, C_UNKNOWN = 0, 1, 2, 3
-N_WRITE_COUNTERS = 4
 
 # lookup status
 DONE, NEED_SPACE, STUCK = 0, 1, 2
@@ -300,10 +301,12 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, action
                   vstarts, vlens, vdata, start, me, spin_limit, counters):
     """Hash and apply entries start.. in order, each under its bucket's lock and seqlock.
 
-    hashes[i] receives each key's xxh64. Returns the index of the first
-    entry not applied: n when all were, or an entry whose bucket lock stayed held
-    by another owner for spin_limit tries (the caller checks that owner's
-    liveness, takes the lock over if it is dead, and calls again from there).
+    hashes[i] receives each key's xxh64; `counters` is the writer's own row of the
+    segment's writer table (layout W_*), counted in place as entries are applied.
+    Returns the index of the first entry not applied: n when all were, or an entry
+    whose bucket lock stayed held by another owner for spin_limit tries (the caller
+    checks that owner's liveness, takes the lock over if it is dead, and calls again
+    from there).
     """
     slots, ring, ks, max_live, kst = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXLIVE], geo[G_KSTRIDE]
     n = hashes.shape[0]
@@ -336,17 +339,35 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, action
         if act == ADD:
             _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, max_live,
                  h, keys8, keys64, i * kst, vdata, vstarts[i], vlens[i])
-            counters[C_SETS] += 1
+            counters[W_SETS] += 1
         elif act == DELETE:
             if _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, h, keys8, keys64, i * kst):
-                counters[C_DELETES] += 1
+                counters[W_DELETES] += 1
             else:
-                counters[C_DELETE_MISSES] += 1
+                counters[W_DELETE_MISSES] += 1
         else:
-            counters[C_UNKNOWN] += 1
+            counters[W_UNKNOWN] += 1
         store_release(meta, mb + M_VERSION, v + 2)
         store_release(meta, mb + M_LOCK, 0)
     return n
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def spans_of_offsets(offsets, data_len, max_value, lens):
+    """lens[i] = offsets[i + 1] - offsets[i], checking in one pass that offsets rise from
+    >= 0 to at most data_len and that no length exceeds max_value. Returns -1 if all is
+    well, else the index of the first bad value (-2: the offsets themselves are bad)."""
+    n = lens.shape[0]
+    if n and (offsets[0] < 0 or offsets[n] > data_len):
+        return -2
+    for i in range(n):
+        ln = offsets[i + 1] - offsets[i]
+        if ln < 0:
+            return -2
+        if ln > max_value:
+            return i
+        lens[i] = ln
+    return -1
 
 
 @njit(nogil=True, cache=True, _nrt=False)

@@ -85,6 +85,7 @@ W_DELETES = 2
 W_DELETE_MISSES = 3
 W_BATCHES = 4
 W_TAKEOVERS = 5
+W_UNKNOWN = 6  # entries of an unknown action, skipped
 
 MAX_WORKERS = 64  # consumer worker processes, one row each (written by that worker only)
 K_OWNER = 0  # owner word of the worker process, 0 if none

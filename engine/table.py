@@ -158,7 +158,8 @@ class Reader:
         """Unmap. Never destroys the cache; safe to call twice."""
         if "_shared_stats" in self.__dict__:
             self.__dict__.pop("_shared_stats").close()
-        for attr in ("_header", "_writers", "_workers", "_partitions", "_meta", "_index", "_ring8", "_ring64"):
+        for attr in ("_header", "_writers", "_workers", "_partitions", "_meta", "_index", "_ring8", "_ring64",
+                     "_counters"):
             self.__dict__.pop(attr, None)
         if self._seg is not None:
             self._seg.close()
@@ -354,7 +355,8 @@ class Writer(Reader):
         except BaseException:
             Reader.close(self)
             raise
-        self._counters = np.zeros(K.N_WRITE_COUNTERS, np.int64)
+        # this process's row of the writer table: the kernels count into it in place
+        self._counters = self._writers[self._slot * L.ROW_WORDS:(self._slot + 1) * L.ROW_WORDS]
 
     def _claim_slot(self) -> int:
         """A writer slot for this process's counters: a free one, else one whose owner died."""
@@ -377,14 +379,18 @@ class Writer(Reader):
         """(starts, lens, data) from a sequence of bytes or an (offsets, data) pair."""
         maxv = self.geometry.max_value
         if isinstance(values, tuple) and len(values) == 2 and isinstance(values[0], np.ndarray):
-            offsets = np.asarray(values[0], np.int64)
+            offsets = np.ascontiguousarray(values[0], np.int64)
             data = np.ascontiguousarray(values[1]).view(np.uint8).reshape(-1)
             if offsets.shape != (n + 1,):
                 raise ValueError(f"cache {self.name!r}: value offsets must have {n + 1} entries for {n} keys, got {offsets.shape}")
-            lens = np.diff(offsets)
-            if n and (offsets[0] < 0 or offsets[-1] > len(data) or (lens < 0).any()):
+            lens = np.empty(n, np.int64)
+            bad = K.spans_of_offsets(offsets, len(data), maxv, lens)  # one compiled pass, not six numpy ones
+            if bad == -2:
                 raise ValueError(f"cache {self.name!r}: value offsets must rise from 0 to at most len(data)={len(data)}")
-            starts = offsets[:-1]
+            if bad >= 0:
+                raise ValueTooLargeError(f"cache {self.name!r}: value {bad} is {int(offsets[bad + 1] - offsets[bad])} "
+                                         f"bytes; the limit is {maxv} (max_value)")
+            return offsets[:-1], lens, data
         else:
             if isinstance(values, (bytes, bytearray, memoryview, str)):
                 raise TypeError(f"cache {self.name!r}: values must be a sequence of values; for one value use set()")
@@ -424,7 +430,6 @@ class Writer(Reader):
         hashes = np.empty(n, np.int64)  # filled by the kernel
         k8, k64 = self._words(k)
         c = self._counters
-        c[:] = 0
         i = 0
         while True:
             i = K.apply_entries(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64, hashes,
@@ -432,12 +437,7 @@ class Writer(Reader):
             if i >= n:
                 break
             self._contended(int(hashes[i]) & (L.NBUCKETS - 1))
-        row = self._slot * L.ROW_WORDS
-        w = self._writers
-        w[row + L.W_SETS] += c[K.C_SETS]
-        w[row + L.W_DELETES] += c[K.C_DELETES]
-        w[row + L.W_DELETE_MISSES] += c[K.C_DELETE_MISSES]
-        w[row + L.W_BATCHES] += 1
+        c[L.W_BATCHES] += 1
 
     def _contended(self, b: int) -> None:
         """Bucket b's lock stayed held: take it over if its owner died, else yield the CPU."""
