@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shmcache.engine._memcpy import copy_bytes
 from shmcache.engine._prefetch import prefetch
 from shmcache.engine._xxh64 import hash_keys, xxh64_span
 from shmcache.engine.layout import (
@@ -508,7 +509,7 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
             if want_values and hit >= 0:
                 if out_pos + vlen > out.shape[0]:
                     return i, out_pos, NEED_SPACE
-                _copy(out, out_pos, ring8, hit, vlen)
+                copy_bytes(out, out_pos, ring8, hit, vlen)  # bounds: out_pos + vlen checked above
             fence_acquire()
             if load_acquire(meta, mb + M_VERSION) == v1:
                 break
