@@ -20,6 +20,17 @@ def _hex(text: str, what: str) -> bytes:
         raise SystemExit(f"shmcache: {what} {text!r} is not hex") from None
 
 
+def key_values(items: list[str] | None, flag: str, what: str) -> dict[str, str]:
+    """Repeated `--set KEY=VALUE` style options as a dict; SystemExit naming the flag otherwise."""
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise SystemExit(f"{flag} {item!r}: expected KEY=VALUE ({what})")
+        out[k] = v
+    return out
+
+
 def cmd_create(a) -> int:
     with shmcache.create(a.name, memory=a.memory, key_size=a.key_size, max_value=a.max_value,
                          mode=int(a.mode, 8), exist_ok=a.exist_ok) as w:
@@ -85,12 +96,7 @@ def cmd_run(a) -> int:
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "memory", "workers", "format",
                                         "commit_interval", "assignment", "max_rate", "metrics_port",
                                         "metrics_host")}
-    kafka = {}
-    for item in a.set or []:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SystemExit(f"shmcache: --set {item!r}: expected KEY=VALUE (a librdkafka setting)")
-        kafka[k] = v
+    kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)
         cfg.kafka.update(kafka)

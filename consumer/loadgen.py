@@ -509,12 +509,9 @@ def command(a) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    settings = {}
-    for item in a.set or []:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SystemExit(f"shmcache produce: --set {item!r}: expected KEY=VALUE (a librdkafka setting)")
-        settings[k] = v
+    from shmcache.cli import key_values
+
+    settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
     cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
                      batch_size=a.batch_size, linger=a.linger, delete_share=a.delete_share, seed=a.seed,
                      create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,

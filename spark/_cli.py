@@ -13,6 +13,8 @@ import json
 import sys
 from contextlib import contextmanager
 
+from shmcache.cli import key_values
+
 
 def run(a) -> int:
     return {"datagen": _datagen, "publish": _publish, "lookup": _lookup, "audit": _audit}[a.job](a)
@@ -24,12 +26,7 @@ def _spark(a, app: str, kafka: bool = False):
 
     from shmcache.spark import session
 
-    conf = {}
-    for item in a.conf or []:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SystemExit(f"shmcache spark: --conf {item!r}: expected KEY=VALUE (a Spark setting)")
-        conf[k] = v
+    conf = key_values(a.conf, "shmcache spark: --conf", "a Spark setting")
     started = SparkSession.getActiveSession() is None
     spark = session(app, master=a.master, kafka=kafka, conf=conf)
     try:
@@ -65,12 +62,7 @@ def _datagen(a) -> int:
 def _publish(a) -> int:
     from shmcache.spark import publish
 
-    kafka = {}
-    for item in a.set or []:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SystemExit(f"shmcache spark publish: --set {item!r}: expected KEY=VALUE (a Kafka producer setting)")
-        kafka[k] = v
+    kafka = key_values(a.set, "shmcache spark publish: --set", "a Kafka producer setting")
     with _spark(a, "shmcache-publish", kafka=True) as spark:
         r = publish.publish(spark, a.input, a.bootstrap, a.topic, format=a.format, key_col=a.key_col,
                             delete_col=a.delete_col, deletes=a.deletes, partitions=a.partitions,
