@@ -462,7 +462,7 @@ def record(op: str, peer: str, keys: int, seconds: float, **extra) -> float:
     return rate
 
 
-def _fmt(rate: float) -> str:
+def fmt_rate(rate: float) -> str:
     return f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.0f} k"
 
 
@@ -485,7 +485,7 @@ def render_summary(width: int = 110) -> str:
         t.add_column(p, justify="right")
     for op in ("get hit", "get miss", "set", "fill (fresh, once)"):
         if any((op, p) in RESULTS for p in PEERS):
-            t.add_row(op, *[_fmt(RESULTS[(op, p)]["keys_per_s"]) if (op, p) in RESULTS else "-" for p in PEERS])
+            t.add_row(op, *[fmt_rate(RESULTS[(op, p)]["keys_per_s"]) if (op, p) in RESULTS else "-" for p in PEERS])
     con.print(t)
     procs = [(p, r) for (op, p), r in RESULTS.items() if op == "readers"]
     if procs:
@@ -496,8 +496,8 @@ def render_summary(width: int = 110) -> str:
         for p, r in procs:
             note = f"readers on a CPU {r['reader_cpu_share']:.0%} of their wall time" if "reader_cpu_share" in r else ""
             if "writer_keys_per_s" in r:
-                note += f"; writer re-set {_fmt(r['writer_keys_per_s'])} keys/s meanwhile"
-            t.add_row(p, _fmt(r["keys_per_s"]), note)
+                note += f"; writer re-set {fmt_rate(r['writer_keys_per_s'])} keys/s meanwhile"
+            t.add_row(p, fmt_rate(r["keys_per_s"]), note)
         con.print(t)
     t = Table(title="ratios (targets from the issue; never asserted); 'met' judges the interleaved median "
                     "where there is one", title_justify="left", box=box.ASCII2)

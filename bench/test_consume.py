@@ -108,10 +108,6 @@ def _rate_of(key: str, which: str = "entries_per_s") -> float | None:
     return RESULTS[key][which] if key in RESULTS else None
 
 
-def _fmt(rate: float) -> str:
-    return f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.0f} k"
-
-
 def render() -> str:
     if not RESULTS:
         return ""
@@ -132,7 +128,7 @@ def render() -> str:
         if r is None:
             t.add_row(label, "-", "", "", "", "", "", "skipped" if key in META.get("skipped", {}) else "not run")
             continue
-        t.add_row(label, _fmt(r["entries_per_s"]), _fmt(r["best_entries_per_s"]),
+        t.add_row(label, P.fmt_rate(r["entries_per_s"]), P.fmt_rate(r["best_entries_per_s"]),
                   f"{r['entries_per_s'] * META['bytes_per_entry'] / 1e6:.0f}", f"{r['catch_up_s']:.2f}",
                   f"{r['startup_s']:.2f}", f"{r['load_avg']:.2f}", r.get("note", ""))
     con.print(t)
@@ -546,7 +542,7 @@ def measure(benchmark, key: str, one_run) -> None:
                     "startup_s": statistics.median(r["startup_s"] for r in runs), "load_avg": load,
                     "runs": runs}
     benchmark.extra_info.update(entries_per_s=med, best_entries_per_s=max(rates), n=N, runs=runs)
-    print(f"{key}: {_fmt(med)} entries/s (runs: {', '.join(_fmt(x) for x in rates)}), "
+    print(f"{key}: {P.fmt_rate(med)} entries/s (runs: {', '.join(P.fmt_rate(x) for x in rates)}), "
           f"startup {RESULTS[key]['startup_s']:.2f} s", file=sys.stderr)
 
 

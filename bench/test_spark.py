@@ -71,10 +71,6 @@ WAYS = [("lookup", "shmcache.spark.lookup (mapInArrow)"), ("join", "broadcast ha
 # -- the summary ---------------------------------------------------------------------------------
 
 
-def _fmt(rate: float) -> str:
-    return f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate / 1e3:.0f} k"
-
-
 def render() -> str:
     if not RESULTS:
         return ""
@@ -94,8 +90,8 @@ def render() -> str:
         if r is None:
             t.add_row(label, "-", "", "", "not run")
             continue
-        t.add_row(label, _fmt(r["rows_per_s"]), _fmt(max(r["runs"])), f"{r['seconds']:.2f}",
-                  ", ".join(_fmt(x) for x in r["runs"]))
+        t.add_row(label, P.fmt_rate(r["rows_per_s"]), P.fmt_rate(max(r["runs"])), f"{r['seconds']:.2f}",
+                  ", ".join(P.fmt_rate(x) for x in r["runs"]))
     con.print(t)
     if "lookup" in RESULTS and "join" in RESULTS:
         ratio = RESULTS["lookup"]["rows_per_s"] / RESULTS["join"]["rows_per_s"]
@@ -228,4 +224,4 @@ def test_spark_lookup(benchmark, world, way):
     med = statistics.median(runs)
     RESULTS[way] = {"rows_per_s": med, "seconds": Q / med, "runs": runs}
     benchmark.extra_info.update(rows_per_s=med, n=N, queries=Q, runs=runs)
-    print(f"{way}: {_fmt(med)} rows/s (runs: {', '.join(_fmt(x) for x in runs)})", file=sys.stderr)
+    print(f"{way}: {P.fmt_rate(med)} rows/s (runs: {', '.join(P.fmt_rate(x) for x in runs)})", file=sys.stderr)
