@@ -28,7 +28,6 @@ import numpy as np
 
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
-from shmcache.ipc.atomics import cas_word, load_word
 from shmcache.ipc.segment import SHM_DIR, check_name
 
 MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
@@ -113,17 +112,10 @@ class ReaderStats:
         self.rows = np.frombuffer(self._mm, np.int64, MAX_READERS * L.ROW_WORDS, L.PAGE)
 
     def _claim(self) -> np.ndarray | None:
-        me = liveness.owner_word()
-        for want_free in (True, False):
-            for s in range(MAX_READERS):
-                idx = s * L.ROW_WORDS + R_OWNER
-                cur = int(load_word(self.rows, idx))
-                if cur == me:
-                    return self.rows[idx:idx + L.ROW_WORDS]  # a second handle in this process shares the row
-                if (cur == 0) == want_free and (want_free or not liveness.is_alive(cur)):
-                    if cas_word(self.rows, idx, cur, me) == cur:
-                        return self.rows[idx:idx + L.ROW_WORDS]
-        return None  # every row held by a live reader: this one goes uncounted
+        """This process's row (a second handle in the process shares it); None when every
+        row is held by a live reader: this one then goes uncounted."""
+        row = liveness.claim_row(self.rows, MAX_READERS, L.ROW_WORDS, liveness.owner_word(), share_own=True)
+        return None if row < 0 else self.rows[row * L.ROW_WORDS:(row + 1) * L.ROW_WORDS]
 
     def add(self, hits: int, misses: int, retries: int = 0) -> None:
         if not self._claimed:

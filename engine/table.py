@@ -360,13 +360,9 @@ class Writer(Reader):
 
     def _claim_slot(self) -> int:
         """A writer slot for this process's counters: a free one, else one whose owner died."""
-        for want_free in (True, False):
-            for s in range(L.MAX_WRITERS):
-                idx = s * L.ROW_WORDS + L.W_OWNER
-                cur = int(load_word(self._writers, idx))
-                if (cur == 0) == want_free and (want_free or not liveness.is_alive(cur)):
-                    if cas_word(self._writers, idx, cur, self._me) == cur:
-                        return s
+        s = liveness.claim_row(self._writers, L.MAX_WRITERS, L.ROW_WORDS, self._me)
+        if s >= 0:
+            return s
         raise TooManyWritersError(f"cache {self.name!r}: all {L.MAX_WRITERS} writer slots are held by live processes")
 
     def close(self) -> None:

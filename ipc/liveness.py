@@ -12,6 +12,8 @@ import os
 
 import psutil
 
+from shmcache.ipc.atomics import cas_word, load_word
+
 _STAMP_MASK = 0xFFFFFFFF
 
 
@@ -43,3 +45,20 @@ def is_alive(word: int) -> bool:
         return False
     except psutil.AccessDenied:
         return True  # someone else's live process
+
+
+def claim_row(words, nrows: int, stride: int, me: int, *, share_own: bool = False) -> int:
+    """Claim one of `nrows` rows whose first word (at row * stride in the 1-d int64
+    array `words`) holds its owner word: a free row (0) first, else one whose owner
+    died (its counters stay, so totals never drop). With share_own, a row this owner
+    already holds is returned as is. Returns the row, or -1 if live owners hold all."""
+    for want_free in (True, False):
+        for row in range(nrows):
+            idx = row * stride
+            cur = int(load_word(words, idx))
+            if share_own and cur == me:
+                return row
+            if (cur == 0) == want_free and (want_free or not is_alive(cur)):
+                if cas_word(words, idx, cur, me) == cur:
+                    return row
+    return -1
