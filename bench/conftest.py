@@ -1,5 +1,5 @@
 """bench/: make bench/_peers.py importable (pytest runs with --import-mode=importlib),
-lend bench/test_consume.py the Kafka broker fixtures of tests/consumer/conftest.py,
+lend bench/test_consume.py the Kafka broker fixtures of tests/conftest.py,
 and print the summary tables at the end of the run."""
 
 import importlib.util
@@ -14,12 +14,12 @@ import _peers  # noqa: E402
 
 
 def _load_kafka_fixtures():
-    """tests/consumer/conftest.py as a module of its own (its fixtures are not visible
+    """tests/conftest.py as a module of its own (its fixtures are not visible
     from bench/). Re-exported here, its session-scoped `kafka_broker` is a broker of
     this directory's own, started on first use and stopped by pid at the end."""
     name = "_shmcache_bench_kafka_fixtures"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE.parent / "tests" / "consumer" / "conftest.py")
+        spec = importlib.util.spec_from_file_location(name, HERE.parent / "tests" / "conftest.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)

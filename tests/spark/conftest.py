@@ -1,14 +1,9 @@
 """tests/spark: one local[2] SparkSession for the whole test session (with the Kafka
-connector's jars), the real Kafka broker of tests/consumer/conftest.py, and the
-`harness` of tests/consumer/_pipeline.py (real `shmcache run` supervisors, cleaned
-up by pid, segments destroyed).
-
-The broker fixtures are re-exported the way bench/conftest.py does it: the module
-is loaded under a name of its own, so this directory's session-scoped
-`kafka_broker` is a broker of its own, started on first use and stopped at the end.
+connector's jars), and the `harness` of tests/consumer/_pipeline.py (real `shmcache
+run` supervisors, cleaned up by pid, segments destroyed). The Kafka broker is the
+session's one, from tests/conftest.py.
 """
 
-import importlib.util
 import sys
 import uuid
 from pathlib import Path
@@ -21,22 +16,6 @@ HERE = Path(__file__).resolve().parent
 CONSUMER_TESTS = HERE.parent / "consumer"
 if str(CONSUMER_TESTS) not in sys.path:
     sys.path.insert(0, str(CONSUMER_TESTS))  # for `import _pipeline`, as tests/consumer does
-
-
-def _load_kafka_fixtures():
-    name = "_shmcache_spark_tests_kafka_fixtures"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, CONSUMER_TESTS / "conftest.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-kafka_fixtures = _load_kafka_fixtures()
-kafka_broker = kafka_fixtures.kafka_broker
-kafka_admin = kafka_fixtures.kafka_admin
-kafka_topic = kafka_fixtures.kafka_topic
 
 from _pipeline import harness  # noqa: E402,F401  (a fixture: supervisors, readers, segments)
 

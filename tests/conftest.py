@@ -1,5 +1,5 @@
-"""Fixtures that run a real single-node Kafka broker (scripts/kafka) for the
-consumer tests: no Docker, no mocks. The broker is started once per session,
+"""Fixtures that run a real single-node Kafka broker (scripts/kafka) for every test
+directory that needs one (tests/consumer, tests/spark): no Docker, no mocks. The broker is started once per session,
 bound to 127.0.0.1 only, and always stopped at the end."""
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 KAFKA_SCRIPT = REPO / "scripts" / "kafka"
 # The first run on a fresh machine fetches ~45 MB of jars with Maven.
 START_TIMEOUT = float(os.environ.get("SHMCACHE_KAFKA_START_TIMEOUT", "900"))
