@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -448,6 +447,19 @@ def wait_applied(r, ends: list[int], timeout: float, sup: SupervisorProc | None 
         return f"applied {applied(r, len(ends))} to reach {ends}{logs}"
 
     poll_until(done, timeout, what, interval=0.1)
+
+
+def assert_no_worker_restarted(r, timeout: float = 60.0) -> None:
+    """Every worker was started once and is up. A worker that owns no partition may still
+    be importing its kernels when the others have applied everything, so wait for each to
+    claim its row before judging; a restart would show as starts > 1."""
+
+    def up():
+        ws = r.status()["workers"]
+        assert all(w["starts"] == 1 for w in ws), ws  # a restart is never undone: fail at once
+        return all(w["alive"] for w in ws)
+
+    poll_until(up, timeout, lambda: f"every worker to be up: {r.status()['workers']}")
 
 
 def check_table(r, expected: dict[bytes, bytes | None]) -> None:

@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 
-import pytest
 
 import shmcache
 
