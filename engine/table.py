@@ -203,12 +203,22 @@ class Reader:
             return np.ascontiguousarray(keys)
         if isinstance(keys, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"cache {self.name!r}: keys must be a sequence of keys; for one key use get/set/delete")
-        keys = list(keys)
-        for i, k in enumerate(keys):
-            if not isinstance(k, (bytes, bytearray, memoryview)) or len(k) != ks:
-                what = f"{len(k)} bytes" if isinstance(k, (bytes, bytearray, memoryview)) else type(k).__name__
-                raise KeySizeError(f"cache {self.name!r}: key {i} is {what}; this cache's keys are {ks} bytes")
-        return np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), ks)
+        keys = keys if isinstance(keys, list) else list(keys)
+        # The common case in two C-level passes (lengths, join); the per-key loop only words an error.
+        try:
+            lens = np.fromiter(map(len, keys), np.int64, len(keys))
+            joined = b"".join(keys)
+        except TypeError:
+            joined = None
+        if joined is None or len(joined) != len(keys) * ks or (lens != ks).any():
+            for i, k in enumerate(keys):
+                if not isinstance(k, (bytes, bytearray, memoryview)) or memoryview(k).nbytes != ks:
+                    what = f"{memoryview(k).nbytes} bytes" if isinstance(k, (bytes, bytearray, memoryview)) \
+                        else type(k).__name__
+                    raise KeySizeError(f"cache {self.name!r}: key {i} is {what}; this cache's keys are {ks} bytes")
+            if joined is None:  # bytes-like but not joinable as is (a strided memoryview)
+                joined = b"".join(map(bytes, keys))
+        return np.frombuffer(joined, np.uint8).reshape(len(keys), ks)
 
     def _words(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The kernels' view of keys: flat uint8 rows padded to 8 bytes, and its int64 view
@@ -390,14 +400,22 @@ class Writer(Reader):
         else:
             if isinstance(values, (bytes, bytearray, memoryview, str)):
                 raise TypeError(f"cache {self.name!r}: values must be a sequence of values; for one value use set()")
-            values = list(values)
+            values = values if isinstance(values, list) else list(values)
             if len(values) != n:
                 raise ValueError(f"cache {self.name!r}: {n} keys but {len(values)} values")
-            for i, v in enumerate(values):
-                if not isinstance(v, (bytes, bytearray, memoryview)):
-                    raise TypeError(f"cache {self.name!r}: value {i} is {type(v).__name__}, not bytes")
-            lens = np.fromiter(map(len, values), np.int64, n)
-            data = np.frombuffer(b"".join(values), np.uint8)
+            try:  # as for keys: C-level passes, the per-value loop only words an error
+                lens = np.fromiter(map(len, values), np.int64, n)
+                joined = b"".join(values)
+            except TypeError:
+                joined = None
+            if joined is None or len(joined) != int(lens.sum()):
+                for i, v in enumerate(values):
+                    if not isinstance(v, (bytes, bytearray, memoryview)):
+                        raise TypeError(f"cache {self.name!r}: value {i} is {type(v).__name__}, not bytes")
+                if joined is None:  # bytes-like but not joinable as is (a strided memoryview)
+                    joined = b"".join(map(bytes, values))
+                lens = np.fromiter((memoryview(v).nbytes for v in values), np.int64, n)  # multi-byte items
+            data = np.frombuffer(joined, np.uint8)
             starts = np.cumsum(lens) - lens
         if n and lens.max() > maxv:
             i = int(np.argmax(lens))

@@ -51,6 +51,27 @@ def test_mismatched_lengths_and_types(w):
         w.apply([b"a" * 32], np.array([0, 0], np.uint8), [b"x"])
 
 
+def test_any_bytes_like_key_or_value_is_taken_by_its_bytes(w):
+    """bytes, bytearray and memoryviews (multi-byte items, strided) all mean their bytes; a key of
+    the right element count but the wrong byte count, or a non-bytes item, is refused by index."""
+    rng = np.random.default_rng(5)
+    raw = [rng.bytes(32) for _ in range(4)]
+    vals = [rng.bytes(40) for _ in range(4)]
+    keys = [raw[0], bytearray(raw[1]), memoryview(np.frombuffer(raw[2], np.int16)),  # 16 items, 32 bytes
+            memoryview(np.frombuffer(raw[3] * 2, np.uint8))[::2]]  # strided: every other byte
+    w.set_many(keys, [vals[0], bytearray(vals[1]), memoryview(np.frombuffer(vals[2], np.int32)), vals[3]])
+    strided_key = bytes(raw[3] * 2)[::2]
+    assert w.get_many([raw[0], raw[1], raw[2], strided_key]) == vals
+    assert w.get_many(k for k in [raw[1], raw[0]]) == [vals[1], vals[0]]  # any iterable
+    with pytest.raises(shmcache.KeySizeError, match="key 1 is 64 bytes"):
+        w.get_many([raw[0], memoryview(np.zeros(32, np.uint16))])
+    with pytest.raises(shmcache.KeySizeError, match="key 2 is str"):
+        w.get_many([raw[0], raw[1], "x" * 32])
+    with pytest.raises(TypeError, match="value 1 is int"):
+        w.set_many(raw[:2], [b"v", 7])
+    assert w.get(b"k" * 32) == b"kept"
+
+
 def test_memory_too_small():
     with pytest.raises(shmcache.MemoryTooSmallError, match=r"memory=8.0 MiB is too small .* at least 3[0-9].0 MiB is needed"):
         shmcache.create(f"t-{os.getpid()}-small", memory="8MiB")
