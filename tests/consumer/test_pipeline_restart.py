@@ -147,10 +147,11 @@ def test_killed_workers_are_restarted_and_the_table_converges(harness, kafka_top
     r = harness.attach(name, sup=sup)
     r.wait_ready(60)
     for k in range(4):
-        st = r.status()
         i = k % 2
+        # ready says the partitions caught up, not that an idle worker finished starting
+        poll_until(lambda: r.status()["workers"][i]["alive"], 60, lambda: f"worker {i} up: {r.status()['workers']}")
+        st = r.status()
         w = st["workers"][i]
-        assert w["alive"], st["workers"]
         old_pid, old_starts = w["pid"], w["starts"]
         assert old_pid in {c.pid for c in sup.children()}  # a child of the supervisor
         mine = [p["partition"] for p in st["assigned"] if p["worker"] == i]
