@@ -32,6 +32,7 @@ from shmcache.consumer import control
 from shmcache.engine.layout import format_bytes
 
 MAX_PARTITION_ROWS = 32  # more partitions are summed up in one line
+WORKER_STATE_STYLE = {"up": "green", "starting": "yellow", "stopped": "red"}
 
 
 @dataclass
@@ -150,12 +151,12 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
         lag = sum(p["lag"] or 0 for p in more)
         parts.add_row(f"+{len(more)}", "", "", "", f"{lag:,}", "", f"{sum(p['caught_up'] for p in more)} yes")
     workers = Table(title="workers", title_justify="left")
-    for col in ("worker", "pid", "alive", "heartbeat", "restarts", "ADD", "DELETE", "messages"):
+    for col in ("worker", "pid", "state", "heartbeat", "restarts", "ADD", "DELETE", "messages"):
         workers.add_column(col, justify="right")
     for w in st["workers"]:
         hb = "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago"
         workers.add_row(str(w["worker"]), str(w["pid"] or "-"),
-                        Text("yes", "green") if w["alive"] else Text("no", "red"), hb,
+                        Text(w["state"], WORKER_STATE_STYLE[w["state"]]), hb,
                         str(max(0, w["starts"] - 1)), f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}")
     body = [_header(name, st), Columns([applied, table, readers, supervisor])]
     if st["assigned"]:

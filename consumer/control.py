@@ -112,15 +112,20 @@ def status(handle) -> dict:
             "committed": r[L.P_COMMITTED],
             "caught_up": bool(r[L.P_CAUGHT_UP]),
         })
+    sup_alive = bool(sup) and liveness.is_alive(sup)
     ws = []
     for i in range(L.MAX_WORKERS):
         r = wrows[i].tolist()
         if not r[L.K_OWNER] and not r[L.K_STARTS]:
             continue
+        alive = bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER])
         ws.append({
             "worker": i,
             "pid": liveness.word_pid(r[L.K_OWNER]) if r[L.K_OWNER] else None,
-            "alive": bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER]),
+            "alive": alive,
+            # a worker claims its row once its imports are done; until then, or after it died,
+            # a running supervisor is (re)starting it
+            "state": "up" if alive else "starting" if sup_alive else "stopped",
             "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
             "starts": r[L.K_STARTS],
             "adds": r[L.K_ADDS],
@@ -129,7 +134,6 @@ def status(handle) -> dict:
             "malformed": r[L.K_MALFORMED],
             "unknown_actions": r[L.K_UNKNOWN],
         })
-    sup_alive = bool(sup) and liveness.is_alive(sup)
     settled = not assigning and not h[L.H_ASSIGNING] and int(h[L.H_REBALANCES]) == rebalances
     started = int(h[L.H_SUPERVISOR_STARTED])
     return {

@@ -457,7 +457,8 @@ def assert_no_worker_restarted(r, timeout: float = 60.0) -> None:
     def up():
         ws = r.status()["workers"]
         assert all(w["starts"] == 1 for w in ws), ws  # a restart is never undone: fail at once
-        return all(w["alive"] for w in ws)
+        assert all(w["state"] in ("starting", "up") for w in ws), ws  # the supervisor runs
+        return all(w["alive"] and w["state"] == "up" for w in ws)
 
     poll_until(up, timeout, lambda: f"every worker to be up: {r.status()['workers']}")
 

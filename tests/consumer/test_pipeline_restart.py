@@ -177,3 +177,4 @@ def test_killed_workers_are_restarted_and_the_table_converges(harness, kafka_top
     assert [w["starts"] for w in st["workers"]] == [3, 3], st["workers"]
     assert st["ready"]
     assert sup.terminate() == 0
+    assert [w["state"] for w in r.status()["workers"]] == ["stopped", "stopped"]
