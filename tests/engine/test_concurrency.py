@@ -10,43 +10,15 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 
 import numpy as np
-import pytest
 
 import shmcache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _procs import Proc, check_table, key_pool, make_values, universe, verify  # noqa: E402
+from _procs import check_table, key_pool, make_values, universe, verify  # noqa: E402
 
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
-
-
-@pytest.fixture
-def cache_name():
-    name = f"t-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    yield name
-    try:
-        shmcache.destroy(name)
-    except FileNotFoundError:
-        pass
-
-
-@pytest.fixture
-def procs(tmp_path):
-    started: list[Proc] = []
-
-    def start(role, *args):
-        p = Proc(role, *args, log_dir=str(tmp_path))
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.close()
-    for p in started:
-        assert p.p.poll() is not None
 
 
 def test_no_torn_reads_under_eviction_and_wraparound(cache_name, procs):

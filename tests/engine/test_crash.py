@@ -15,7 +15,6 @@ import os
 import random
 import sys
 import time
-import uuid
 
 import numpy as np
 import pytest
@@ -29,32 +28,6 @@ from _procs import Proc, check_table, key_pool, probe_keys, verify  # noqa: E402
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 BOUND = 5.0  # a reader's or writer's pass over all 8192 buckets must end within this
 SEED, NKEYS = 21, 60_000
-
-
-@pytest.fixture
-def cache_name():
-    name = f"t-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    yield name
-    try:
-        shmcache.destroy(name)
-    except FileNotFoundError:
-        pass
-
-
-@pytest.fixture
-def procs(tmp_path):
-    started: list[Proc] = []
-
-    def start(role, *args):
-        p = Proc(role, *args, log_dir=str(tmp_path))
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.close()
-    for p in started:
-        assert p.p.poll() is not None
 
 
 def _locks(r) -> np.ndarray:

@@ -115,14 +115,6 @@ TableModel.TestCase.settings = settings(
 test_table_model = TableModel.TestCase
 
 
-@pytest.fixture
-def cache_name():
-    name = f"t-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    yield name
-    if shmcache.exists(name):
-        shmcache.destroy(name)
-
-
 def test_no_eviction_table_equals_model(cache_name):
     rng = np.random.default_rng(7)
     n = 50_000
