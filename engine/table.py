@@ -37,14 +37,15 @@ from shmcache.errors import (
 )
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word, store_word
-from shmcache.ipc.segment import Segment
+from shmcache.ipc.segment import Segment, path_of
 
 log = logging.getLogger("shmcache.engine")
 
 # Spins before a kernel hands a held lock / odd bucket back to Python, which yields
 # the CPU and checks whether the holder still lives (NOTES-atomics: spin with backoff).
 SPIN_LIMIT = 2000
-READY_TIMEOUT = 5.0  # how long attach waits for a creator to finish initialising
+SIZED_TIMEOUT = 0.5  # how long attach waits for a new file to get its size
+READY_TIMEOUT = 30.0  # how long attach waits for a creator to finish (~3 s per GiB here, for 2 MiB pages)
 
 
 class Packed:
@@ -83,6 +84,29 @@ class Packed:
         return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(self.data)])
 
 
+def _wait_created(name: str) -> None:
+    """Wait (up to READY_TIMEOUT) while a creator is still at work on the file: sized, moved
+    to 2 MiB pages, initialised. Mapping before then would see a 0-byte file, or keep
+    4 KiB page entries where the creator's collapse came after (ipc/segment.py). Errors
+    (no such file, no permission) are left to the mapping, which words them."""
+    t0 = time.monotonic()
+    try:
+        fd = os.open(path_of(name), os.O_RDONLY | os.O_NOFOLLOW)
+    except (OSError, ValueError):
+        return
+    try:
+        while True:
+            size = os.fstat(fd).st_size
+            if size >= L.PAGE and int.from_bytes(os.pread(fd, 8, L.H_MAGIC * L.WORD), "little") != 0:
+                return
+            # a creator sizes the file right after creating it: an empty one that stays so is not ours
+            if time.monotonic() - t0 > (READY_TIMEOUT if size else SIZED_TIMEOUT):
+                return  # the mapping says what is wrong with it
+            time.sleep(0.01)
+    finally:
+        os.close(fd)
+
+
 class Reader:
     """A read-only handle on a cache: `shmcache.attach(name)`."""
 
@@ -91,6 +115,8 @@ class Reader:
 
     def __init__(self, name: str, *, _segment: Segment | None = None):
         self.name = name
+        if _segment is None:
+            _wait_created(name)
         self._seg = _segment or Segment(name, writable=self._writable)
         try:
             self._map()
@@ -110,13 +136,10 @@ class Reader:
         if seg.size < L.PAGE or seg.mm is None:
             raise NotACacheError(f"cache {self.name!r}: {seg.path} is {seg.size} bytes, not a shmcache segment")
         self._header = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while load_word(self._header, L.H_MAGIC) == 0:  # the creator writes the magic last
-            if time.monotonic() > deadline:
-                raise CacheNotReadyError(
-                    f"cache {self.name!r}: {seg.path} has no shmcache magic after {READY_TIMEOUT:.0f} s "
-                    "(still being created, or not a shmcache segment)")
-            time.sleep(0.01)
+        if load_word(self._header, L.H_MAGIC) == 0:  # the creator writes the magic last; _wait_created waited
+            raise CacheNotReadyError(
+                f"cache {self.name!r}: {seg.path} has no shmcache magic after {READY_TIMEOUT:.0f} s "
+                "(still being created, or not a shmcache segment)")
         h = self._header
         if h[L.H_MAGIC] != L.MAGIC:
             raise NotACacheError(f"cache {self.name!r}: {seg.path} is not a shmcache segment (bad magic)")

@@ -137,6 +137,7 @@ class Segment:
         self.created = True
         os.fchmod(self.fd, mode)  # the umask must not narrow or widen what was asked
         try:
+            os.ftruncate(self.fd, size)  # the size shows at once: an attacher knows a creator is at work
             # Reserve every page now: memory never grows after creation, and a full
             # /dev/shm fails here with a clear error instead of SIGBUS on a later write.
             os.posix_fallocate(self.fd, 0, size)
