@@ -127,6 +127,15 @@ def cmd_status(a) -> int:
                   f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
                   "yes" if p["caught_up"] else "no")
     console.print(t)
+    if st["workers"]:
+        t = Table()
+        for col in ("worker", "pid", "state", "restarts", "heartbeat", "ADD", "DELETE", "messages", "malformed"):
+            t.add_column(col, justify="right")
+        for w in st["workers"]:
+            t.add_row(str(w["worker"]), str(w["pid"] or "-"), w["state"], str(max(0, w["starts"] - 1)),
+                      "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago",
+                      f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}", f"{w['malformed']:,}")
+        console.print(t)
     return 0
 
 

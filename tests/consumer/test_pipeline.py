@@ -209,14 +209,20 @@ def test_ready_means_readable(harness, kafka_topic):
     out = subprocess.run([sys.executable, "-m", "shmcache", "status", name], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "COLUMNS": "200"}, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr
-    rows = {}
+    rows, workers = {}, {}
     for line in out.stdout.splitlines():
         cells = [c.strip() for c in line.replace("┃", "│").split("│")]
         cells = [c for c in cells if c]
-        if len(cells) == 8 and cells[0].isdigit():
-            rows[int(cells[0])] = cells
+        if len(cells) in (8, 9) and cells[0].isdigit():  # a partition's row, a worker's row
+            (rows if len(cells) == 8 else workers)[int(cells[0])] = cells
     assert sorted(rows) == list(range(PARTITIONS)), out.stdout
     assert all(c[-1] == "yes" for c in rows.values()), out.stdout
+    assert sorted(workers) == [0, 1], out.stdout
+    ws = {w["worker"]: w for w in r.status()["workers"]}
+    for i, c in workers.items():
+        assert c[1:4] == [str(ws[i]["pid"]), "up", "0"], out.stdout  # pid, state, restarts
+        assert c[7] == f"{ws[i]['messages']:,}", out.stdout
+    assert sum(int(c[5].replace(",", "")) for c in workers.values()) == n  # every ADD, by worker
     assert "ready" in out.stdout and "not ready" not in out.stdout, out.stdout
 
     assert sup.terminate() == 0
