@@ -152,6 +152,10 @@ class Segment:
         """Ask for 2 MiB pages (a hint: refused on older kernels or under memory pressure)."""
         n = self.size // HUGE_PAGE * HUGE_PAGE
         self.huge = n > 0 and _libc.madvise(self.addr, n, _MADV_COLLAPSE) == 0
+        if not self.huge and n and ctypes.get_errno() == errno.EAGAIN:
+            # a transient miss on some 2 MiB ranges (a page briefly locked or mapped elsewhere):
+            # the kernel went on with the rest, so a second pass only redoes those
+            self.huge = _libc.madvise(self.addr, n, _MADV_COLLAPSE) == 0
 
     def _open(self) -> None:
         flags = os.O_RDWR if self.writable else os.O_RDONLY
