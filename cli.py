@@ -234,7 +234,8 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,host:port]")
     pr.add_argument("--topic", required=True)
     pr.add_argument("--count", type=int, default=1_000_000, help="entries to send (default 1,000,000)")
-    pr.add_argument("--format", choices=("v1", "v2"), default="v1", help="wire format (default v1)")
+    pr.add_argument("--format", choices=("v1", "v2", "kv"), default="v1",
+                    help="wire format (default v1; kv: a message per entry, keyed by its hash)")
     pr.add_argument("--rate", type=float, default=0.0, help="entries/s (default 0: as fast as it can)")
     pr.add_argument("--batch-size", type=int, default=1024, help="entries per batch, at most (default 1024)")
     pr.add_argument("--linger", type=float, default=0.01,

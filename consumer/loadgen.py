@@ -19,6 +19,9 @@ defined:
   for p. Every message that touches h is then in one partition, in order.
 - v2 sends each entry to `wire.v2_partition(xxh64(h), P)`: deletes follow their
   key. Its DELETEs are of hashes from any earlier batch.
+- kv sends each entry as its own message keyed by h (murmur2: deletes follow their
+  key, as in v2), value None for a DELETE. One produce() call per entry makes it
+  several times slower than v1/v2 per entry; it exists to feed `--format kv` caches.
 
 Ground truth (`ground_truth=PATH`): a Parquet file of every entry sent, in send
 order, written to PATH.tmp and renamed to PATH only once every message was
@@ -37,8 +40,8 @@ same state.
 
 Generation works on whole batches (numpy, txmeta.encode, wire.encode_v1/v2), so a
 few million entries take seconds. On backpressure it waits (poll), never drops;
-any failed delivery, or a v1 message the broker placed elsewhere than murmur2
-says, fails the run at the next batch or at the final flush.
+any failed delivery, or a v1 or kv message the broker placed elsewhere than
+murmur2 says, fails the run at the next batch or at the final flush.
 
 Not guaranteed: `rate` is a target (sleeps between batches), not a bound on
 burstiness within a batch; the delete share is reached only once there are
@@ -64,7 +67,9 @@ ADD, DELETE = wire.ADD, wire.DELETE
 # 4096 entries of at most 8+32+1+4 + 21+3*(32+4+4)+4 = 194 B stay under Kafka's
 # 1 MB default message.max.bytes.
 MAX_BATCH = 4096
-FORMATS = ("v1", "v2")
+FORMATS = ("v1", "v2", "kv")
+# bytes on the wire per entry besides its value: v1/v2 entry headers, kv's message key
+ENTRY_OVERHEAD = {"v1": wire.V1_ENTRY_HEADER, "v2": wire.V2_ENTRY_HEADER, "kv": 32}
 GROUND_TRUTH_ROW_GROUP = 1 << 17  # rows buffered per Parquet row group
 
 # Producer settings for throughput, as Teranode's validator produces: no
@@ -176,7 +181,7 @@ class Generator:
         self.partitions = partitions
         self.delete_share = delete_share
         self.rng = rng
-        # v1: one pool per target partition; v2: one pool (deletes follow their key)
+        # v1: one pool per target partition; v2, kv: one pool (deletes follow their key)
         self.pools = [_Pool() for _ in range(partitions if fmt == "v1" else 1)]
         self.next_partition = 0
         self.recent: np.ndarray | None = None  # the last batch's hashes: parents of the next
@@ -226,6 +231,8 @@ class Generator:
         """The partition each entry of `b` is sent to."""
         if b.partition is not None:
             return np.full(len(b), b.partition, np.int32)
+        if self.fmt == "kv":
+            return wire.murmur2_partitions(b.keys, self.partitions).astype(np.int32)
         return wire.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
 
 
@@ -470,7 +477,7 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
             st.entries += n
             st.deletes += d
             st.adds += n - d
-            st.bytes += int(b.offsets[-1]) + n * (wire.V1_ENTRY_HEADER if cfg.format == "v1" else wire.V2_ENTRY_HEADER)
+            st.bytes += int(b.offsets[-1]) + n * ENTRY_OVERHEAD[cfg.format]
             st.messages, st.delivered = producer.sent_messages, producer.delivered_messages
             if progress is not None:
                 progress(st)

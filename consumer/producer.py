@@ -16,8 +16,8 @@ validator does).
 
 On backpressure (the local queue full) the producer waits, never drops. Every
 delivery report is checked: `flush()` raises if any message failed, and for v1
-each message's partition is compared with the one murmur2 gives its key
-(`misrouted`), so a client whose partitioner disagrees is caught, not trusted.
+each v1 or kv message's partition is compared with the one murmur2 gives its
+key (`misrouted`), so a client whose partitioner disagrees is caught, not trusted.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class TxmetaProducer:
             raise ValueError(f"topic {topic!r} has {self.partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
         self.sent_messages = 0
         self.delivered_messages = 0  # acknowledged by the broker
-        self.misrouted = 0  # v1 messages acknowledged on another partition than murmur2(key) gives
+        self.misrouted = 0  # v1/kv messages acknowledged on another partition than murmur2(key) gives
         self.end_offsets: dict[int, int] = {}  # partition -> highest acknowledged offset + 1
 
     def _on_delivery(self, err, msg, expect: int | None) -> None:
@@ -99,9 +99,12 @@ class TxmetaProducer:
                 self._produce(wire.encode_v2(keys[idx], actions[idx], take(offsets, data, idx)), partition=p)
         else:
             offsets, data = _as_offsets(values, len(keys))
+            expect = wire.murmur2_partitions(keys, self.partitions).tolist()
+            deletes = (actions == wire.DELETE).tolist()
+            buf, o = data.tobytes(), offsets.tolist()  # slicing bytes, not numpy, per entry
             for i in range(len(keys)):
-                value = None if actions[i] == wire.DELETE else data[offsets[i]:offsets[i + 1]].tobytes()
-                self._produce(value, key=keys[i].tobytes())
+                value = None if deletes[i] else buf[o[i]:o[i + 1]]
+                self._produce(value, key=keys[i].tobytes(), expect=expect[i])
 
     def poll(self, timeout: float = 0.0) -> None:
         """Serve delivery reports for up to `timeout` seconds (e.g. while pacing)."""

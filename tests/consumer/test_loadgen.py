@@ -37,7 +37,7 @@ def _walk(gen: loadgen.Generator, batches: int, size: int):
 # -- generating, without a broker --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", ["v1", "v2"])
+@pytest.mark.parametrize("fmt", ["v1", "v2", "kv"])
 def test_every_hash_is_added_once_deleted_at_most_once_and_in_its_own_partition(fmt):
     partitions = 8
     gen = loadgen.Generator(fmt, partitions, delete_share=0.3, rng=np.random.default_rng(7))
@@ -50,8 +50,10 @@ def test_every_hash_is_added_once_deleted_at_most_once_and_in_its_own_partition(
             assert b.actions[0] == ADD
             assert wire.murmur2_partition(b.keys[0].tobytes(), partitions) == b.partition == i % partitions
             assert (parts == b.partition).all()
-        else:
+        elif fmt == "v2":
             assert (parts == wire.v2_partition(wire.xxh64_keys(b.keys), partitions)).all()
+        else:  # kv: the producer's partitioner places each entry by its own key
+            assert (parts == [wire.murmur2_partition(k.tobytes(), partitions) for k in b.keys]).all()
         seen_here = set()
         for k, a, p in zip(b.keys, b.actions.tolist(), parts.tolist()):
             k = k.tobytes()
@@ -137,7 +139,7 @@ def test_ground_truth_file_describes_the_final_state(tmp_path):
 
 
 def test_config_errors_name_the_setting():
-    for kw, word in (({"format": "kv"}, "format"), ({"batch_size": 0}, "batch_size"), ({"rate": -1}, "rate"),
+    for kw, word in (({"format": "v3"}, "format"), ({"batch_size": 0}, "batch_size"), ({"rate": -1}, "rate"),
                      ({"delete_share": 1.0}, "delete_share"), ({"linger": -0.1}, "linger")):
         with pytest.raises(ValueError, match=word):
             loadgen.LoadConfig(bootstrap="x", topic="t", **kw).validate()
@@ -146,7 +148,7 @@ def test_config_errors_name_the_setting():
 # -- producing to the real broker ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", ["v1", "v2"])
+@pytest.mark.parametrize("fmt", ["v1", "v2", "kv"])
 def test_topic_holds_exactly_the_ground_truth(kafka_broker, kafka_topic, tmp_path, fmt):
     partitions = 4
     topic = kafka_topic(partitions)

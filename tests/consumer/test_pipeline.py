@@ -231,6 +231,33 @@ def test_ready_means_readable(harness, kafka_topic):
     assert r.get_many(keys[:100]) == [expected[k] for k in keys[:100]]  # the table stays
 
 
+def test_a_kv_load_fills_a_kv_cache_to_its_ground_truth(harness, kafka_topic, tmp_path):
+    """`shmcache produce --format kv` (a message per entry, None for a DELETE) into `shmcache run
+    --format kv`: the cache ends equal to the load generator's ground truth, value for value."""
+    import pyarrow.compute as pc
+
+    from shmcache import txmeta
+    from shmcache.consumer import loadgen
+
+    topic = kafka_topic(PARTITIONS)
+    path = str(tmp_path / "truth.parquet")
+    sent = loadgen.produce(loadgen.LoadConfig(bootstrap=harness.bootstrap, topic=topic, count=8_000, format="kv",
+                                              batch_size=400, delete_share=0.25, seed=9, ground_truth=path))
+    assert sent.messages == 8_000 and sent.deletes > 1_000
+    name = harness.cache_name("kv-load")
+    sup = harness.supervisor(name, topic, harness.group("kv-load"), fmt="kv")
+    r = harness.attach(name, sup=sup)
+    wait_applied(r, [sent.end_offsets.get(p, 0) for p in range(PARTITIONS)], 60, sup)
+    state = loadgen.final_state(path)
+    keys = [k.tobytes() for k in loadgen.hashes_of(state["tx_hash"])]
+    off, data = txmeta.encode(txmeta.from_arrow(state.filter(pc.invert(state["deleted"]))))
+    live = iter(data[off[i]:off[i + 1]].tobytes() for i in range(len(off) - 1))
+    check_table(r, {k: None if d else next(live) for k, d in zip(keys, state["deleted"].to_pylist())})
+    st = r.status()
+    assert sum(w["adds"] for w in st["workers"]) == sent.adds and sum(w["malformed"] for w in st["workers"]) == 0
+    assert sup.terminate() == 0
+
+
 def test_malformed_kv_messages_are_skipped(harness, kafka_topic):
     """Plain key/value mode: a message with no key, a key of the wrong size or a value over
     max_value is counted, logged and skipped; the messages around it are applied."""
