@@ -45,7 +45,8 @@ log = logging.getLogger("shmcache.engine")
 # the CPU and checks whether the holder still lives (NOTES-atomics: spin with backoff).
 SPIN_LIMIT = 2000
 SIZED_TIMEOUT = 0.5  # how long attach waits for a new file to get its size
-READY_TIMEOUT = 30.0  # how long attach waits for a creator to finish (~3 s per GiB here, for 2 MiB pages)
+READY_TIMEOUT = 30.0  # how long attach waits for a creator to finish, plus READY_S_PER_GIB of the size
+READY_S_PER_GIB = 10.0  # the creator's move to 2 MiB pages took 2-3.5 s per GiB here
 
 
 class Packed:
@@ -85,7 +86,7 @@ class Packed:
 
 
 def _wait_created(name: str) -> None:
-    """Wait (up to READY_TIMEOUT) while a creator is still at work on the file: sized, moved
+    """Wait (READY_TIMEOUT, more for a large file) while a creator is still at work on the file: sized, moved
     to 2 MiB pages, initialised. Mapping before then would see a 0-byte file, or keep
     4 KiB page entries where the creator's collapse came after (ipc/segment.py). Errors
     (no such file, no permission) are left to the mapping, which words them."""
@@ -99,8 +100,10 @@ def _wait_created(name: str) -> None:
             size = os.fstat(fd).st_size
             if size >= L.PAGE and int.from_bytes(os.pread(fd, 8, L.H_MAGIC * L.WORD), "little") != 0:
                 return
-            # a creator sizes the file right after creating it: an empty one that stays so is not ours
-            if time.monotonic() - t0 > (READY_TIMEOUT if size else SIZED_TIMEOUT):
+            # a creator sizes the file right after creating it: an empty one that stays so is not
+            # ours; a sized one gets time in proportion, as the creator's collapse takes
+            limit = READY_TIMEOUT + READY_S_PER_GIB * size / 2**30 if size else SIZED_TIMEOUT
+            if time.monotonic() - t0 > limit:
                 return  # the mapping says what is wrong with it
             time.sleep(0.01)
     finally:
@@ -138,7 +141,8 @@ class Reader:
         self._header = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
         if load_word(self._header, L.H_MAGIC) == 0:  # the creator writes the magic last; _wait_created waited
             raise CacheNotReadyError(
-                f"cache {self.name!r}: {seg.path} has no shmcache magic after {READY_TIMEOUT:.0f} s "
+                f"cache {self.name!r}: {seg.path} has no shmcache magic after waiting for its creator "
+                f"{READY_TIMEOUT + READY_S_PER_GIB * seg.size / 2**30:.0f} s "
                 "(still being created, or not a shmcache segment)")
         h = self._header
         if h[L.H_MAGIC] != L.MAGIC:

@@ -259,6 +259,20 @@ def test_foreign_and_empty_files_are_not_caches(name):
     assert os.path.getsize(_path(name)) == 0, "a failed attach must not touch the file"
 
 
+def test_a_file_whose_creator_never_finishes_is_not_ready(name, monkeypatch):
+    """Sized but never given its magic (a creator killed mid-create): attach waits for the
+    creator, then says what it waited for; the file is left as it was."""
+    from shmcache.engine import table
+
+    monkeypatch.setattr(table, "READY_TIMEOUT", 0.3)  # the wait, shortened; the code path is the real one
+    with open(_path(name), "wb") as f:
+        f.truncate(1 << 20)
+    for fn in (shmcache.attach, shmcache.open):
+        with pytest.raises(shmcache.CacheNotReadyError, match=f"cache '{name}': .* no shmcache magic after waiting"):
+            fn(name)
+    assert os.path.getsize(_path(name)) == 1 << 20
+
+
 def test_missing_cache(name):
     for fn in (shmcache.attach, shmcache.open, shmcache.destroy):
         with pytest.raises(shmcache.CacheNotFoundError, match=f"cache '{name}' does not exist") as e:
