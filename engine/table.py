@@ -85,8 +85,30 @@ class Packed:
         return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(self.data)])
 
 
+def _ready_limit(size: int) -> float:
+    """How long an attacher waits for the creator of a file of `size` bytes to finish:
+    a creator sizes the file right after creating it, so an empty one that stays so is
+    not ours; a sized one gets time in proportion, as the creator's collapse takes."""
+    return READY_TIMEOUT + READY_S_PER_GIB * size / 2**30 if size else SIZED_TIMEOUT
+
+
+def _join_bytes(items: list) -> tuple[np.ndarray, bytes] | None:
+    """Each item's length in bytes and all their bytes back to back, in C-level passes;
+    None if an item is not bytes-like (the caller words the error, naming the item)."""
+    try:
+        lens = np.fromiter(map(len, items), np.int64, len(items))
+        joined = b"".join(items)
+    except TypeError:  # not bytes-like, or a strided memoryview, which join refuses
+        if not all(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
+            return None
+        lens, joined = None, b"".join(map(bytes, items))
+    if lens is None or len(joined) != int(lens.sum()):  # multi-byte items: len() counts items, not bytes
+        lens = np.fromiter((memoryview(v).nbytes for v in items), np.int64, len(items))
+    return lens, joined
+
+
 def _wait_created(name: str) -> None:
-    """Wait (READY_TIMEOUT, more for a large file) while a creator is still at work on the file: sized, moved
+    """Wait (_ready_limit) while a creator is still at work on the file: sized, moved
     to 2 MiB pages, initialised. Mapping before then would see a 0-byte file, or keep
     4 KiB page entries where the creator's collapse came after (ipc/segment.py). Errors
     (no such file, no permission) are left to the mapping, which words them."""
@@ -100,10 +122,7 @@ def _wait_created(name: str) -> None:
             size = os.fstat(fd).st_size
             if size >= L.PAGE and int.from_bytes(os.pread(fd, 8, L.H_MAGIC * L.WORD), "little") != 0:
                 return
-            # a creator sizes the file right after creating it: an empty one that stays so is not
-            # ours; a sized one gets time in proportion, as the creator's collapse takes
-            limit = READY_TIMEOUT + READY_S_PER_GIB * size / 2**30 if size else SIZED_TIMEOUT
-            if time.monotonic() - t0 > limit:
+            if time.monotonic() - t0 > _ready_limit(size):
                 return  # the mapping says what is wrong with it
             time.sleep(0.01)
     finally:
@@ -142,7 +161,7 @@ class Reader:
         if load_word(self._header, L.H_MAGIC) == 0:  # the creator writes the magic last; _wait_created waited
             raise CacheNotReadyError(
                 f"cache {self.name!r}: {seg.path} has no shmcache magic after waiting for its creator "
-                f"{READY_TIMEOUT + READY_S_PER_GIB * seg.size / 2**30:.0f} s "
+                f"{_ready_limit(seg.size):.0f} s "
                 "(still being created, or not a shmcache segment)")
         h = self._header
         if h[L.H_MAGIC] != L.MAGIC:
@@ -231,21 +250,14 @@ class Reader:
         if isinstance(keys, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"cache {self.name!r}: keys must be a sequence of keys; for one key use get/set/delete")
         keys = keys if isinstance(keys, list) else list(keys)
-        # The common case in two C-level passes (lengths, join); the per-key loop only words an error.
-        try:
-            lens = np.fromiter(map(len, keys), np.int64, len(keys))
-            joined = b"".join(keys)
-        except TypeError:
-            joined = None
-        if joined is None or len(joined) != len(keys) * ks or (lens != ks).any():
+        packed = _join_bytes(keys)
+        if packed is None or (packed[0] != ks).any():  # the loop only words the error
             for i, k in enumerate(keys):
                 if not isinstance(k, (bytes, bytearray, memoryview)) or memoryview(k).nbytes != ks:
                     what = f"{memoryview(k).nbytes} bytes" if isinstance(k, (bytes, bytearray, memoryview)) \
                         else type(k).__name__
                     raise KeySizeError(f"cache {self.name!r}: key {i} is {what}; this cache's keys are {ks} bytes")
-            if joined is None:  # bytes-like but not joinable as is (a strided memoryview)
-                joined = b"".join(map(bytes, keys))
-        return np.frombuffer(joined, np.uint8).reshape(len(keys), ks)
+        return np.frombuffer(packed[1], np.uint8).reshape(len(keys), ks)
 
     def _words(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The kernels' view of keys: flat uint8 rows padded to 8 bytes, and its int64 view
@@ -430,18 +442,12 @@ class Writer(Reader):
             values = values if isinstance(values, list) else list(values)
             if len(values) != n:
                 raise ValueError(f"cache {self.name!r}: {n} keys but {len(values)} values")
-            try:  # as for keys: C-level passes, the per-value loop only words an error
-                lens = np.fromiter(map(len, values), np.int64, n)
-                joined = b"".join(values)
-            except TypeError:
-                joined = None
-            if joined is None or len(joined) != int(lens.sum()):
+            packed = _join_bytes(values)
+            if packed is None:  # the loop only words the error
                 for i, v in enumerate(values):
                     if not isinstance(v, (bytes, bytearray, memoryview)):
                         raise TypeError(f"cache {self.name!r}: value {i} is {type(v).__name__}, not bytes")
-                if joined is None:  # bytes-like but not joinable as is (a strided memoryview)
-                    joined = b"".join(map(bytes, values))
-                lens = np.fromiter((memoryview(v).nbytes for v in values), np.int64, n)  # multi-byte items
+            lens, joined = packed
             data = np.frombuffer(joined, np.uint8)
             starts = np.cumsum(lens) - lens
         if n and lens.max() > maxv:
