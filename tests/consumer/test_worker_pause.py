@@ -8,19 +8,19 @@ covers only the partitions it still owns; when the partition is assigned again l
 it comes back paused and is never fetched again.
 """
 
-import multiprocessing as mp
 import os
 import sys
 import time
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 from confluent_kafka import Producer
 
 import shmcache
 from shmcache.consumer import control, wire
-from shmcache.consumer import worker as worker_mod
 from shmcache.consumer.config import RunConfig
+from shmcache.consumer.supervisor import WorkerHandle
 from shmcache.engine import layout as L
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -28,41 +28,6 @@ from _pipeline import poll_until  # noqa: E402
 
 BURST = 300  # one-entry messages per partition and cycle: several seconds' worth at max_rate=1
 CYCLES = 2
-
-
-class WorkerDriver:
-    def __init__(self, cfg: RunConfig):
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_mod.main, args=(cfg.to_dict(), 0, child), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def request(self, cmd: tuple, reply: str, timeout: float = 30.0):
-        self.conn.send(cmd)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.conn.poll(0.05):
-                kind, payload = self.conn.recv()
-                if kind == reply:
-                    return payload
-            assert self.proc.is_alive(), f"worker exited with {self.proc.exitcode}"
-        raise AssertionError(f"worker did not answer {cmd[0]!r}")
-
-    def close(self) -> None:
-        if self.proc.is_alive():
-            try:
-                self.request(("stop",), "stopped", 10)
-            except (AssertionError, OSError, EOFError):
-                pass
-            self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
-        self.conn.close()
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int], rng) -> None:
@@ -91,12 +56,16 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
         # from just after each batch until the next second starts
         cfg = RunConfig(name=name, bootstrap=kafka_broker.bootstrap, topic=topic, workers=1,
                         max_rate=1, group=f"t-pipe-wpause-{uuid.uuid4().hex[:8]}")
-        driver = WorkerDriver(cfg)
+        # the supervisor's own handle on a worker process (spawn, pipe, commands, stop),
+        # over this test's cache and config: the supervisor's group logic is not involved
+        driver = WorkerHandle(SimpleNamespace(cfg=cfg, cache=cache), 0)
+        driver.start()
 
         def assign(p: int, offset: int) -> None:
             rows[p, L.P_GENERATION] += 1
             rows[p, L.P_APPLIED] = offset
-            driver.request(("assign", [(p, offset, int(rows[p, L.P_GENERATION]))]), "assigned")
+            cmd = ("assign", [(p, offset, int(rows[p, L.P_GENERATION]))])
+            assert driver.request(cmd, "assigned", 30) is not None, f"worker did not answer {cmd}"
 
         def applied(p: int) -> int:
             return int(rows[p, L.P_APPLIED])
@@ -114,7 +83,8 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
         assign(1, 0)
         for cycle in range(CYCLES):
             poll_until(paused, 30, f"cycle {cycle}: the worker to be paused by flow control", interval=0)
-            released = driver.request(("revoke", [1]), "revoked")
+            released = driver.request(("revoke", [1]), "revoked", 30)
+            assert released is not None, "worker did not answer the revoke"
             # the worker goes on with partition 0 alone, paused and resumed once a second,
             # until it has applied all of it; then its last pause runs out (1 s windows)
             poll_until(lambda: applied(0) >= ends[0], 30, f"cycle {cycle}: partition 0 to be applied")
@@ -131,7 +101,7 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
         assert w[L.K_MALFORMED] == 0 and w[L.K_MESSAGES] > 0
     finally:
         if driver is not None:
-            driver.close()
+            driver.stop("test over", 10)
         del rows  # a view of the mapping
         cache.close()
         shmcache.destroy(name)
