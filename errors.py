@@ -23,6 +23,9 @@ __all__ = [
     "ReadOnlyError",
     "TooManyWritersError",
     "ClosedError",
+    "CorruptCacheError",
+    "CacheInUseError",
+    "BrokerUnavailableError",
 ]
 
 
@@ -80,3 +83,16 @@ class TooManyWritersError(ShmcacheError, RuntimeError):
 
 class ClosedError(ShmcacheError, ValueError):
     """Use of a handle after close()."""
+
+
+class CorruptCacheError(NotACacheError):
+    """The segment's header or geometry contradicts itself or the file (a damaged or
+    hostile segment): the message names the field, what it holds and what it should be."""
+
+
+class CacheInUseError(ShmcacheError, RuntimeError):
+    """destroy() of a cache a live supervisor or writer still uses (force=True overrides)."""
+
+
+class BrokerUnavailableError(ShmcacheError, ConnectionError):
+    """The Kafka broker did not answer within the wait the caller allowed."""
