@@ -25,8 +25,15 @@ sends each entry to partition `(xxh64 % 8192) // (8192 // P)`, so a partition ow
 contiguous range of the table's buckets (see `v2_partition`).
 
 What a receiver MUST check (and `decode` does):
-1. v2 only if all four header bytes match AND `count * 45 <= len - 8`; otherwise v1.
-   The magic alone is not enough: a v1 count of 255, 511, 767, ... also starts 0xFF.
+1. v2 only if the WHOLE v2 parse holds: all four header bytes match, `count * 45 <=
+   len - 8`, every entry is intact, the entries end exactly at the message's end, and
+   every entry's sent xxh64 equals xxh64(its hash). Otherwise the message is parsed
+   as v1. The header alone is not enough: a v1 count of 255, 511, 767, ... also starts
+   0xFF, and a v1 message of 767 entries starts exactly FF 02 00 00; the count check
+   alone is not enough either (its first hash's first four bytes, read as a v2 count,
+   pass it with odds of about len/45 in 2**32, and the entries then decode as garbage).
+   Teranode's receivers stop at the header check; we go further because applying a
+   misread message loses its real entries, DELETEs included.
 2. Nothing is sized from the count: it can claim 4 billion entries in 10 bytes.
    (Teranode's receivers drop a message whose count cannot fit; we keep its intact
    entries, sizing arrays from what the scan found, and report the count.)
@@ -34,9 +41,9 @@ What a receiver MUST check (and `decode` does):
    content fits. The first failure is the damage: entries before it are kept,
    nothing from it on is.
 4. Unknown actions are skipped by their `len` and counted, never applied.
-5. v2: the sent xxh64 is not trusted to place a key; it is recomputed and a
-   mismatch counted (the engine buckets by xxh64(key), and so do readers). The
-   verified hashes come back in `Batch.hashes`, so the engine need not hash again.
+5. v2: the sent xxh64 is not trusted to place a key; it is recomputed, and a
+   mismatch means the message is not v2 (rule 1). The verified hashes come back in
+   `Batch.hashes` (the engine still hashes keys itself: it does not take them yet).
 
 Choices where the format is silent:
 - A DELETE with len > 0: its content is skipped by its len (as Teranode's receivers
@@ -45,15 +52,16 @@ Choices where the format is silent:
   `Batch.delete_payloads`.
 - A content longer than `max_value` is damage even for a DELETE or an unknown
   action: a length no record can have means the framing is not to be trusted.
-- Bytes after the declared entries are reported as an error, all entries kept.
-- If the header carries the v2 magic but fails the count check, and the v1 parse is
-  then damaged, nothing is kept: the layout itself is in doubt, and applying
-  misaligned bytes as entries is worse than a miss.
+- v1: bytes after the declared entries are reported as an error, all entries kept;
+  other damage keeps the entries before it.
+- A message with the v2 header that holds neither as v2 nor as v1 keeps nothing: the
+  layout itself is in doubt, and applying misaligned bytes as entries is worse than a
+  miss. So a damaged v2 message (truncated, trailing bytes, one wrong xxh64) yields
+  nothing, where a damaged v1 message keeps its intact prefix.
 
-Not guaranteed: the v1/v2 decision is a heuristic set by the format. A v1 message
-of count 767 (FF 02 00 00) whose first tx hash starts with a u32 below len/45 is
-read as v2 (with odds of about len/45 in 2**32 for a random hash). A truncated v2
-message is read as v1, is damaged as v1, and so yields nothing (the last choice).
+Not guaranteed: a message that parses cleanly both ways is read as v2. That needs a
+v1 message of 767 + 256k entries whose bytes also form a valid v2 message with every
+xxh64 matching: 64 bits of chance per entry, never in practice.
 
 Also here: the plain key/value mode (`decode_kv`), the encoders producers and tests
 use, and the two partitioners (`v2_partition`, and Kafka's own `murmur2_partition`).
@@ -120,9 +128,8 @@ class Batch:
     unknown_actions: int  # entries skipped for an action other than ADD/DELETE
     error: str | None  # None if clean, else a short reason for the first damage
     error_at: int  # byte of the damage (kv: index of the first skipped message); -1 if clean
-    hashes: np.ndarray | None = None  # (n,) uint64 xxh64(key) for v2 (verified unless told not to)
+    hashes: np.ndarray | None = None  # (n,) uint64 xxh64(key) for v2, each one verified
     delete_payloads: int = 0  # DELETEs that carried content (skipped, still deleted)
-    hash_mismatches: int = 0  # v2 entries whose sent xxh64 was wrong (replaced)
     skipped: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     # ^ kv mode: indices of the messages skipped as bad, for topic/partition/offset logs
 
@@ -140,10 +147,10 @@ class Batch:
 
 
 # -- decoding --------------------------------------------------------------------
-def decode(buf, *, key_size: int = KEY_SIZE, max_value: int = MAX_VALUE,
-           verify_hashes: bool = True) -> Batch:
-    """Decode one txmeta message (v1 or v2). Never raises on malformed bytes: the
-    entries before the first damage come back, with `error`/`error_at` set.
+def decode(buf, *, key_size: int = KEY_SIZE, max_value: int = MAX_VALUE) -> Batch:
+    """Decode one txmeta message (v1 or v2, rule 1). Never raises on malformed bytes:
+    `error`/`error_at` say what is wrong, and the entries before the first damage
+    come back for v1 (none for a message with the v2 header, see the choices above).
 
     `buf` is bytes, bytearray, memoryview or a 1-d uint8 array; a wrong type or a
     bad argument raises (that is a bug in the caller, not bad input).
@@ -160,16 +167,34 @@ def decode(buf, *, key_size: int = KEY_SIZE, max_value: int = MAX_VALUE,
                         f"{V1_HEADER}-byte count", 0)
 
     head8 = data[:V2_HEADER].tobytes()
-    magic = head8[: len(V2_MAGIC)] == V2_MAGIC
-    version, pos, count_at = 1, V1_HEADER, 0
-    if magic and n >= V2_HEADER:
-        count2 = int.from_bytes(head8[len(V2_MAGIC):], "little")
-        if count2 * V2_ENTRY_HEADER <= n - V2_HEADER:
-            version, pos, count_at = 2, V2_HEADER, len(V2_MAGIC)
-    count = int.from_bytes(head8[count_at : count_at + COUNT_SIZE], "little")
+    count1 = int.from_bytes(head8[:COUNT_SIZE], "little")
+    if head8[: len(V2_MAGIC)] != V2_MAGIC or n < V2_HEADER:
+        return _decode_as(data, 1, count1, max_value)  # damage keeps the intact prefix
+    # Rule 1: the v2 header alone is no proof (a v1 count of 767 is FF 02 00 00).
+    count2 = int.from_bytes(head8[len(V2_MAGIC):], "little")
+    if count2 * V2_ENTRY_HEADER <= n - V2_HEADER:
+        as_v2 = _decode_as(data, 2, count2, max_value)
+        if as_v2.error is None:
+            return as_v2
+        not_v2 = as_v2.error
+    else:
+        not_v2 = f"count {count2} cannot fit"
+    as_v1 = _decode_as(data, 1, count1, max_value)
+    if as_v1.error is None:
+        return as_v1
+    # Neither layout holds: which one it was is in doubt, so nothing is applied.
+    return _nothing(data, 1, count1, f"v2 magic, but not v2 ({not_v2}) and damaged as v1: {as_v1.error}", 0)
+
+
+def _decode_as(data: np.ndarray, version: int, count: int, max_value: int) -> Batch:
+    """Parse `data` as `version` with the header's `count`. v1 keeps the entries before
+    any damage; v2 is all or nothing (its entries must end exactly at the message's end
+    and every sent xxh64 must match its key), since a failed v2 parse means the message
+    may not be v2 at all."""
+    n = data.shape[0]
+    pos = V2_HEADER if version == 2 else V1_HEADER
     hash_size = HASH_SIZE if version == 2 else 0
     entry_header = hash_size + KEY_SIZE + ACTION_SIZE + LEN_SIZE
-
     # Rule 2: arrays are sized from what the scan finds, never from the count.
     walked, kept, unknown, delete_payloads, _end, err, err_at, err_len = _k.scan(
         data, pos, count, hash_size, KEY_SIZE, max_value)
@@ -179,25 +204,24 @@ def decode(buf, *, key_size: int = KEY_SIZE, max_value: int = MAX_VALUE,
         fits = (n - pos) // entry_header
         if count > fits:
             error = f"count {count} exceeds the buffer (at most {fits} entries fit); {error}"
-        if magic and version == 1:  # the layout itself is in doubt: keep nothing
-            return _nothing(data, 1, count, "v2 magic with an implausible v2 count, "
-                            f"and damaged as v1: {error}", 0)
-
+        if version == 2:
+            return _nothing(data, 2, count, error, int(err_at))
     keys = np.empty((kept, KEY_SIZE), np.uint8)
     actions = np.empty(kept, np.uint8)
     starts = np.empty(kept, np.int64)
     lens = np.empty(kept, np.int32)
     hashes = np.empty(kept if version == 2 else 0, np.uint64)
     _k.gather(data, pos, walked, hash_size, KEY_SIZE, keys, actions, starts, lens, hashes)
-    mismatches = 0
-    if version == 2 and verify_hashes:  # rule 5
-        mine = xxh64_keys(keys)
-        mismatches = int(np.count_nonzero(mine != hashes))
-        hashes = mine
+    if version == 2:
+        # Rule 5. Entries of an unknown action are not gathered, so their hashes go
+        # unchecked; the framing and every kept entry's hash must still hold.
+        wrong = np.flatnonzero(xxh64_keys(keys) != hashes)
+        if wrong.size:
+            return _nothing(data, 2, count, f"{wrong.size} of {kept} entries carry a wrong xxh64 "
+                            f"(first: entry {int(wrong[0])})", V2_HEADER)
     return Batch(keys, actions, starts, lens, data, version, count, int(unknown),
                  error, int(err_at) if error else -1,
-                 hashes=hashes if version == 2 else None,
-                 delete_payloads=int(delete_payloads), hash_mismatches=int(mismatches))
+                 hashes=hashes if version == 2 else None, delete_payloads=int(delete_payloads))
 
 
 def decode_kv(keys, values, *, key_size: int = KEY_SIZE,
