@@ -34,13 +34,15 @@ _ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.d
 
 
 class GroupWatch:
-    def __init__(self, cfg: RunConfig, cache, consumer):
+    def __init__(self, cfg: RunConfig, cache, consumer, on_fenced=None):
         self.cfg = cfg
+        self.on_fenced = on_fenced  # called with a reason when another consumer took our instance id
         self.cache = cache
         self.consumer = consumer
         self.admin = None
         self.future = None
         self.asked = 0.0
+        self.asked_as = None  # our member id when the pending question was asked
         self.next = 0.0  # monotonic time of the next look
         self.shown: tuple | None = None  # the other members last logged
         self.warned = 0.0
@@ -73,6 +75,7 @@ class GroupWatch:
             conf["bootstrap.servers"] = self.cfg.bootstrap
             self.admin = AdminClient(conf)
         try:
+            self.asked_as = self.consumer.memberid()
             self.future = self.admin.describe_consumer_groups([self.cfg.group], request_timeout=TIMEOUT_S)[self.cfg.group]
             self.asked = time.monotonic()
         except Exception as e:  # noqa: BLE001
@@ -84,7 +87,14 @@ class GroupWatch:
             return  # not joined yet: nothing to compare with
         members = list(desc.members or [])
         if not any(m.member_id == me for m in members):
-            return  # an answer from before this member joined (or a generation ago)
+            # asked after this member joined, and another consumer holds our static instance id:
+            # it fenced us (librdkafka reports that as a fatal error, not through poll())
+            twin = [m for m in members if self.cfg.static and m.group_instance_id == self.cfg.instance_id]
+            if twin and self.asked_as == me and self.on_fenced is not None:
+                self.on_fenced(f"another consumer ({twin[0].client_id} on {(twin[0].host or '').lstrip('/')}) "
+                               f"joined group {self.cfg.group!r} with this supervisor's instance id "
+                               f"{self.cfg.instance_id!r} and fenced it out")
+            return  # else an answer from before this member joined (or a generation ago)
         others, elsewhere = [], {}
         for m in members:
             if m.member_id == me:

@@ -307,6 +307,10 @@ class Supervisor:
         self.state = State.STOPPED
         log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
 
+    def _fenced(self, reason: str) -> None:
+        self._fatal = True
+        self.request_stop(f"fatal: {reason}", code=1)
+
     def _leave(self) -> None:
         """A clean stop leaves the group, static member or not: librdkafka's close() does not
         send a static member's LeaveGroup, which would leave its partitions with nobody for
@@ -440,7 +444,7 @@ class Supervisor:
         if self.group_watch is None:
             from shmcache.consumer.group import GroupWatch
 
-            self.group_watch = GroupWatch(self.cfg, self.cache, self.consumer)
+            self.group_watch = GroupWatch(self.cfg, self.cache, self.consumer, on_fenced=self._fenced)
         self.group_watch.tick()
         if now - self._last_watermarks >= WATERMARK_REFRESH_S:
             self._refresh_watermarks()

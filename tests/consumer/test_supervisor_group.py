@@ -106,3 +106,26 @@ def test_shared_group_is_not_ready_and_says_so(harness, kafka_topic):
     print(f"\nA: {st['commits']} commits, {st['commits_deferred']} deferred by a rebalance, "
           f"{st['rebalances']} rebalances")
     assert a.terminate() == 0
+
+
+def test_same_instance_id_fences_the_older_supervisor(harness, kafka_topic):
+    """Two supervisors with one static instance id in one group (a copied config): the
+    broker fences the older one, which says so and exits 1; the newer one takes over."""
+    import uuid
+
+    topic = kafka_topic(2)
+    group = harness.group("fence")
+    inst = ("--instance-id", f"t-fence-{uuid.uuid4().hex[:8]}")
+    name_a, name_b = harness.cache_name("fence-a"), harness.cache_name("fence-b")
+    a = harness.supervisor(name_a, topic, group, workers=1, memory="64MiB", args=inst)
+    ra = harness.attach(name_a, sup=a)
+    ra.wait_ready(90)
+    b = harness.supervisor(name_b, topic, group, workers=1, memory="64MiB", args=inst)
+    rb = harness.attach(name_b, sup=b)
+    code = a.wait(120)
+    assert code == 1, f"exit code {code}:\n{a.log_text()[-3000:]}"
+    assert "fenced it out" in a.log_text() and "Traceback" not in a.log_text(), a.log_text()[-3000:]
+    a.reap_children(30)
+    assert not ra.status()["supervisor_alive"]
+    rb.wait_ready(90)
+    assert b.terminate() == 0
