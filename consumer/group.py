@@ -91,8 +91,7 @@ class GroupWatch:
             # it fenced us (librdkafka reports that as a fatal error, not through poll())
             twin = [m for m in members if self.cfg.static and m.group_instance_id == self.cfg.instance_id]
             if twin and self.asked_as == me and self.on_fenced is not None:
-                self.on_fenced(f"another consumer ({twin[0].client_id} on {(twin[0].host or '').lstrip('/')}) "
-                               f"joined group {self.cfg.group!r} with this supervisor's instance id "
+                self.on_fenced(f"another consumer (on {(twin[0].host or '').lstrip('/') or '?'}) joined group {self.cfg.group!r} with this supervisor's instance id "
                                f"{self.cfg.instance_id!r} and fenced it out")
             return  # else an answer from before this member joined (or a generation ago)
         others, elsewhere = [], {}
