@@ -353,6 +353,7 @@ class Supervisor:
         if not tps or self.state is State.STOPPING:
             return
         parts = sorted(tp.partition for tp in tps)
+        log.info("assignment of partitions %s received; handing them to the workers", parts)
         if parts[-1] >= int(self.cache._header[L.H_PARTITIONS]) and parts[-1] < L.MAX_PARTITIONS:
             control.set_topic(self.cache, self.cfg.topic, parts[-1] + 1)  # the topic grew: ready means all
         committed = {tp.partition: tp.offset for tp in consumer.committed(
