@@ -169,10 +169,10 @@ def test_sigkill_restart_static_member_recovers(harness, kafka_topic, kafka_admi
     """The default (static membership): the restarted supervisor gets every partition back,
     owned by its own workers, catches up past what was produced before the kill, and the
     table ends exactly as the model says."""
-    _recovery_rounds(harness, kafka_topic, kafka_admin, "static", int(os.environ.get("SHMCACHE_RECOVERY_ROUNDS", "2")))
+    _recovery_rounds(harness, kafka_topic, kafka_admin, "static", int(os.environ.get("SHMCACHE_RECOVERY_ROUNDS", "1")))
 
 
 @pytest.mark.skipif(not os.environ.get("SHMCACHE_RECOVERY_DYNAMIC"), reason="set SHMCACHE_RECOVERY_DYNAMIC=1 "
                     "(each round waits out the 45 s session timeout)")
 def test_sigkill_restart_dynamic_member_recovery_figures(harness, kafka_topic, kafka_admin):
-    _recovery_rounds(harness, kafka_topic, kafka_admin, "dynamic", int(os.environ.get("SHMCACHE_RECOVERY_ROUNDS", "2")))
+    _recovery_rounds(harness, kafka_topic, kafka_admin, "dynamic", int(os.environ.get("SHMCACHE_RECOVERY_ROUNDS", "1")))
