@@ -8,7 +8,7 @@
   process becomes their subreaper, so it sees their exit codes).
 - With static membership (the default) the restarted supervisor takes the partitions
   back without waiting for the session timeout; the recovery time, restart to ready
-  with data flowing, is printed (never asserted). SHMCACHE_RECOVERY_ROUNDS sets the
+  with data flowing, is printed (never asserted). SHMCACHE_RECOVERY_ROUNDS (default 1) sets the
   rounds; SHMCACHE_RECOVERY_DYNAMIC=1 also runs the dynamic-membership figures (each
   round waits out a 45 s session timeout).
 """
