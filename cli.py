@@ -93,8 +93,8 @@ def cmd_run(a) -> int:
     from shmcache.consumer.config import RunConfig
     from shmcache.consumer.supervisor import run
 
-    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "memory", "workers", "format",
-                                        "commit_interval", "assignment", "max_rate", "metrics_port",
+    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
+                                        "format", "commit_interval", "assignment", "max_rate", "metrics_port",
                                         "metrics_host")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
@@ -127,6 +127,8 @@ def cmd_status(a) -> int:
                   f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
                   "yes" if p["caught_up"] else "no")
     console.print(t)
+    for line in group_lines(st):
+        console.print(f"[bold red]{line}[/]")
     if st["workers"]:
         t = Table()
         for col in ("worker", "pid", "state", "restarts", "heartbeat", "ADD", "DELETE", "messages", "malformed"):
@@ -137,6 +139,24 @@ def cmd_status(a) -> int:
                       f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}", f"{w['malformed']:,}")
         console.print(t)
     return 0
+
+
+def group_lines(st: dict) -> list[str]:
+    """What status and top say when the cache does not hold the whole topic."""
+    out = []
+    if st.get("shared_group"):
+        n = st["group_members"]
+        out.append(f"consumer group shared with {n - 1 if n else 'another'} other member(s): this cache holds only "
+                   "the partitions assigned to it (not ready); give each cache a group of its own")
+        for o in st["group_others"]:
+            inst = f", instance {o['instance_id']}" if o["instance_id"] else ""
+            out.append(f"  {o['client_id']} on {o['host']}{inst}: partitions {o['partitions']}")
+    if st["supervisor_alive"] and st["unassigned"] and not st["assigning"]:
+        out.append(f"partitions not assigned to this cache: {st['unassigned'][:32]}"
+                   + (f" (+{len(st['unassigned']) - 32})" if len(st["unassigned"]) > 32 else ""))
+    if st.get("damaged"):
+        out.append("damaged control words: " + "; ".join(st["damaged"]))
+    return out
 
 
 def cmd_demo(a) -> int:
@@ -202,6 +222,8 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--bootstrap", help="Kafka bootstrap servers, host:port[,host:port]")
     rn.add_argument("--topic")
     rn.add_argument("--group", help="consumer group (default: unique to this machine and cache)")
+    rn.add_argument("--instance-id", help="Kafka static membership id (group.instance.id; default: unique to "
+                                          "this machine and cache; 'none' = dynamic membership)")
     rn.add_argument("--memory", help="cache size if it must be created (default 1GiB)")
     rn.add_argument("--workers", type=int, help="worker processes (default 2)")
     rn.add_argument("--format", choices=("v1", "v2", "kv"), help="wire format (default v1)")

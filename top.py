@@ -136,6 +136,8 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
     supervisor = _kv_table("supervisor", [
         ("commits", f"{st['commits']:,}", ""),
         ("commit failures", f"{st['commit_failures']:,}", ""),
+        ("commits deferred", f"{st['commits_deferred']:,}", ""),
+        ("group members", "-" if st["group_members"] is None else f"{st['group_members']:,}", ""),
         ("rebalances", f"{st['rebalances']:,}", ""),
         ("partitions lost", f"{st['partitions_lost']:,}", ""),
     ])
@@ -158,7 +160,10 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
         workers.add_row(str(w["worker"]), str(w["pid"] or "-"),
                         Text(w["state"], WORKER_STATE_STYLE[w["state"]]), hb,
                         str(max(0, w["starts"] - 1)), f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}")
-    body = [_header(name, st), Columns([applied, table, readers, supervisor])]
+    from shmcache.cli import group_lines
+
+    body = [_header(name, st), *(Text(line, style="bold red") for line in group_lines(st)),
+            Columns([applied, table, readers, supervisor])]
     if st["assigned"]:
         body.append(parts)
     if st["workers"]:

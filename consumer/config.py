@@ -24,7 +24,9 @@ STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 
 # Settings the supervisor and workers own; passing them through would break the
 # invariants (commits only of applied offsets, by the supervisor alone).
-RESERVED_KAFKA = {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers"}
+RESERVED_KAFKA = {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers",
+                  "group.instance.id"}
+DYNAMIC = "none"  # instance_id for plain (dynamic) group membership
 
 
 @dataclass
@@ -33,6 +35,10 @@ class RunConfig:
     bootstrap: str
     topic: str
     group: str = ""  # default: unique to this machine and cache
+    # Kafka static membership (group.instance.id): a supervisor restarted after a crash takes
+    # its partitions back at once instead of after the session timeout. Default: unique to
+    # this machine and cache; "none" = dynamic membership.
+    instance_id: str = ""
     memory: str = "1GiB"
     workers: int = 2
     format: str = "v1"
@@ -50,6 +56,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.group:
             self.group = f"shmcache-{socket.gethostname()}-{self.name}"
+        if not self.instance_id:
+            self.instance_id = f"shmcache-{socket.gethostname()}-{self.name}"
         self.validate()
 
     def validate(self) -> None:
@@ -81,6 +89,19 @@ class RunConfig:
     @property
     def cooperative(self) -> bool:
         return self.assignment == "cooperative-sticky"
+
+    @property
+    def static(self) -> bool:
+        return self.instance_id != DYNAMIC
+
+    def group_settings(self) -> dict:
+        """librdkafka settings of the supervisor's group membership (its consumer only)."""
+        conf = {"group.id": self.group, "partition.assignment.strategy": self.assignment}
+        if self.static:
+            conf["group.instance.id"] = self.instance_id
+        if "client.id" not in self.kafka:  # how other members' status names this one
+            conf["client.id"] = f"shmcache-{self.name}@{socket.gethostname()}"
+        return conf
 
     def consumer_settings(self, **extra) -> dict:
         """librdkafka settings common to the supervisor's and the workers' consumers."""

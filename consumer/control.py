@@ -35,7 +35,7 @@ def workers(handle) -> np.ndarray:
 
 
 def topic(handle) -> str:
-    n = int(handle._header[L.H_TOPIC_LEN])
+    n = min(max(int(handle._header[L.H_TOPIC_LEN]), 0), L.TOPIC_MAX)  # the segment is untrusted
     raw = handle._header[L.H_TOPIC:L.H_TOPIC + L.TOPIC_MAX // L.WORD].tobytes()[:n]
     return raw.decode("utf-8", "replace")
 
@@ -55,6 +55,7 @@ def set_topic(handle, name: str, npartitions: int) -> None:
 SUPERVISOR_COUNTERS = {  # status() key -> header word
     "commits": L.H_COMMITS,
     "commit_failures": L.H_COMMIT_FAILURES,
+    "commits_deferred": L.H_COMMITS_DEFERRED,
     "rebalances": L.H_REBALANCES,
     "partitions_lost": L.H_PARTITIONS_LOST,
 }
@@ -66,6 +67,7 @@ def reset_supervisor(handle, metrics_port: int = 0) -> None:
     for word in SUPERVISOR_COUNTERS.values():
         h[word] = 0
     h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
+    set_group(handle, 0, [], {})
     h[L.H_SUPERVISOR_STARTED] = time.time_ns()
     h[L.H_METRICS_PORT] = metrics_port
 
@@ -82,10 +84,104 @@ def reset_partitions(handle) -> None:
     rows[:, [L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_COMMITTED, L.P_LATEST]] = -1
 
 
-def status(handle) -> dict:
-    """Readiness and progress, from shared memory alone (no broker round trip)."""
+def disown_partitions(handle) -> None:
+    """A supervisor starts: nothing the last one assigned is assigned now (DESIGN invariant 10).
+
+    Only the applied offsets stay (they say what the table holds). The generation moves on,
+    so a worker of a dead supervisor that is still finishing a batch publishes nothing more,
+    and the readiness target is unknown until this supervisor assigns the partition again."""
+    rows = partitions(handle)
+    rows[:, [L.P_ASSIGNED, L.P_OWNER, L.P_CAUGHT_UP]] = 0
+    rows[:, L.P_HIGH_WATERMARK] = -1
+    rows[:, L.P_GENERATION] += 1
+
+
+def _header_bytes(handle, word: int, n: int) -> np.ndarray:
+    return handle._header.view(np.uint8)[word * L.WORD:word * L.WORD + n]
+
+
+def set_group(handle, members: int, others: list[dict], elsewhere: dict[int, int]) -> None:
+    """Publish the consumer group as the supervisor saw it: `members` in all (0 unknown),
+    the other members (dicts of client_id, host, instance_id), and the partitions each
+    holds ({partition: index in `others`}). Fits what does not fit: drops members from the
+    end of the text (their partitions show as held by an unlisted member)."""
+    import json
+
     h = handle._header
+    h[L.H_GROUP_CHECKED] = -1  # writing: a reader ignores what it reads now
+    listed = list(others)
+    raw = json.dumps(listed, separators=(",", ":")).encode()
+    while len(raw) > L.GROUP_TEXT_MAX:
+        listed.pop()
+        raw = json.dumps(listed, separators=(",", ":")).encode()
+    text = _header_bytes(handle, L.H_GROUP_TEXT, L.GROUP_TEXT_MAX)
+    text[:] = 0
+    text[:len(raw)] = np.frombuffer(raw, np.uint8)
+    where = _header_bytes(handle, L.H_ELSEWHERE, L.MAX_PARTITIONS)
+    where[:] = 0
+    for p, i in elsewhere.items():
+        if 0 <= p < L.MAX_PARTITIONS:
+            where[p] = min(i, len(listed)) + 1  # len(listed): a member not in the text
+    h[L.H_GROUP_TEXT_LEN] = len(raw)
+    h[L.H_GROUP_MEMBERS] = members
+    h[L.H_GROUP_CHECKED] = time.time_ns() if members else 0
+
+
+def _group(handle, nparts: int, damaged: list[str]) -> dict:
+    """The group words, read between two looks at their version; a torn read is retried."""
+    import json
+
+    h = handle._header
+    for _ in range(5):
+        v = int(h[L.H_GROUP_CHECKED])
+        if v <= 0:
+            return {"members": None, "others": [], "elsewhere": {}, "checked_s": None}
+        n = int(h[L.H_GROUP_TEXT_LEN])
+        members = int(h[L.H_GROUP_MEMBERS])
+        raw = _header_bytes(handle, L.H_GROUP_TEXT, L.GROUP_TEXT_MAX).tobytes()[:max(0, min(n, L.GROUP_TEXT_MAX))]
+        where = _header_bytes(handle, L.H_ELSEWHERE, L.MAX_PARTITIONS)[:nparts].copy()
+        if int(h[L.H_GROUP_CHECKED]) != v:
+            continue
+        try:
+            others = json.loads(raw.decode()) if raw else []
+            if not isinstance(others, list) or not all(isinstance(o, dict) for o in others):
+                raise ValueError("not a list of members")
+        except ValueError as e:
+            damaged.append(f"group members text ({e})")
+            others = []
+        if not 0 <= n <= L.GROUP_TEXT_MAX:
+            damaged.append(f"group text length {n} (should be 0..{L.GROUP_TEXT_MAX})")
+        others = [{k: str(o.get(k, "")) for k in ("client_id", "host", "instance_id")} for o in others]
+        elsewhere = {int(p): int(where[p]) - 1 for p in np.flatnonzero(where)}
+        unlisted = []
+        for p, i in elsewhere.items():
+            if i < len(others):
+                others[i].setdefault("partitions", []).append(p)
+            else:
+                unlisted.append(p)
+        for o in others:
+            o.setdefault("partitions", [])
+        if unlisted:
+            others.append({"client_id": "?", "host": "?", "instance_id": "", "partitions": unlisted})
+        return {"members": members if members > 0 else None, "others": others, "elsewhere": elsewhere,
+                "checked_s": v / 1e9}
+    return {"members": None, "others": [], "elsewhere": {}, "checked_s": None}
+
+
+def status(handle) -> dict:
+    """Readiness and progress, from shared memory alone (no broker round trip).
+
+    The segment is untrusted (DESIGN invariant 9): a word out of its range is named in
+    "damaged" and read as nothing (no owner, no partitions), never raised on."""
+    h = handle._header
+    damaged: list[str] = []
     nparts = int(h[L.H_PARTITIONS])
+    if not 0 <= nparts <= L.MAX_PARTITIONS:
+        damaged.append(f"partition count {nparts} (should be 0..{L.MAX_PARTITIONS})")
+        nparts = 0
+    tlen = int(h[L.H_TOPIC_LEN])
+    if not 0 <= tlen <= L.TOPIC_MAX:
+        damaged.append(f"topic length {tlen} (should be 0..{L.TOPIC_MAX})")
     rows = partitions(handle)
     wrows = workers(handle)
     now = time.time_ns()
@@ -94,13 +190,18 @@ def status(handle) -> dict:
     # rebalance count and the assigning flag, and call nothing ready across a change.
     rebalances, assigning = int(h[L.H_REBALANCES]), int(h[L.H_ASSIGNING])
     parts = []
-    for p in range(min(nparts, L.MAX_PARTITIONS)):
+    here = set()
+    for p in range(nparts):
         r = rows[p].tolist()
         if not r[L.P_ASSIGNED]:
             continue
         owner = r[L.P_OWNER] - 1
+        if not -1 <= owner < L.MAX_WORKERS:
+            damaged.append(f"partition {p}: owner {owner + 1} (should be 0..{L.MAX_WORKERS})")
+            owner = -1
         latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK])
         applied = r[L.P_APPLIED]
+        here.add(p)
         parts.append({
             "partition": p,
             "worker": owner if owner >= 0 else None,
@@ -134,27 +235,40 @@ def status(handle) -> dict:
             "malformed": r[L.K_MALFORMED],
             "unknown_actions": r[L.K_UNKNOWN],
         })
+    group = _group(handle, nparts, damaged) if sup_alive else {"members": None, "others": [], "elsewhere": {},
+                                                                 "checked_s": None}
     settled = not assigning and not h[L.H_ASSIGNING] and int(h[L.H_REBALANCES]) == rebalances
     started = int(h[L.H_SUPERVISOR_STARTED])
+    # ready means the whole topic, now (DESIGN invariant 10): every partition assigned here
+    # by the live supervisor (whose start disowned every row a dead one left) and caught up
+    whole = nparts > 0 and len(here) == nparts
     return {
         "name": handle.name,
         "topic": topic(handle),
         "partitions": nparts,
-        "supervisor_pid": liveness.word_pid(sup) if sup else None,
+        "supervisor_pid": liveness.word_pid(sup) if sup > 0 else None,
         "supervisor_alive": sup_alive,
         "assigned": parts,
+        # partitions of the topic not assigned here; those another group member holds are
+        # in "elsewhere" and under "group_others"
+        "unassigned": [p for p in range(nparts) if p not in here],
+        "elsewhere": sorted(p for p in group["elsewhere"] if p not in here),
+        "group_members": group["members"],
+        "group_others": group["others"],
+        "shared_group": bool(group["others"]) or (group["members"] or 0) > 1,
         "workers": ws,
-        "ready": settled and sup_alive and bool(parts) and all(p["caught_up"] for p in parts),
+        "ready": settled and sup_alive and whole and all(p["caught_up"] for p in parts),
         "assigning": not settled,
         # the last (or current) supervisor's counters, since it started
         **{k: int(h[w]) for k, w in SUPERVISOR_COUNTERS.items()},
-        "supervisor_started_s": started / 1e9 if started else None,
-        "metrics_port": int(h[L.H_METRICS_PORT]) or None,
+        "supervisor_started_s": started / 1e9 if started > 0 else None,
+        "metrics_port": int(h[L.H_METRICS_PORT]) if 0 < int(h[L.H_METRICS_PORT]) <= 65535 else None,
+        "damaged": damaged,
     }
 
 
 def wait_ready(handle, timeout: float | None = None, poll: float = 0.05) -> dict:
-    """Block until every partition assigned to this node is caught up (DESIGN invariant 7).
+    """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10).
 
     Returns the status; raises CacheNotReadyError naming the lagging partitions on timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -165,10 +279,15 @@ def wait_ready(handle, timeout: float | None = None, poll: float = 0.05) -> dict
         if deadline is not None and time.monotonic() >= deadline:
             if not st["supervisor_alive"]:
                 why = "no live supervisor"
-            elif not st["assigned"]:
+            elif not st["assigned"] and not st["elsewhere"]:
                 why = "no partitions assigned yet"
             elif st["assigning"]:
                 why = "an assignment is being published"
+            elif st["unassigned"]:
+                why = f"{len(st['unassigned'])} of {st['partitions']} partitions not assigned to this cache"
+                if st["elsewhere"]:
+                    who = ", ".join(f"{o['client_id']} on {o['host']}" for o in st["group_others"])
+                    why += f" ({len(st['elsewhere'])} held by another member of the group: {who})"
             else:
                 lagging = [f"{p['partition']} (lag {p['lag']})" for p in st["assigned"] if not p["caught_up"]]
                 why = "partitions not caught up: " + ", ".join(lagging[:20])

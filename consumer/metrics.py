@@ -17,7 +17,11 @@ counted twice and nothing is kept in this process. Every sample carries a
                                                                           high watermark at assignment)
     shmcache_partition_applied_offset                 gauge    partition (next offset to apply)
     shmcache_partition_committed_offset               gauge    partition (-1 = none)
-    shmcache_ready                                    gauge
+    shmcache_ready                                    gauge    (1 = every partition of the topic assigned here
+                                                                          and caught up)
+    shmcache_partitions_unassigned                    gauge    (partitions of the topic not assigned here)
+    shmcache_group_other_members                      gauge    (other members of the consumer group: should be 0)
+    shmcache_commits_deferred_total                   counter  (periodic commits held back by a rebalance)
     shmcache_commits_total                            counter
     shmcache_commit_failures_total                    counter
     shmcache_rebalances_total                         counter
@@ -125,7 +129,15 @@ class CacheCollector:
                     None, ["partition"], [((p["partition"],), p["applied"]) for p in parts])
         yield gauge("partition_committed_offset", "Last offset committed to Kafka (-1: none yet).", None,
                     ["partition"], [((p["partition"],), p["committed"]) for p in parts])
-        yield gauge("ready", "1 when a live supervisor has partitions and every one is caught up.", int(st["ready"]))
+        yield gauge("ready", "1 when every partition of the topic is assigned to this cache by a live supervisor "
+                    "and caught up.", int(st["ready"]))
+        yield gauge("partitions_unassigned", "Partitions of the topic not assigned to this cache.",
+                    len(st["unassigned"]))
+        others = (st["group_members"] - 1) if st["group_members"] else len(st["group_others"])
+        yield gauge("group_other_members", "Other members of this cache's consumer group (each holds partitions "
+                    "this cache then lacks): should be 0.", max(0, others))
+        yield counter("commits_deferred", "Periodic commits held back while the group rebalanced (retried after).",
+                      st["commits_deferred"])
         yield counter("commits", "Offset commits Kafka accepted.", st["commits"])
         yield counter("commit_failures", "Offset commits Kafka refused or that timed out.", st["commit_failures"])
         yield counter("rebalances", "Completed consumer-group rebalances.", st["rebalances"])

@@ -41,6 +41,11 @@ log = logging.getLogger("shmcache.supervisor")
 
 WATERMARK_REFRESH_S = 5.0
 KAFKA_TIMEOUT_S = 15.0
+SEGMENT_CHECK_S = 1.0  # how often the supervisor checks that /dev/shm/NAME is still its segment
+ORPHAN_WAIT_S = 10.0  # how long a starting supervisor waits for a dead one's workers to exit
+REBALANCE_COMMIT_HOLD_S = 30.0  # periodic commits wait at most this long for a rebalance to end
+# a commit refused for these is the group moving to a new generation: retried after it
+_REBALANCE_ERRORS = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "UNKNOWN_MEMBER_ID")
 
 
 class State(enum.Enum):
@@ -124,15 +129,22 @@ class Supervisor:
         self.assigned: dict[int, int] = {}  # partition -> worker index
         self.metrics = None  # the Prometheus endpoint, when metrics_port is set
         self._stop_reason = ""
+        self._exit_code = 0
+        self._fatal = False  # the consumer hit a fatal error: it can neither commit nor leave
         self._last_commit = 0.0
         self._last_watermarks = 0.0
+        self._segment_id = None  # (st_dev, st_ino) of /dev/shm/NAME when this supervisor opened it
+        self._last_segment_check = 0.0
+        self._rebalancing = 0.0  # monotonic time a rebalance was seen starting, 0 if none
+        self.group_watch = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    def request_stop(self, reason: str) -> None:
+    def request_stop(self, reason: str, code: int = 0) -> None:
         if not self._stop_reason:
-            log.info("stop requested: %s", reason)
+            (log.error if code else log.info)("stop requested: %s", reason)
             self._stop_reason = reason
+            self._exit_code = code
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT; returns the exit code."""
@@ -145,9 +157,15 @@ class Supervisor:
             self._start()
             self.state = State.RUNNING
             while not self._stop_reason:
-                self.consumer.poll(0.1)  # paused: serves callbacks only (a stray message is dropped)
+                msg = self.consumer.poll(0.1)  # paused: serves callbacks only (a stray message is dropped)
+                if msg is not None and msg.error() is not None and msg.error().fatal():
+                    # e.g. FENCED_INSTANCE_ID: another consumer joined with this group.instance.id
+                    self._fatal = True
+                    self.request_stop(f"fatal Kafka error: {msg.error()}; another supervisor with instance id "
+                                      f"{self.cfg.instance_id!r} in group {self.cfg.group!r}?", code=1)
+                    break
                 self._tick()
-            return 0
+            return self._exit_code
         finally:
             self._shutdown()
 
@@ -162,17 +180,77 @@ class Supervisor:
         if other and other != liveness.owner_word() and liveness.is_alive(other):
             self.cache.close()
             raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, pid {liveness.word_pid(other)}")
+        self._wait_for_orphans()
         if control.topic(self.cache) != cfg.topic:
             control.reset_partitions(self.cache)  # progress on another topic means nothing here
+        # before this supervisor's pid makes the rows count: nothing a dead one assigned is
+        # assigned now, so nobody reads its rows as ready (DESIGN invariant 10)
+        control.disown_partitions(self.cache)
         control.workers(self.cache)[:] = 0
         control.reset_supervisor(self.cache)
+        self._segment_id = self._identify_segment()
         h[L.H_SUPERVISOR] = liveness.owner_word()
         repaired = self.cache.repair_dead_locks()
         if repaired:
             log.warning("repaired %d buckets left locked by dead writers", repaired)
         s = self.cache.stats()
-        log.info("cache %r: %d entries, %s; topic %r, group %r", cfg.name, s["entries"],
-                 L.format_bytes(s["memory"]), cfg.topic, cfg.group)
+        log.info("cache %r: %d entries, %s; topic %r, group %r, %s", cfg.name, s["entries"],
+                 L.format_bytes(s["memory"]), cfg.topic, cfg.group,
+                 f"static member {cfg.instance_id!r}" if cfg.static else "dynamic membership")
+
+    def _wait_for_orphans(self) -> None:
+        """Workers of a supervisor that was killed exit on their own once they notice (a
+        tenth of a second, or the end of the batch they are applying). Two writers on one
+        partition could apply it out of order, so wait for them; kill the ones that stay."""
+        rows = control.workers(self.cache)
+        left = [int(w) for w in rows[:, L.K_OWNER].tolist() if w and liveness.is_alive(int(w))]
+        if not left:
+            return
+        pids = [liveness.word_pid(w) for w in left]
+        log.warning("waiting for %d workers of the previous supervisor to exit (pids %s)", len(left), pids)
+        deadline = time.monotonic() + ORPHAN_WAIT_S
+        while time.monotonic() < deadline and any(liveness.is_alive(w) for w in left):
+            time.sleep(0.05)
+        for w in left:
+            if liveness.is_alive(w):  # the owner word names this very process (pid and start time)
+                log.warning("worker pid %d of the previous supervisor did not exit; killing it", liveness.word_pid(w))
+                try:
+                    os.kill(liveness.word_pid(w), signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def _identify_segment(self):
+        """(st_dev, st_ino) of /dev/shm/NAME, checked to hold the segment this process mapped."""
+        from shmcache.ipc.segment import path_of
+
+        path = path_of(self.cfg.name)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            cid = int.from_bytes(os.pread(fd, L.WORD, L.H_CREATION_ID * L.WORD), "little", signed=True)
+        finally:
+            os.close(fd)
+        if cid != self.cache.creation_id:
+            raise ShmcacheError(f"cache {self.cfg.name!r}: {path} was replaced while the supervisor opened it")
+        return st.st_dev, st.st_ino
+
+    def _check_segment(self) -> None:
+        """Stop (exit 1) if /dev/shm/NAME was unlinked or now names another file: filling a
+        segment nobody can attach any more would be a silent data gap."""
+        from shmcache.ipc.segment import path_of
+
+        path = path_of(self.cfg.name)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            now = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            now = None
+        if now == self._segment_id:
+            return
+        what = "was removed (unlinked)" if now is None else "was replaced by another file"
+        log.error("cache %r: %s %s while this supervisor filled it; readers can no longer attach to what it "
+                  "writes. Stopping the workers and exiting", self.cfg.name, path, what)
+        self.request_stop(f"segment {path} {what}", code=1)
 
     def _serve_metrics(self) -> None:
         if not self.cfg.metrics_port:
@@ -187,10 +265,7 @@ class Supervisor:
         from confluent_kafka import Consumer
 
         cfg = self.cfg
-        self.consumer = Consumer(cfg.consumer_settings(**{
-            "group.id": cfg.group,
-            "partition.assignment.strategy": cfg.assignment,
-        }))
+        self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings()))
         meta = self.consumer.list_topics(cfg.topic, timeout=KAFKA_TIMEOUT_S)
         tmeta = meta.topics.get(cfg.topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
@@ -216,8 +291,10 @@ class Supervisor:
         for w in self.workers:  # workers stop fetching and report; then the final commit
             w.stop(reason, self.cfg.drain_timeout)
         if self.consumer is not None:
-            self._commit(list(self.assigned), final=True)
-            self.consumer.close()  # leaves the group; on_revoke sees STOPPING and only commits
+            if not self._fatal:
+                self._commit(list(self.assigned), final=True)
+            self._leave()
+            self.consumer.close()  # on_revoke sees STOPPING and only commits
         if self.metrics is not None:  # before the cache closes: a scrape reads it
             self.metrics.close()
         if self.cache is not None:
@@ -230,6 +307,24 @@ class Supervisor:
         self.state = State.STOPPED
         log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
 
+    def _fenced(self, reason: str) -> None:
+        self._fatal = True
+        self.request_stop(f"fatal: {reason}", code=1)
+
+    def _leave(self) -> None:
+        """A clean stop leaves the group, static member or not: librdkafka's close() does not
+        send a static member's LeaveGroup, which would leave its partitions with nobody for
+        the whole session timeout while another member waits for them. An unsubscribe does."""
+        if not self.cfg.static or self._fatal:
+            return
+        try:
+            self.consumer.unsubscribe()
+            deadline = time.monotonic() + 5.0
+            while self.assigned and time.monotonic() < deadline:
+                self.consumer.poll(0.1)  # serves the revoke callback (commit of what was applied)
+        except Exception as e:  # noqa: BLE001 - close() follows either way
+            log.warning("leaving group %r: %s", self.cfg.group, e)
+
     # -- rebalance callbacks (run inside consumer.poll) ----------------------------------------------
 
     def _on_assign(self, consumer, tps) -> None:
@@ -241,6 +336,10 @@ class Supervisor:
             self._assign(consumer, tps)
         finally:
             h[L.H_ASSIGNING] = 0
+        self._rebalancing = 0.0  # the new generation is in place: periodic commits may go again
+        self._last_commit = 0.0  # and the one held back goes now
+        if self.group_watch is not None:
+            self.group_watch.soon()
 
     def _assign(self, consumer, tps) -> None:
         from confluent_kafka import TopicPartition
@@ -254,6 +353,9 @@ class Supervisor:
         if not tps or self.state is State.STOPPING:
             return
         parts = sorted(tp.partition for tp in tps)
+        log.info("assignment of partitions %s received; handing them to the workers", parts)
+        if parts[-1] >= int(self.cache._header[L.H_PARTITIONS]) and parts[-1] < L.MAX_PARTITIONS:
+            control.set_topic(self.cache, self.cfg.topic, parts[-1] + 1)  # the topic grew: ready means all
         committed = {tp.partition: tp.offset for tp in consumer.committed(
             [TopicPartition(self.cfg.topic, p) for p in parts], timeout=KAFKA_TIMEOUT_S)}
         rows = control.partitions(self.cache)
@@ -304,12 +406,14 @@ class Supervisor:
     def _on_revoke(self, consumer, tps) -> None:
         """Partitions leave: drain their workers, commit what they applied, before returning."""
         log.info("revoked %s", sorted(tp.partition for tp in tps))
+        self._rebalancing = self._rebalancing or time.monotonic()
         self._release(tps, commit=True)
         self._unassign(consumer, tps)
 
     def _on_lost(self, consumer, tps) -> None:
         """Partitions are already someone else's: stop them, commit nothing."""
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
+        self._rebalancing = self._rebalancing or time.monotonic()
         control.count(self.cache, L.H_PARTITIONS_LOST, len(tps))
         self._release(tps, commit=False)
         self._unassign(consumer, tps)
@@ -325,12 +429,24 @@ class Supervisor:
     def _tick(self) -> None:
         now = time.monotonic()
         self.cache._header[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+        if now - self._last_segment_check >= SEGMENT_CHECK_S:
+            self._last_segment_check = now
+            self._check_segment()
+            if self._stop_reason:
+                return
         for w in self.workers:
             if not w.alive():
                 self._restart(w)
-        if now - self._last_commit >= self.cfg.commit_interval:
+        if self._rebalancing and now - self._rebalancing > REBALANCE_COMMIT_HOLD_S:
+            self._rebalancing = 0.0  # no new generation came: commit again (and count what fails)
+        if now - self._last_commit >= self.cfg.commit_interval and not self._rebalancing:
             self._commit(list(self.assigned))
             self._last_commit = now
+        if self.group_watch is None:
+            from shmcache.consumer.group import GroupWatch
+
+            self.group_watch = GroupWatch(self.cfg, self.cache, self.consumer, on_fenced=self._fenced)
+        self.group_watch.tick()
         if now - self._last_watermarks >= WATERMARK_REFRESH_S:
             self._refresh_watermarks()
             self._last_watermarks = now
@@ -364,10 +480,23 @@ class Supervisor:
         if not todo:
             return
         try:
-            self.consumer.commit(offsets=[TopicPartition(self.cfg.topic, p, o) for p, o in todo], asynchronous=False)
+            done = self.consumer.commit(offsets=[TopicPartition(self.cfg.topic, p, o) for p, o in todo],
+                                        asynchronous=False)
+            err = next((tp.error for tp in done or () if tp.error is not None), None)
         except KafkaException as e:
+            err = e.args[0] if e.args else e
+        if err is not None:
+            name = err.name() if hasattr(err, "name") else ""
+            if not final and name in _REBALANCE_ERRORS:
+                # the group is moving to a new generation: this commit went with the old one.
+                # Hold periodic commits until the assignment callback says the move is done
+                # (the revoke callback commits what leaves), then commit these again.
+                control.count(self.cache, L.H_COMMITS_DEFERRED)
+                self._rebalancing = self._rebalancing or time.monotonic()
+                log.info("commit of %s deferred: the group is rebalancing (%s)", dict(todo), name)
+                return
             control.count(self.cache, L.H_COMMIT_FAILURES)
-            log.warning("commit of %s failed: %s", dict(todo), e)
+            log.warning("commit of %s failed: %s", dict(todo), err)
             return
         control.count(self.cache, L.H_COMMITS)
         for p, o in todo:

@@ -58,6 +58,7 @@ class Worker:
         self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker"}))
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
         self.stopping = False
+        self.orphaned = False  # the supervisor died (its pipe closed, or we were re-parented)
         self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
         self.window_start = time.monotonic()
         self.window_entries = 0
@@ -65,10 +66,13 @@ class Worker:
     # -- commands ---------------------------------------------------------------------------
 
     def _commands(self, wait: float) -> None:
-        while self.conn.poll(wait):
-            wait = 0
-            cmd = self.conn.recv()
-            getattr(self, "_cmd_" + cmd[0])(*cmd[1:])
+        try:
+            while self.conn.poll(wait):
+                wait = 0
+                cmd = self.conn.recv()
+                getattr(self, "_cmd_" + cmd[0])(*cmd[1:])
+        except (EOFError, OSError):  # the supervisor's end of the pipe is gone: it died
+            self.orphaned = True
 
     def _cmd_assign(self, items) -> None:
         from confluent_kafka import TopicPartition
@@ -116,8 +120,10 @@ class Worker:
                 self._commands(0 if self.owned else 0.1)
                 if self.stopping:
                     break
-                if os.getppid() != self.parent:
-                    log.error("worker %d: supervisor %d is gone; exiting without publishing more", self.index, self.parent)
+                if self.orphaned or os.getppid() != self.parent:
+                    # not an error of ours: exit 0, in one line (a restarted supervisor starts new workers)
+                    log.warning("worker %d: supervisor %d is gone; exiting without publishing more",
+                                self.index, self.parent)
                     return
                 if self.owned:
                     msgs = self.consumer.consume(num_messages=self.cfg.batch_messages, timeout=0.05)

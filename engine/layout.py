@@ -70,6 +70,16 @@ H_PARTITIONS_LOST = 51  # partitions lost: taken away without a revoke (nothing 
 H_SUPERVISOR_STARTED = 52  # time.time_ns() when the current supervisor started
 H_METRICS_PORT = 53  # TCP port of the supervisor's Prometheus endpoint, 0 if none
 H_ASSIGNING = 54  # 1 while the supervisor publishes an assignment (rows half-written): not ready
+# The consumer group as the supervisor last saw it (consumer/control.py set_group): who else
+# holds partitions of the topic. Written by the supervisor only; H_GROUP_CHECKED is -1 while
+# it writes them and the time of the look after, so a reader can tell a torn read.
+H_GROUP_MEMBERS = 96  # members of the group, this supervisor included; 0 unknown
+H_GROUP_CHECKED = 97  # time.time_ns() of the last look; 0 none yet, -1 being written
+H_COMMITS_DEFERRED = 98  # periodic commits refused during a rebalance, retried after it
+H_GROUP_TEXT_LEN = 99
+H_GROUP_TEXT = 128  # words 128..191: JSON list of the other members (client id, host, instance id)
+GROUP_TEXT_MAX = 64 * WORD
+H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th other member holding it
 HEADER_WORDS = PAGE // WORD
 
 STATE_CREATING = 0  # magic not yet written: attachers wait

@@ -78,7 +78,7 @@ class SupervisorProc:
     def __init__(self, log_path: Path, name: str, bootstrap: str, topic: str, group: str, *,
                  workers: int = 2, fmt: str = "v1", memory: str = "128MiB", commit_interval: float = 0.5,
                  assignment: str | None = None, max_rate: int | None = None, sets: tuple = (),
-                 config: dict | None = None):
+                 config: dict | None = None, args: tuple = ()):
         self.name = name
         self.group = group
         self.log_path = log_path
@@ -91,6 +91,7 @@ class SupervisorProc:
             self.argv += ["--max-rate", str(max_rate)]
         for s in sets:
             self.argv += ["--set", s]
+        self.argv += list(args)  # any other flags, as given
         if config:  # settings without a flag (e.g. batch_messages), through a TOML file
             path = log_path.with_suffix(".toml")
             path.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items()))

@@ -93,7 +93,11 @@ def test_rebalance_churn_with_flow_control(harness, kafka_topic, assignment, rou
 
         poll_until(split, 60, lambda: f"round {round_}: a split between A {sorted(_parts(ra))} and "
                                       f"B {sorted(_parts(rb))}")
-        rb.wait_ready(60)  # B catches up on its share (its commits then do not rewind A much)
+        # B catches up on its share (its commits then do not rewind A much); neither cache is
+        # ready while they share the group (each holds part of the topic)
+        poll_until(lambda: rb.status()["assigned"] and all(p["caught_up"] for p in rb.status()["assigned"]), 60,
+                   lambda: f"round {round_}: B to catch up on its share: {rb.status()['assigned']}")
+        assert not ra.status()["ready"] and not rb.status()["ready"]
         assert b.running()
         assert b.terminate() == 0, b.log_text()[-3000:]
         poll_until(lambda: _parts(ra) == set(range(PARTITIONS)), 60,

@@ -1,0 +1,121 @@
+"""Who else is in the supervisor's consumer group (DESIGN invariant 10).
+
+Each machine runs one supervisor per cache with a consumer group of its own, so the
+group should have exactly one member: this supervisor. A second member (another
+`shmcache run` given the same --group, or one started with the same name after a
+destroy) takes some of the topic's partitions, and this cache then holds only the
+rest. `GroupWatch` asks the broker (AdminClient.describe_consumer_groups) who the
+members are and what each holds, every few seconds and soon after each rebalance,
+without blocking the supervisor's loop (the answer is a future, looked at on the
+next tick). It publishes them in the segment (control.set_group: status, `top`,
+`shmcache status`, the metrics) and logs a warning when another member appears,
+changes or stays (once a minute), and a line when the group is this supervisor's
+alone again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from shmcache.consumer import control
+from shmcache.consumer.config import RunConfig
+
+log = logging.getLogger("shmcache.supervisor")
+
+CHECK_S = 5.0  # between two looks at the group
+SOON_S = 1.0  # after a rebalance: look again this soon
+REMIND_S = 60.0  # a warning this often while the group is shared
+TIMEOUT_S = 10.0
+
+# librdkafka settings an AdminClient takes from the run's [kafka] table (how to reach and
+# authenticate to the broker); consumer settings would only draw warnings from it
+_ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns", "client.id")
+
+
+class GroupWatch:
+    def __init__(self, cfg: RunConfig, cache, consumer, on_fenced=None):
+        self.cfg = cfg
+        self.on_fenced = on_fenced  # called with a reason when another consumer took our instance id
+        self.cache = cache
+        self.consumer = consumer
+        self.admin = None
+        self.future = None
+        self.asked = 0.0
+        self.asked_as = None  # our member id when the pending question was asked
+        self.next = 0.0  # monotonic time of the next look
+        self.shown: tuple | None = None  # the other members last logged
+        self.warned = 0.0
+
+    def soon(self) -> None:
+        """A rebalance completed: look again shortly (the broker answers for the new generation)."""
+        self.next = min(self.next, time.monotonic() + SOON_S)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.future is not None:
+            if self.future.done():
+                fut, self.future = self.future, None
+                try:
+                    self._publish(fut.result())
+                except Exception as e:  # noqa: BLE001 - a broker hiccup: the next look tries again
+                    log.debug("describing group %r failed: %s", self.cfg.group, e)
+            elif now - self.asked > TIMEOUT_S * 2:
+                self.future = None  # never answered: ask again
+            return
+        if now >= self.next:
+            self.next = now + CHECK_S
+            self._ask()
+
+    def _ask(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        if self.admin is None:
+            conf = {k: v for k, v in self.cfg.kafka.items() if k.startswith(_ADMIN_PREFIXES)}
+            conf["bootstrap.servers"] = self.cfg.bootstrap
+            self.admin = AdminClient(conf)
+        try:
+            self.asked_as = self.consumer.memberid()
+            self.future = self.admin.describe_consumer_groups([self.cfg.group], request_timeout=TIMEOUT_S)[self.cfg.group]
+            self.asked = time.monotonic()
+        except Exception as e:  # noqa: BLE001
+            log.debug("describing group %r failed: %s", self.cfg.group, e)
+
+    def _publish(self, desc) -> None:
+        me = self.consumer.memberid()
+        if not me:
+            return  # not joined yet: nothing to compare with
+        members = list(desc.members or [])
+        if not any(m.member_id == me for m in members):
+            # asked after this member joined, and another consumer holds our static instance id:
+            # it fenced us (librdkafka reports that as a fatal error, not through poll())
+            twin = [m for m in members if self.cfg.static and m.group_instance_id == self.cfg.instance_id]
+            if twin and self.asked_as == me and self.on_fenced is not None:
+                self.on_fenced(f"another consumer (on {(twin[0].host or '').lstrip('/') or '?'}) joined group {self.cfg.group!r} with this supervisor's instance id "
+                               f"{self.cfg.instance_id!r} and fenced it out")
+            return  # else an answer from before this member joined (or a generation ago)
+        others, elsewhere = [], {}
+        for m in members:
+            if m.member_id == me:
+                continue
+            held = sorted(tp.partition for tp in (m.assignment.topic_partitions if m.assignment else [])
+                          if tp.topic == self.cfg.topic)
+            for p in held:
+                elsewhere[p] = len(others)
+            others.append({"client_id": m.client_id or "", "host": (m.host or "").lstrip("/"),
+                           "instance_id": m.group_instance_id or "", "partitions": held})
+        control.set_group(self.cache, len(members),
+                          [{k: o[k] for k in ("client_id", "host", "instance_id")} for o in others], elsewhere)
+        shown = tuple((o["client_id"], o["host"], o["instance_id"], tuple(o["partitions"])) for o in others)
+        now = time.monotonic()
+        if others and (shown != self.shown or now - self.warned >= REMIND_S):
+            who = "; ".join(f"{o['client_id']} on {o['host']}"
+                            + (f" (instance {o['instance_id']})" if o["instance_id"] else "")
+                            + f" holds partitions {o['partitions']}" for o in others)
+            log.warning("consumer group %r is shared with %d other member(s): %s. This cache holds only the "
+                        "partitions assigned here and is NOT ready; give each cache a group of its own "
+                        "(--group) on each machine", self.cfg.group, len(others), who)
+            self.warned = now
+        elif not others and self.shown:
+            log.info("consumer group %r is this supervisor's alone again", self.cfg.group)
+        self.shown = shown
