@@ -2,11 +2,12 @@
 
 Who writes what (one writer per word, so no locks are needed):
 - the supervisor: topic and partition count in the header, its own counters
-  (commits, commit failures, rebalances, lost partitions), start time and
-  metrics port; per partition the high watermark at assignment, owner, assigned
-  flag, generation, committed offset and latest watermark; a worker row's start
-  count;
-- the owning worker: its partitions' applied offset and caught-up flag, and its
+  (commits, commit failures, rebalances, lost partitions), start time, metrics
+  port and the broker's state (consumer/broker.py); per partition the high
+  watermark at assignment, owner, assigned flag, generation, committed offset,
+  and the latest watermark at assignment only; a worker row's start count;
+- the owning worker: its partitions' applied offset, caught-up flag and, after
+  each batch, latest watermark (the high watermark of its last fetch), and its
   own row (owner word, heartbeat, counters).
 Readers (status, wait_ready, metrics) only read. Values are published with
 plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
@@ -19,6 +20,7 @@ import time
 
 import numpy as np
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.engine import layout as L
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness
@@ -99,8 +101,8 @@ def status(handle) -> dict:
         if not r[L.P_ASSIGNED]:
             continue
         owner = r[L.P_OWNER] - 1
-        latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK])
         applied = r[L.P_APPLIED]
+        latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK], applied)  # never shown below applied
         parts.append({
             "partition": p,
             "worker": owner if owner >= 0 else None,
@@ -150,6 +152,8 @@ def status(handle) -> dict:
         **{k: int(h[w]) for k, w in SUPERVISOR_COUNTERS.items()},
         "supervisor_started_s": started / 1e9 if started else None,
         "metrics_port": int(h[L.H_METRICS_PORT]) or None,
+        # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
+        **(broker_mod.status_fields(h) if sup_alive else {"broker": None, "broker_waiting_s": None}),
     }
 
 
@@ -165,6 +169,8 @@ def wait_ready(handle, timeout: float | None = None, poll: float = 0.05) -> dict
         if deadline is not None and time.monotonic() >= deadline:
             if not st["supervisor_alive"]:
                 why = "no live supervisor"
+            elif st["broker"] == "waiting for the broker":
+                why = f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
             elif not st["assigned"]:
                 why = "no partitions assigned yet"
             elif st["assigning"]:
