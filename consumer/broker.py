@@ -13,8 +13,8 @@ words it alone writes:
 and one log line per retry, with backoff (RETRY_FIRST_S doubling up to
 RETRY_MAX_S). status(), `shmcache status`, `top` and the metrics read them.
 
-Down means librdkafka said all brokers are down (_ALL_BROKERS_DOWN), or a
-metadata request failed; up means a metadata request answered. A single
+Down means a metadata request failed (at start, or while running after
+librdkafka said all brokers are down, _ALL_BROKERS_DOWN); up means one answered. A single
 failed connection (_TRANSPORT) is not down: the broker closes idle connections.
 """
 
@@ -70,10 +70,12 @@ class BrokerWatch:
         return self.h[L.H_BROKER_STATE] != L.BROKER_UP
 
     def on_error(self, err) -> None:
-        """librdkafka's error callback (served by poll): all brokers down starts a wait."""
+        """librdkafka's error callback (served by poll): all brokers down asks for a probe at
+        once (the error may be stale: one queued while waiting is served after the broker
+        answered); the probe's failure starts the wait."""
         if is_down(err):
             if not self.since:  # once a wait began, the retries report it
-                self.failed(str(err.str()))
+                self.next_try = time.monotonic()
         else:
             self.last_error = str(err.str())
             kafka_log.debug("%s", err)
@@ -99,11 +101,13 @@ class BrokerWatch:
         if self.since:
             log.info("the Kafka broker at %s answers again after %.1f s", self.bootstrap, time.monotonic() - self.since)
         self.since = 0.0
+        self.next_try = 0.0
         self.h[L.H_BROKER_SINCE] = 0
         self.h[L.H_BROKER_STATE] = L.BROKER_UP
 
     def due(self) -> bool:
-        return bool(self.since) and time.monotonic() >= self.next_try
+        """Time to ask the broker: librdkafka said it is down, or the wait's next retry."""
+        return bool(self.next_try) and time.monotonic() >= self.next_try
 
     def pause_s(self) -> float:
         """Seconds until the next try, or until the wait's bound if that comes first."""

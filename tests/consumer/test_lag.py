@@ -20,7 +20,7 @@ from _pipeline import KafkaProbe, Model, harness, poll_until, wait_applied  # no
 PARTITIONS = 2
 BATCHES = 120  # ~26 entries each: ~3,100 entries, several seconds at MAX_RATE
 MAX_RATE = 600  # entries/s per worker
-ROUNDS = 5
+ROUNDS = 3
 
 
 def test_lag_is_current_and_latest_never_below_applied(harness, kafka_topic):
