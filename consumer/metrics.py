@@ -120,8 +120,9 @@ class CacheCollector:
                       sum(w["malformed"] for w in ws))
         yield counter("unknown_action_entries", "Entries skipped for an unknown action.",
                       sum(w["unknown_actions"] for w in ws))
-        yield gauge("partition_lag_messages", "High watermark of the partition's last fetch minus the applied offset.", None,
-                    ["partition"], [((p["partition"],), p["lag"]) for p in parts if p["lag"] is not None])
+        yield gauge("partition_lag_messages", "High watermark of the partition's last fetch minus the applied offset.",
+                    None, ["partition"],
+                    [((p["partition"],), p["lag"]) for p in parts if p["lag"] is not None])
         yield gauge("partition_caught_up", "1 once the partition applied up to its high watermark at assignment.",
                     None, ["partition"], [((p["partition"],), int(p["caught_up"])) for p in parts])
         yield gauge("partition_applied_offset", "Next offset to apply: every message before it is in the table.",
