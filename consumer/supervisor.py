@@ -225,6 +225,8 @@ class Supervisor:
             "partition.assignment.strategy": cfg.assignment,
             **broker_mod.client_settings(self.broker.on_error),
         }))
+        if not control.topic(self.cache):  # a new cache: name its topic while waiting for the broker
+            control.set_topic(self.cache, cfg.topic, 0)
         tmeta = self._topic_metadata()
         if tmeta is None:
             return False

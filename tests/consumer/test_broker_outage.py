@@ -97,7 +97,7 @@ def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path, priva
             st = r.status()
             return st["broker"] == WAITING and st["broker_waiting_s"] is not None
         poll_until(waiting, 60, lambda: f"status to say {WAITING!r}: {r.status()}")
-        assert not r.status()["ready"]
+        assert not r.status()["ready"] and r.status()["topic"] == topic
         status = _cli("status", name, "--json")
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["broker"] == WAITING
