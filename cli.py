@@ -95,7 +95,7 @@ def cmd_run(a) -> int:
 
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
-                                        "metrics_host")}
+                                        "metrics_host", "broker_wait")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)
@@ -118,7 +118,9 @@ def cmd_status(a) -> int:
     console = Console()
     sup = f"pid {st['supervisor_pid']}" + ("" if st["supervisor_alive"] else " (not running)") if st["supervisor_pid"] else "none"
     console.print(f"cache [bold]{a.name}[/]: topic {st['topic']!r}, {st['partitions']} partitions, supervisor {sup}, "
-                  + ("[green]ready[/]" if st["ready"] else "[yellow]not ready[/]"))
+                  + ("[green]ready[/]" if st["ready"] else "[yellow]not ready[/]")
+                  + (f", [red]waiting for the broker[/] ({st['broker_waiting_s']:.0f} s)"
+                     if st.get("broker") == "waiting for the broker" else ""))
     t = Table()
     for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "committed", "caught up"):
         t.add_column(col, justify="right")
@@ -234,6 +236,8 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka setting, repeatable")
     rn.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default 0: none)")
     rn.add_argument("--metrics-host", help="address of the metrics endpoint (default 127.0.0.1)")
+    rn.add_argument("--broker-wait", type=float, metavar="SECONDS",
+                    help="exit if the Kafka broker does not answer for this long (default 0: wait for it)")
     rn.set_defaults(fn=cmd_run)
     su = sub.add_parser("status", help="per-partition progress and readiness of a cache")
     su.add_argument("name")

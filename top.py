@@ -87,6 +87,8 @@ def _header(name: str, st: dict) -> Text:
     topic = f"topic {st['topic']!r}, {st['partitions']} partitions" if st["topic"] else "no topic"
     t = Text.assemble(("cache ", ""), (name, "bold"), f": {topic}, {sup}, ")
     t.append("ready" if st["ready"] else "not ready", style="green" if st["ready"] else "yellow")
+    if st.get("broker") == "waiting for the broker":
+        t.append(f", waiting for the broker ({st['broker_waiting_s']:.0f} s)", style="bold red")
     if st["metrics_port"]:
         t.append(f", metrics on port {st['metrics_port']}")
     return t

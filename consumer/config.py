@@ -51,6 +51,7 @@ class RunConfig:
     drain_timeout: float = 30.0  # how long a revoke or shutdown waits for workers to drain
     metrics_port: int = 0  # serve Prometheus metrics on this port; 0 = no endpoint
     metrics_host: str = "127.0.0.1"  # the endpoint's address: loopback unless asked otherwise
+    broker_wait: float = 0.0  # seconds to wait for an unreachable broker before exiting; 0 = wait for ever
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
 
     def __post_init__(self) -> None:
@@ -78,6 +79,8 @@ class RunConfig:
             raise ValueError(f"max_rate={self.max_rate}: must be >= 0 (0 = unlimited)")
         if not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port={self.metrics_port}: expected 0 (none) or a TCP port 1..65535")
+        if not self.broker_wait >= 0:
+            raise ValueError(f"broker_wait={self.broker_wait}: must be >= 0 seconds (0 = wait for the broker for ever)")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.format != "kv" and self.key_size != 32:
@@ -117,6 +120,10 @@ class RunConfig:
             # fetch.queue.backoff.ms, 1 s by default: fetching stopped whenever applying
             # ran, and one worker applied 0.8 M entries/s instead of 3.2 M.
             "fetch.queue.backoff.ms": 10,
+            # librdkafka logs every failed connect (~20 lines/s while the broker is down);
+            # its errors reach error_cb, and the supervisor says the broker's state once
+            # per retry (consumer/broker.py). `--set log_level=7` shows everything.
+            "log_level": 2,
         }
         conf.update(self.kafka)
         conf.update(extra)

@@ -2,11 +2,12 @@
 
 Who writes what (one writer per word, so no locks are needed):
 - the supervisor: topic and partition count in the header, its own counters
-  (commits, commit failures, rebalances, lost partitions), start time and
-  metrics port; per partition the high watermark at assignment, owner, assigned
-  flag, generation, committed offset and latest watermark; a worker row's start
-  count;
-- the owning worker: its partitions' applied offset and caught-up flag, and its
+  (commits, commit failures, rebalances, lost partitions), start time, metrics
+  port and the broker's state (consumer/broker.py); per partition the high
+  watermark at assignment, owner, assigned flag, generation, committed offset,
+  and the latest watermark at assignment only; a worker row's start count;
+- the owning worker: its partitions' applied offset, caught-up flag and, after
+  each batch, latest watermark (the high watermark of its last fetch), and its
   own row (owner word, heartbeat, counters).
 Readers (status, wait_ready, metrics) only read. Values are published with
 plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
@@ -19,6 +20,7 @@ import time
 
 import numpy as np
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.engine import layout as L
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness
@@ -199,8 +201,8 @@ def status(handle) -> dict:
         if not -1 <= owner < L.MAX_WORKERS:
             damaged.append(f"partition {p}: owner {owner + 1} (should be 0..{L.MAX_WORKERS})")
             owner = -1
-        latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK])
         applied = r[L.P_APPLIED]
+        latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK], applied)  # never shown below applied
         here.add(p)
         parts.append({
             "partition": p,
@@ -242,6 +244,8 @@ def status(handle) -> dict:
     # ready means the whole topic, now (DESIGN invariant 10): every partition assigned here
     # by the live supervisor (whose start disowned every row a dead one left) and caught up
     whole = nparts > 0 and len(here) == nparts
+    # while the broker does not answer, nobody can say where the topic ends: not ready
+    broker = broker_mod.status_fields(h) if sup_alive else {"broker": None, "broker_waiting_s": None}
     return {
         "name": handle.name,
         "topic": topic(handle),
@@ -257,13 +261,16 @@ def status(handle) -> dict:
         "group_others": group["others"],
         "shared_group": bool(group["others"]) or (group["members"] or 0) > 1,
         "workers": ws,
-        "ready": settled and sup_alive and whole and all(p["caught_up"] for p in parts),
+        "ready": (settled and sup_alive and whole and broker["broker"] != "waiting for the broker"
+                  and all(p["caught_up"] for p in parts)),
         "assigning": not settled,
         # the last (or current) supervisor's counters, since it started
         **{k: int(h[w]) for k, w in SUPERVISOR_COUNTERS.items()},
         "supervisor_started_s": started / 1e9 if started > 0 else None,
         "metrics_port": int(h[L.H_METRICS_PORT]) if 0 < int(h[L.H_METRICS_PORT]) <= 65535 else None,
         "damaged": damaged,
+        # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
+        **broker,
     }
 
 
@@ -279,6 +286,8 @@ def wait_ready(handle, timeout: float | None = None, poll: float = 0.05) -> dict
         if deadline is not None and time.monotonic() >= deadline:
             if not st["supervisor_alive"]:
                 why = "no live supervisor"
+            elif st["broker"] == "waiting for the broker":
+                why = f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
             elif not st["assigned"] and not st["elsewhere"]:
                 why = "no partitions assigned yet"
             elif st["assigning"]:

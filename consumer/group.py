@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import control
 from shmcache.consumer.config import RunConfig
 
@@ -73,6 +74,8 @@ class GroupWatch:
         if self.admin is None:
             conf = {k: v for k, v in self.cfg.kafka.items() if k.startswith(_ADMIN_PREFIXES)}
             conf["bootstrap.servers"] = self.cfg.bootstrap
+            conf.setdefault("log_level", 2)  # quiet as the consumers are (consumer/broker.py)
+            conf.update(broker_mod.client_settings())
             self.admin = AdminClient(conf)
         try:
             self.asked_as = self.consumer.memberid()

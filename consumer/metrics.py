@@ -12,7 +12,8 @@ counted twice and nothing is kept in this process. Every sample carries a
     shmcache_applied_messages_total                   counter
     shmcache_malformed_messages_total                 counter
     shmcache_unknown_action_entries_total             counter
-    shmcache_partition_lag_messages                   gauge    partition
+    shmcache_partition_lag_messages                   gauge    partition (high watermark of the
+                                                                          last fetch minus applied)
     shmcache_partition_caught_up                      gauge    partition (1 = applied reached the
                                                                           high watermark at assignment)
     shmcache_partition_applied_offset                 gauge    partition (next offset to apply)
@@ -22,6 +23,8 @@ counted twice and nothing is kept in this process. Every sample carries a
     shmcache_partitions_unassigned                    gauge    (partitions of the topic not assigned here)
     shmcache_group_other_members                      gauge    (other members of the consumer group: should be 0)
     shmcache_commits_deferred_total                   counter  (periodic commits held back by a rebalance)
+    shmcache_broker_up                                gauge    (0 while the supervisor waits for the broker)
+    shmcache_broker_waiting_seconds                   gauge    (how long it has waited; 0 when up)
     shmcache_commits_total                            counter
     shmcache_commit_failures_total                    counter
     shmcache_rebalances_total                         counter
@@ -121,8 +124,9 @@ class CacheCollector:
                       sum(w["malformed"] for w in ws))
         yield counter("unknown_action_entries", "Entries skipped for an unknown action.",
                       sum(w["unknown_actions"] for w in ws))
-        yield gauge("partition_lag_messages", "Newest high watermark seen minus the applied offset.", None,
-                    ["partition"], [((p["partition"],), p["lag"]) for p in parts if p["lag"] is not None])
+        yield gauge("partition_lag_messages", "High watermark of the partition's last fetch minus the applied offset.",
+                    None, ["partition"],
+                    [((p["partition"],), p["lag"]) for p in parts if p["lag"] is not None])
         yield gauge("partition_caught_up", "1 once the partition applied up to its high watermark at assignment.",
                     None, ["partition"], [((p["partition"],), int(p["caught_up"])) for p in parts])
         yield gauge("partition_applied_offset", "Next offset to apply: every message before it is in the table.",
@@ -130,6 +134,7 @@ class CacheCollector:
         yield gauge("partition_committed_offset", "Last offset committed to Kafka (-1: none yet).", None,
                     ["partition"], [((p["partition"],), p["committed"]) for p in parts])
         yield gauge("ready", "1 when every partition of the topic is assigned to this cache by a live supervisor "
+                    "that reaches the broker, "
                     "and caught up.", int(st["ready"]))
         yield gauge("partitions_unassigned", "Partitions of the topic not assigned to this cache.",
                     len(st["unassigned"]))
@@ -138,6 +143,11 @@ class CacheCollector:
                     "this cache then lacks): should be 0.", max(0, others))
         yield counter("commits_deferred", "Periodic commits held back while the group rebalanced (retried after).",
                       st["commits_deferred"])
+        if st["broker"] is not None:
+            yield gauge("broker_up", "1 when the Kafka broker answers the supervisor, 0 while it waits for it.",
+                        int(st["broker"] == "up"))
+            yield gauge("broker_waiting_seconds", "Seconds the supervisor has been waiting for the broker (0: up).",
+                        st["broker_waiting_s"] or 0.0)
         yield counter("commits", "Offset commits Kafka accepted.", st["commits"])
         yield counter("commit_failures", "Offset commits Kafka refused or that timed out.", st["commit_failures"])
         yield counter("rebalances", "Completed consumer-group rebalances.", st["rebalances"])

@@ -15,6 +15,14 @@ What may be committed, and when (DESIGN invariant 1): only applied offsets
 published by workers in the segment; periodically, after a revoke drained the
 affected workers, and at shutdown after every worker stopped. Nothing on lost.
 
+The broker may be down when it starts or go away while it runs: it then keeps
+serving status ("waiting for the broker", consumer/broker.py), retries with
+backoff and one log line per retry, holds its commits, and carries on where it
+was when the broker answers (workers keep their partitions; librdkafka
+reconnects them). `broker_wait` bounds the wait: past it, BrokerUnavailableError.
+A run that never got going (no broker within the bound, a missing topic, a stop
+while waiting) removes the cache if it created it; a cache that existed stays.
+
 What it publishes besides: its commits, commit failures, rebalances and lost
 partitions in header words (control.SUPERVISOR_COUNTERS), and with
 `metrics_port` a Prometheus endpoint (consumer/metrics.py) that reads all of
@@ -30,16 +38,16 @@ import os
 import signal
 import time
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import control
 from shmcache.consumer import worker as worker_mod
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import layout as L
-from shmcache.errors import ShmcacheError
+from shmcache.errors import BrokerUnavailableError, ShmcacheError
 from shmcache.ipc import liveness
 
 log = logging.getLogger("shmcache.supervisor")
 
-WATERMARK_REFRESH_S = 5.0
 KAFKA_TIMEOUT_S = 15.0
 SEGMENT_CHECK_S = 1.0  # how often the supervisor checks that /dev/shm/NAME is still its segment
 ORPHAN_WAIT_S = 10.0  # how long a starting supervisor waits for a dead one's workers to exit
@@ -128,11 +136,11 @@ class Supervisor:
         self.workers: list[WorkerHandle] = []
         self.assigned: dict[int, int] = {}  # partition -> worker index
         self.metrics = None  # the Prometheus endpoint, when metrics_port is set
+        self.broker = None  # broker_mod.BrokerWatch, once the cache is open
         self._stop_reason = ""
         self._exit_code = 0
         self._fatal = False  # the consumer hit a fatal error: it can neither commit nor leave
         self._last_commit = 0.0
-        self._last_watermarks = 0.0
         self._segment_id = None  # (st_dev, st_ino) of /dev/shm/NAME when this supervisor opened it
         self._last_segment_check = 0.0
         self._rebalancing = 0.0  # monotonic time a rebalance was seen starting, 0 if none
@@ -151,10 +159,15 @@ class Supervisor:
         assert self.state is State.INIT, self.state
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda s, f: self.request_stop(signal.Signals(s).name))
+        import shmcache
+
+        existed = shmcache.exists(self.cfg.name)
         self._open_cache()
+        created = None if existed else self.cache.creation_id
+        joined = False
         try:
             self._serve_metrics()
-            self._start()
+            joined = self._start()
             self.state = State.RUNNING
             while not self._stop_reason:
                 msg = self.consumer.poll(0.1)  # paused: serves callbacks only (a stray message is dropped)
@@ -164,10 +177,26 @@ class Supervisor:
                     self.request_stop(f"fatal Kafka error: {msg.error()}; another supervisor with instance id "
                                       f"{self.cfg.instance_id!r} in group {self.cfg.group!r}?", code=1)
                     break
+                self._check_broker()
                 self._tick()
             return self._exit_code
         finally:
             self._shutdown()
+            if not joined and created is not None:
+                self._remove_created(created)
+
+    def _remove_created(self, creation_id: int) -> None:
+        """The run never got going: remove the cache it created (and only that one)."""
+        import shmcache
+
+        try:
+            with shmcache.attach(self.cfg.name) as r:
+                same = r.creation_id == creation_id
+        except (OSError, ShmcacheError):
+            return
+        if same:
+            shmcache.destroy(self.cfg.name)
+            log.info("removed cache %r: this run created it and never joined the group", self.cfg.name)
 
     def _open_cache(self) -> None:
         import shmcache
@@ -261,19 +290,25 @@ class Supervisor:
         self.cache._header[L.H_METRICS_PORT] = self.metrics.port
         log.info("metrics on http://%s:%d/metrics", self.metrics.host, self.metrics.port)
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """Wait for the broker, check the topic, start the workers, join the group.
+
+        False if a stop was asked for while waiting (nothing was started)."""
         from confluent_kafka import Consumer
 
         cfg = self.cfg
-        self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings()))
-        meta = self.consumer.list_topics(cfg.topic, timeout=KAFKA_TIMEOUT_S)
-        tmeta = meta.topics.get(cfg.topic)
-        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-            raise ShmcacheError(f"topic {cfg.topic!r} not found on {cfg.bootstrap}: "
-                                f"{tmeta.error if tmeta is not None else 'no such topic'}")
+        self.broker = broker_mod.BrokerWatch(self.cache._header, cfg.bootstrap, cfg.broker_wait)
+        self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(),
+                                                       **broker_mod.client_settings(self.broker.on_error)))
+        if not control.topic(self.cache):  # a new cache: name its topic while waiting for the broker
+            control.set_topic(self.cache, cfg.topic, 0)
+        tmeta = self._topic_metadata()
+        if tmeta is None:
+            return False
         npart = len(tmeta.partitions)
         if npart > L.MAX_PARTITIONS:
-            raise ShmcacheError(f"topic {cfg.topic!r} has {npart} partitions; at most {L.MAX_PARTITIONS} are supported")
+            raise ShmcacheError(f"cache {cfg.name!r}: topic {cfg.topic!r} has {npart} partitions; "
+                                f"at most {L.MAX_PARTITIONS} are supported")
         control.set_topic(self.cache, cfg.topic, npart)
         self.workers = [WorkerHandle(self, i) for i in range(cfg.workers)]
         for w in self.workers:
@@ -282,6 +317,69 @@ class Supervisor:
                                 on_lost=self._on_lost)
         log.info("joined group %r for topic %r (%d partitions, %s assignment), %d workers",
                  cfg.group, cfg.topic, npart, cfg.assignment, cfg.workers)
+        return True
+
+    def _topic_metadata(self):
+        """The topic's metadata once the broker answers (None if a stop came first).
+
+        While the broker does not answer: status says so, one log line per retry, and
+        BrokerUnavailableError past `broker_wait`. A topic the broker does not know is
+        a user's mistake: ShmcacheError at once."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        cfg, h = self.cfg, self.cache._header
+        while not self._stop_reason:
+            h[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+            try:
+                meta = self.consumer.list_topics(cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
+            except KafkaException as e:
+                self._broker_failed(e.args[0].str() if e.args else str(e))
+                continue
+            self.broker.answered()
+            tmeta = meta.topics.get(cfg.topic)
+            err = tmeta.error if tmeta is not None else None
+            if tmeta is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise ShmcacheError(f"cache {cfg.name!r}: topic {cfg.topic!r} does not exist on {cfg.bootstrap} "
+                                    f"(create it first, or give the right --topic)")
+            if err is None and tmeta.partitions:
+                return tmeta
+            log.info("topic %r is not usable yet (%s); retrying", cfg.topic, err or "no partitions")
+            self._sleep(broker_mod.RETRY_FIRST_S)
+        return None
+
+    def _broker_failed(self, why: str) -> None:
+        """A metadata request found no broker: note it, wait for the next try, give up past the bound."""
+        self.broker.failed(why)
+        self._sleep(self.broker.pause_s())
+        if self.broker.over_limit():
+            raise BrokerUnavailableError(
+                f"cache {self.cfg.name!r}: no Kafka broker answered at {self.cfg.bootstrap} "
+                f"within {self.cfg.broker_wait:g} s (broker_wait)")
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait, but return at once on a stop request."""
+        end = time.monotonic() + max(0.0, seconds)
+        while not self._stop_reason and time.monotonic() < end:
+            self.cache._header[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+            time.sleep(max(0.0, min(0.1, end - time.monotonic())))
+
+    def _check_broker(self) -> None:
+        """While running: when librdkafka said all brokers are down, probe at the retry
+        interval until one answers (the poll loop goes on: status stays current)."""
+        from confluent_kafka import KafkaException
+
+        if not self.broker.due():
+            return
+        try:
+            self.consumer.list_topics(self.cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
+        except KafkaException as e:
+            self.broker.failed(e.args[0].str() if e.args else str(e))
+            if self.broker.over_limit():
+                raise BrokerUnavailableError(
+                    f"cache {self.cfg.name!r}: the Kafka broker at {self.cfg.bootstrap} has not answered "
+                    f"for {self.broker.waited():.0f} s (broker_wait {self.cfg.broker_wait:g} s)") from None
+            return
+        self.broker.answered()
 
     def _shutdown(self) -> None:
         if self.state is State.STOPPED:
@@ -446,10 +544,8 @@ class Supervisor:
             from shmcache.consumer.group import GroupWatch
 
             self.group_watch = GroupWatch(self.cfg, self.cache, self.consumer, on_fenced=self._fenced)
-        self.group_watch.tick()
-        if now - self._last_watermarks >= WATERMARK_REFRESH_S:
-            self._refresh_watermarks()
-            self._last_watermarks = now
+        if not self.broker.down:  # its look at the group would only time out
+            self.group_watch.tick()
 
     def _restart(self, w: WorkerHandle) -> None:
         """A worker died: repair what it left locked, start a new one from its applied offsets."""
@@ -477,7 +573,7 @@ class Supervisor:
         rows = control.partitions(self.cache)
         todo = [(p, int(rows[p, L.P_APPLIED])) for p in parts
                 if rows[p, L.P_APPLIED] >= 0 and rows[p, L.P_APPLIED] != rows[p, L.P_COMMITTED]]
-        if not todo:
+        if not todo or self.broker.down:  # a commit without a broker blocks for ~45 s; they go later
             return
         try:
             done = self.consumer.commit(offsets=[TopicPartition(self.cfg.topic, p, o) for p, o in todo],
@@ -505,17 +601,6 @@ class Supervisor:
             log.info("committed %s", dict(todo))
         else:
             log.debug("committed %s", dict(todo))
-
-    def _refresh_watermarks(self) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        rows = control.partitions(self.cache)
-        for p in list(self.assigned):
-            try:
-                _, hi = self.consumer.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=2)
-            except KafkaException:
-                continue
-            rows[p, L.P_LATEST] = hi
 
 
 def run(cfg: RunConfig) -> int:

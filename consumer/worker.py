@@ -5,6 +5,10 @@ supervisor gives it; it has no group membership and never commits. Each
 `consume()` batch is decoded and applied inline (no queues, no threads: the
 Teranode lesson), then each partition's applied offset (the next offset to
 apply) is published in the segment. Only after that may the supervisor commit it.
+Beside it goes the partition's newest high watermark, which every fetch response
+carries and librdkafka keeps (get_watermark_offsets(cached=True), no broker round
+trip), so lag is current to the last fetch; never below the applied offset.
+While the broker is away a worker keeps its partitions and librdkafka reconnects.
 
 Flow control (`max_rate`): past its budget for the current second a worker
 pauses all its partitions and resumes them when the next second starts.
@@ -32,6 +36,7 @@ import time
 
 import numpy as np
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import control, wire
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import layout as L
@@ -55,7 +60,9 @@ class Worker:
         self.me[L.K_OWNER] = liveness.owner_word()
         self.me[L.K_HEARTBEAT] = time.time_ns()
         # group.id only because librdkafka wants one; assign() never joins the group
-        self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker"}))
+        # librdkafka's log and errors go to debug: the supervisor reports the broker's state
+        self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker",
+                                                          **broker_mod.client_settings()}))
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
         self.stopping = False
         self.orphaned = False  # the supervisor died (its pipe closed, or we were re-parented)
@@ -205,8 +212,9 @@ class Worker:
             self.window_entries += n
 
     def _publish(self) -> None:
-        """Publish each owned partition's position: every message before it has been applied."""
-        from confluent_kafka import TopicPartition
+        """Publish each owned partition's position (every message before it has been applied)
+        and the newest high watermark its fetches brought (for lag; never below the position)."""
+        from confluent_kafka import KafkaException, TopicPartition
 
         tps = self.consumer.position([TopicPartition(self.cfg.topic, p) for p in self.owned])
         for tp in tps:
@@ -216,6 +224,13 @@ class Worker:
             row = self.rows[p]
             if pos > row[L.P_APPLIED]:
                 row[L.P_APPLIED] = pos
+            try:
+                _, hi = self.consumer.get_watermark_offsets(tp, cached=True)  # -1001 until a fetch brought one
+            except KafkaException:
+                hi = -1
+            latest = max(hi, int(row[L.P_APPLIED]))
+            if latest > row[L.P_LATEST]:
+                row[L.P_LATEST] = latest
             if 0 <= row[L.P_HIGH_WATERMARK] <= row[L.P_APPLIED] and not row[L.P_CAUGHT_UP]:
                 row[L.P_CAUGHT_UP] = 1
                 log.info("partition %d caught up at offset %d", p, int(row[L.P_APPLIED]))

@@ -70,6 +70,10 @@ H_PARTITIONS_LOST = 51  # partitions lost: taken away without a revoke (nothing 
 H_SUPERVISOR_STARTED = 52  # time.time_ns() when the current supervisor started
 H_METRICS_PORT = 53  # TCP port of the supervisor's Prometheus endpoint, 0 if none
 H_ASSIGNING = 54  # 1 while the supervisor publishes an assignment (rows half-written): not ready
+# The broker's state as the supervisor sees it (consumer/broker.py), written by it alone.
+H_BROKER_STATE = 60  # BROKER_* below
+H_BROKER_SINCE = 61  # time.time_ns() the current wait for the broker began; 0 when it answers
+BROKER_UNKNOWN, BROKER_UP, BROKER_WAITING = 0, 1, 2
 # The consumer group as the supervisor last saw it (consumer/control.py set_group): who else
 # holds partitions of the topic. Written by the supervisor only; H_GROUP_CHECKED is -1 while
 # it writes them and the time of the look after, so a reader can tell a torn read.
@@ -115,7 +119,7 @@ P_CAUGHT_UP = 3  # 1 once applied >= high watermark at assignment
 P_COMMITTED = 4  # last offset the supervisor committed to Kafka; -1 none
 P_ASSIGNED = 5  # 1 while this node's consumer group assigns the partition here
 P_GENERATION = 6  # bumped at each assignment: tells a stale worker's publish from a current one
-P_LATEST = 7  # newest high watermark the supervisor saw (refreshed periodically), for lag
+P_LATEST = 7  # newest high watermark seen: by the supervisor at assignment, then by the owning worker's fetches
 
 # -- bucket meta: int64 word offsets within a bucket's row ---------------------------
 M_LOCK = 0  # 0 free, else owner word of the writer holding it

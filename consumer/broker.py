@@ -1,0 +1,133 @@
+"""Whether the Kafka broker answers: the supervisor's view, published in the segment.
+
+librdkafka reports an unreachable broker by logging every failed connect (about
+20 lines a second per client) and through its error callback. Every consumer of
+ours routes librdkafka's log to the `shmcache.kafka` logger at `log_level` 2
+(critical only; `--set log_level=7` shows everything for debugging) and its
+errors to `error_cb`; the supervisor turns them into one state, in two header
+words it alone writes:
+
+    H_BROKER_STATE    BROKER_UNKNOWN (no answer yet), BROKER_UP, BROKER_WAITING
+    H_BROKER_SINCE    time.time_ns() the current wait started (0 when up)
+
+and one log line per retry, with backoff (RETRY_FIRST_S doubling up to
+RETRY_MAX_S). status(), `shmcache status`, `top` and the metrics read them.
+
+Down means a metadata request failed (at start, or while running after
+librdkafka said all brokers are down, _ALL_BROKERS_DOWN); up means one answered. A single
+failed connection (_TRANSPORT) is not down: the broker closes idle connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from shmcache.engine import layout as L
+
+log = logging.getLogger("shmcache.supervisor")
+kafka_log = logging.getLogger("shmcache.kafka")
+
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
+PROBE_TIMEOUT_S = 1.0  # each metadata request: short, so a stop request is seen at once
+
+STATES = {L.BROKER_UNKNOWN: "connecting", L.BROKER_UP: "up", L.BROKER_WAITING: "waiting for the broker"}
+
+
+def client_settings(on_error=None) -> dict:
+    """The settings that keep librdkafka quiet; the caller's error callback sees its errors."""
+    return {"logger": kafka_log, "error_cb": on_error or _log_error}
+
+
+def _log_error(err) -> None:
+    """A worker's errors: the supervisor reports the broker's state, so these are debug only."""
+    kafka_log.debug("%s", err)
+
+
+def is_down(err) -> bool:
+    from confluent_kafka import KafkaError
+
+    return err.code() == KafkaError._ALL_BROKERS_DOWN
+
+
+class BrokerWatch:
+    """The supervisor's record of the broker's state: its header words, backoff and log."""
+
+    def __init__(self, header, bootstrap: str, wait_limit: float):
+        self.h = header
+        self.bootstrap = bootstrap
+        self.wait_limit = wait_limit  # seconds; 0 = wait for ever
+        self.since = 0.0  # time.monotonic() the current wait began; 0 while up
+        self.delay = RETRY_FIRST_S
+        self.next_try = 0.0
+        self.last_error = ""
+        self.h[L.H_BROKER_STATE] = L.BROKER_UNKNOWN
+        self.h[L.H_BROKER_SINCE] = 0
+
+    @property
+    def down(self) -> bool:
+        return self.h[L.H_BROKER_STATE] != L.BROKER_UP
+
+    def on_error(self, err) -> None:
+        """librdkafka's error callback (served by poll): all brokers down asks for a probe at
+        once (the error may be stale: one queued while waiting is served after the broker
+        answered); the probe's failure starts the wait."""
+        if is_down(err):
+            if not self.since:  # once a wait began, the retries report it
+                self.next_try = time.monotonic()
+        else:
+            self.last_error = str(err.str())
+            kafka_log.debug("%s", err)
+
+    def failed(self, why: str) -> None:
+        now = time.monotonic()
+        if not self.since:
+            self.since = now
+            self.delay = RETRY_FIRST_S
+            self.next_try = now + self.delay
+            self.h[L.H_BROKER_SINCE] = time.time_ns()
+            self.h[L.H_BROKER_STATE] = L.BROKER_WAITING
+            log.warning("the Kafka broker at %s does not answer (%s); waiting for it", self.bootstrap, why)
+            return
+        self.h[L.H_BROKER_STATE] = L.BROKER_WAITING
+        waited = now - self.since
+        self.delay = min(self.delay * 2, RETRY_MAX_S)
+        self.next_try = now + self.delay
+        log.info("still waiting for the Kafka broker at %s after %.0f s (%s); next try in %.1f s",
+                 self.bootstrap, waited, why, self.delay)
+
+    def answered(self) -> None:
+        if self.since:
+            log.info("the Kafka broker at %s answers again after %.1f s", self.bootstrap, time.monotonic() - self.since)
+        self.since = 0.0
+        self.next_try = 0.0
+        self.h[L.H_BROKER_SINCE] = 0
+        self.h[L.H_BROKER_STATE] = L.BROKER_UP
+
+    def due(self) -> bool:
+        """Time to ask the broker: librdkafka said it is down, or the wait's next retry."""
+        return bool(self.next_try) and time.monotonic() >= self.next_try
+
+    def pause_s(self) -> float:
+        """Seconds until the next try, or until the wait's bound if that comes first."""
+        end = self.next_try
+        if self.wait_limit and self.since:
+            end = min(end, self.since + self.wait_limit)
+        return max(0.0, end - time.monotonic())
+
+    def over_limit(self) -> bool:
+        return bool(self.wait_limit and self.since and time.monotonic() - self.since >= self.wait_limit)
+
+    def waited(self) -> float:
+        return time.monotonic() - self.since if self.since else 0.0
+
+
+def status_fields(header) -> dict:
+    """The broker's state as status() shows it."""
+    state = int(header[L.H_BROKER_STATE])
+    since = int(header[L.H_BROKER_SINCE])
+    return {
+        "broker": STATES.get(state, "connecting"),
+        "broker_waiting_s": max(0.0, (time.time_ns() - since) / 1e9) if since else None,
+    }

@@ -1,0 +1,172 @@
+"""The broker is not always there (issue 9), against a broker of the test's own that it
+stops and starts again (the session broker stays up for everyone else):
+
+- a supervisor started before the broker runs, says "waiting for the broker" in
+  status(), `shmcache status`, `shmcache top` and the metrics, logs one line per
+  retry and none of librdkafka's connect errors, and fills the table once the
+  broker answers; wait_ready() then returns;
+- the broker going away while it runs: status says so, and when the broker is back
+  the same workers (no restart) carry on and the table is complete;
+- `--broker-wait S` fails fast: one line naming the bootstrap servers, no
+  traceback, exit 2, and the cache removed if this run created it (a cache that
+  existed before is kept, with its entries).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+import shmcache
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline import (Harness, KafkaProbe, Model, assert_no_worker_restarted, check_table,  # noqa: E402
+                       poll_until, wait_applied)
+from _private_broker import PrivateBroker, free_ports  # noqa: E402
+
+PARTITIONS = 3
+WAITING = "waiting for the broker"
+
+
+@pytest.fixture
+def private_broker(tmp_path):
+    b = PrivateBroker(tmp_path / "kafka")
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shmcache", *args], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def _metric(port: int, name: str, cache: str) -> float | None:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(f'shmcache_{name}{{cache="{cache}"}} '):
+            return float(line.split()[-1])
+    return None
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=30)[topic].result(timeout=60)
+
+
+def _produce(h: Harness, topic: str, model: Model, batches: int) -> list[int]:
+    """Send `batches` Model batches; the topic's end offsets once all are acknowledged."""
+    p = h.producer(topic, model, rate=1000, max_batches=batches)
+    p.start()
+    p.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTITIONS)
+    try:
+        return probe.end_offsets()
+    finally:
+        probe.close()
+
+
+def _owners(r) -> dict[int, tuple]:
+    """partition -> (worker index, worker pid)."""
+    return {p["partition"]: (p["worker"], p["worker_pid"]) for p in r.status()["assigned"]}
+
+
+def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path, private_broker):
+    b = private_broker
+    b.start()  # once, to make the topic; the supervisor then starts while it is down
+    topic = "t-outage"
+    _create_topic(b.bootstrap, topic)
+    b.stop()
+
+    h = Harness(tmp_path, b.bootstrap)
+    try:
+        name = h.cache_name("outage")
+        mport = free_ports(1)[0]
+        sup = h.supervisor(name, topic, h.group("outage"), config={"metrics_port": mport})
+        r = poll_until(lambda: shmcache.exists(name) and shmcache.attach(name), 60, "the cache to appear")
+        h.readers.append(r)
+
+        def waiting():
+            assert sup.running(), sup.log_text()[-3000:]
+            st = r.status()
+            return st["broker"] == WAITING and st["broker_waiting_s"] is not None
+        poll_until(waiting, 60, lambda: f"status to say {WAITING!r}: {r.status()}")
+        assert not r.status()["ready"] and r.status()["topic"] == topic
+        status = _cli("status", name, "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["broker"] == WAITING
+        status = _cli("status", name)
+        assert WAITING in status.stdout, status.stdout
+        top = _cli("top", name, "--once", "--interval", "0.1")
+        assert top.returncode == 0 and WAITING in top.stdout, top.stdout + top.stderr
+        assert _metric(mport, "broker_up", name) == 0.0
+        assert _metric(mport, "broker_waiting_seconds", name) > 0
+
+        b.start()  # the broker comes: the supervisor joins, then fills the table
+        model = Model("v1", PARTITIONS, seed=7)
+        ends = _produce(h, topic, model, 60)
+        wait_applied(r, ends, 120, sup)
+        st = r.wait_ready(timeout=120)
+        assert st["broker"] == "up"
+        assert _metric(mport, "broker_up", name) == 1.0
+        check_table(r, model.snapshot())
+        assert_no_worker_restarted(r)
+        owners = _owners(r)
+        assert sorted(owners) == list(range(PARTITIONS))
+
+        # while running: the broker goes away, status says so, and it comes back
+        b.stop()
+        poll_until(lambda: r.status()["broker"] == WAITING, 120,
+                   lambda: f"status to say {WAITING!r} after the broker stopped: {r.status()}")
+        assert sup.running(), sup.log_text()[-3000:]
+        b.start()
+        poll_until(lambda: r.status()["broker"] == "up", 120, lambda: f"the broker to be seen again: {r.status()}")
+        ends = _produce(h, topic, model, 60)
+        wait_applied(r, ends, 120, sup)
+        r.wait_ready(timeout=120)
+        check_table(r, model.snapshot())
+        assert_no_worker_restarted(r)  # same worker processes: nothing restarted
+        assert _owners(r) == owners  # each partition with the worker it had
+
+        log = sup.log_text()
+        assert "Connection refused" not in log and "FAIL" not in log, log[-3000:]  # no librdkafka spam
+        retries = [line for line in log.splitlines() if "waiting for the Kafka broker" in line]
+        assert retries, log[-3000:]  # one line per retry: said, not silent
+        assert sup.terminate() == 0
+        assert shmcache.exists(name)  # a cache that ran stays for its readers
+    finally:
+        h.close()
+
+
+def test_broker_wait_fails_fast_and_removes_only_a_cache_it_created(tmp_path):
+    port = free_ports(1)[0]  # nothing listens there
+    bootstrap = f"127.0.0.1:{port}"
+    h = Harness(tmp_path, bootstrap)
+    try:
+        fresh = h.cache_name("bw-fresh")
+        run = _cli("run", "--name", fresh, "--bootstrap", bootstrap, "--topic", "t-none", "--memory", "64MiB",
+                   "--broker-wait", "2")
+        assert run.returncode == 2, run.stderr[-3000:]
+        last = run.stderr.strip().splitlines()[-1]
+        assert bootstrap in last and fresh in last and "broker" in last, run.stderr[-3000:]
+        assert "Traceback" not in run.stderr and "FAIL" not in run.stderr, run.stderr[-3000:]
+        assert not shmcache.exists(fresh)
+        assert not os.path.exists(f"/dev/shm/.shmcache-{fresh}.readers")
+
+        kept = h.cache_name("bw-kept")
+        with shmcache.create(kept, memory="64MiB") as w:
+            w.set(b"k" * 32, b"value")
+            before = w.creation_id
+        run = _cli("run", "--name", kept, "--bootstrap", bootstrap, "--topic", "t-none", "--broker-wait", "2")
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert bootstrap in run.stderr.strip().splitlines()[-1]
+        with shmcache.attach(kept) as r:
+            assert r.creation_id == before and r.get(b"k" * 32) == b"value"
+    finally:
+        h.close()
