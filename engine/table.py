@@ -468,7 +468,7 @@ class Writer(Reader):
             raise ValueError(f"cache {self.name!r}: {n} keys but actions of shape {a.shape}")
         if n and (int(a.max()) > K.DELETE or int(a.min()) < K.ADD):
             i = int(np.flatnonzero((a < K.ADD) | (a > K.DELETE))[0])
-            raise ValueError(f"cache {self.name!r}: action {i} is {a[i]!r}; an action is 0 (ADD) or 1 (DELETE)")
+            raise ValueError(f"cache {self.name!r}: action {i} is {int(a[i])}; an action is 0 (ADD) or 1 (DELETE)")
         return np.ascontiguousarray(a, np.uint8)
 
     def _values(self, values, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
