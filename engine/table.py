@@ -466,7 +466,7 @@ class Writer(Reader):
         a = self._ints(actions, "actions (0 ADD, 1 DELETE)")
         if a.shape != (n,):
             raise ValueError(f"cache {self.name!r}: {n} keys but actions of shape {a.shape}")
-        if n and (int(a.max()) > K.DELETE or int(a.min()) < K.ADD):
+        if n and (int(a.max()) > K.DELETE or (a.dtype.kind == "i" and int(a.min()) < K.ADD)):
             i = int(np.flatnonzero((a < K.ADD) | (a > K.DELETE))[0])
             raise ValueError(f"cache {self.name!r}: action {i} is {int(a[i])}; an action is 0 (ADD) or 1 (DELETE)")
         return np.ascontiguousarray(a, np.uint8)
