@@ -226,7 +226,11 @@ class Segment:
         self.created = True
         # Held until finish_create, and taken before the file has a size: an attacher that
         # finds a sized file without magic and can take the lock knows its creator is gone.
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:  # never waited for: only someone else's open of the name in these microseconds holds it
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CacheExistsError(f"cache {self.name!r}: another process locked {self.path} as it was being "
+                                   "created; nothing was created") from None
         os.fchmod(self.fd, mode)  # the umask must not narrow or widen what was asked
         try:
             os.ftruncate(self.fd, size)  # the size shows at once: an attacher knows a creator is at work
