@@ -440,14 +440,16 @@ class Writer(Reader):
 
     def _ints(self, arr, what: str) -> np.ndarray:
         """An integer array as given (never a float or bool truncated or taken as 0/1)."""
-        a = np.asarray(arr)
-        if a.size and a.dtype.kind not in "iu":
+        a = arr if isinstance(arr, np.ndarray) else np.asarray(arr)
+        if a.dtype.kind not in "iu" and a.size:
             raise TypeError(f"cache {self.name!r}: {what} must be integers, got an array of {a.dtype}")
         return a
 
     def _bytes(self, data, what: str) -> np.ndarray:
         """Flat uint8 bytes of a numpy array (any plain dtype, by its bytes) or a bytes-like object."""
         if isinstance(data, np.ndarray):
+            if data.dtype == np.uint8 and data.ndim == 1 and data.flags.c_contiguous:
+                return data  # as the wire decoder gives it
             if data.dtype.hasobject:
                 raise TypeError(f"cache {self.name!r}: {what} must be bytes, got an array of {data.dtype}")
             return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -562,9 +564,10 @@ class Writer(Reader):
         if lens.shape != (n,) or starts.shape != (n,):
             raise ValueError(f"cache {self.name!r}: {n} keys but starts/lens of shapes {starts.shape}/{lens.shape}")
         data = self._bytes(data, "value data")
-        # starts > len(data) - lens, not starts + lens > len(data): the sum can wrap past 2**63
+        # starts are checked on their own first: with starts <= len(data) and 0 <= lens <= max_value
+        # the ends cannot wrap past 2**63 (which made a span far outside data look inside it)
         if n and (lens.max() > self.geometry.max_value or lens.min() < 0 or starts.min() < 0
-                  or (starts > len(data) - lens).any()):
+                  or starts.max() > len(data) or (starts + lens).max() > len(data)):
             raise ValueTooLargeError(f"cache {self.name!r}: a value span is outside data (of {len(data)} bytes) "
                                      f"or over max_value ({self.geometry.max_value})")
         self._apply(k, acts, starts, lens, data)
