@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -13,27 +14,48 @@ import shmcache
 from shmcache.engine.layout import format_bytes
 
 
+def usage_error(message: str) -> NoReturn:
+    """A user's mistake at the command line: one line on stderr, exit 2, no traceback."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (exit 2) instead of a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def _hex(text: str, what: str) -> bytes:
     try:
         return bytes.fromhex(text)
     except ValueError:
-        raise SystemExit(f"shmcache: {what} {text!r} is not hex") from None
+        usage_error(f"shmcache: {what} {text!r} is not hex")
+
+
+def _mode(text: str) -> int:
+    """--mode: octal digits, as chmod takes them."""
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal file mode (e.g. 600, 640)") from None
 
 
 def key_values(items: list[str] | None, flag: str, what: str) -> dict[str, str]:
-    """Repeated `--set KEY=VALUE` style options as a dict; SystemExit naming the flag otherwise."""
+    """Repeated `--set KEY=VALUE` style options as a dict; a usage error (exit 2) naming the flag otherwise."""
     out = {}
     for item in items or []:
         k, sep, v = item.partition("=")
         if not sep:
-            raise SystemExit(f"{flag} {item!r}: expected KEY=VALUE ({what})")
+            usage_error(f"{flag} {item!r}: expected KEY=VALUE ({what})")
         out[k] = v
     return out
 
 
 def cmd_create(a) -> int:
     with shmcache.create(a.name, memory=a.memory, key_size=a.key_size, max_value=a.max_value,
-                         mode=int(a.mode, 8), exist_ok=a.exist_ok) as w:
+                         mode=a.mode, exist_ok=a.exist_ok) as w:
         g = w.geometry
         print(f"{a.name}: {format_bytes(g.size)}, key {g.key_size} B, values up to {g.max_value} B, "
               f"{g.slots} slots and {g.ring} ring bytes per bucket")
@@ -79,7 +101,7 @@ def cmd_delete(a) -> int:
 
 
 def cmd_destroy(a) -> int:
-    shmcache.destroy(a.name)
+    shmcache.destroy(a.name, force=a.force)
     return 0
 
 
@@ -186,14 +208,15 @@ def cmd_spark(a) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shmcache", description="A cache in POSIX shared memory, kept filled from Kafka.")
+    p = _Parser(prog="shmcache", description="A cache in POSIX shared memory, kept filled from Kafka.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create", help="create a cache")
     c.add_argument("name")
     c.add_argument("--memory", default="256MiB", help="fixed size, e.g. 256MiB, 4GiB (default 256MiB)")
     c.add_argument("--key-size", type=int, default=32)
     c.add_argument("--max-value", type=int, default=4096)
-    c.add_argument("--mode", default="600", help="octal file mode (default 600; 640 for a reader group)")
+    c.add_argument("--mode", type=_mode, default=0o600,
+                   help="octal file mode (default 600; 640 for a reader group); no one but the owner may write")
     c.add_argument("--exist-ok", action="store_true")
     c.set_defaults(fn=cmd_create)
     s = sub.add_parser("stats", help="print a cache's figures")
@@ -215,6 +238,8 @@ def parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=cmd_delete)
     x = sub.add_parser("destroy", help="remove a cache (mapped readers keep their mapping until they close)")
     x.add_argument("name")
+    x.add_argument("--force", action="store_true",
+                   help="remove it even if it is not a shmcache segment, or a live supervisor or writer uses it")
     x.set_defaults(fn=cmd_destroy)
     ls = sub.add_parser("list", help="list the caches under /dev/shm")
     ls.set_defaults(fn=cmd_list)
@@ -332,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     except (shmcache.ShmcacheError, ValueError, OSError) as e:
         print(f"shmcache: {e}", file=sys.stderr)
         return 2
+    except SystemExit as e:
+        if isinstance(e.code, str):  # a command's own usage error: its message, and the usage-error code
+            print(e.code, file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

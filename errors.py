@@ -20,6 +20,7 @@ __all__ = [
     "KeySizeError",
     "ValueTooLargeError",
     "MemoryTooSmallError",
+    "CacheSpaceError",
     "ReadOnlyError",
     "TooManyWritersError",
     "ClosedError",
@@ -71,6 +72,10 @@ class ValueTooLargeError(ShmcacheError, ValueError):
 
 class MemoryTooSmallError(ShmcacheError, ValueError):
     """memory= cannot hold one largest record per bucket."""
+
+
+class CacheSpaceError(ShmcacheError, MemoryError):
+    """memory= is more than /dev/shm has room for."""
 
 
 class ReadOnlyError(ShmcacheError, PermissionError):

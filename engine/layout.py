@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 from shmcache.errors import MemoryTooSmallError
 
@@ -240,19 +241,22 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb"
 
 
 def parse_bytes(value: int | str, *, what: str = "memory") -> int:
-    """'256MiB', '1.5GiB', '500MB', 1048576 -> bytes; a clear ValueError otherwise."""
+    """'256MiB', '1.5GiB', '500MB', 1048576 -> bytes (a fraction of a byte rounded down);
+    a clear ValueError otherwise. Exact arithmetic: no float rounding or overflow."""
     if isinstance(value, bool):
         raise ValueError(f"{what}={value!r} is not a size")
     if isinstance(value, int):
         n = value
     else:
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value), re.ASCII)
         unit = m.group(2).lower() if m else None
         if not m or unit not in _UNITS:
             raise ValueError(f"{what}={value!r} is not a size (examples: 256MiB, 1GiB, 500MB)")
-        n = int(float(m.group(1)) * _UNITS[unit])
+        n = int(Fraction(m.group(1)) * _UNITS[unit])
     if n <= 0:
         raise ValueError(f"{what}={value!r} must be positive")
+    if n >= 1 << 63:  # a segment's size is an int64 header word
+        raise ValueError(f"{what}={value!r} is more than any machine holds (the limit is 2**63-1 bytes)")
     return n
 
 

@@ -15,20 +15,26 @@ every batch; `stats()`, `shmcache top` and the metrics sum the rows.
 A row whose owner died is reused by the next reader; its counters are kept, so
 the sums never go down. A reader that cannot open the companion (another mode,
 a cache made without one) simply keeps no shared counters: lookups never fail
-for want of statistics. Mode: the cache's, with write added wherever read is
-given (0640 -> 0660), so a reader group can count.
+for want of statistics. Mode: the owner's read-write; read-write for the group
+if the cache's group may read (0640 -> 0660), so a reader group can count; read
+only for others if they may read the cache (0644 -> 0664): never wider than the
+group that may read. A reader allowed only to read it sees the sums, uncounted.
+Like the cache itself it is opened only as a regular file, without following a
+symlink or blocking (ipc/segment.py's open_regular).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import stat
 
 import numpy as np
 
 from shmcache.engine import layout as L
+from shmcache.errors import CacheExistsError, CachePermissionError, NotACacheError
 from shmcache.ipc import liveness
-from shmcache.ipc.segment import SHM_DIR, check_name
+from shmcache.ipc.segment import SHM_DIR, check_name, kind_of, open_regular
 
 MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
 VERSION = 1
@@ -52,18 +58,38 @@ def path_of(name: str) -> str:
 
 
 def companion_mode(mode: int) -> int:
-    return mode | ((mode & 0o044) >> 1)
+    """The owner's rw; rw for the group if it may read the cache; r for others if they may."""
+    return 0o600 | (0o060 if mode & 0o040 else 0) | (0o004 if mode & 0o004 else 0)
+
+
+_WHAT = " (its readers' companion)"
 
 
 def create(name: str, mode: int, creation_id: int) -> None:
-    """Make (or replace) the companion of a cache being created."""
+    """Make (or replace) the companion of a cache being created. A regular file left at
+    its name (by a cache removed by hand) is replaced; anything else is refused."""
     path = path_of(name)
     try:
-        os.unlink(path)  # left by a cache of the same name that was removed by hand
+        st = os.lstat(path)
     except FileNotFoundError:
-        pass
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise NotACacheError(f"cache {name!r}: {path}{_WHAT} is {kind_of(st.st_mode)}, which shmcache did not "
+                             "make: remove it, then create the cache")
+    if st is not None:
+        try:
+            os.unlink(path)  # left by a cache of the same name that was removed by hand
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            raise CachePermissionError(f"cache {name!r}: permission denied removing the old {path}{_WHAT} "
+                                       f"(owner uid {st.st_uid})") from None
     mode = companion_mode(mode)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except FileExistsError:
+        raise CacheExistsError(f"cache {name!r}: something else made {path}{_WHAT} while the cache was being "
+                               "created; nothing was created") from None
     try:
         os.fchmod(fd, mode)
         os.posix_fallocate(fd, 0, SIZE)
@@ -78,9 +104,10 @@ def create(name: str, mode: int, creation_id: int) -> None:
 
 
 def unlink(name: str) -> None:
+    """Remove the companion if there is one (never a directory someone put at its name)."""
     try:
         os.unlink(path_of(name))
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
         pass
 
 
@@ -93,16 +120,21 @@ class ReaderStats:
     _claimed = False  # a row is claimed at the first batch, so stats-only handles take none
 
     def __init__(self, name: str, creation_id: int):
+        writable = True
         try:
-            fd = os.open(path_of(name), os.O_RDWR | os.O_NOFOLLOW)
-        except OSError:
-            return  # no companion, or not ours to write: no shared counters
+            try:
+                fd = open_regular(name, path_of(name), os.O_RDWR)
+            except PermissionError:  # a reader allowed to read the sums, not to count
+                fd, writable = open_regular(name, path_of(name), os.O_RDONLY), False
+        except (OSError, ValueError):
+            return  # no companion, not a file, not ours to read: no shared counters
         try:
             if os.fstat(fd).st_size != SIZE:
                 return
-            self._mm = mmap.mmap(fd, SIZE)
+            self._mm = mmap.mmap(fd, SIZE, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
         finally:
             os.close(fd)
+        self._claimed = not writable  # a read-only row is never claimed: add() is a no-op
         h = np.frombuffer(self._mm, np.int64, 3)
         if h[H_MAGIC] != MAGIC or h[H_VERSION] != VERSION or h[H_CREATION_ID] != creation_id:
             del h

@@ -17,15 +17,17 @@ import logging
 import os
 import secrets
 import time
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from shmcache.engine import _kernels as K
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
+from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401  (part of this module's API)
 from shmcache.errors import (
     CacheNotReadyError,
+    CacheSpaceError,
     ClosedError,
     GeometryMismatchError,
     KeySizeError,
@@ -37,7 +39,7 @@ from shmcache.errors import (
 )
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word, store_word
-from shmcache.ipc.segment import Segment, path_of
+from shmcache.ipc.segment import SHM_DIR, Segment, check_name, creator_at_work, open_regular, path_of, shm_free_bytes
 
 log = logging.getLogger("shmcache.engine")
 
@@ -110,18 +112,34 @@ def _join_bytes(items: list) -> tuple[np.ndarray, bytes] | None:
 def _wait_created(name: str) -> None:
     """Wait (_ready_limit) while a creator is still at work on the file: sized, moved
     to 2 MiB pages, initialised. Mapping before then would see a 0-byte file, or keep
-    4 KiB page entries where the creator's collapse came after (ipc/segment.py). Errors
-    (no such file, no permission) are left to the mapping, which words them."""
+    4 KiB page entries where the creator's collapse came after (ipc/segment.py).
+
+    Only a live creator is waited for: it holds the file's creation lock from before it
+    sizes the file until the magic is written, so a sized file without magic whose lock
+    is free has no creator (one killed mid-create, or a header zeroed since): refused
+    at once (NotACacheError). Anything but a regular file is refused by open_regular;
+    permission errors are left to the mapping, which words them."""
+    path = path_of(name)
     t0 = time.monotonic()
     try:
-        fd = os.open(path_of(name), os.O_RDONLY | os.O_NOFOLLOW)
-    except (OSError, ValueError):
+        fd = open_regular(name, path, os.O_RDONLY)
+    except PermissionError:
         return
     try:
+        def has_magic() -> bool:
+            return int.from_bytes(os.pread(fd, 8, L.H_MAGIC * L.WORD), "little") != 0
+
         while True:
             size = os.fstat(fd).st_size
-            if size >= L.PAGE and int.from_bytes(os.pread(fd, 8, L.H_MAGIC * L.WORD), "little") != 0:
+            if size >= L.PAGE and has_magic():
                 return
+            if size and not creator_at_work(fd):
+                if size >= L.PAGE and has_magic():
+                    return  # finished (and let go of the lock) between the two looks
+                raise NotACacheError(
+                    f"cache {name!r}: {path} ({size:,} bytes) has no shmcache magic and no creator is at "
+                    "work on it (its creator died mid-create, or its header was overwritten): not a usable "
+                    f"cache; remove it with shmcache destroy --force {name}")
             if time.monotonic() - t0 > _ready_limit(size):
                 return  # the mapping says what is wrong with it
             time.sleep(0.01)
@@ -420,12 +438,48 @@ class Writer(Reader):
             self._slot = -1
         super().close()
 
+    def _ints(self, arr, what: str) -> np.ndarray:
+        """An integer array as given (never a float or bool truncated or taken as 0/1)."""
+        a = arr if isinstance(arr, np.ndarray) else np.asarray(arr)
+        if a.dtype.kind not in "iu" and a.size:
+            raise TypeError(f"cache {self.name!r}: {what} must be integers, got an array of {a.dtype}")
+        return a
+
+    def _bytes(self, data, what: str) -> np.ndarray:
+        """Flat uint8 bytes of a numpy array (any plain dtype, by its bytes) or a bytes-like object."""
+        if isinstance(data, np.ndarray):
+            if data.dtype == np.uint8 and data.ndim == 1 and data.flags.c_contiguous:
+                return data  # as the wire decoder gives it
+            if data.dtype.hasobject:
+                raise TypeError(f"cache {self.name!r}: {what} must be bytes, got an array of {data.dtype}")
+            return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        try:
+            m = memoryview(data)
+            return np.frombuffer(m if m.c_contiguous else m.tobytes(), np.uint8)
+        except TypeError:
+            raise TypeError(f"cache {self.name!r}: {what} must be bytes or a numpy array, "
+                            f"got {type(data).__name__}") from None
+
+    def _actions(self, actions, n: int) -> np.ndarray:
+        """Actions as uint8, each ADD (0) or DELETE (1): any other value is refused, not
+        wrapped into range (256 would be an ADD) or skipped."""
+        a = self._ints(actions, "actions (0 ADD, 1 DELETE)")
+        if a.shape != (n,):
+            raise ValueError(f"cache {self.name!r}: {n} keys but actions of shape {a.shape}")
+        if n and (int(a.max()) > K.DELETE or (a.dtype.kind == "i" and int(a.min()) < K.ADD)):
+            i = int(np.flatnonzero((a < K.ADD) | (a > K.DELETE))[0])
+            raise ValueError(f"cache {self.name!r}: action {i} is {int(a[i])}; an action is 0 (ADD) or 1 (DELETE)")
+        return np.ascontiguousarray(a, np.uint8)
+
     def _values(self, values, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(starts, lens, data) from a sequence of bytes or an (offsets, data) pair."""
         maxv = self.geometry.max_value
         if isinstance(values, tuple) and len(values) == 2 and isinstance(values[0], np.ndarray):
-            offsets = np.ascontiguousarray(values[0], np.int64)
-            data = np.ascontiguousarray(values[1]).view(np.uint8).reshape(-1)
+            offsets = self._ints(values[0], "value offsets")
+            if offsets.dtype == np.uint64 and offsets.size and offsets.max() > np.iinfo(np.int64).max:
+                raise ValueError(f"cache {self.name!r}: value offsets must rise from 0 to at most len(data)")
+            offsets = np.ascontiguousarray(offsets, np.int64)
+            data = self._bytes(values[1], "value data")
             if offsets.shape != (n + 1,):
                 raise ValueError(f"cache {self.name!r}: value offsets must have {n + 1} entries for {n} keys, got {offsets.shape}")
             lens = np.empty(n, np.int64)
@@ -461,9 +515,7 @@ class Writer(Reader):
         This is the batch entry point for decoded Kafka messages: no per-entry objects."""
         k = self._keys(keys)
         n = len(k)
-        actions = np.ascontiguousarray(actions, np.uint8)
-        if actions.shape != (n,):
-            raise ValueError(f"cache {self.name!r}: {n} keys but actions of shape {actions.shape}")
+        actions = self._actions(actions, n)
         if values is None:
             starts = lens = np.zeros(n, np.int64)
             data = np.zeros(0, np.uint8)
@@ -502,18 +554,23 @@ class Writer(Reader):
     def apply_spans(self, keys: np.ndarray, actions: np.ndarray, starts: np.ndarray, lens: np.ndarray,
                     data: np.ndarray) -> None:
         """Apply a decoded batch as it comes from consumer.wire: value i is
-        data[starts[i]:starts[i] + lens[i]]. Lengths are checked against max_value."""
+        data[starts[i]:starts[i] + lens[i]]. Actions, spans and lengths are checked
+        (ADD/DELETE only, inside data, at most max_value) before anything is applied."""
         k = self._keys(keys)
         n = len(k)
-        lens = np.asarray(lens, np.int64)
-        starts = np.asarray(starts, np.int64)
-        if actions.shape != (n,) or lens.shape != (n,) or starts.shape != (n,):
-            raise ValueError(f"cache {self.name!r}: {n} keys but actions/starts/lens of shapes "
-                             f"{actions.shape}/{starts.shape}/{lens.shape}")
-        if n and (lens.max() > self.geometry.max_value or lens.min() < 0 or (starts + lens).max() > len(data)
-                  or starts.min() < 0):
-            raise ValueTooLargeError(f"cache {self.name!r}: a value span is outside data or over max_value")
-        self._apply(k, np.ascontiguousarray(actions, np.uint8), starts, lens, np.ascontiguousarray(data, np.uint8))
+        acts = self._actions(actions, n)
+        lens = np.asarray(self._ints(lens, "value lengths"), np.int64)
+        starts = np.asarray(self._ints(starts, "value starts"), np.int64)
+        if lens.shape != (n,) or starts.shape != (n,):
+            raise ValueError(f"cache {self.name!r}: {n} keys but starts/lens of shapes {starts.shape}/{lens.shape}")
+        data = self._bytes(data, "value data")
+        # starts are checked on their own first: with starts <= len(data) and 0 <= lens <= max_value
+        # the ends cannot wrap past 2**63 (which made a span far outside data look inside it)
+        if n and (lens.max() > self.geometry.max_value or lens.min() < 0 or starts.min() < 0
+                  or starts.max() > len(data) or (starts + lens).max() > len(data)):
+            raise ValueTooLargeError(f"cache {self.name!r}: a value span is outside data (of {len(data)} bytes) "
+                                     f"or over max_value ({self.geometry.max_value})")
+        self._apply(k, acts, starts, lens, data)
 
     def set_many(self, keys, values) -> None:
         """Set a batch: keys as for get_many; values a sequence of bytes or (offsets, data)."""
@@ -557,16 +614,19 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
 
     FileExistsError (CacheExistsError) if it exists, unless exist_ok=True, which opens
     it instead (its key size and max_value must match; its memory stays as it was)."""
-    from shmcache.ipc.segment import check_name
-
     check_name(name)
-    if not isinstance(key_size, int) or not 1 <= key_size <= L.MAX_KEY_SIZE:
-        raise ValueError(f"cache {name!r}: key_size={key_size!r} must be an int from 1 to {L.MAX_KEY_SIZE}")
-    if not isinstance(max_value, int) or not 0 <= max_value <= 0xFFFFFFFF:
-        raise ValueError(f"cache {name!r}: max_value={max_value!r} must be an int from 0 to 2**32-1")
-    if not isinstance(mode, int) or mode & ~0o666 or not mode & 0o600 == 0o600:
-        raise ValueError(f"cache {name!r}: mode={mode!r} must give the owner read-write and no execute bits (e.g. 0o600, 0o640)")
+    key_size = _whole(name, "key_size", key_size, 1, L.MAX_KEY_SIZE)
+    max_value = _whole(name, "max_value", max_value, 0, 0xFFFFFFFF)
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode & ~0o666 or mode & 0o600 != 0o600 or mode & 0o022:
+        shown = f"{mode:#o}" if isinstance(mode, int) and not isinstance(mode, bool) else repr(mode)
+        raise ValueError(f"cache {name!r}: mode={shown} must give the owner read-write, no one else write and no "
+                         "execute bits (0o600, or 0o640 / 0o644 for readers): writers trust the memory they read")
     geo = L.Geometry.plan(L.parse_bytes(memory), key_size, max_value)
+    free = shm_free_bytes()
+    if free is not None and geo.size > free:
+        raise CacheSpaceError(
+            f"cache {name!r}: memory={L.format_bytes(geo.size)} ({geo.size:,} bytes) does not fit in {SHM_DIR}, "
+            f"which has {L.format_bytes(free)} ({free:,} bytes) free: ask for less, or make room in {SHM_DIR}")
     try:
         seg = Segment(name, create_size=geo.size, writable=True, mode=mode)
     except FileExistsError:
@@ -595,6 +655,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         reader_stats.create(name, mode, int(h[L.H_CREATION_ID]))
         store_word(h, L.H_MAGIC, L.MAGIC)  # last: attachers wait for the magic
         del h
+        seg.finish_create()  # attachers now find the magic; the creation lock goes
         return Writer(name, _segment=seg)
     except BaseException:
         seg.close()
@@ -613,31 +674,11 @@ def attach(name: str) -> Reader:
     return Reader(name)
 
 
-def destroy(name: str) -> None:
-    """Remove the cache's name; processes that have it mapped keep reading until they close."""
-    from shmcache.ipc.segment import unlink
-
-    unlink(name)
-    reader_stats.unlink(name)
-
-
-def exists(name: str) -> bool:
-    from shmcache.ipc.segment import path_of
-
-    return os.path.exists(path_of(name))
-
-
-def list_caches() -> Iterable[str]:
-    """Names under /dev/shm that carry the shmcache magic."""
-    from shmcache.ipc.segment import SHM_DIR
-
-    for entry in sorted(os.scandir(SHM_DIR), key=lambda e: e.name):
-        try:
-            with open(entry.path, "rb") as f:
-                if int.from_bytes(f.read(8), "little") == L.MAGIC:
-                    yield entry.name
-        except OSError:
-            continue
+def _whole(name: str, what: str, value, lo: int, hi: int) -> int:
+    """An int (a numpy integer too, never a bool or a float) from lo to hi, else a ValueError naming it."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ValueError(f"cache {name!r}: {what}={value!r} must be a whole number from {lo} to {hi}")
+    return int(value)
 
 
 __all__: Sequence[str] = ["Reader", "Writer", "Packed", "create", "open_writer", "attach", "destroy", "exists", "list_caches"]

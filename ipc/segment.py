@@ -17,21 +17,36 @@ creator asks the kernel to back the file with 2 MiB pages (MADV_COLLAPSE, Linux
 process that then maps the file aligned gets 2 MiB mappings. Where the kernel
 refuses, everything works on 4 KiB pages, only slower: `Segment.huge` says which.
 Measured on a 2-core KVM guest: lookups ~20 % and writes ~15 % faster.
+
+/dev/shm is writable by every user, so anything can sit at a cache's name: a FIFO
+(whose plain open blocks until a writer comes), a directory, a symlink to a file
+elsewhere, a device. Every open of a name there goes through `open_regular`: it
+never follows a symlink, never blocks, and keeps only a regular file; anything else
+is refused with NotACacheError saying what is there.
+
+A creator holds an exclusive flock(2) on the file from the moment it makes it until
+its header is written (`Segment.finish_create`): an attacher that finds a file with
+no magic can tell a creator at work (the lock is held) from one that died or a
+header zeroed since (nobody holds it), and only waits for the former.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import mmap
 import os
 import re
+import stat
 import weakref
 
 from shmcache.errors import (
     CacheExistsError,
     CacheNotFoundError,
     CachePermissionError,
+    CacheSpaceError,
+    NotACacheError,
 )
 
 SHM_DIR = "/dev/shm"
@@ -94,6 +109,71 @@ def path_of(name: str) -> str:
     return os.path.join(SHM_DIR, check_name(name))
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+# open(2) errors that say the name is there but is no file to map (with O_NOFOLLOW, a
+# symlink is ELOOP; a directory opened for writing EISDIR; a FIFO with no reader, ENXIO)
+_NOT_A_FILE = (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENODEV, errno.ENOTDIR, errno.EOPNOTSUPP)
+
+
+def kind_of(mode: int) -> str:
+    """'a FIFO', 'a directory', ... for an st_mode; 'a regular file' for one."""
+    for test, what in _KINDS:
+        if test(mode):
+            return what
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _not_a_file(name: str, path: str, what: str, st: os.stat_result | None) -> NotACacheError:
+    kind = kind_of(st.st_mode) if st is not None else "not a regular file"
+    return NotACacheError(f"cache {name!r}: {path}{what} is {kind}, not a shmcache segment "
+                          "(a cache is a regular file)")
+
+
+def open_regular(name: str, path: str, flags: int, *, what: str = "") -> int:
+    """open(2) `path`, a name under /dev/shm, as it is safe to in a directory every user
+    may write: never following a symlink, never blocking (a FIFO), and keeping only a
+    regular file. CacheNotFoundError if nothing is there, NotACacheError naming what is
+    there if it is not a regular file; other errors (PermissionError) are left to the
+    caller to word. `what` is added after the path in messages (" (its readers' companion)")."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise CacheNotFoundError(f"cache {name!r} does not exist (no {path}{what})") from None
+    except OSError as e:
+        if e.errno not in _NOT_A_FILE:
+            raise
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+        raise _not_a_file(name, path, what, st) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_a_file(name, path, what, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def creator_at_work(fd: int) -> bool:
+    """True while a live creator holds the file's creation lock (see the module docstring)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def shm_free_bytes() -> int | None:
+    """Bytes /dev/shm can still take (what its tmpfs size limit leaves); None if it has no limit."""
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize if st.f_blocks else None
+
+
 class Segment:
     """One mapping of a segment: read-write (writers) or PROT_READ (readers)."""
 
@@ -123,18 +203,34 @@ class Segment:
                 self.unlink()
             raise
         finally:
-            if self.fd >= 0:
+            if self.fd >= 0 and not self.created:
                 os.close(self.fd)  # the mapping keeps the memory; the fd is not needed
                 self.fd = -1
 
+    def finish_create(self) -> None:
+        """The creator's last step, once the header (the magic last) is written: let go of
+        the creation lock (and the fd that holds it)."""
+        if self.fd >= 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)  # explicitly: a mapping of the file keeps the lock's file alive
+            os.close(self.fd)
+            self.fd = -1
+
     def _create(self, size: int, mode: int) -> None:
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+            # O_EXCL never follows a symlink and fails on anything already at the name
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         except FileExistsError:
             raise CacheExistsError(f"cache {self.name!r} already exists ({self.path})") from None
         except PermissionError as e:
             raise CachePermissionError(f"cache {self.name!r}: cannot create {self.path}: {e.strerror}") from None
         self.created = True
+        # Held until finish_create, and taken before the file has a size: an attacher that
+        # finds a sized file without magic and can take the lock knows its creator is gone.
+        try:  # never waited for: only someone else's open of the name in these microseconds holds it
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CacheExistsError(f"cache {self.name!r}: another process locked {self.path} as it was being "
+                                   "created; nothing was created") from None
         os.fchmod(self.fd, mode)  # the umask must not narrow or widen what was asked
         try:
             os.ftruncate(self.fd, size)  # the size shows at once: an attacher knows a creator is at work
@@ -142,9 +238,10 @@ class Segment:
             # /dev/shm fails here with a clear error instead of SIGBUS on a later write.
             os.posix_fallocate(self.fd, 0, size)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.ENOMEM):
-                raise MemoryError(
-                    f"cache {self.name!r}: /dev/shm has no room for {size} bytes ({e.strerror})"
+            if e.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                raise CacheSpaceError(
+                    f"cache {self.name!r}: {SHM_DIR} has no room for {size:,} bytes ({e.strerror}; "
+                    f"{shm_free_bytes() or 0:,} bytes free now)"
                 ) from None
             raise
 
@@ -160,15 +257,22 @@ class Segment:
     def _open(self) -> None:
         flags = os.O_RDWR if self.writable else os.O_RDONLY
         try:
-            self.fd = os.open(self.path, flags | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise CacheNotFoundError(f"cache {self.name!r} does not exist (no {self.path})") from None
+            self.fd = open_regular(self.name, self.path, flags)
         except PermissionError:
             how = "read-write" if self.writable else "read-only"
             raise CachePermissionError(
                 f"cache {self.name!r}: permission denied opening {self.path} {how} "
                 f"(mode {self._mode_str()}); ask its owner for a wider mode= or a reader group"
             ) from None
+        if self.writable:
+            # A writer trusts the memory it works in: a segment someone else may write
+            # (a file planted at the name, or made wider by hand) is not one to write to.
+            st = os.fstat(self.fd)
+            if st.st_mode & 0o022 or st.st_uid != os.geteuid():
+                raise CachePermissionError(
+                    f"cache {self.name!r}: {self.path} has mode {st.st_mode & 0o777:04o}, owner uid {st.st_uid}: "
+                    f"a writer only writes a segment that its own user (uid {os.geteuid()}) owns and no one "
+                    "else may write (no group or other write bit); destroy and re-create it")
 
     def _mode_str(self) -> str:
         try:
@@ -181,15 +285,21 @@ class Segment:
         """Drop this reference to the mapping: it is unmapped now, or, while numpy views
         of it are still alive somewhere, when the last of them goes."""
         self.mm = None
+        self.finish_create()  # a creator that fails or closes early lets go of the creation lock
 
     def unlink(self) -> None:
         unlink(self.name)
 
 
 def unlink(name: str) -> None:
+    """Remove the name (whatever file is there: the checks are the caller's; never a directory)."""
+    path = path_of(name)
     try:
-        os.unlink(path_of(name))
+        os.unlink(path)
     except FileNotFoundError:
-        raise CacheNotFoundError(f"cache {name!r} does not exist (no {path_of(name)})") from None
+        raise CacheNotFoundError(f"cache {name!r} does not exist (no {path})") from None
     except PermissionError:
-        raise CachePermissionError(f"cache {name!r}: permission denied removing {path_of(name)}") from None
+        raise CachePermissionError(f"cache {name!r}: permission denied removing {path}") from None
+    except IsADirectoryError:
+        raise NotACacheError(f"cache {name!r}: {path} is a directory, not a shmcache segment; "
+                             "shmcache does not remove directories") from None

@@ -78,19 +78,105 @@ def test_memory_too_small():
     assert not shmcache.exists(f"t-{os.getpid()}-small")
 
 
-@pytest.mark.parametrize("bad", ["lots", "-5MiB", 0, "12 parsecs", True])
+@pytest.mark.parametrize("bad", ["lots", "-5MiB", 0, "12 parsecs", True, "1" + "0" * 400, 1 << 63, "\u0661MiB"])
 def test_bad_memory_values(bad):
     with pytest.raises(ValueError, match="memory="):
         parse_bytes(bad)
 
 
-def test_bad_create_arguments():
+@pytest.mark.parametrize("kw, shown", [({"key_size": 0}, "key_size=0"), ({"key_size": True}, "key_size=True"),
+                                       ({"key_size": 32.0}, "key_size=32.0"), ({"max_value": True}, "max_value=True"),
+                                       ({"max_value": -1}, "max_value=-1"), ({"max_value": 100.5}, "max_value=100.5"),
+                                       ({"mode": 0o777}, "mode=0o777"), ({"mode": True}, "mode=True")])
+def test_bad_create_arguments(kw, shown):
+    """key_size=True was a 1-byte-key cache: bools and floats are refused, not taken as ints."""
     name = f"t-{os.getpid()}-args"
-    with pytest.raises(ValueError, match="key_size=0"):
-        shmcache.create(name, key_size=0)
-    with pytest.raises(ValueError, match="mode=511"):
-        shmcache.create(name, mode=0o777)
+    with pytest.raises(ValueError, match=f"cache '{name}': {shown} must"):
+        shmcache.create(name, memory="34MiB", **kw)
     assert not shmcache.exists(name)
+
+
+def test_numpy_integers_are_fine_arguments():
+    name = f"t-{os.getpid()}-npargs"
+    with shmcache.create(name, memory="34MiB", key_size=np.int64(20), max_value=np.uint16(100)) as w:
+        assert (w.key_size, w.max_value) == (20, 100)
+    shmcache.destroy(name)
+
+
+def test_more_memory_than_dev_shm_has_is_refused_naming_both():
+    name = f"t-{os.getpid()}-huge"
+    with pytest.raises(shmcache.CacheSpaceError, match=rf"cache '{name}': memory=1000.0 TiB .* does not fit in "
+                                                         r"/dev/shm, which has .* free") as e:
+        shmcache.create(name, memory="1000TiB")
+    assert isinstance(e.value, MemoryError)
+    assert not shmcache.exists(name)
+
+
+@pytest.mark.parametrize("actions", [np.array([0, 256]), [0, 256], np.array([0, 2], np.uint8), [0, -1]])
+def test_an_action_other_than_add_or_delete_is_refused(w, actions):
+    """256 was cast to uint8 and applied as an ADD; 2 was skipped silently."""
+    keys = [b"a" * 32, b"b" * 32]
+    with pytest.raises(ValueError, match=rf"cache '{w.name}': action 1 is -?[0-9]+; an action is 0 \(ADD\) or 1"):
+        w.apply(keys, actions, [b"x", b"y"])
+    data = np.frombuffer(b"xy", np.uint8)
+    with pytest.raises(ValueError, match=r"action 1 is"):
+        w.apply_spans(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.asarray(actions),
+                      np.array([0, 1]), np.array([1, 1]), data)
+    assert w.get_many(keys) == [None, None], "a refused batch applies nothing"
+    assert w.stats()["sets"] == 1
+
+
+@pytest.mark.parametrize("actions", [np.array([0.0, 1.0]), np.array([False, True]), [0.5, 1]])
+def test_actions_of_another_type_are_refused(w, actions):
+    with pytest.raises(TypeError, match=rf"cache '{w.name}': actions \(0 ADD, 1 DELETE\) must be integers"):
+        w.apply([b"a" * 32, b"b" * 32], actions, [b"x", b"y"])
+    assert w.get(b"a" * 32) is None
+
+
+def test_float_value_offsets_are_refused_not_truncated(w):
+    keys = [b"a" * 32, b"b" * 32]
+    data = np.frombuffer(b"abcdef", np.uint8)
+    with pytest.raises(TypeError, match=rf"cache '{w.name}': value offsets must be integers, got an array of float64"):
+        w.set_many(keys, (np.array([0.0, 2.5, 6.0]), data))
+    with pytest.raises(TypeError, match="value starts must be integers"):
+        w.apply_spans(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.zeros(2, np.uint8),
+                      np.array([0.0, 2.5]), np.array([2, 3]), data)
+    with pytest.raises(TypeError, match="value lengths must be integers"):
+        w.apply_spans(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.zeros(2, np.uint8),
+                      np.array([0, 2]), np.array([2.5, 3.0]), data)
+    with pytest.raises(TypeError, match="value data must be bytes"):
+        w.set_many(keys, (np.array([0, 1, 2]), np.array([b"a", "b"], dtype=object)))
+    assert w.get_many(keys) == [None, None]
+    w.set_many(keys, (np.array([0, 2, 6], np.uint32), data))  # any integer dtype is fine
+    assert w.get_many(keys) == [b"ab", b"cdef"]
+
+
+_WRAPPING_SPAN = """
+    import sys
+    import numpy as np
+    import shmcache
+    w = shmcache.open(sys.argv[1])
+    data = np.zeros(64, np.uint8)
+    try:  # start + len wraps past 2**63 to a negative number, which looked inside data
+        w.apply_spans(np.zeros((1, 32), np.uint8), np.zeros(1, np.uint8), np.array([2**63 - 10]), np.array([20]), data)
+    except ValueError as e:
+        print("refused", type(e).__name__, e)
+    else:
+        print("applied")
+"""
+
+
+def test_a_span_whose_end_wraps_around_is_refused(w):
+    """In a child: before the fix, the kernel read 2**63 bytes past data (a segfault)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(_WRAPPING_SPAN), w.name], capture_output=True,
+                         text=True, timeout=90)
+    assert res.returncode == 0, (res.returncode, res.stderr)
+    assert res.stdout.startswith("refused ValueTooLargeError") and "outside data (of 64 bytes)" in res.stdout, res.stdout
+    assert w.get(b"\0" * 32) is None
 
 
 def test_exist_ok_with_other_geometry(w):

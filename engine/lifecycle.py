@@ -1,0 +1,117 @@
+"""Lifecycle of a cache's name under /dev/shm, apart from making one (table.create):
+whether something is there, which names are caches, and removing one.
+
+/dev/shm is shared with every user: any name may hold a FIFO, a directory, a symlink
+or someone else's file. Every open here goes through ipc/segment.py's open_regular
+(no symlink followed, no blocking, regular files only), and destroy removes a
+segment only once it has checked that it is a shmcache segment no one else uses.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+import numpy as np
+
+from shmcache.engine import layout as L
+from shmcache.engine import reader_stats
+from shmcache.errors import CacheInUseError, CachePermissionError, NotACacheError
+from shmcache.ipc import liveness
+from shmcache.ipc.segment import SHM_DIR, check_name, creator_at_work, open_regular, path_of
+from shmcache.ipc.segment import unlink as segment_unlink
+
+
+def destroy(name: str, force: bool = False) -> None:
+    """Remove the cache's name and its readers' companion; processes that have it mapped
+    keep reading until they close.
+
+    Refused unless force=True: a name that is not a shmcache segment (NotACacheError:
+    no magic, or not a regular file), and a cache a live process of another pid still
+    uses as its supervisor, a writer or a worker, or is still creating (CacheInUseError,
+    naming the pids): they would go on writing into a segment no one can attach again.
+    Handles of the calling process itself do not count: they are the caller's to close
+    (and keep their mapping until then, like readers'). A directory is never removed."""
+    check_name(name)
+    path = path_of(name)
+    try:
+        fd = open_regular(name, path, os.O_RDONLY)
+    except NotACacheError as e:
+        if not force:
+            raise NotACacheError(f"{e}; it was not removed: destroy(force=True) or shmcache destroy --force "
+                                 "removes it anyway") from None
+        fd = -1
+    except PermissionError:
+        if not force:
+            raise CachePermissionError(
+                f"cache {name!r}: permission denied reading {path} to check that it is a shmcache segment no "
+                "one uses; destroy(force=True) or shmcache destroy --force skips the check") from None
+        fd = -1
+    try:
+        if fd >= 0 and not force:
+            _check_unused(name, path, fd)
+            st, now = os.fstat(fd), os.lstat(path)
+            if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
+                raise CacheInUseError(f"cache {name!r}: {path} was replaced while it was being checked; "
+                                      "nothing was removed")
+        segment_unlink(name)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    reader_stats.unlink(name)
+
+
+def _check_unused(name: str, path: str, fd: int) -> None:
+    """Raise unless the file at fd is a shmcache segment that no other live process uses."""
+    head = os.pread(fd, L.PAGE + (L.MAX_WRITERS + L.MAX_WORKERS) * L.ROW_WORDS * L.WORD, 0)
+    words = np.frombuffer(head[: len(head) // L.WORD * L.WORD], np.int64)
+    magic = int(words[L.H_MAGIC]) if len(words) else 0
+    if magic != L.MAGIC:
+        if magic == 0 and os.fstat(fd).st_size and creator_at_work(fd):
+            raise CacheInUseError(f"cache {name!r} is being created by a live process (it holds {path}'s "
+                                  "creation lock); destroy it once its creator is done, or force=True")
+        raise NotACacheError(f"cache {name!r}: {path} is not a shmcache segment (no shmcache magic); it was not "
+                             "removed: destroy(force=True) or shmcache destroy --force removes it anyway")
+    me = os.getpid()
+    users: dict[int, str] = {}
+    owners = [("supervisor", int(words[L.H_SUPERVISOR]))]
+    for role, first, count in (("writer", L.PAGE // L.WORD, L.MAX_WRITERS),
+                               ("worker", L.PAGE // L.WORD + L.MAX_WRITERS * L.ROW_WORDS, L.MAX_WORKERS)):
+        rows = words[first:first + count * L.ROW_WORDS:L.ROW_WORDS]  # W_OWNER / K_OWNER: word 0 of a row
+        owners += [(role, int(w)) for w in rows[rows != 0]]
+    for role, word in owners:
+        pid = liveness.word_pid(word)
+        if word and pid != me and pid not in users and liveness.is_alive(word):
+            users[pid] = role
+    if users:
+        who = ", ".join(f"{role} pid {pid}" for pid, role in users.items())
+        raise CacheInUseError(
+            f"cache {name!r} is in use by a live {who}: stop it first (it would go on writing into a removed "
+            "segment), or destroy(force=True) / shmcache destroy --force removes it anyway")
+
+
+def exists(name: str) -> bool:
+    """True if anything is at the cache's name (a cache, or whatever else would keep create() from making one)."""
+    return os.path.lexists(path_of(name))
+
+
+def list_caches() -> Iterable[str]:
+    """Names under /dev/shm whose file carries the shmcache magic. Never blocks and never
+    raises for what else is there (FIFOs, directories, symlinks, others' files are skipped)."""
+    try:
+        entries = sorted(e.name for e in os.scandir(SHM_DIR))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            fd = open_regular(check_name(entry), os.path.join(SHM_DIR, entry), os.O_RDONLY)
+        except (OSError, ValueError):  # not a cache name, gone, not a regular file, not ours to read
+            continue
+        try:
+            magic = int.from_bytes(os.pread(fd, 8, L.H_MAGIC * L.WORD), "little")
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if magic == L.MAGIC:
+            yield entry
