@@ -55,6 +55,9 @@ from _pipeline import KafkaProbe, SupervisorProc, poll_until  # noqa: E402
 KINDS = ("worker_kill", "worker_kill_catchup", "sup_term", "sup_kill", "broker_term", "broker_kill",
          "broker_outage", "member_join", "member_leave")
 DEFAULT_SESSION_TIMEOUT = 45.0  # librdkafka's session.timeout.ms
+# The default faults of a 10-minute run; shorter or longer runs scale them (at least 1 each).
+PER_10_MINUTES = {"worker_kill": 4, "worker_kill_catchup": 4, "sup_term": 2, "sup_kill": 2, "broker_term": 1,
+                  "broker_kill": 1, "broker_outage": 1, "member_join": 1}
 
 
 @dataclasses.dataclass
@@ -69,11 +72,13 @@ class Config:
     malformed: int = 6
     lookups_per_s: float = 100_000
     session_timeout: float = 0.0  # seconds; 0 = librdkafka's default (45 s)
-    faults: dict = dataclasses.field(default_factory=lambda: {
-        "worker_kill": 4, "worker_kill_catchup": 4, "sup_term": 2, "sup_kill": 2, "broker_term": 1,
-        "broker_kill": 1, "broker_outage": 1, "member_join": 1})
+    faults: dict = dataclasses.field(default_factory=dict)  # kind -> count; empty: per_10_minutes scaled
     workdir: str = ""
     verbose: bool = True
+
+    def __post_init__(self):
+        if not self.faults:
+            self.faults = {k: max(1, round(n * self.minutes / 10)) for k, n in PER_10_MINUTES.items()}
 
     @property
     def session(self) -> float:
@@ -274,13 +279,21 @@ class Run:
             time.sleep(0.05)
         fault.recovery = time.monotonic() - fault.at
 
+    def _repaired(self) -> int:
+        """Buckets the current supervisor repaired after a worker died holding their locks."""
+        return sum(int(n) for n in re.findall(r"repaired (\d+) buckets the dead worker", self.sup.log_text()))
+
     def _worker(self) -> tuple[psutil.Process, list[int]]:
         """A live worker of the current supervisor and the partitions status says it owns. A
         worker's row can name no pid (see the report of issue 10's suite: an orphaned worker
         that exits late clears the row its successor claimed); then any worker, all partitions."""
         st = self._status(self.name)
-        kids = {p.pid: p for p in self.sup.children()
-                if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())}
+        kids = {}
+        for p in self.sup.children():
+            with contextlib.suppress(psutil.Error):
+                cmd = " ".join(p.cmdline())
+                if "spawn_main" in cmd and "resource_tracker" not in cmd:
+                    kids[p.pid] = p
         if not kids:
             raise AssertionError(f"supervisor {self.sup.pid} has no worker process")
         named = sorted({a["worker_pid"] for a in st["assigned"] if a["worker_pid"] in kids})
@@ -296,22 +309,27 @@ class Run:
         bound = 120 + 2 * cfg.session
         names = [self.name]
         f = Fault(kind, time.monotonic())
+        repaired_before = self._repaired()
         if kind == "worker_kill":
             w, _ = self._worker()
             f.at = time.monotonic()
-            w.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.kill()
         elif kind == "worker_kill_catchup":
             w, mine = self._worker()
-            w.suspend()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.suspend()
             try:
-                want = self.producer.burst(max(2000, cfg.entries // 50))
+                want = self.producer.burst(max(2000, cfg.entries // 20))
                 poll_until(lambda: self.producer.sent >= want or self.producer.done.is_set(), 120,
                            "the burst to be sent")
-                poll_until(lambda: self.producer.unacked() == 0 or self.producer.error is not None, 120,
+                msgs = len(self.producer.msg_entries)
+                poll_until(lambda: self.producer.acked >= msgs or self.producer.error is not None, 120,
                            "the burst to be acknowledged")
                 before = self._applied(self._status(self.name))
             finally:
-                w.resume()
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    w.resume()
             ends = self._ends()
 
             def applying():
@@ -325,7 +343,8 @@ class Run:
             applied = self._applied(self._status(self.name))
             f.note = f"lag {sum(max(0, int(ends[p]) - applied.get(p, 0)) for p in mine)}"
             f.at = time.monotonic()
-            w.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.kill()
         elif kind in ("sup_term", "sup_kill"):
             self._remember_children()
             self.sup.signal(signal.SIGTERM if kind == "sup_term" else signal.SIGKILL)
@@ -358,6 +377,9 @@ class Run:
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
         self._wait_recovered(f, names, bound)
+        if kind.startswith("worker_kill"):
+            n = self._repaired() - repaired_before
+            f.note += f"{', ' if f.note else ''}{n} locked buckets repaired"
         if kind == "member_join":  # the join took partitions from the first member
             st = self._status(self.name)
             f.note = f"first member kept {len(st['assigned'])} of {cfg.partitions} partitions"

@@ -205,7 +205,7 @@ def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: in
         nkeys += m
         old = np.flatnonzero(~new)
         if len(old):
-            kidx[old] = np.asarray(pool, np.int64)[rng.integers(0, len(pool), len(old))]
+            kidx[old] = [pool[i] for i in rng.integers(0, len(pool), len(old)).tolist()]
         act = np.where(new | (u < 0.82), ADD, DELETE).astype(np.uint8)
         if not is_bad:
             pool.extend(range(nkeys - m, nkeys))
@@ -376,9 +376,6 @@ class StreamProducer(threading.Thread):
             self.error = e
         finally:
             self.done.set()
-
-    def unacked(self) -> int:
-        return len(self._p)
 
     def close(self) -> None:
         self.stop_event.set()
