@@ -73,6 +73,7 @@ class Config:
     lookups_per_s: float = 100_000
     session_timeout: float = 0.0  # seconds; 0 = librdkafka's default (45 s)
     faults: dict = dataclasses.field(default_factory=dict)  # kind -> count; empty: per_10_minutes scaled
+    late_orphans: bool = False  # sup_kill: the old workers go on only after the new ones started
     workdir: str = ""
     verbose: bool = True
 
@@ -240,27 +241,39 @@ class Run:
     def _ends(self) -> np.ndarray:
         return self.producer.acked_end.copy()
 
-    def _recovered(self, target: np.ndarray, names: list[str], fault: Fault) -> bool:
-        best = np.full(self.cfg.partitions, -1, np.int64)
-        ok = True
-        for n in names:
-            st = self._status(n)
-            if st is None:
-                return False
-            if st["ready"] and st["rebalances"] == 0:
-                fault.false_ready += 1
-            ok &= st["ready"]
-            for p, a in self._applied(st).items():
-                best[p] = max(best[p], a)
-        if self.producer.done.is_set():  # nothing new comes: every partition must reach the end
-            target = np.minimum(target, self.producer.acked_end)
-        return ok and bool((best >= target).all())
-
     def _wait_recovered(self, fault: Fault, names: list[str], bound: float) -> None:
-        target = self._ends() + 1  # a message produced after the fault, applied
+        """Until each cache's CURRENT supervisor has been assigned partitions (rebalances >= 1: a
+        restarted one starts from 0) and says ready, and every partition applied a message produced
+        after the fault and, after a restart, a message more than it held when first assigned (so
+        progress made by orphaned workers of a killed supervisor does not count)."""
+        target = self._ends() + 1
+        based: set[str] = set()
         deadline = time.monotonic() + bound
         tick = 0
-        while not self._recovered(target, names, fault):
+        while True:
+            ok = True
+            best = np.full(self.cfg.partitions, -1, np.int64)
+            for n in names:
+                st = self._status(n)
+                sup = self.sup if n == self.name else self.sup2
+                if st is None or sup is None:
+                    ok = False
+                    continue
+                if st["ready"] and st["rebalances"] == 0:
+                    fault.false_ready += 1
+                if not (st["ready"] and st["rebalances"] >= 1 and st["supervisor_pid"] == sup.pid):
+                    ok = False
+                    continue
+                applied = self._applied(st)
+                if n not in based:
+                    based.add(n)
+                    for p, a in applied.items():
+                        target[p] = max(target[p], a + 1)
+                for p, a in applied.items():
+                    best[p] = max(best[p], a)
+            want = np.minimum(target, self.producer.acked_end) if self.producer.done.is_set() else target
+            if ok and (best >= want).all():
+                break
             if tick % 20 == 0:
                 self._remember_children()
             tick += 1
@@ -273,11 +286,32 @@ class Run:
             if time.monotonic() > deadline:
                 sts = {n: self._status(n) for n in names}
                 raise AssertionError(f"no recovery {bound:.0f} s after {fault.kind} (a stuck partition?): "
-                                     f"target {target.tolist()}, applied "
+                                     f"target {want.tolist()}, applied "
                                      f"{ {n: self._applied(s) for n, s in sts.items()} }, ready "
                                      f"{ {n: (s or {}).get('ready') for n, s in sts.items()} }")
             time.sleep(0.05)
         fault.recovery = time.monotonic() - fault.at
+
+    def _worker_pids(self) -> set[int]:
+        return {w["pid"] for w in self._status(self.name)["workers"] if w["pid"]}
+
+    def _late_orphans(self, orphans: list[psutil.Process]) -> None:
+        """The old workers of a SIGKILLed supervisor, stopped until the new workers claimed their
+        rows, go on (and find their supervisor gone); then every worker row must still name its
+        live worker. Rows that do not are counted (`worker rows cleared by orphans`)."""
+        def new_rows():
+            kids = {p.pid for p in self.sup.children()}
+            ws = self._status(self.name)["workers"]
+            return len(ws) == self.cfg.workers and all(w["pid"] in kids and w["alive"] for w in ws)
+
+        poll_until(lambda: new_rows() or not self.sup.running(), 120, "the new workers to claim their rows")
+        for w in orphans:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.resume()
+        poll_until(lambda: not any(_alive(w) for w in orphans), 60, "the orphaned workers to exit")
+        kids = {p.pid for p in self.sup.children()}
+        cleared = sum(1 for w in self._status(self.name)["workers"] if not (w["pid"] in kids and w["alive"]))
+        self.counts["worker rows cleared by orphans"] = self.counts.get("worker rows cleared by orphans", 0) + cleared
 
     def _repaired(self) -> int:
         """Buckets the current supervisor repaired after a worker died holding their locks."""
@@ -347,6 +381,12 @@ class Run:
                 w.kill()
         elif kind in ("sup_term", "sup_kill"):
             self._remember_children()
+            orphans = []
+            if kind == "sup_kill" and cfg.late_orphans:  # they go on once the new workers are up
+                orphans = [w for w in self.sup.children() if w.pid in self._worker_pids()]
+                for w in orphans:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        w.suspend()
             self.sup.signal(signal.SIGTERM if kind == "sup_term" else signal.SIGKILL)
             code = self.sup.wait(cfg.session + 90)
             if kind == "sup_term" and code != 0:
@@ -355,6 +395,8 @@ class Run:
                 self.sup.kill()
                 self.failures.append("supervisor did not exit after SIGTERM")
             self.sup = self._start_sup(self.name)
+            if orphans:
+                self._late_orphans(orphans)
         elif kind in ("broker_term", "broker_kill", "broker_outage"):
             self.broker.signal(signal.SIGTERM if kind == "broker_term" else signal.SIGKILL)
             down = time.monotonic()
