@@ -15,9 +15,13 @@ broker faults when the broker answers again):
   broker_outage        SIGKILL of the broker, restart after longer than the session timeout
   member_join / member_leave  a second `shmcache run` (its own cache) joins the group, then
                        leaves it with SIGTERM (must exit 0)
-Recovered = the cache says ready and every partition applied a message produced after the
-fault (join: the two caches together). `false_ready` counts samples where a supervisor that
-has not been assigned anything yet (rebalances == 0) says ready.
+Recovered = the cache's current supervisor has been assigned partitions (rebalances >= 1) and
+says ready, and every partition applied a message produced after the fault (join: the two
+caches together; after a restart also one more than it held when first assigned, so that
+orphaned workers' progress does not count). `false_ready` counts looks (the first one right
+after a restart, then every 50 ms) where a supervisor not yet assigned anything says ready.
+With `late_orphans` (--late-orphans), a sup_kill stops the workers while they apply a burst
+and lets them go on only after the new workers applied past them (a descheduled orphan).
 
 Asserted at the end (AssertionError listing every failure): the producer had no failed
 delivery; the reader saw no torn, foreign or never-written value; the table equals the model
@@ -241,7 +245,16 @@ class Run:
     def _ends(self) -> np.ndarray:
         return self.producer.acked_end.copy()
 
-    def _wait_recovered(self, fault: Fault, names: list[str], bound: float) -> None:
+    def _live_workers(self) -> set[int]:
+        out = set()
+        for p in self.sup.children():
+            with contextlib.suppress(psutil.Error):
+                cmd = " ".join(p.cmdline())
+                if "spawn_main" in cmd and "resource_tracker" not in cmd and _alive(p):
+                    out.add(p.pid)
+        return out
+
+    def _wait_recovered(self, fault: Fault, names: list[str], bound: float, killed: int = 0) -> None:
         """Until each cache's CURRENT supervisor has been assigned partitions (rebalances >= 1: a
         restarted one starts from 0) and says ready, and every partition applied a message produced
         after the fault and, after a restart, a message more than it held when first assigned (so
@@ -272,6 +285,9 @@ class Run:
                 for p, a in applied.items():
                     best[p] = max(best[p], a)
             want = np.minimum(target, self.producer.acked_end) if self.producer.done.is_set() else target
+            if ok and killed:  # the killed worker was replaced
+                live = self._live_workers()
+                ok = killed not in live and len(live) == self.cfg.workers
             if ok and (best >= want).all():
                 break
             if tick % 20 == 0:
@@ -292,19 +308,35 @@ class Run:
             time.sleep(0.05)
         fault.recovery = time.monotonic() - fault.at
 
+    def _first_look(self, sup: SupervisorProc) -> int:
+        """Status at the first moment the new supervisor's pid is in the header: 1 if it says ready
+        before this supervisor was assigned anything (rebalances == 0), else 0."""
+        def seen():
+            st = self._status(self.name)
+            return st if (st and st["supervisor_pid"] == sup.pid) or not sup.running() else None
+
+        st = poll_until(seen, 180, "the restarted supervisor to take the cache", interval=0.005)
+        return int(bool(st["ready"] and st["rebalances"] == 0 and st["supervisor_pid"] == sup.pid))
+
     def _worker_pids(self) -> set[int]:
         return {w["pid"] for w in self._status(self.name)["workers"] if w["pid"]}
 
-    def _late_orphans(self, orphans: list[psutil.Process]) -> None:
-        """The old workers of a SIGKILLed supervisor, stopped until the new workers claimed their
-        rows, go on (and find their supervisor gone); then every worker row must still name its
-        live worker. Rows that do not are counted (`worker rows cleared by orphans`)."""
+    def _late_orphans(self, orphans: list[psutil.Process], held: np.ndarray) -> None:
+        """The old workers of a SIGKILLed supervisor, stopped until the new supervisor was assigned
+        and its workers applied past everything produced when they were stopped (`held`), go on
+        (and find their supervisor gone): whatever they still write is stale, which the final
+        comparison shows. Also counted: worker rows that no longer name their live worker once the
+        orphans exited (`worker rows cleared by orphans`)."""
         def new_rows():
             kids = {p.pid for p in self.sup.children()}
-            ws = self._status(self.name)["workers"]
-            return len(ws) == self.cfg.workers and all(w["pid"] in kids and w["alive"] for w in ws)
+            st = self._status(self.name)
+            ws = st["workers"]
+            applied = self._applied(st)
+            return (len(ws) == self.cfg.workers and all(w["pid"] in kids and w["alive"] for w in ws)
+                    and st["rebalances"] >= 1 and all(applied.get(p, -1) >= held[p] for p in range(len(held))))
 
-        poll_until(lambda: new_rows() or not self.sup.running(), 120, "the new workers to claim their rows")
+        poll_until(lambda: new_rows() or not self.sup.running(), 120 + 2 * self.cfg.session,
+                   "the new workers to apply past the stopped orphans")
         for w in orphans:
             with contextlib.suppress(psutil.NoSuchProcess):
                 w.resume()
@@ -381,12 +413,22 @@ class Run:
                 w.kill()
         elif kind in ("sup_term", "sup_kill"):
             self._remember_children()
-            orphans = []
-            if kind == "sup_kill" and cfg.late_orphans:  # they go on once the new workers are up
+            orphans, held = [], None
+            if kind == "sup_kill" and cfg.late_orphans:
+                # a burst, and once the workers apply it they are stopped (most likely inside a
+                # consumed batch) and go on only after the new workers applied past them
+                want = self.producer.burst(max(2000, cfg.entries // 20))
+                poll_until(lambda: self.producer.sent >= want or self.producer.done.is_set(), 120,
+                           "the burst to be sent")
+                before = self._applied(self._status(self.name))
+                poll_until(lambda: any(a > before.get(p, -1) for p, a in
+                                       self._applied(self._status(self.name)).items()), 60,
+                           "the workers to apply the burst")
                 orphans = [w for w in self.sup.children() if w.pid in self._worker_pids()]
                 for w in orphans:
                     with contextlib.suppress(psutil.NoSuchProcess):
                         w.suspend()
+                held = self._ends()
             self.sup.signal(signal.SIGTERM if kind == "sup_term" else signal.SIGKILL)
             code = self.sup.wait(cfg.session + 90)
             if kind == "sup_term" and code != 0:
@@ -395,8 +437,9 @@ class Run:
                 self.sup.kill()
                 self.failures.append("supervisor did not exit after SIGTERM")
             self.sup = self._start_sup(self.name)
+            f.false_ready += self._first_look(self.sup)
             if orphans:
-                self._late_orphans(orphans)
+                self._late_orphans(orphans, held)
         elif kind in ("broker_term", "broker_kill", "broker_outage"):
             self.broker.signal(signal.SIGTERM if kind == "broker_term" else signal.SIGKILL)
             down = time.monotonic()
@@ -418,7 +461,7 @@ class Run:
             self.sup2 = None
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
-        self._wait_recovered(f, names, bound)
+        self._wait_recovered(f, names, bound, killed=w.pid if kind.startswith("worker_kill") else 0)
         if kind.startswith("worker_kill"):
             n = self._repaired() - repaired_before
             f.note += f"{', ' if f.note else ''}{n} locked buckets repaired"
@@ -566,8 +609,12 @@ class Run:
         reordered = sum(int((np.diff(off[part == p]) <= 0).sum()) for p in range(self.cfg.partitions))
         if reordered:
             self.failures.append(f"{reordered} messages landed out of send order")
-        present, seq = _stream.model(plan, pr.msg_entries, part, off)
+        present, seq = _stream.model(plan, pr.msg_entries, part, off, pr.malformed)
+        np.savez(self.dir / "delivered.npz", part=part, off=off, sizes=[len(e) for e in pr.msg_entries],
+                 entries=np.concatenate(pr.msg_entries))  # for a post-mortem
         lost, extra, wrong, bad, problem = compare(r, plan, present, seq, plan.entries)
+        if lost or extra or wrong:
+            problem += "; " + self._explain(r, present, seq, part, off)
         ev = r.stats()["evictions"]
         self.counts.update({"keys": len(plan.keys), "expected present": int(present.sum()), "lost": lost,
                             "extra": extra, "wrong": wrong, "evictions": ev})
@@ -576,6 +623,32 @@ class Run:
                                  f"({bad} not a value ever written for its key) {problem}")
         if ev:
             self.failures.append(f"{ev} evictions (the cache is too small for the check)")
+
+    def _explain(self, r, present, seq, part, off) -> str:
+        """Up to 8 keys that differ: the model's entry and the one found, with partition and offset."""
+        pr, plan = self.producer, self.plan
+        msg_of = np.empty(plan.entries, np.int64)
+        for m, e in enumerate(pr.msg_entries):
+            msg_of[e] = m
+        out = []
+        for s in range(0, len(plan.keys), 100_000):
+            idx = np.arange(s, min(s + 100_000, len(plan.keys)))
+            p = r.get_many_packed(plan.keys[idx])
+            _, got, _ = _stream.check_values(p.found, p.offsets, p.data, idx, plan, plan.entries)
+            found = np.asarray(p.found, bool)
+            diff = np.flatnonzero((present[idx] != found) | (present[idx] & (got != seq[idx])))
+            for j in diff[:8 - len(out)].tolist():
+                k = int(idx[j])
+                last = int(np.flatnonzero(plan.entry_key == k)[-1])
+
+                def where(q):
+                    return "-" if q < 0 else f"seq {q} (p{part[msg_of[q]]}@{off[msg_of[q]]})"
+                out.append(f"key {k}: want {'absent' if not present[k] else where(int(seq[k]))}, "
+                           f"got {'absent' if not found[j] else where(int(got[j]))}, last entry {where(last)} "
+                           f"{'ADD' if plan.entry_action[last] == _stream.ADD else 'DELETE'}")
+            if len(out) >= 8:
+                break
+        return "; ".join(out)
 
     def check_logs(self) -> None:
         pr = self.producer
@@ -701,6 +774,8 @@ def main(argv=None) -> int:
     ap.add_argument("--session-timeout", type=float, default=0.0,
                     help="supervisors' session.timeout.ms in seconds (default: librdkafka's 45 s)")
     ap.add_argument("--faults", help="counts per kind, e.g. worker_kill=4,sup_kill=2 (member_join also leaves)")
+    ap.add_argument("--late-orphans", action="store_true",
+                    help="sup_kill: stop the old workers until the new ones started (a descheduled orphan)")
     ap.add_argument("--dir", help="where the broker, plan and logs go (default /tmp/flt-<id>)")
     ap.add_argument("--json", help="also write the result to this file")
     a = ap.parse_args(argv)
@@ -708,7 +783,8 @@ def main(argv=None) -> int:
         ap.error("give --entries >= 1000 and --minutes > 0")
     cfg = Config(entries=a.entries, minutes=a.minutes, format=a.format,
                  seed=a.seed if a.seed is not None else random.randrange(1 << 31), partitions=a.partitions,
-                 workers=a.workers, session_timeout=a.session_timeout, workdir=a.dir or "")
+                 workers=a.workers, session_timeout=a.session_timeout, late_orphans=a.late_orphans,
+                 workdir=a.dir or "")
     if a.faults:
         try:
             cfg.faults = {k: int(v) for k, v in (x.split("=") for x in a.faults.split(","))}

@@ -15,9 +15,9 @@ that every message touching a key lands in one partition: v1 batches are built f
 partition (round robin; the first key, which the message is keyed by, murmur2s there,
 and later entries only use keys first written for that partition); v2 and kv route by
 key. A few batches are malformed on the wire (v1 and v2: the last entry cut short; kv:
-keys of 31 bytes): per the wire contract (consumer/wire.py) a v1 message keeps the
-entries before the damage, a truncated v2 message (read as v1) and a kv message with a
-bad key keep nothing. Their keys are used nowhere else.
+keys of 31 bytes): per the wire contract (consumer/wire.py) v1 and v2 keep the entries
+before the damage (v2 while its count check holds: `kept_entries`), a kv message with a
+bad key is skipped. Their keys are used nowhere else.
 
 Run as a script, this file is the reader process:
     python _stream.py reader PLAN.npz NAME PROGRESS STOPFILE LOOKUPS_PER_S
@@ -158,16 +158,6 @@ class Plan:
         return cls(str(z["fmt"]), int(z["partitions"]), z["keys"], z["entry_key"], z["entry_action"],
                    z["batch_start"], z["batch_part"], z["batch_bad"])
 
-    def applied_mask(self) -> np.ndarray:
-        """Per entry: does the wire contract apply it (malformed batches: see the module doc)?"""
-        m = np.ones(self.entries, bool)
-        for b in np.flatnonzero(self.batch_bad).tolist():
-            s, e = int(self.batch_start[b]), int(self.batch_start[b + 1])
-            m[s:e] = False
-            if self.fmt == "v1":
-                m[s:e - 1] = True  # the entries before the damage
-        return m
-
 
 def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: int, malformed: int) -> Plan:
     from shmcache.consumer import wire
@@ -220,15 +210,27 @@ def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: in
                 np.array(starts, np.int64), np.array(parts, np.int16), np.array(bad, bool))
 
 
-def model(plan: Plan, msg_entries: list[np.ndarray], msg_part: np.ndarray, msg_offset: np.ndarray):
+def kept_entries(fmt: str, n: int, message_len: int) -> int:
+    """Entries of a malformed message (its last entry cut short) that the wire contract keeps
+    (consumer/wire.py): v1 the entries before the damage; v2 likewise while the header's count
+    check (count * 45 <= len - 8) still holds, else it is read as v1 and yields nothing; kv
+    messages with a bad key are skipped."""
+    if fmt == "v1":
+        return n - 1
+    if fmt == "v2":
+        return n - 1 if n * 45 <= message_len - 8 else 0
+    return 0
+
+
+def model(plan: Plan, msg_entries: list[np.ndarray], msg_part: np.ndarray, msg_offset: np.ndarray,
+          kept: dict[int, int]):
     """The table the topic implies: apply each partition's messages in offset order (a key lives
-    in one partition, so the last applied entry of a key, by (offset, position), decides).
+    in one partition, so the last applied entry of a key, by (offset, position), decides);
+    `kept[m]`: how many leading entries of malformed message m are applied.
     Returns (present (K,) bool, seq (K,) int64 of the value that must be there)."""
-    applied = plan.applied_mask()
+    msg_entries = [e[:kept[m]] if m in kept else e for m, e in enumerate(msg_entries)]
     seqs = np.concatenate(msg_entries) if msg_entries else np.empty(0, np.int64)
     offs = np.repeat(msg_offset, [len(e) for e in msg_entries])
-    keep = applied[seqs]
-    seqs, offs = seqs[keep], offs[keep]
     order = np.lexsort((seqs, offs))
     seqs = seqs[order]
     keys = plan.entry_key[seqs]
@@ -265,7 +267,7 @@ class StreamProducer(threading.Thread):
         self.msg_entries: list[np.ndarray] = []
         self.msg_part: list[int] = []
         self.msg_offset: list[int] = []
-        self.malformed: list[int] = []  # message ids
+        self.malformed: dict[int, int] = {}  # message id -> entries the wire contract keeps
         self.acked_end = np.zeros(plan.partitions, np.int64)
         self.acked = 0
         self.errors: list[str] = []
@@ -297,7 +299,7 @@ class StreamProducer(threading.Thread):
         self.msg_part.append(-1)
         self.msg_offset.append(-1)
         if bad:
-            self.malformed.append(mid)
+            self.malformed[mid] = kept_entries(self.plan.fmt, len(entries), len(value))
         kw = {"on_delivery": lambda err, msg: self._delivered(err, msg, mid)}
         if partition is not None:
             kw["partition"] = int(partition)
