@@ -77,6 +77,7 @@ class Config:
     lookups_per_s: float = 100_000
     session_timeout: float = 0.0  # seconds; 0 = librdkafka's default (45 s)
     faults: dict = dataclasses.field(default_factory=dict)  # kind -> count; empty: per_10_minutes scaled
+    burst_share: float = 0.05  # entries a burst sends ahead (catch-up kills, late orphans), of all
     late_orphans: bool = False  # sup_kill: the old workers go on only after the new ones started
     workdir: str = ""
     verbose: bool = True
@@ -386,7 +387,7 @@ class Run:
             with contextlib.suppress(psutil.NoSuchProcess):
                 w.suspend()
             try:
-                want = self.producer.burst(max(2000, cfg.entries // 20))
+                want = self.producer.burst(max(2000, int(cfg.entries * cfg.burst_share)))
                 poll_until(lambda: self.producer.sent >= want or self.producer.done.is_set(), 120,
                            "the burst to be sent")
                 msgs = len(self.producer.msg_entries)
@@ -417,13 +418,18 @@ class Run:
             if kind == "sup_kill" and cfg.late_orphans:
                 # a burst, and once the workers apply it they are stopped (most likely inside a
                 # consumed batch) and go on only after the new workers applied past them
-                want = self.producer.burst(max(2000, cfg.entries // 20))
+                want = self.producer.burst(max(2000, int(cfg.entries * cfg.burst_share)))
                 poll_until(lambda: self.producer.sent >= want or self.producer.done.is_set(), 120,
                            "the burst to be sent")
                 before = self._applied(self._status(self.name))
-                poll_until(lambda: any(a > before.get(p, -1) for p, a in
-                                       self._applied(self._status(self.name)).items()), 60,
-                           "the workers to apply the burst")
+                ends = self._ends()
+
+                def applying():
+                    now = self._applied(self._status(self.name))
+                    return (any(a > before.get(p, -1) for p, a in now.items())
+                            or all(now.get(p, -1) >= ends[p] for p in range(cfg.partitions)))
+
+                poll_until(applying, 60, "the workers to apply the burst")
                 orphans = [w for w in self.sup.children() if w.pid in self._worker_pids()]
                 for w in orphans:
                     with contextlib.suppress(psutil.NoSuchProcess):
