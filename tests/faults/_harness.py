@@ -78,6 +78,7 @@ class Config:
     session_timeout: float = 0.0  # seconds; 0 = librdkafka's default (45 s)
     faults: dict = dataclasses.field(default_factory=dict)  # kind -> count; empty: per_10_minutes scaled
     burst_share: float = 0.05  # entries a burst sends ahead (catch-up kills, late orphans), of all
+    skip_after_end: bool = True  # no fault once the stream ended (the smoke injects them all anyway)
     late_orphans: bool = False  # sup_kill: the old workers go on only after the new ones started
     workdir: str = ""
     verbose: bool = True
@@ -546,7 +547,7 @@ class Run:
             while time.monotonic() < at and not self.producer.done.is_set():
                 self._remember_children()
                 time.sleep(0.1)
-            if self.producer.done.is_set() and kind != "member_leave":
+            if self.producer.done.is_set() and cfg.skip_after_end and kind != "member_leave":
                 # recovery means progress of a flowing stream: no fault after it ended
                 self.counts["faults skipped (the stream had ended)"] = len(kinds) - i
                 log(cfg, f"the stream ended: {len(kinds) - i} faults not injected")
