@@ -143,6 +143,10 @@ class Broker:
             self.proc.wait(15)
 
     def stop(self) -> None:
+        """At the end: SIGKILL by pid (its data is thrown away), then scripts/kafka stop for the
+        watchdog and the pid files."""
+        if self.proc is not None and _alive(self.proc):
+            self.signal(signal.SIGKILL)
         subprocess.run([sys.executable, str(REPO / "scripts" / "kafka"), "stop", "--dir", str(self.dir)],
                        stdin=subprocess.DEVNULL, capture_output=True, timeout=90, check=False)
         for p in self.seen:
