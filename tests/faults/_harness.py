@@ -54,6 +54,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "consumer"))
 import _stream  # noqa: E402
+from _broker import Broker, alive as _alive  # noqa: E402
 from _pipeline import KafkaProbe, SupervisorProc, poll_until  # noqa: E402
 
 KINDS = ("worker_kill", "worker_kill_catchup", "sup_term", "sup_kill", "broker_term", "broker_kill",
@@ -95,64 +96,6 @@ class Config:
 def log(cfg: Config, msg: str) -> None:
     if cfg.verbose:
         print(f"[faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-# -- the broker ----------------------------------------------------------------------------------
-
-class Broker:
-    """scripts/kafka's broker in a run dir of our own; restarted on the same port and data."""
-
-    def __init__(self, run_dir: Path):
-        self.dir = run_dir
-        self.bootstrap = ""
-        self.port = self.cport = 0
-        self.proc: psutil.Process | None = None
-        self.seen: list[psutil.Process] = []  # brokers and watchdogs, for the leftover check
-
-    def start(self, timeout: float = 300.0) -> None:
-        cmd = [sys.executable, str(REPO / "scripts" / "kafka"), "start", "--dir", str(self.dir),
-               "--watch-pid", str(os.getpid()), "--timeout", "180"]
-        if self.port:
-            cmd += ["--port", str(self.port), "--controller-port", str(self.cport), "--keep-data"]
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise RuntimeError(f"scripts/kafka start failed:\n{p.stderr[-3000:]}")
-        info = json.loads(p.stdout.strip().splitlines()[-1])
-        self.bootstrap = info["bootstrap"]
-        self.port = int(self.bootstrap.rsplit(":", 1)[1])
-        self.cport = int(info["controller"].rsplit(":", 1)[1])
-        self.proc = psutil.Process(info["pid"])
-        self.seen.append(self.proc)
-        with contextlib.suppress(OSError, ValueError, psutil.Error):
-            self.seen.append(psutil.Process(int((self.dir / "watchdog.pid").read_text())))
-
-    def signal(self, sig: int, timeout: float = 60.0) -> None:
-        """Send sig and wait until the broker is gone (SIGKILL after `timeout`)."""
-        self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout)
-        except psutil.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(15)
-
-    def stop(self) -> None:
-        """At the end: SIGKILL by pid (its data is thrown away), then scripts/kafka stop for the
-        watchdog and the pid files."""
-        if self.proc is not None and _alive(self.proc):
-            self.signal(signal.SIGKILL)
-        subprocess.run([sys.executable, str(REPO / "scripts" / "kafka"), "stop", "--dir", str(self.dir)],
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=90, check=False)
-        for p in self.seen:
-            with contextlib.suppress(psutil.Error):
-                if _alive(p):
-                    p.kill()
 
 
 def compare(r, plan, present: np.ndarray, seq: np.ndarray, sent: int) -> tuple[int, int, int, int, str]:
@@ -756,66 +699,3 @@ class Run:
                 "recovery": {k: sorted(v) for k, v in by.items()},
                 "false_ready": {k: sum(f.false_ready for f in self.faults if f.kind == k) for k in KINDS},
                 "counts": self.counts, "failures": self.failures}
-
-
-def table(res: dict) -> str:
-    cfg = res["config"]
-    lines = [f"fault suite: {cfg['entries']:,} {cfg['format']} entries over {cfg['minutes']:g} min, "
-             f"{cfg['partitions']} partitions, {cfg['workers']} workers, seed {cfg['seed']}, session timeout "
-             f"{cfg['session_timeout'] or DEFAULT_SESSION_TIMEOUT:g} s",
-             f"{'fault':<22}{'n':>3}{'min s':>8}{'median s':>10}{'max s':>8}  ready w/o assignment (samples)"]
-    for k in KINDS:
-        v = res["recovery"].get(k)
-        if v:
-            lines.append(f"{k:<22}{len(v):>3}{v[0]:>8.2f}{float(np.median(v)):>10.2f}{v[-1]:>8.2f}  "
-                         f"{res['false_ready'].get(k, 0)}")
-    lines.append("(recovery: from the fault, broker faults from the broker answering again, to ready with "
-                 "every partition applying new messages)")
-    lines.append(", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in res["counts"].items()))
-    lines.append("FAILED:\n  " + "\n  ".join(res["failures"]) if res["failures"] else
-                 "correct: nothing lost, extra or wrong; no bad read; committed == end; nothing left behind")
-    return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="scripts/faults", description="shmcache's fault suite (issue 10)")
-    ap.add_argument("--entries", type=int, default=2_000_000)
-    ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--format", choices=("v1", "v2", "kv"), default="v1")
-    ap.add_argument("--seed", type=int, help="random seed of the plan and the faults (default: fresh, printed)")
-    ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--session-timeout", type=float, default=0.0,
-                    help="supervisors' session.timeout.ms in seconds (default: librdkafka's 45 s)")
-    ap.add_argument("--faults", help="counts per kind, e.g. worker_kill=4,sup_kill=2 (member_join also leaves)")
-    ap.add_argument("--late-orphans", action="store_true",
-                    help="sup_kill: stop the old workers until the new ones started (a descheduled orphan)")
-    ap.add_argument("--dir", help="where the broker, plan and logs go (default /tmp/flt-<id>)")
-    ap.add_argument("--json", help="also write the result to this file")
-    a = ap.parse_args(argv)
-    if a.entries < 1000 or a.minutes <= 0:
-        ap.error("give --entries >= 1000 and --minutes > 0")
-    cfg = Config(entries=a.entries, minutes=a.minutes, format=a.format,
-                 seed=a.seed if a.seed is not None else random.randrange(1 << 31), partitions=a.partitions,
-                 workers=a.workers, session_timeout=a.session_timeout, late_orphans=a.late_orphans,
-                 workdir=a.dir or "")
-    if a.faults:
-        try:
-            cfg.faults = {k: int(v) for k, v in (x.split("=") for x in a.faults.split(","))}
-        except ValueError:
-            ap.error(f"--faults {a.faults!r}: expected KIND=N[,KIND=N...]")
-        bad = set(cfg.faults) - set(KINDS)
-        if bad:
-            ap.error(f"--faults: unknown kinds {sorted(bad)}; known: {', '.join(KINDS)}")
-    print(f"seed {cfg.seed}", flush=True)
-    res = Run(cfg).run()
-    print(table(res), flush=True)
-    if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1))
-    return 1 if res["failures"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

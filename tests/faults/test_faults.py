@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _cli  # noqa: E402
 import _harness  # noqa: E402
 import _stream  # noqa: E402
 
@@ -34,12 +35,12 @@ def smoke(tmp_path_factory):
                           malformed=4, lookups_per_s=30_000, session_timeout=6.0, faults=faults, skip_after_end=False,
                           workdir=str(tmp_path_factory.mktemp("faults")), verbose=False)
     res = _harness.Run(cfg).run()
-    print("\n" + _harness.table(res))
+    print("\n" + _cli.table(res))
     return res
 
 
 def test_fault_suite_smoke(smoke):
-    assert not smoke["failures"], _harness.table(smoke)
+    assert not smoke["failures"], _cli.table(smoke)
     kinds = [f["kind"] for f in smoke["faults"]]
     want = _harness.Run.expand(smoke["config"]["faults"])
     assert sorted(kinds) == sorted(want), kinds
@@ -76,9 +77,9 @@ def test_a_late_orphan_writes_nothing(tmp_path):
                           malformed=2, lookups_per_s=20_000, session_timeout=6.0, faults={"sup_kill": 2},
                           late_orphans=True, burst_share=0.2, workdir=str(tmp_path / "run"), verbose=False)
     res = _harness.Run(cfg).run()
-    print("\n" + _harness.table(res))
+    print("\n" + _cli.table(res))
     stale = [f for f in res["failures"] if f.startswith("table != model")]
-    assert len(stale) == len(res["failures"]), _harness.table(res)
+    assert len(stale) == len(res["failures"]), _cli.table(res)
     if stale:
         raise StaleTable(stale[0])
 
