@@ -33,7 +33,7 @@ class Broker:
         self.proc: psutil.Process | None = None
         self.seen: list[psutil.Process] = []  # brokers and watchdogs, for the leftover check
 
-    def start(self, timeout: float = 300.0) -> None:
+    def start(self, timeout: float = 900.0) -> None:  # the first start on a machine fetches the jars
         cmd = [sys.executable, str(REPO / "scripts" / "kafka"), "start", "--dir", str(self.dir),
                "--watch-pid", str(os.getpid()), "--timeout", "180"]
         if self.port:
