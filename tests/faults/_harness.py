@@ -207,7 +207,12 @@ class Run:
         """Until each cache's CURRENT supervisor has been assigned partitions (rebalances >= 1: a
         restarted one starts from 0) and says ready, and every partition applied a message produced
         after the fault and, after a restart, a message more than it held when first assigned (so
-        progress made by orphaned workers of a killed supervisor does not count)."""
+        progress made by orphaned workers of a killed supervisor does not count).
+
+        With two members in the group (after a join) neither cache holds the whole topic, so the
+        right answer is the opposite: each says its group is shared and is NOT ready (a ready
+        there counts as a false claim)."""
+        shared = len(names) > 1
         target = self._ends() + 1
         based: set[str] = set()
         deadline = time.monotonic() + bound
@@ -221,9 +226,10 @@ class Run:
                 if st is None or sup is None:
                     ok = False
                     continue
-                if st["ready"] and st["rebalances"] == 0:
+                if st["ready"] and (st["rebalances"] == 0 or shared):
                     fault.false_ready += 1
-                if not (st["ready"] and st["rebalances"] >= 1 and st["supervisor_pid"] == sup.pid):
+                settled = st["shared_group"] and not st["ready"] if shared else st["ready"]
+                if not (settled and st["rebalances"] >= 1 and st["supervisor_pid"] == sup.pid):
                     ok = False
                     continue
                 applied = self._applied(st)

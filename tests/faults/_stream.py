@@ -16,7 +16,7 @@ partition (round robin; the first key, which the message is keyed by, murmur2s t
 and later entries only use keys first written for that partition); v2 and kv route by
 key. A few batches are malformed on the wire (v1 and v2: the last entry cut short; kv:
 keys of 31 bytes): per the wire contract (consumer/wire.py) v1 and v2 keep the entries
-before the damage (v2 while its count check holds: `kept_entries`), a kv message with a
+before the damage (a damaged v2 message keeps none: `kept_entries`), a kv message with a
 bad key is skipped. Their keys are used nowhere else.
 
 Run as a script, this file is the reader process:
@@ -212,13 +212,11 @@ def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: in
 
 def kept_entries(fmt: str, n: int, message_len: int) -> int:
     """Entries of a malformed message (its last entry cut short) that the wire contract keeps
-    (consumer/wire.py): v1 the entries before the damage; v2 likewise while the header's count
-    check (count * 45 <= len - 8) still holds, else it is read as v1 and yields nothing; kv
-    messages with a bad key are skipped."""
+    (consumer/wire.py): v1 the entries before the damage; v2 none (a message is v2 only if
+    the whole v2 parse holds, and cut short it is not v1 either); kv messages with a bad key
+    are skipped."""
     if fmt == "v1":
         return n - 1
-    if fmt == "v2":
-        return n - 1 if n * 45 <= message_len - 8 else 0
     return 0
 
 
