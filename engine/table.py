@@ -171,10 +171,9 @@ class Reader:
                 f"cache {self.name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
                 f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
             )
-        geo = L.Geometry(size=int(h[L.H_SIZE]), key_size=int(h[L.H_KEY_SIZE]), max_value=int(h[L.H_MAX_VALUE]),
-                         slots=int(h[L.H_SLOTS]), ring=int(h[L.H_RING]))
-        if geo.size != seg.size or int(h[L.H_NBUCKETS]) != L.NBUCKETS:
-            raise NotACacheError(f"cache {self.name!r}: header says {geo.size} bytes but {seg.path} has {seg.size}")
+        # every figure the kernels index with, checked once here and never re-read (a later
+        # change of these header words cannot move the arrays under the kernels)
+        geo = L.Geometry.from_header(self.name, h, seg.size)
         self.geometry = geo
         mm = seg.mm
         rows = L.ROW_WORDS
