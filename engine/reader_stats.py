@@ -37,8 +37,7 @@ READABLE_VERSIONS = (1, 2)  # same rows: a version-1 companion is used as it is
 MAX_READERS = 1024
 
 H_MAGIC = 0
-H_VERSION = 2  # 2 added the corruptions column (word 5, zero and unused in version 1)
-READABLE_VERSIONS = (1, 2)  # same rows: a version-1 companion is used as it is
+H_VERSION = 1
 H_CREATION_ID = 2  # the cache's creation id: a companion left from an older cache is not used
 
 R_OWNER = 0  # owner word of the reader process, 0 if free
