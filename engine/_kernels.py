@@ -142,10 +142,9 @@ def _bucket_ok(meta, mb, ring, max_live):
     bytes <= ring. Unsigned compares: one per word, on words the lock already loaded."""
     head = meta[mb + M_HEAD]
     tail = meta[mb + M_TAIL]
-    return (((head | tail) & _POS_BAD) == 0
-            and np.uint64(head - tail) <= np.uint64(ring)
-            and np.uint64(meta[mb + M_LIVE]) <= np.uint64(max_live)
-            and np.uint64(meta[mb + M_LIVE_BYTES]) <= np.uint64(ring))
+    # non-short-circuit: one branch on the lot (the words share the meta row's cache line)
+    return not (((head | tail) & _POS_BAD) != 0) | (np.uint64(head - tail) > np.uint64(ring)) \
+        | (np.uint64(meta[mb + M_LIVE]) > np.uint64(max_live)) | (np.uint64(meta[mb + M_LIVE_BYTES]) > np.uint64(ring))
 
 
 @njit(inline="always")
@@ -431,7 +430,7 @@ def spans_of_offsets(offsets, data_len, max_value, lens):
     return -1
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True, _nrt=False)  # not inlined: a cold path, kept out of apply's loop
 def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
     """Rebuild bucket b's index and counts from its ring, whatever its bytes hold.
 

@@ -20,8 +20,8 @@ Invariants it keeps (layout in layout.py):
   damage: not counted.
 - Every call returns: a bucket that stays odd, or whose version keeps moving, for
   spin_limit tries hands the key back as STUCK; the caller (table.Reader) decides to
-  read it as it stands, to yield and try again, or to give the bucket up (skip[b] = 1:
-  its keys are misses for the rest of the call).
+  read it as it stands, to yield and try again, or to give the key up as a miss and
+  go on from the next one.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _prefetch_record(index, ring8, slots, ring, h, span):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found, offsets, out, out_pos,
-           want_values, value_guess, static_bucket, static_version, spin_limit, skip, counters):
+           want_values, value_guess, static_bucket, static_version, spin_limit, counters):
     """Hash and look keys start.. up; returns (next index, out_pos, DONE | NEED_SPACE | STUCK).
 
     hashes[i] receives each key's xxh64. found[i] is set per key; with want_values
@@ -85,7 +85,7 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
     odd, or its version kept moving, for spin_limit tries; the caller checks the lock
     owner and calls again, with static_bucket and static_version set to accept that
     bucket as it stands while its version does not move (a dead writer's, or damage),
-    or with skip (empty, or one byte per bucket) marking buckets it gave up on.
+    or it gives the key up (a miss) and calls again from the next key.
     counters[C_RETRIES] counts retries after a concurrent write, counters[C_CORRUPTIONS]
     damaged records met (see the module's docstring).
     """
@@ -93,7 +93,6 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
     mask = slots - 1
     lim = np.uint64(ring - RECORD_HEADER - ks)  # a record header and key fit from an offset <= lim
     n = hashes.shape[0]
-    has_skip = skip.shape[0] != 0
     span = RECORD_HEADER + ks + (value_guess if want_values else 0)
     hash_keys(keys8, keys64, kst, ks, hashes, start)
     for j in range(start, min(n, start + _AHEAD_BUCKET)):
@@ -107,10 +106,6 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
             _prefetch_record(index, ring8, slots, ring, hashes[i + _AHEAD_RECORD], span)
         h = hashes[i]
         b = h & _BUCKET_MASK
-        if has_skip and skip[b]:
-            found[i] = False
-            offsets[i + 1] = out_pos
-            continue
         mb = b * ROW_WORDS
         ibase = b * slots
         rbase = b * ring

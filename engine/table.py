@@ -154,7 +154,6 @@ class Reader:
         self._hits = 0
         self._misses = 0
         self._counts = np.zeros(2, np.int64)  # the lookup kernel's retries and corruptions (_lookup.C_*)
-        self._no_skip = np.zeros(0, np.uint8)
         self._shared_stats = reader_stats.ReaderStats(name, self.creation_id)  # every reader's hits, misses
         self._avg_value = 128  # running guess of value size, to size lookup buffers
 
@@ -286,13 +285,13 @@ class Reader:
         out = np.empty(max(n * self._avg_value, 1024) if want_values else 0, np.uint8)
         k8, k64 = self._words(k)
         i, pos, static_b, static_v = 0, 0, -1, -1
-        skip = self._no_skip
+        given_up: set[int] = set()  # buckets this call stopped waiting for
         stuck_i, stuck_since = -1, 0.0
         retries0, corrupt0 = int(self._counts[LK.C_RETRIES]), int(self._counts[LK.C_CORRUPTIONS])
         while True:
             i, pos, status = LK.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
                                        hashes, i, found, offsets, out, pos, want_values, self._avg_value, static_b,
-                                       static_v, SPIN_LIMIT, skip, self._counts)
+                                       static_v, SPIN_LIMIT, self._counts)
             if status == LK.DONE:
                 break
             if status == LK.NEED_SPACE:
@@ -303,13 +302,15 @@ class Reader:
             b = int(hashes[i]) & (L.NBUCKETS - 1)
             if i != stuck_i:
                 stuck_i, stuck_since = i, time.monotonic()
-            elif time.monotonic() - stuck_since > STUCK_GIVE_UP:  # every call returns within a bound
-                if not len(skip):
-                    skip = np.zeros(L.NBUCKETS, np.uint8)
-                skip[b] = 1
-                self._counts[LK.C_CORRUPTIONS] += 1
-                log.warning("cache %r: bucket %d stayed mid-write or kept changing for %.1f s; its keys are "
-                            "reported missing for this call", self.name, b, STUCK_GIVE_UP)
+            if b in given_up or time.monotonic() - stuck_since > STUCK_GIVE_UP:  # every call returns in a bound
+                if b not in given_up:
+                    given_up.add(b)
+                    log.warning("cache %r: bucket %d stayed mid-write or kept changing for %.1f s; its keys are "
+                                "reported missing for this call", self.name, b, STUCK_GIVE_UP)
+                self._counts[LK.C_CORRUPTIONS] += 1  # the key: a miss
+                found[i] = False
+                offsets[i + 1] = pos
+                i += 1
                 continue
             static_b, static_v = self._stuck_bucket(b, static_b, static_v)
         hits = int(np.count_nonzero(found))
