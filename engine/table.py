@@ -154,6 +154,7 @@ class Reader:
         self._hits = 0
         self._misses = 0
         self._counts = np.zeros(2, np.int64)  # the lookup kernel's retries and corruptions (_lookup.C_*)
+        self._warned: set[int] = set()  # buckets this handle has logged damage of
         self._shared_stats = reader_stats.ReaderStats(name, self.creation_id)  # every reader's hits, misses
         self._avg_value = 128  # running guess of value size, to size lookup buffers
 
@@ -303,8 +304,9 @@ class Reader:
             if i != stuck_i:
                 stuck_i, stuck_since = i, time.monotonic()
             if b in given_up or time.monotonic() - stuck_since > STUCK_GIVE_UP:  # every call returns in a bound
-                if b not in given_up:
-                    given_up.add(b)
+                given_up.add(b)
+                if b not in self._warned:
+                    self._warned.add(b)
                     log.warning("cache %r: bucket %d stayed mid-write or kept changing for %.1f s; its keys are "
                                 "reported missing for this call", self.name, b, STUCK_GIVE_UP)
                 self._counts[LK.C_CORRUPTIONS] += 1  # the key: a miss
@@ -335,8 +337,10 @@ class Reader:
             if owner == 0:
                 if (b, version) != (static_b, static_v):
                     self._counts[LK.C_CORRUPTIONS] += 1
-                    log.warning("cache %r: bucket %d is mid-write (version %d) with no writer holding its "
-                                "lock: damage, read as it stands", self.name, b, version)
+                    if b not in self._warned:  # once per handle and bucket: a damaged bucket is met on every call
+                        self._warned.add(b)
+                        log.warning("cache %r: bucket %d is mid-write (version %d) with no writer holding its "
+                                    "lock: damage, read as it stands", self.name, b, version)
                 return b, version
             # Only if the dead writer still holds the lock is that version its own: a live
             # writer taking over in between makes another odd version, never to be accepted.
