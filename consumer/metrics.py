@@ -37,6 +37,8 @@ counted twice and nothing is kept in this process. Every sample carries a
     shmcache_segment_bytes                            gauge    (size of /dev/shm/<name>)
     shmcache_evictions_total                          counter
     shmcache_lock_takeovers_total                     counter
+    shmcache_corruptions_total                        counter  (damaged bucket states met: by writers,
+                                                                          each repaired, and readers, each a miss)
     shmcache_reader_hits_total                        counter  (every reader process, summed)
     shmcache_reader_misses_total                      counter
     shmcache_readers                                  gauge    (reader processes attached now)
@@ -162,6 +164,8 @@ class CacheCollector:
         yield gauge("segment_bytes", "Size of the shared-memory segment.", s["memory"])
         yield counter("evictions", "Live records overwritten to make room.", s["evictions"])
         yield counter("lock_takeovers", "Bucket locks taken over from a dead writer.", s["lock_takeovers"])
+        yield counter("corruptions", "Damaged bucket states met in the segment: by writers (each bucket then "
+                      "rebuilt) and by readers (each a miss).", s["corruptions"])
         yield counter("reader_hits", "Lookups that found their key, summed over reader processes.", s["reader_hits"])
         yield counter("reader_misses", "Lookups that did not, summed over reader processes.", s["reader_misses"])
         yield gauge("readers", "Reader processes attached now (that have looked up at least once).", s["readers"])

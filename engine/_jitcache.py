@@ -16,7 +16,7 @@ import os
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCES = [
-    os.path.join(_HERE, f) for f in ("_kernels.py", "_xxh64.py", "_prefetch.py", "_memcpy.py", "layout.py")
+    os.path.join(_HERE, f) for f in ("_kernels.py", "_lookup.py", "_xxh64.py", "_prefetch.py", "_memcpy.py", "layout.py")
 ] + [os.path.join(_HERE, "..", "ipc", "atomics.py")]
 
 

@@ -1,8 +1,10 @@
-"""Compiled table kernels: apply (writers), lookup (readers), repair (after a takeover).
+"""Compiled table kernels: apply (writers) and repair; lookup (readers) is in _lookup.py.
 
 Invariants these kernels keep (layout in layout.py):
 - A bucket changes only under its lock, between an odd and the next even seqlock
-  version; readers retry when the version was odd or moved.
+  version; readers retry when the version was odd or moved. A writer takes the lock,
+  then makes the version odd; makes it even, then unlocks. So an odd version under a
+  free lock is damage: the writer that next takes the lock counts it and rebuilds.
 - Every state a writer killed at any instruction can leave is still readable
   without tearing, so readers can read a dead writer's bucket before anyone
   repairs it: a record is complete before the head passes it and before a slot
@@ -10,9 +12,19 @@ Invariants these kernels keep (layout in layout.py):
   removed before the tail passes its record, and ring space is reused only
   behind the tail. An interrupted backward shift leaves a duplicate slot, never
   a hole.
-- Readers never write. Nothing here reads outside its arrays even when a
-  reader sees a bucket mid-change: every position and length taken from shared
-  memory is bounds-checked before use (numba does not check bounds).
+- The segment's bytes are untrusted, for writers too (a file in a world-writable
+  directory): every position, length and count read from shared memory is checked
+  against the bucket's bounds before it indexes anything, reads and writes alike.
+  numba does not check bounds, so these checks are all that stands between a damaged
+  byte and a segfault. Under the lock a writer checks the bucket's head, tail and
+  counts (_bucket_ok) and, on its way, each index slot it follows (_find,
+  _remove_slot) and each record it reclaims (_evict_oldest). A failed check is a
+  corruption: counted in the writer's row (W_CORRUPTIONS), the bucket is rebuilt
+  from its ring (_rebuild, safe on any bytes), and the entry applied again, once;
+  damage met again (another process scribbling meanwhile) drops the entry.
+- Every loop is bounded by the geometry (slots, ring bytes), never by a word read
+  from shared memory; a lock spin returns to the caller after spin_limit tries.
+- Readers never write (see _lookup.py for the reader's side of these rules).
 
 The kernels are compiled without numba's reference counting (`_nrt=False`): they
 allocate nothing, and with it every inlined helper taking arrays paid an atomic
@@ -31,7 +43,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine._memcpy import copy_bytes
 from shmcache.engine._prefetch import prefetch
 from shmcache.engine._xxh64 import hash_keys, xxh64_span
 from shmcache.engine.layout import (
@@ -40,6 +51,7 @@ from shmcache.engine.layout import (
     W_DELETES,
     W_SETS,
     W_UNKNOWN,
+    W_CORRUPTIONS,
     F_DEAD,
     F_LIVE,
     F_PAD,
@@ -59,7 +71,7 @@ from shmcache.engine.layout import (
     ROW_WORDS,
     TAG_SHIFT,
 )
-from shmcache.ipc.atomics import cas, fence_acquire, fence_release, load_acquire, store_release
+from shmcache.ipc.atomics import cas, fence_release, load_acquire, store_release
 
 ADD = 0
 DELETE = 1
@@ -67,11 +79,10 @@ DELETE = 1
 G_SLOTS, G_RING, G_KEY, G_MAXV, G_MAXLIVE, G_KSTRIDE = 0, 1, 2, 3, 4, 5
 
 
-# lookup status
-DONE, NEED_SPACE, STUCK = 0, 1, 2
-
 _BUCKET_MASK = NBUCKETS - 1
 _LEN_MASK = 0xFFFFFFFF
+# head and tail: bits that no writer sets (sign, >= 2**62, below 16-byte alignment)
+_POS_BAD = -(1 << 62) | (RECORD_ALIGN - 1)
 
 
 @njit(inline="always")
@@ -116,13 +127,32 @@ def _copy(dst, d, src, s, n):
         dst[ud + j] = src[us + j]
 
 
-# -- writer side: the caller holds the bucket lock, so shared memory is trusted ------
+# -- writer side: the caller holds the bucket lock; the bytes are still untrusted -------
+# Every helper that reads a position or length from the bucket checks it first and
+# returns a failure (BAD, False, -1) instead of using it; apply_entries then counts a
+# corruption, rebuilds the bucket from its ring (_rebuild) and applies the entry again.
+
+BAD = -2  # _find: a slot or record on the key's probe path is damaged
 
 
 @njit(inline="always")
-def _find(index, ibase, slots, ring8, ring64, rbase, ring, h, keys8, keys64, koff, ks):
-    """(slot holding the key or -1, first empty slot on its probe path or -1)."""
+def _bucket_ok(meta, mb, ring, max_live):
+    """The bucket's head, tail and counts are a state a writer can leave: 0 <= tail <= head
+    < 2**62, both 16-aligned, head - tail <= ring, 0 <= live <= max_live, 0 <= live
+    bytes <= ring. Unsigned compares: one per word, on words the lock already loaded."""
+    head = meta[mb + M_HEAD]
+    tail = meta[mb + M_TAIL]
+    # non-short-circuit: one branch on the lot (the words share the meta row's cache line)
+    return not (((head | tail) & _POS_BAD) != 0) | (np.uint64(head - tail) > np.uint64(ring)) \
+        | (np.uint64(meta[mb + M_LIVE]) > np.uint64(max_live)) | (np.uint64(meta[mb + M_LIVE_BYTES]) > np.uint64(ring))
+
+
+@njit(inline="always")
+def _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks):
+    """(slot holding the key or -1, first empty slot on its probe path or -1); (BAD, -1) if a
+    slot of the key's tag points outside the ring, or its record is not a whole LIVE one."""
     mask = slots - 1
+    lim = np.uint64(ring - RECORD_HEADER - ks)  # >= 0: the geometry holds a largest record
     i = _home(h, slots)
     tag = _tag(h)
     for _ in range(slots):
@@ -131,37 +161,52 @@ def _find(index, ibase, slots, ring8, ring64, rbase, ring, h, keys8, keys64, kof
             return -1, i
         if (e >> POS_BITS) == tag:
             off = (e & POS_MASK) - 1
-            if ring64[(rbase + off) >> 3] == h and _key_eq(ring8, ring64, rbase + off + RECORD_HEADER, keys8, keys64, koff, ks):
-                return i, -1
+            if np.uint64(off) > lim:  # also off < 0
+                return BAD, -1
+            w = (rbase + off) >> 3
+            if ring64[w] == h:
+                word = ring64[w + 1]
+                ln = word & _LEN_MASK
+                if (word >> 32) != F_LIVE or ln > maxv or off + _record_size(ks, ln) > ring:
+                    return BAD, -1
+                if _key_eq(ring8, ring64, rbase + off + RECORD_HEADER, keys8, keys64, koff, ks):
+                    return i, -1
         i = (i + 1) & mask
     return -1, -1
 
 
 @njit(inline="always")
-def _remove_slot(index, ibase, slots, ring64, rbase, ring, i):
-    """Backward-shift deletion (linear probing needs no tombstones)."""
+def _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, i):
+    """Backward-shift deletion (linear probing needs no tombstones). False if a slot on the
+    way points outside the ring or no slot is empty (damage: the caller rebuilds)."""
     mask = slots - 1
+    lim = np.uint64(ring - RECORD_HEADER - ks)
     j = i
-    while True:
+    for _ in range(slots - 1):
         j = (j + 1) & mask
         e = index[ibase + j]
         if e == 0:
-            break
-        k = _home(ring64[(rbase + (e & POS_MASK) - 1) >> 3], slots)
+            index[ibase + i] = 0
+            return True
+        off = (e & POS_MASK) - 1
+        if np.uint64(off) > lim:
+            return False
+        k = _home(ring64[(rbase + off) >> 3], slots)
         if (i < k <= j) if i <= j else (i < k or k <= j):
             continue  # its home lies in (i, j]: it stays reachable where it is
         index[ibase + i] = e  # copy first: until i is cleared or reused, e sits twice, never nowhere
         i = j
-    index[ibase + i] = 0
+    return False
 
 
 @njit(inline="always")
-def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks):
-    """Reclaim the record at the tail; count it if it was live. Returns False on an empty ring."""
+def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks, maxv):
+    """Reclaim the record at the tail; count it if it was live. 1 done, 0 the ring is
+    empty, -1 the record at the tail is damaged."""
     tail = meta[mb + M_TAIL]
     if tail >= meta[mb + M_HEAD]:
-        return False
-    off = tail % ring
+        return 0
+    off = tail % ring  # 16-aligned (checked at lock): the header lies in the ring
     w = (rbase + off) >> 3
     word = ring64[w + 1]
     flags = word >> 32
@@ -170,6 +215,8 @@ def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks):
     else:
         vlen = word & _LEN_MASK
         size = _record_size(ks, vlen)
+        if vlen > maxv or off + size > ring or (flags != F_LIVE and flags != F_DEAD):
+            return -1
         if flags == F_LIVE:
             h = ring64[w]
             mask = slots - 1
@@ -179,7 +226,8 @@ def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks):
                 if e == 0:
                     break
                 if (e & POS_MASK) - 1 == off:
-                    _remove_slot(index, ibase, slots, ring64, rbase, ring, i)
+                    if not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, i):
+                        return -1
                     break
                 i = (i + 1) & mask
             ring64[w + 1] = (F_DEAD << 32) | vlen
@@ -187,25 +235,33 @@ def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks):
             meta[mb + M_LIVE_BYTES] -= size
             meta[mb + M_EVICTIONS] += 1
     meta[mb + M_TAIL] = tail + size
-    return True
+    return 1
 
 
 @njit(inline="always")
-def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, max_live,
+def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, max_live,
          h, keys8, keys64, koff, vdata, vstart, vlen):
-    size = _record_size(ks, vlen)
+    """Write the record at the head and point the key's slot at it; False on damage."""
+    size = _record_size(ks, vlen)  # <= ring: vlen <= max value (checked by the caller)
     head = meta[mb + M_HEAD]
     off = head % ring
     if ring - off < size:  # no wrapping records: pad to the ring end and start over at 0
         pad = ring - off
         while head + pad - meta[mb + M_TAIL] > ring:
-            _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks)
+            r = _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks, maxv)
+            if r <= 0:
+                if r < 0:
+                    return False
+                break
         ring64[((rbase + off) >> 3) + 1] = F_PAD << 32
         head += pad
         meta[mb + M_HEAD] = head
         off = 0
     while head + size - meta[mb + M_TAIL] > ring or meta[mb + M_LIVE] >= max_live:
-        if not _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks):
+        r = _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks, maxv)
+        if r <= 0:
+            if r < 0:
+                return False
             break
     w = (rbase + off) >> 3
     p = rbase + off + RECORD_HEADER
@@ -215,7 +271,7 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, max_live
     ring64[w + 1] = (F_LIVE << 32) | vlen
     meta[mb + M_HEAD] = head + size
     entry = (_tag(h) << POS_BITS) | (off + 1)
-    found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, h, keys8, keys64, koff, ks)
+    found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
     if found >= 0:
         old = index[ibase + found]
         ow = (rbase + (old & POS_MASK) - 1) >> 3
@@ -223,24 +279,29 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, max_live
         index[ibase + found] = entry
         ring64[ow + 1] = (F_DEAD << 32) | olen
         meta[mb + M_LIVE_BYTES] += size - _record_size(ks, olen)
-    else:
-        index[ibase + empty] = entry  # an empty slot exists: live < max_live < slots
+    elif empty >= 0:  # always so in an undamaged bucket: live < max_live < slots
+        index[ibase + empty] = entry
         meta[mb + M_LIVE] += 1
         meta[mb + M_LIVE_BYTES] += size
+    else:
+        return False
+    return True
 
 
 @njit(inline="always")
-def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, h, keys8, keys64, koff):
-    found, _ = _find(index, ibase, slots, ring8, ring64, rbase, ring, h, keys8, keys64, koff, ks)
+def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, h, keys8, keys64, koff):
+    """1 deleted, 0 not there, -1 damage met."""
+    found, _ = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
     if found < 0:
-        return False
+        return -1 if found == BAD else 0
     w = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
     vlen = ring64[w + 1] & _LEN_MASK
     ring64[w + 1] = (F_DEAD << 32) | vlen  # dead first: a crash before the slot goes cannot resurrect it
-    _remove_slot(index, ibase, slots, ring64, rbase, ring, found)
+    if not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, found):
+        return -1
     meta[mb + M_LIVE] -= 1
     meta[mb + M_LIVE_BYTES] -= _record_size(ks, vlen)
-    return True
+    return 1
 
 
 # Software pipelining: while key i is looked up, the record of key i + _AHEAD_RECORD
@@ -280,23 +341,6 @@ def _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, h, vlen):
     prefetch(ring8, base + meta[b * ROW_WORDS + M_TAIL] % ring, 1)
 
 
-@njit(inline="always")
-def _prefetch_record(index, ring8, slots, ring, h, span):
-    """Prefetch the lines of [record, record + span) that the key's home slot points at:
-    a hint, read without the seqlock. Records are 16-byte aligned, so a 48-byte header
-    and key cross a line half the time: whole lines from a record's start missed the
-    rest, and contains_many ran 20 % slower."""
-    b = h & _BUCKET_MASK
-    e = index[b * slots + _home(h, slots)]
-    if e != 0:
-        end = b * ring + ring - 1
-        r = b * ring + (e & POS_MASK) - 1
-        p = r & ~63
-        while p < r + span:
-            prefetch(ring8, min(p, end), 0)
-            p += 64
-
-
 @njit(nogil=True, cache=True, _nrt=False)
 def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, actions,
                   vstarts, vlens, vdata, start, me, spin_limit, counters):
@@ -309,7 +353,8 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, action
     checks that owner's liveness, takes the lock over if it is dead, and calls again
     from there).
     """
-    slots, ring, ks, max_live, kst = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXLIVE], geo[G_KSTRIDE]
+    slots, ring, ks, maxv, max_live = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV], geo[G_MAXLIVE]
+    kst = geo[G_KSTRIDE]
     n = hashes.shape[0]
     hash_keys(keys8, keys64, kst, ks, hashes, start)
     for j in range(start, min(n, start + _AHEAD_BUCKET)):
@@ -332,23 +377,37 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, action
             if spins >= spin_limit:
                 return i
         v = meta[mb + M_VERSION]
-        store_release(meta, mb + M_VERSION, v + 1)
+        odd = v + 2 if v & 1 else v + 1  # odd under a free lock: damage, made to move on
+        store_release(meta, mb + M_VERSION, odd)
         fence_release()
+        if v & 1 or not _bucket_ok(meta, mb, ring, max_live):
+            counters[W_CORRUPTIONS] += 1
+            _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b)
         ibase = b * slots
         rbase = b * ring
         act = actions[i]
-        if act == ADD:
-            _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, max_live,
-                 h, keys8, keys64, i * kst, vdata, vstarts[i], vlens[i])
-            counters[W_SETS] += 1
-        elif act == DELETE:
-            if _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, h, keys8, keys64, i * kst):
-                counters[W_DELETES] += 1
+        for _attempt in range(2):  # damage met mid-entry: rebuild, apply again once, else drop it
+            ok = True
+            if act == ADD:
+                ok = _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, max_live,
+                          h, keys8, keys64, i * kst, vdata, vstarts[i], vlens[i])
+                if ok:
+                    counters[W_SETS] += 1
+            elif act == DELETE:
+                r = _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, h, keys8, keys64,
+                            i * kst)
+                ok = r >= 0
+                if r > 0:
+                    counters[W_DELETES] += 1
+                elif r == 0:
+                    counters[W_DELETE_MISSES] += 1
             else:
-                counters[W_DELETE_MISSES] += 1
-        else:
-            counters[W_UNKNOWN] += 1
-        store_release(meta, mb + M_VERSION, v + 2)
+                counters[W_UNKNOWN] += 1
+            if ok:
+                break
+            counters[W_CORRUPTIONS] += 1
+            _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b)
+        store_release(meta, mb + M_VERSION, odd + 1)
         store_release(meta, mb + M_LOCK, 0)
     return n
 
@@ -371,33 +430,32 @@ def spans_of_offsets(offsets, data_len, max_value, lens):
     return -1
 
 
-@njit(nogil=True, cache=True, _nrt=False)
-def repair_bucket(meta, index, ring8, ring64, geo, b):
-    """Rebuild bucket b after its lock was taken over from a dead writer, then unlock.
+@njit(nogil=True, cache=True, _nrt=False)  # not inlined: a cold path, kept out of apply's loop
+def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
+    """Rebuild bucket b's index and counts from its ring, whatever its bytes hold.
 
-    The caller holds the lock (CAS from the dead owner's word). The version is
-    moved to a new odd value first, so a reader that was reading the dead
-    writer's bucket as it stood sees the change and retries. The index is
-    rebuilt from the ring between tail and head; later records of a key win.
-    """
-    slots, ring, ks, maxv, max_live = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV], geo[G_MAXLIVE]
+    The caller holds the lock and has made the version odd. Head and tail that no
+    writer could have left restart the bucket empty; the ring is walked from tail to
+    head, each record checked before use (flags, length, extent, its key's xxh64 and
+    bucket); the walk stops at the first damaged record and the head is set there.
+    Later records of a key win; LIVE records that do not check out become DEAD."""
     mb = b * ROW_WORDS
-    v = meta[mb + M_VERSION]
-    nv = v + 2 if v & 1 else v + 1
-    store_release(meta, mb + M_VERSION, nv)
-    fence_release()
     ibase = b * slots
     rbase = b * ring
-    index[ibase:ibase + slots] = 0
+    for s in range(slots):
+        index[ibase + s] = 0
     head = meta[mb + M_HEAD]
     tail = meta[mb + M_TAIL]
-    if tail > head or head - tail > ring:  # never written so by a writer; start the bucket afresh
+    if head & _POS_BAD:
+        head = tail if (tail & _POS_BAD) == 0 else 0
+    if tail & _POS_BAD or tail > head or head - tail > ring:
         tail = head
-        meta[mb + M_TAIL] = tail
+    meta[mb + M_HEAD] = head
+    meta[mb + M_TAIL] = tail
     live = 0
     live_bytes = 0
     pos = tail
-    while pos < head:
+    while pos < head:  # at most ring / 16 records: each is >= 16 bytes
         off = pos % ring
         w = (rbase + off) >> 3
         word = ring64[w + 1]
@@ -414,10 +472,10 @@ def repair_bucket(meta, index, ring8, ring64, geo, b):
         if flags == F_LIVE:
             h = ring64[w]
             kp = rbase + off + RECORD_HEADER
-            if np.int64(xxh64_span(ring8, kp, ks, np.uint64(0))) != h:
+            if (h & _BUCKET_MASK) != b or np.int64(xxh64_span(ring8, kp, ks, np.uint64(0))) != h:
                 ring64[w + 1] = (F_DEAD << 32) | vlen
             else:
-                found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, h, ring8, ring64, kp, ks)
+                found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, ring8, ring64, kp, ks)
                 entry = (_tag(h) << POS_BITS) | (off + 1)
                 if found >= 0:
                     old = index[ibase + found]
@@ -426,7 +484,7 @@ def repair_bucket(meta, index, ring8, ring64, geo, b):
                     ring64[ow + 1] = (F_DEAD << 32) | olen
                     index[ibase + found] = entry
                     live_bytes += size - _record_size(ks, olen)
-                elif live < max_live and empty >= 0:
+                elif found != BAD and live < max_live and empty >= 0:
                     index[ibase + empty] = entry
                     live += 1
                     live_bytes += size
@@ -435,88 +493,22 @@ def repair_bucket(meta, index, ring8, ring64, geo, b):
         pos += size
     meta[mb + M_LIVE] = live
     meta[mb + M_LIVE_BYTES] = live_bytes
-    meta[mb + M_TAKEOVERS] += 1
-    store_release(meta, mb + M_VERSION, nv + 1)
-    store_release(meta, mb + M_LOCK, 0)
-
-
-# -- reader side: no locks, shared memory may change under us -------------------------
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found, offsets, out, out_pos,
-           want_values, value_guess, static_bucket, static_version, spin_limit, counters):
-    """Hash and look keys start.. up; returns (next index, out_pos, DONE | NEED_SPACE | STUCK).
+def repair_bucket(meta, index, ring8, ring64, geo, b):
+    """Rebuild bucket b after its lock was taken over from a dead writer, then unlock.
 
-    hashes[i] receives each key's xxh64. found[i] is set per key; with want_values
-    the value is copied to out[out_pos:] and offsets[i + 1] is its end.
-    value_guess (bytes, e.g. the mean value length seen so far) sizes the prefetch of each record.
-    NEED_SPACE: out is too small for key i's value. STUCK: key i's bucket stayed
-    odd (mid-write) for spin_limit tries; the caller checks the lock owner and, if
-    it is dead, calls again with static_bucket and static_version set, which
-    accepts that bucket as it stands while its version does not move.
-    counters[0] counts retries after a concurrent write.
+    The caller holds the lock (CAS from the dead owner's word). The version is
+    moved to a new odd value first, so a reader that was reading the dead
+    writer's bucket as it stood sees the change and retries.
     """
-    slots, ring, ks, maxv, kst = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV], geo[G_KSTRIDE]
-    mask = slots - 1
-    n = hashes.shape[0]
-    span = RECORD_HEADER + ks + (value_guess if want_values else 0)
-    hash_keys(keys8, keys64, kst, ks, hashes, start)
-    for j in range(start, min(n, start + _AHEAD_BUCKET)):
-        _prefetch_bucket(meta, index, slots, hashes[j])
-    for j in range(start, min(n, start + _AHEAD_RECORD)):
-        _prefetch_record(index, ring8, slots, ring, hashes[j], span)
-    for i in range(start, n):
-        if i + _AHEAD_BUCKET < n:
-            _prefetch_bucket(meta, index, slots, hashes[i + _AHEAD_BUCKET])
-        if i + _AHEAD_RECORD < n:
-            _prefetch_record(index, ring8, slots, ring, hashes[i + _AHEAD_RECORD], span)
-        h = hashes[i]
-        b = h & _BUCKET_MASK
-        mb = b * ROW_WORDS
-        ibase = b * slots
-        rbase = b * ring
-        tag = _tag(h)
-        koff = i * kst
-        spins = 0
-        while True:
-            v1 = load_acquire(meta, mb + M_VERSION)
-            if v1 & 1 and not (b == static_bucket and v1 == static_version):
-                spins += 1
-                if spins >= spin_limit:
-                    return i, out_pos, STUCK
-                continue
-            hit = -1
-            vlen = 0
-            s = _home(h, slots)
-            for _ in range(slots):
-                e = index[ibase + s]
-                if e == 0:
-                    break
-                if (e >> POS_BITS) == tag:
-                    off = (e & POS_MASK) - 1
-                    if 0 <= off and off + RECORD_HEADER + ks <= ring:
-                        w = (rbase + off) >> 3
-                        word = ring64[w + 1]
-                        ln = word & _LEN_MASK
-                        if (ring64[w] == h and (word >> 32) == F_LIVE and ln <= maxv
-                                and off + RECORD_HEADER + ks + ln <= ring
-                                and _key_eq(ring8, ring64, rbase + off + RECORD_HEADER, keys8, keys64, koff, ks)):
-                            hit = rbase + off + RECORD_HEADER + ks
-                            vlen = ln
-                            break
-                s = (s + 1) & mask
-            if want_values and hit >= 0:
-                if out_pos + vlen > out.shape[0]:
-                    return i, out_pos, NEED_SPACE
-                copy_bytes(out, out_pos, ring8, hit, vlen)  # bounds: out_pos + vlen checked above
-            fence_acquire()
-            if load_acquire(meta, mb + M_VERSION) == v1:
-                break
-            counters[0] += 1
-            spins += 1
-        found[i] = hit >= 0
-        if want_values and hit >= 0:
-            out_pos += vlen
-        offsets[i + 1] = out_pos
-    return n, out_pos, DONE
+    mb = b * ROW_WORDS
+    v = meta[mb + M_VERSION]
+    nv = v + 2 if v & 1 else v + 1
+    store_release(meta, mb + M_VERSION, nv)
+    fence_release()
+    _rebuild(meta, index, ring8, ring64, geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV], geo[G_MAXLIVE], b)
+    meta[mb + M_TAKEOVERS] += 1
+    store_release(meta, mb + M_VERSION, nv + 1)
+    store_release(meta, mb + M_LOCK, 0)

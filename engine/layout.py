@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from shmcache.errors import MemoryTooSmallError
+from shmcache.errors import CorruptCacheError, MemoryTooSmallError
 
 MAGIC = 0x31484341434D4853  # b"SHMCACH1" read as a little-endian int64
 LAYOUT_VERSION = 1
@@ -101,6 +101,7 @@ W_DELETE_MISSES = 3
 W_BATCHES = 4
 W_TAKEOVERS = 5
 W_UNKNOWN = 6  # entries of an unknown action, skipped
+W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _kernels.py)
 
 MAX_WORKERS = 64  # consumer worker processes, one row each (written by that worker only)
 K_OWNER = 0  # owner word of the worker process, 0 if none
@@ -229,6 +230,46 @@ class Geometry:
             )
         size = align(FIXED_BYTES + NBUCKETS * slots * WORD, PAGE) + NBUCKETS * ring
         return cls(size=size, key_size=key_size, max_value=max_value, slots=slots, ring=ring)
+
+    @classmethod
+    def from_header(cls, name: str, header, file_size: int) -> "Geometry":
+        """The geometry a segment's header words claim, checked word by word against this
+        layout's own derivations and the file's size; CorruptCacheError names the first
+        field that is wrong, what it holds and what it should be. The kernels index the
+        segment with these figures, so nothing here may be taken on trust."""
+        h = [int(x) for x in header[:H_TOPIC]]
+
+        def bad(field: str, should: str) -> CorruptCacheError:
+            return CorruptCacheError(f"cache {name!r}: header field {field} is {h[_FIELDS[field]]}; "
+                                     f"it should be {should} (a damaged or foreign segment)")
+
+        ks, maxv, slots, ring, size = h[H_KEY_SIZE], h[H_MAX_VALUE], h[H_SLOTS], h[H_RING], h[H_SIZE]
+        if h[H_NBUCKETS] != NBUCKETS:
+            raise bad("nbuckets", str(NBUCKETS))
+        if not 1 <= ks <= MAX_KEY_SIZE:
+            raise bad("key_size", f"from 1 to {MAX_KEY_SIZE}")
+        if not 0 <= maxv <= 0xFFFFFFFF:
+            raise bad("max_value", "from 0 to 2**32-1")
+        if slots < MIN_SLOTS or slots & (slots - 1):
+            raise bad("slots", f"a power of two >= {MIN_SLOTS}")
+        if ring <= 0 or ring % RECORD_ALIGN or ring > POS_MASK:
+            raise bad("ring", f"a positive multiple of {RECORD_ALIGN} below 2**{POS_BITS}")
+        if ring < record_size(ks, maxv):
+            raise bad("ring", f">= {record_size(ks, maxv)}, one record of key_size={ks} and max_value={maxv}")
+        derived = align(FIXED_BYTES + NBUCKETS * slots * WORD, PAGE) + NBUCKETS * ring
+        if size != derived:
+            raise bad("size", f"{derived}, as derived from slots={slots} and ring={ring}")
+        if size != file_size:
+            raise bad("size", f"{file_size}, the size of the file")
+        if not 0 <= h[H_TOPIC_LEN] <= TOPIC_MAX:
+            raise bad("topic_len", f"from 0 to {TOPIC_MAX}")
+        if not 0 <= h[H_PARTITIONS] <= MAX_PARTITIONS:
+            raise bad("partitions", f"from 0 to {MAX_PARTITIONS}")
+        return cls(size=size, key_size=ks, max_value=maxv, slots=slots, ring=ring)
+
+
+_FIELDS = {"nbuckets": H_NBUCKETS, "key_size": H_KEY_SIZE, "max_value": H_MAX_VALUE, "slots": H_SLOTS,
+           "ring": H_RING, "size": H_SIZE, "topic_len": H_TOPIC_LEN, "partitions": H_PARTITIONS}
 
 
 def _pow2_floor(n: int) -> int:

@@ -9,7 +9,8 @@ every batch; `stats()`, `shmcache top` and the metrics sum the rows.
 
     +---------------------+  0
     | header  (4 KiB)     |  magic, version, creation id of the cache it belongs to
-    | rows (MAX_READERS)  |  8 int64 each: owner word, hits, misses, batches, read retries
+    | rows (MAX_READERS)  |  8 int64 each: owner word, hits, misses, batches, read retries,
+    |                     |  corruptions (damaged records or buckets met, each a miss)
     +---------------------+
 
 A row whose owner died is reused by the next reader; its counters are kept, so
@@ -37,7 +38,8 @@ from shmcache.ipc import liveness
 from shmcache.ipc.segment import SHM_DIR, check_name, kind_of, open_regular
 
 MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
-VERSION = 1
+VERSION = 2  # 2 added the corruptions column (word 5, zero and unused in version 1)
+READABLE_VERSIONS = (1, 2)  # same rows: a version-1 companion is used as it is
 MAX_READERS = 1024
 
 H_MAGIC = 0
@@ -49,6 +51,7 @@ R_HITS = 1
 R_MISSES = 2
 R_BATCHES = 3
 R_RETRIES = 4
+R_CORRUPTIONS = 5
 
 SIZE = L.PAGE + MAX_READERS * L.ROW_WORDS * L.WORD
 
@@ -136,7 +139,7 @@ class ReaderStats:
             os.close(fd)
         self._claimed = not writable  # a read-only row is never claimed: add() is a no-op
         h = np.frombuffer(self._mm, np.int64, 3)
-        if h[H_MAGIC] != MAGIC or h[H_VERSION] != VERSION or h[H_CREATION_ID] != creation_id:
+        if h[H_MAGIC] != MAGIC or h[H_VERSION] not in READABLE_VERSIONS or h[H_CREATION_ID] != creation_id:
             del h
             self.close()
             return
@@ -149,7 +152,7 @@ class ReaderStats:
         row = liveness.claim_row(self.rows, MAX_READERS, L.ROW_WORDS, liveness.owner_word(), share_own=True)
         return None if row < 0 else self.rows[row * L.ROW_WORDS:(row + 1) * L.ROW_WORDS]
 
-    def add(self, hits: int, misses: int, retries: int = 0) -> None:
+    def add(self, hits: int, misses: int, retries: int = 0, corruptions: int = 0) -> None:
         if not self._claimed:
             self._claimed = True
             self.row = self._claim() if self.rows is not None else None
@@ -160,17 +163,20 @@ class ReaderStats:
             row[R_BATCHES] += 1
             if retries:
                 row[R_RETRIES] += retries
+            if corruptions:
+                row[R_CORRUPTIONS] += corruptions
 
     def totals(self) -> dict:
         """Sums over every row ever used, and how many readers are attached now."""
         if self.rows is None:
-            return {"reader_hits": 0, "reader_misses": 0, "reader_batches": 0, "readers": 0}
+            return {"reader_hits": 0, "reader_misses": 0, "reader_batches": 0, "reader_corruptions": 0, "readers": 0}
         r = self.rows.reshape(MAX_READERS, L.ROW_WORDS)
         owners = [int(w) for w in r[:, R_OWNER][r[:, R_OWNER] != 0]]
         return {
             "reader_hits": int(r[:, R_HITS].sum()),
             "reader_misses": int(r[:, R_MISSES].sum()),
             "reader_batches": int(r[:, R_BATCHES].sum()),
+            "reader_corruptions": int(r[:, R_CORRUPTIONS].sum()),
             "readers": sum(1 for w in owners if liveness.is_alive(w)),
         }
 

@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from shmcache.engine import _kernels as K
+from shmcache.engine import _lookup as LK
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401  (part of this module's API)
@@ -49,6 +50,11 @@ SPIN_LIMIT = 2000
 SIZED_TIMEOUT = 0.5  # how long attach waits for a new file to get its size
 READY_TIMEOUT = 30.0  # how long attach waits for a creator to finish, plus READY_S_PER_GIB of the size
 READY_S_PER_GIB = 10.0  # the creator's move to 2 MiB pages took 2-3.5 s per GiB here
+# How long a lookup waits on one key whose bucket stays mid-write under a live lock holder,
+# or whose version never settles (a writer stopped inside a bucket, or a hostile process),
+# before it reports the key missing, counts a corruption and gives the bucket up for the
+# rest of the call. A healthy writer holds a bucket for microseconds.
+STUCK_GIVE_UP = 1.0
 
 
 class Packed:
@@ -165,7 +171,8 @@ class Reader:
             raise
         self._hits = 0
         self._misses = 0
-        self._retries = np.zeros(1, np.int64)
+        self._counts = np.zeros(2, np.int64)  # the lookup kernel's retries and corruptions (_lookup.C_*)
+        self._warned: set[int] = set()  # buckets this handle has logged damage of
         self._shared_stats = reader_stats.ReaderStats(name, self.creation_id)  # every reader's hits, misses
         self._avg_value = 128  # running guess of value size, to size lookup buffers
 
@@ -189,10 +196,9 @@ class Reader:
                 f"cache {self.name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
                 f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
             )
-        geo = L.Geometry(size=int(h[L.H_SIZE]), key_size=int(h[L.H_KEY_SIZE]), max_value=int(h[L.H_MAX_VALUE]),
-                         slots=int(h[L.H_SLOTS]), ring=int(h[L.H_RING]))
-        if geo.size != seg.size or int(h[L.H_NBUCKETS]) != L.NBUCKETS:
-            raise NotACacheError(f"cache {self.name!r}: header says {geo.size} bytes but {seg.path} has {seg.size}")
+        # every figure the kernels index with, checked once here and never re-read (a later
+        # change of these header words cannot move the arrays under the kernels)
+        geo = L.Geometry.from_header(self.name, h, seg.size)
         self.geometry = geo
         mm = seg.mm
         rows = L.ROW_WORDS
@@ -298,35 +304,65 @@ class Reader:
         out = np.empty(max(n * self._avg_value, 1024) if want_values else 0, np.uint8)
         k8, k64 = self._words(k)
         i, pos, static_b, static_v = 0, 0, -1, -1
+        given_up: set[int] = set()  # buckets this call stopped waiting for
+        stuck_i, stuck_since = -1, 0.0
+        retries0, corrupt0 = int(self._counts[LK.C_RETRIES]), int(self._counts[LK.C_CORRUPTIONS])
         while True:
-            i, pos, status = K.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
-                                      hashes, i, found, offsets, out, pos, want_values, self._avg_value, static_b,
-                                      static_v, SPIN_LIMIT, self._retries)
-            if status == K.DONE:
+            i, pos, status = LK.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
+                                       hashes, i, found, offsets, out, pos, want_values, self._avg_value, static_b,
+                                       static_v, SPIN_LIMIT, self._counts)
+            if status == LK.DONE:
                 break
-            if status == K.NEED_SPACE:
+            if status == LK.NEED_SPACE:
                 bigger = np.empty(max(2 * len(out), pos + self.geometry.max_value), np.uint8)
                 bigger[:pos] = out[:pos]
                 out = bigger
                 continue
-            static_b, static_v = self._stuck_bucket(int(hashes[i]) & (L.NBUCKETS - 1), static_b, static_v)
+            b = int(hashes[i]) & (L.NBUCKETS - 1)
+            if i != stuck_i:
+                stuck_i, stuck_since = i, time.monotonic()
+            if b in given_up or time.monotonic() - stuck_since > STUCK_GIVE_UP:  # every call returns in a bound
+                given_up.add(b)
+                if b not in self._warned:
+                    self._warned.add(b)
+                    log.warning("cache %r: bucket %d stayed mid-write or kept changing for %.1f s; its keys are "
+                                "reported missing for this call", self.name, b, STUCK_GIVE_UP)
+                self._counts[LK.C_CORRUPTIONS] += 1  # the key: a miss
+                found[i] = False
+                offsets[i + 1] = pos
+                i += 1
+                continue
+            static_b, static_v = self._stuck_bucket(b, static_b, static_v)
         hits = int(np.count_nonzero(found))
         self._hits += hits
         self._misses += n - hits
-        self._shared_stats.add(hits, n - hits)
+        self._shared_stats.add(hits, n - hits, int(self._counts[LK.C_RETRIES]) - retries0,
+                               int(self._counts[LK.C_CORRUPTIONS]) - corrupt0)
         if want_values and hits:
             self._avg_value = max(16, pos // hits + 1)
         return Packed(found, offsets, out[:pos])
 
     def _stuck_bucket(self, b: int, static_b: int, static_v: int) -> tuple[int, int]:
-        """A bucket stayed mid-write: read it as it stands if its writer is dead, else yield."""
+        """A bucket stayed mid-write (or kept changing): read it as it stands if no live
+        process holds its lock, else yield. A writer takes the lock before it makes the
+        version odd and makes it even before it unlocks, so an odd version that holds
+        still across a read of a free lock is damage: read as it stands, and counted."""
         lock = b * L.ROW_WORDS + L.M_LOCK
-        owner = load_word(self._meta, lock)
-        if owner != 0 and not liveness.is_alive(owner):
-            version = int(load_word(self._meta, b * L.ROW_WORDS + L.M_VERSION))
+        ver = b * L.ROW_WORDS + L.M_VERSION
+        version = int(load_word(self._meta, ver))
+        owner = int(load_word(self._meta, lock))
+        if version & 1 and int(load_word(self._meta, ver)) == version:
+            if owner == 0:
+                if (b, version) != (static_b, static_v):
+                    self._counts[LK.C_CORRUPTIONS] += 1
+                    if b not in self._warned:  # once per handle and bucket: a damaged bucket is met on every call
+                        self._warned.add(b)
+                        log.warning("cache %r: bucket %d is mid-write (version %d) with no writer holding its "
+                                    "lock: damage, read as it stands", self.name, b, version)
+                return b, version
             # Only if the dead writer still holds the lock is that version its own: a live
             # writer taking over in between makes another odd version, never to be accepted.
-            if load_word(self._meta, lock) == owner:
+            if not liveness.is_alive(owner) and load_word(self._meta, lock) == owner:
                 return b, version
         os.sched_yield()  # a live writer is mid-write (or just finished): retry
         return static_b, static_v
@@ -358,6 +394,7 @@ class Reader:
         m = self._meta.reshape(L.NBUCKETS, L.ROW_WORDS)
         w = self._writers.reshape(L.MAX_WRITERS, L.ROW_WORDS)
         geo = self.geometry
+        shared = self._shared_stats.totals()
         return {
             "name": self.name,
             "entries": int(m[:, L.M_LIVE].sum()),
@@ -373,8 +410,11 @@ class Reader:
             "writers": int(np.count_nonzero(w[:, L.W_OWNER])),
             "hits": self._hits,
             "misses": self._misses,
-            "read_retries": int(self._retries[0]),
-            **self._shared_stats.totals(),
+            "read_retries": int(self._counts[LK.C_RETRIES]),
+            **shared,
+            # damaged bucket states met: by writers (each then repaired) and by readers (each a miss)
+            "corruptions": int(w[:, L.W_CORRUPTIONS].sum()) + shared["reader_corruptions"]
+            + (int(self._counts[LK.C_CORRUPTIONS]) if self._shared_stats.row is None else 0),
             "key_size": geo.key_size,
             "max_value": geo.max_value,
             "buckets": L.NBUCKETS,

@@ -489,4 +489,8 @@ ROLES = {
 }
 
 if __name__ == "__main__":
+    if sys.argv[1] not in ROLES:  # the corruption tests' roles
+        from _fuzz_child import ROLES as FUZZ_ROLES
+
+        ROLES.update(FUZZ_ROLES)
     ROLES[sys.argv[1]](*sys.argv[2:])

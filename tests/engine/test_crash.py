@@ -177,9 +177,11 @@ def test_reader_reads_a_dead_writers_bucket_unrepaired(cache_name, procs):
         r.close()
 
 
-def test_stuck_bucket_never_accepts_a_live_or_free_lock(cache_name):
-    """A reader accepts a mid-write bucket as it stands only while a dead writer holds it:
-    with the lock free (a live writer may be taking it) or held by a live process, it retries."""
+def test_stuck_bucket_never_accepts_a_live_lock(cache_name):
+    """A reader accepts a mid-write bucket as it stands only while no live process holds it:
+    held by a live process, it retries; held by a dead writer, it reads it as it stands; odd
+    under a free lock (no writer makes that: a writer takes the lock before the version goes
+    odd and unlocks after it goes even), it reads it as it stands and counts a corruption."""
     import shmcache
     from shmcache.engine import layout as L
 
@@ -187,8 +189,9 @@ def test_stuck_bucket_never_accepts_a_live_or_free_lock(cache_name):
     r = shmcache.attach(cache_name)
     try:
         row = 5 * L.ROW_WORDS
-        w._meta[row + L.M_VERSION] = 7  # odd, lock free
-        assert r._stuck_bucket(5, -1, -1) == (-1, -1)
+        w._meta[row + L.M_VERSION] = 7  # odd, lock free: damage
+        assert r._stuck_bucket(5, -1, -1) == (5, 7)
+        assert r.stats()["corruptions"] == 1
         w._meta[row + L.M_LOCK] = w._me  # odd, held by this live process
         assert r._stuck_bucket(5, -1, -1) == (-1, -1)
         dead = (2**22 + 12345) << 32 | 1  # a pid above pid_max: never alive
