@@ -61,12 +61,19 @@ class GroupWatch:
                     self._publish(fut.result())
                 except Exception as e:  # noqa: BLE001 - a broker hiccup: the next look tries again
                     log.debug("describing group %r failed: %s", self.cfg.group, e)
+                    self.admin = None  # see below
             elif now - self.asked > TIMEOUT_S * 2:
                 self.future = None  # never answered: ask again
+                self.admin = None  # see below
             return
         if now >= self.next:
             self.next = now + CHECK_S
             self._ask()
+
+    # An AdminClient made before the broker restarted timed out on every describe after it
+    # (seen with librdkafka 2.x: the group's view then stayed as it was before the restart,
+    # and a second member went unreported); a look that fails or goes unanswered drops the
+    # client, and the next look makes a new one.
 
     def _ask(self) -> None:
         from confluent_kafka.admin import AdminClient
