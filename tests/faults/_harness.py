@@ -209,9 +209,10 @@ class Run:
         after the fault and, after a restart, a message more than it held when first assigned (so
         progress made by orphaned workers of a killed supervisor does not count).
 
-        With two members in the group (after a join) neither cache holds the whole topic, so the
-        right answer is the opposite: each says its group is shared and is NOT ready (a ready
-        there counts as a false claim)."""
+        With two members in the group (after a join), once the partitions have moved neither
+        cache holds the whole topic, so the right answer is the opposite: each says its group
+        is shared and is NOT ready. (Until the move the first one still holds, and has
+        applied, every partition: ready then is true, not a false claim.)"""
         shared = len(names) > 1
         target = self._ends() + 1
         based: set[str] = set()
@@ -226,7 +227,7 @@ class Run:
                 if st is None or sup is None:
                     ok = False
                     continue
-                if st["ready"] and (st["rebalances"] == 0 or shared):
+                if st["ready"] and st["rebalances"] == 0:
                     fault.false_ready += 1
                 settled = st["shared_group"] and not st["ready"] if shared else st["ready"]
                 if not (settled and st["rebalances"] >= 1 and st["supervisor_pid"] == sup.pid):
