@@ -53,7 +53,6 @@ counter reset); the table and reader counters live as long as the segment.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 from shmcache.consumer import control
@@ -72,15 +71,15 @@ class CacheCollector:
     def __init__(self, name: str):
         self.name = name
         self._reader = None
-        self._ino = None  # inode of the segment attached: a new one means a re-created cache
+        self._ino = None  # identity (ipc.segment.identity) of the segment attached: another one means a re-created cache
         self._lock = threading.Lock()  # the HTTP server may run scrapes in parallel threads
 
     def _attach(self):
         import shmcache
-        from shmcache.ipc.segment import path_of
+        from shmcache.ipc.segment import identity
 
         try:
-            ino = os.stat(path_of(self.name)).st_ino
+            ino = identity(self.name)  # what is at the name now (a symlink is not followed)
         except OSError:
             ino = None
         if self._reader is not None and ino != self._ino:  # destroyed or re-created

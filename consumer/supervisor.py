@@ -266,14 +266,10 @@ class Supervisor:
     def _check_segment(self) -> None:
         """Stop (exit 1) if /dev/shm/NAME was unlinked or now names another file: filling a
         segment nobody can attach any more would be a silent data gap."""
-        from shmcache.ipc.segment import path_of
+        from shmcache.ipc.segment import identity, path_of
 
         path = path_of(self.cfg.name)
-        try:
-            st = os.stat(path, follow_symlinks=False)
-            now = (st.st_dev, st.st_ino)
-        except FileNotFoundError:
-            now = None
+        now = identity(self.cfg.name)
         if now == self._segment_id:
             return
         what = "was removed (unlinked)" if now is None else "was replaced by another file"

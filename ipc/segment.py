@@ -158,6 +158,17 @@ def open_regular(name: str, path: str, flags: int, *, what: str = "") -> int:
     return fd
 
 
+def identity(name: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of what is at the name now, without following a symlink; None if
+    nothing is. A holder of a mapping compares it with the one it mapped: another value
+    means the cache was destroyed, re-created or replaced under it."""
+    try:
+        st = os.lstat(path_of(name))
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def creator_at_work(fd: int) -> bool:
     """True while a live creator holds the file's creation lock (see the module docstring)."""
     try:

@@ -15,23 +15,21 @@ every machine that runs executors needs its own `shmcache run`.
 
 from __future__ import annotations
 
-import os
 import socket
 
 import shmcache
 from shmcache.errors import CacheNotFoundError
-from shmcache.ipc.segment import path_of
+from shmcache.ipc.segment import identity, path_of
 
 _READERS: dict[str, tuple[int, "shmcache.Reader"]] = {}  # name -> (inode of the mapped file, reader)
 
 
 def reader(name: str, who: str) -> "shmcache.Reader":
     """This process's read-only handle on cache `name`, attached on first use."""
-    try:
-        inode = os.stat(path_of(name)).st_ino  # before attach: a re-create in between is seen next batch
-    except FileNotFoundError:
+    inode = identity(name)  # before attach: a re-create in between is seen next batch
+    if inode is None:
         _drop(name)
-        raise _missing(name, who) from None
+        raise _missing(name, who)
     held = _READERS.get(name)
     if held is not None and held[0] == inode:
         return held[1]
@@ -59,10 +57,10 @@ def _drop(name: str) -> None:
 
 
 def _prune() -> None:
-    """Unmap handles on caches that no longer exist, so a long-lived worker does not
-    keep the memory of destroyed tables mapped."""
+    """Unmap handles on caches that no longer exist (or were re-created), so a long-lived
+    worker does not keep the memory of destroyed tables mapped."""
     for name in list(_READERS):
-        if not os.path.exists(path_of(name)):
+        if identity(name) != _READERS[name][0]:
             _drop(name)
 
 
