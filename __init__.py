@@ -7,6 +7,8 @@
     r.get_many_packed(keys)
 
 See engine/table.py for what is and is not guaranteed.
+`shmcache.open` is create's partner for an existing cache; it is not in __all__, so
+`from shmcache import *` never shadows the builtin open().
 """
 
 from shmcache.engine.table import Packed, Reader, Writer, attach, create, destroy, exists, list_caches
@@ -16,4 +18,4 @@ from shmcache.errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
 
-__all__ = ["create", "open", "attach", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", *_errors_all]
+__all__ = ["create", "attach", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", *_errors_all]

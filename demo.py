@@ -445,10 +445,9 @@ class Demo:
                            f"{'at the end of every partition' if not short else 'SHORT'}")
 
     def _committed(self) -> dict[int, int]:
-        from shmcache.consumer import control
         from shmcache.engine import layout as L
 
-        rows = control.partitions(self.reader)
+        rows = self.reader.control.partitions
         return {p: int(rows[p, L.P_COMMITTED]) for p in range(self.partitions)}
 
     def summarize(self) -> None:

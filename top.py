@@ -4,7 +4,8 @@ What it shows, refreshed every `--interval` seconds: entries/s applied by
 action (and messages, malformed messages), per-partition applied offset, lag,
 committed offset and caught-up flag, the table's entries, memory used and
 evictions, every reader process's hits and misses, the workers' pids, restarts
-and heartbeats, and the supervisor's commits and rebalances. Rates are the
+and heartbeats, and the supervisor's commits and rebalances (and its heartbeat's
+age, when it is stale: engine/control.py STALE_HEARTBEAT_S). Rates are the
 difference of the shared counters between two refreshes, divided by the time
 between them; it keeps no counters of its own and is invisible to the cache
 (it looks nothing up, so it adds no reader hits or misses).
@@ -28,7 +29,6 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from shmcache.consumer import control
 from shmcache.engine.layout import format_bytes
 
 MAX_PARTITION_ROWS = 32  # more partitions are summed up in one line
@@ -45,7 +45,7 @@ class Snapshot:
 
     @classmethod
     def read(cls, reader) -> "Snapshot":
-        return cls(time.monotonic(), reader.stats(), control.status(reader))
+        return cls(time.monotonic(), reader.stats(), reader.status())
 
     def totals(self) -> dict:
         """The counters rates are computed from."""
@@ -84,6 +84,8 @@ def _header(name: str, st: dict) -> Text:
     else:
         up = f", up {_duration(time.time() - st['supervisor_started_s'])}" if st["supervisor_started_s"] else ""
         sup = f"supervisor pid {st['supervisor_pid']}" + (up if st["supervisor_alive"] else " (not running)")
+        if st["supervisor_stale"]:  # alive, but not going round its loop
+            sup += f", heartbeat {st['supervisor_heartbeat_age_s']:.0f} s ago (stale)"
     topic = f"topic {st['topic']!r}, {st['partitions']} partitions" if st["topic"] else "no topic"
     t = Text.assemble(("cache ", ""), (name, "bold"), f": {topic}, {sup}, ")
     t.append("ready" if st["ready"] else "not ready", style="green" if st["ready"] else "yellow")

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from shmcache.engine._le import u32, u64
+
 HASH = 32  # a parent tx hash
 FIXED = 8 + 8 + 1 + 4  # fee + size + flags + parentCount = 21
 HEIGHT = 4  # optional block height, big-endian u32
@@ -194,19 +196,6 @@ def decode(offsets: np.ndarray, data: np.ndarray, present: np.ndarray | None = N
     return out
 
 
-@njit(inline="always")
-def _u32le(d, p):
-    return np.int64(d[p]) | (np.int64(d[p + 1]) << 8) | (np.int64(d[p + 2]) << 16) | (np.int64(d[p + 3]) << 24)
-
-
-@njit(inline="always")
-def _u64le(d, p):
-    v = np.uint64(0)
-    for k in range(8):
-        v |= np.uint64(d[p + k]) << np.uint64(8 * k)
-    return v
-
-
 @njit(cache=True, nogil=True)
 def _scan(offsets, data, present, valid, npar, nvout_total):
     """Validate each record; count its parents and vouts. Reads only bounds-checked bytes."""
@@ -216,7 +205,7 @@ def _scan(offsets, data, present, valid, npar, nvout_total):
         p, end = offsets[i], offsets[i + 1]
         if end - p < FIXED:
             continue
-        pc = _u32le(data, p + 17)
+        pc = u32(data, p + 17)
         p += FIXED
         if pc > (end - p) // (HASH + 4):  # each parent needs its hash and a vout count
             continue
@@ -227,7 +216,7 @@ def _scan(offsets, data, present, valid, npar, nvout_total):
             if end - p < 4:
                 ok = False
                 break
-            vc = _u32le(data, p)
+            vc = u32(data, p)
             p += 4
             if vc > (end - p) // 4:
                 ok = False
@@ -247,8 +236,8 @@ def _gather(offsets, data, valid, parent_offsets, first_vout, fee, size, flags, 
         if not valid[i]:
             continue
         p, end = offsets[i], offsets[i + 1]
-        fee[i] = _u64le(data, p)
-        size[i] = _u64le(data, p + 8)
+        fee[i] = u64(data, p)
+        size[i] = u64(data, p + 8)
         flags[i] = data[p + 16]
         a, b = parent_offsets[i], parent_offsets[i + 1]
         p += FIXED
@@ -257,11 +246,11 @@ def _gather(offsets, data, valid, parent_offsets, first_vout, fee, size, flags, 
             p += 1
         v = first_vout[i]
         for j in range(a, b):
-            vc = _u32le(data, p)
+            vc = u32(data, p)
             p += 4
             vout_offsets[j] = v
             for _ in range(vc):
-                vouts[v] = np.uint32(_u32le(data, p))
+                vouts[v] = np.uint32(u32(data, p))
                 v += 1
                 p += 4
             vout_offsets[j + 1] = v

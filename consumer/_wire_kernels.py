@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shmcache.engine._le import u32, u64
+
 ADD = 0
 DELETE = 1
 
@@ -33,26 +35,6 @@ TRAILING_BYTES = 4  # bytes left after the declared count of entries
 
 LEN_SIZE = 4  # u32 LE content length
 ACTION_SIZE = 1
-
-
-@njit(inline="always")
-def _u32(buf, p):
-    """u32 LE at buf[p:p + 4] as int64; the caller has bounds-checked p + 4."""
-    return (
-        np.int64(buf[p])
-        | (np.int64(buf[p + 1]) << 8)
-        | (np.int64(buf[p + 2]) << 16)
-        | (np.int64(buf[p + 3]) << 24)
-    )
-
-
-@njit(inline="always")
-def _u64(buf, p):
-    """u64 LE at buf[p:p + 8]; the caller has bounds-checked p + 8."""
-    v = np.uint64(0)
-    for i in range(8):
-        v |= np.uint64(buf[p + i]) << np.uint64(8 * i)
-    return v
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -84,7 +66,7 @@ def scan(buf, pos, count, hash_size, key_size, max_value):
             err = TRUNCATED_HEADER
             err_at = p
             break
-        length = _u32(buf, p + action_at + ACTION_SIZE)
+        length = u32(buf, p + action_at + ACTION_SIZE)
         if length > max_value:
             err = OVER_MAX_VALUE
             err_at = p
@@ -128,7 +110,7 @@ def gather(buf, pos, walked, hash_size, key_size,
     p = pos
     for _ in range(walked):
         action = buf[p + action_at]
-        length = _u32(buf, p + action_at + ACTION_SIZE)
+        length = u32(buf, p + action_at + ACTION_SIZE)
         if action == ADD or action == DELETE:
             # unsigned indices: no negative-index fix-up per byte, so the copy vectorises
             src = np.uint64(p + hash_size)
@@ -139,7 +121,7 @@ def gather(buf, pos, walked, hash_size, key_size,
             starts_out[j] = p + head
             lens_out[j] = length if action == ADD else 0
             if hash_size != 0:
-                hashes_out[j] = _u64(buf, p)
+                hashes_out[j] = u64(buf, p)
             j += 1
         p += head + length
     return j

@@ -5,7 +5,7 @@ librdkafka reports an unreachable broker by logging every failed connect (about
 ours routes librdkafka's log to the `shmcache.kafka` logger at `log_level` 2
 (critical only; `--set log_level=7` shows everything for debugging) and its
 errors to `error_cb`; the supervisor turns them into one state, in two header
-words it alone writes:
+words it alone writes (through the cache's engine/control.py ControlArea):
 
     H_BROKER_STATE    BROKER_UNKNOWN (no answer yet), BROKER_UP, BROKER_WAITING
     H_BROKER_SINCE    time.time_ns() the current wait started (0 when up)
@@ -32,9 +32,6 @@ RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 5.0
 PROBE_TIMEOUT_S = 1.0  # each metadata request: short, so a stop request is seen at once
 
-STATES = {L.BROKER_UNKNOWN: "connecting", L.BROKER_UP: "up", L.BROKER_WAITING: "waiting for the broker"}
-
-
 def client_settings(on_error=None) -> dict:
     """The settings that keep librdkafka quiet; the caller's error callback sees its errors."""
     return {"logger": kafka_log, "error_cb": on_error or _log_error}
@@ -54,20 +51,20 @@ def is_down(err) -> bool:
 class BrokerWatch:
     """The supervisor's record of the broker's state: its header words, backoff and log."""
 
-    def __init__(self, header, bootstrap: str, wait_limit: float):
-        self.h = header
+    def __init__(self, control, bootstrap: str, wait_limit: float):
+        self.control = control  # the cache's ControlArea (engine/control.py)
         self.bootstrap = bootstrap
         self.wait_limit = wait_limit  # seconds; 0 = wait for ever
         self.since = 0.0  # time.monotonic() the current wait began; 0 while up
         self.delay = RETRY_FIRST_S
         self.next_try = 0.0
         self.last_error = ""
-        self.h[L.H_BROKER_STATE] = L.BROKER_UNKNOWN
-        self.h[L.H_BROKER_SINCE] = 0
+        self.control.set_word(L.H_BROKER_STATE, L.BROKER_UNKNOWN)
+        self.control.set_word(L.H_BROKER_SINCE, 0)
 
     @property
     def down(self) -> bool:
-        return self.h[L.H_BROKER_STATE] != L.BROKER_UP
+        return self.control.broker_state != L.BROKER_UP
 
     def on_error(self, err) -> None:
         """librdkafka's error callback (served by poll): all brokers down asks for a probe at
@@ -86,11 +83,11 @@ class BrokerWatch:
             self.since = now
             self.delay = RETRY_FIRST_S
             self.next_try = now + self.delay
-            self.h[L.H_BROKER_SINCE] = time.time_ns()
-            self.h[L.H_BROKER_STATE] = L.BROKER_WAITING
+            self.control.set_word(L.H_BROKER_SINCE, time.time_ns())
+            self.control.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
             log.warning("the Kafka broker at %s does not answer (%s); waiting for it", self.bootstrap, why)
             return
-        self.h[L.H_BROKER_STATE] = L.BROKER_WAITING
+        self.control.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
         waited = now - self.since
         self.delay = min(self.delay * 2, RETRY_MAX_S)
         self.next_try = now + self.delay
@@ -102,8 +99,8 @@ class BrokerWatch:
             log.info("the Kafka broker at %s answers again after %.1f s", self.bootstrap, time.monotonic() - self.since)
         self.since = 0.0
         self.next_try = 0.0
-        self.h[L.H_BROKER_SINCE] = 0
-        self.h[L.H_BROKER_STATE] = L.BROKER_UP
+        self.control.set_word(L.H_BROKER_SINCE, 0)
+        self.control.set_word(L.H_BROKER_STATE, L.BROKER_UP)
 
     def due(self) -> bool:
         """Time to ask the broker: librdkafka said it is down, or the wait's next retry."""
@@ -122,12 +119,3 @@ class BrokerWatch:
     def waited(self) -> float:
         return time.monotonic() - self.since if self.since else 0.0
 
-
-def status_fields(header) -> dict:
-    """The broker's state as status() shows it."""
-    state = int(header[L.H_BROKER_STATE])
-    since = int(header[L.H_BROKER_SINCE])
-    return {
-        "broker": STATES.get(state, "connecting"),
-        "broker_waiting_s": max(0.0, (time.time_ns() - since) / 1e9) if since else None,
-    }

@@ -19,7 +19,9 @@ import socket
 import tomllib
 from dataclasses import dataclass, field
 
-FORMATS = ("v1", "v2", "kv")
+from shmcache.engine import layout as L
+
+FORMATS = ("v1", "v2", "kv")  # the wire formats (consumer/wire.py): the one list of their names
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 
 # Settings the supervisor and workers own; passing them through would break the
@@ -45,7 +47,7 @@ class RunConfig:
     commit_interval: float = 1.0  # seconds between periodic commits
     assignment: str = "cooperative-sticky"  # partition.assignment.strategy
     key_size: int = 32
-    max_value: int = 4096
+    max_value: int = L.DEFAULT_MAX_VALUE
     batch_messages: int = 256  # messages a worker takes per consume() call
     max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)
     drain_timeout: float = 30.0  # how long a revoke or shutdown waits for workers to drain
@@ -73,8 +75,8 @@ class RunConfig:
             raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
         if self.assignment not in STRATEGIES:
             raise ValueError(f"assignment={self.assignment!r}: expected one of {', '.join(STRATEGIES)}")
-        if not 1 <= self.workers <= 64:
-            raise ValueError(f"workers={self.workers}: expected 1..64")
+        if not 1 <= self.workers <= L.MAX_WORKERS:  # one row each in the segment
+            raise ValueError(f"workers={self.workers}: expected 1..{L.MAX_WORKERS}")
         if self.max_rate < 0:
             raise ValueError(f"max_rate={self.max_rate}: must be >= 0 (0 = unlimited)")
         if not 0 <= self.metrics_port <= 65535:

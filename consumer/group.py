@@ -7,7 +7,7 @@ destroy) takes some of the topic's partitions, and this cache then holds only th
 rest. `GroupWatch` asks the broker (AdminClient.describe_consumer_groups) who the
 members are and what each holds, every few seconds and soon after each rebalance,
 without blocking the supervisor's loop (the answer is a future, looked at on the
-next tick). It publishes them in the segment (control.set_group: status, `top`,
+next tick). It publishes them in the segment (engine/control.py set_group: status, `top`,
 `shmcache status`, the metrics) and logs a warning when another member appears,
 changes or stays (once a minute), and a line when the group is this supervisor's
 alone again.
@@ -19,7 +19,6 @@ import logging
 import time
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import control
 from shmcache.consumer.config import RunConfig
 
 log = logging.getLogger("shmcache.supervisor")
@@ -114,8 +113,9 @@ class GroupWatch:
                 elsewhere[p] = len(others)
             others.append({"client_id": m.client_id or "", "host": (m.host or "").lstrip("/"),
                            "instance_id": m.group_instance_id or "", "partitions": held})
-        control.set_group(self.cache, len(members),
-                          [{k: o[k] for k in ("client_id", "host", "instance_id")} for o in others], elsewhere)
+        self.cache.control.set_group(len(members),
+                                     [{k: o[k] for k in ("client_id", "host", "instance_id")} for o in others],
+                                     elsewhere)
         shown = tuple((o["client_id"], o["host"], o["instance_id"], tuple(o["partitions"])) for o in others)
         now = time.monotonic()
         if others and (shown != self.shown or now - self.warned >= REMIND_S):

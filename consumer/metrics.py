@@ -55,8 +55,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from shmcache.consumer import control
-
 log = logging.getLogger("shmcache.metrics")
 
 PREFIX = "shmcache_"
@@ -101,7 +99,7 @@ class CacheCollector:
             if r is None:
                 return
             s = r.stats()
-            st = control.status(r)
+            st = r.status()
         c = [self.name]
 
         def counter(name, doc, value, labels=(), rows=None):

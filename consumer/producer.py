@@ -25,14 +25,15 @@ from __future__ import annotations
 import numpy as np
 
 from shmcache.consumer import wire
+from shmcache.consumer.config import FORMATS
 
 
 class TxmetaProducer:
     def __init__(self, bootstrap: str, topic: str, *, format: str = "v1", settings: dict | None = None):
         from confluent_kafka import Producer
 
-        if format not in ("v1", "v2", "kv"):
-            raise ValueError(f"format={format!r}: expected v1, v2 or kv")
+        if format not in FORMATS:
+            raise ValueError(f"format={format!r}: expected one of {', '.join(FORMATS)}")
         self.topic = topic
         self.format = format
         conf = {

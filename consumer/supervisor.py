@@ -24,7 +24,7 @@ A run that never got going (no broker within the bound, a missing topic, a stop
 while waiting) removes the cache if it created it; a cache that existed stays.
 
 What it publishes besides: its commits, commit failures, rebalances and lost
-partitions in header words (control.SUPERVISOR_COUNTERS), and with
+partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
 `metrics_port` a Prometheus endpoint (consumer/metrics.py) that reads all of
 the segment's counters at scrape time.
 """
@@ -39,7 +39,6 @@ import signal
 import time
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import control
 from shmcache.consumer import worker as worker_mod
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import layout as L
@@ -85,7 +84,7 @@ class WorkerHandle:
                                 name=f"shmcache-worker-{self.index}")
         self.proc.start()
         child.close()
-        control.workers(self.sup.cache)[self.index, L.K_STARTS] += 1
+        self.sup.cache.control.workers[self.index, L.K_STARTS] += 1
         log.info("worker %d started, pid %d", self.index, self.proc.pid)
 
     def alive(self) -> bool:
@@ -204,21 +203,20 @@ class Supervisor:
         cfg = self.cfg
         self.cache = shmcache.create(cfg.name, memory=cfg.memory, key_size=cfg.key_size,
                                      max_value=cfg.max_value, exist_ok=True)
-        h = self.cache._header
-        other = int(h[L.H_SUPERVISOR])
+        other = self.cache.control.supervisor
         if other and other != liveness.owner_word() and liveness.is_alive(other):
             self.cache.close()
             raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, pid {liveness.word_pid(other)}")
         self._wait_for_orphans()
-        if control.topic(self.cache) != cfg.topic:
-            control.reset_partitions(self.cache)  # progress on another topic means nothing here
+        if self.cache.control.topic != cfg.topic:
+            self.cache.control.reset_partitions()  # progress on another topic means nothing here
         # before this supervisor's pid makes the rows count: nothing a dead one assigned is
         # assigned now, so nobody reads its rows as ready (DESIGN invariant 10)
-        control.disown_partitions(self.cache)
-        control.workers(self.cache)[:] = 0
-        control.reset_supervisor(self.cache)
+        self.cache.control.disown_partitions()
+        self.cache.control.workers[:] = 0
+        self.cache.control.reset_supervisor()
         self._segment_id = self._identify_segment()
-        h[L.H_SUPERVISOR] = liveness.owner_word()
+        self.cache.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
         repaired = self.cache.repair_dead_locks()
         if repaired:
             log.warning("repaired %d buckets left locked by dead writers", repaired)
@@ -231,7 +229,7 @@ class Supervisor:
         """Workers of a supervisor that was killed exit on their own once they notice (a
         tenth of a second, or the end of the batch they are applying). Two writers on one
         partition could apply it out of order, so wait for them; kill the ones that stay."""
-        rows = control.workers(self.cache)
+        rows = self.cache.control.workers
         left = [int(w) for w in rows[:, L.K_OWNER].tolist() if w and liveness.is_alive(int(w))]
         if not left:
             return
@@ -283,7 +281,7 @@ class Supervisor:
         from shmcache.consumer.metrics import MetricsServer
 
         self.metrics = MetricsServer(self.cfg.name, self.cfg.metrics_port, self.cfg.metrics_host)
-        self.cache._header[L.H_METRICS_PORT] = self.metrics.port
+        self.cache.control.set_word(L.H_METRICS_PORT, self.metrics.port)
         log.info("metrics on http://%s:%d/metrics", self.metrics.host, self.metrics.port)
 
     def _start(self) -> bool:
@@ -293,11 +291,11 @@ class Supervisor:
         from confluent_kafka import Consumer
 
         cfg = self.cfg
-        self.broker = broker_mod.BrokerWatch(self.cache._header, cfg.bootstrap, cfg.broker_wait)
+        self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
         self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(),
                                                        **broker_mod.client_settings(self.broker.on_error)))
-        if not control.topic(self.cache):  # a new cache: name its topic while waiting for the broker
-            control.set_topic(self.cache, cfg.topic, 0)
+        if not self.cache.control.topic:  # a new cache: name its topic while waiting for the broker
+            self.cache.control.set_topic(cfg.topic, 0)
         tmeta = self._topic_metadata()
         if tmeta is None:
             return False
@@ -305,7 +303,7 @@ class Supervisor:
         if npart > L.MAX_PARTITIONS:
             raise ShmcacheError(f"cache {cfg.name!r}: topic {cfg.topic!r} has {npart} partitions; "
                                 f"at most {L.MAX_PARTITIONS} are supported")
-        control.set_topic(self.cache, cfg.topic, npart)
+        self.cache.control.set_topic(cfg.topic, npart)
         self.workers = [WorkerHandle(self, i) for i in range(cfg.workers)]
         for w in self.workers:
             w.start()
@@ -323,9 +321,9 @@ class Supervisor:
         a user's mistake: ShmcacheError at once."""
         from confluent_kafka import KafkaError, KafkaException
 
-        cfg, h = self.cfg, self.cache._header
+        cfg = self.cfg
         while not self._stop_reason:
-            h[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+            self.cache.control.beat()
             try:
                 meta = self.consumer.list_topics(cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
             except KafkaException as e:
@@ -356,7 +354,7 @@ class Supervisor:
         """Wait, but return at once on a stop request."""
         end = time.monotonic() + max(0.0, seconds)
         while not self._stop_reason and time.monotonic() < end:
-            self.cache._header[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+            self.cache.control.beat()
             time.sleep(max(0.0, min(0.1, end - time.monotonic())))
 
     def _check_broker(self) -> None:
@@ -392,9 +390,9 @@ class Supervisor:
         if self.metrics is not None:  # before the cache closes: a scrape reads it
             self.metrics.close()
         if self.cache is not None:
-            self.cache._header[L.H_METRICS_PORT] = 0
-            self.cache._header[L.H_SUPERVISOR] = 0
-            rows = control.partitions(self.cache)
+            self.cache.control.set_word(L.H_METRICS_PORT, 0)
+            self.cache.control.set_word(L.H_SUPERVISOR, 0)
+            rows = self.cache.control.partitions
             for p in list(self.assigned):
                 rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = 0
             self.cache.close()
@@ -423,13 +421,12 @@ class Supervisor:
 
     def _on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
-        control.count(self.cache, L.H_REBALANCES)  # called once per completed rebalance, even with no partitions
-        h = self.cache._header
-        h[L.H_ASSIGNING] = 1  # readers must not call a half-published assignment ready
+        self.cache.control.count(L.H_REBALANCES)  # called once per completed rebalance, even with no partitions
+        self.cache.control.set_word(L.H_ASSIGNING, 1)  # readers must not call a half-published assignment ready
         try:
             self._assign(consumer, tps)
         finally:
-            h[L.H_ASSIGNING] = 0
+            self.cache.control.set_word(L.H_ASSIGNING, 0)
         self._rebalancing = 0.0  # the new generation is in place: periodic commits may go again
         self._last_commit = 0.0  # and the one held back goes now
         if self.group_watch is not None:
@@ -448,11 +445,11 @@ class Supervisor:
             return
         parts = sorted(tp.partition for tp in tps)
         log.info("assignment of partitions %s received; handing them to the workers", parts)
-        if parts[-1] >= int(self.cache._header[L.H_PARTITIONS]) and parts[-1] < L.MAX_PARTITIONS:
-            control.set_topic(self.cache, self.cfg.topic, parts[-1] + 1)  # the topic grew: ready means all
+        if parts[-1] >= self.cache.control.npartitions and parts[-1] < L.MAX_PARTITIONS:
+            self.cache.control.set_topic(self.cfg.topic, parts[-1] + 1)  # the topic grew: ready means all
         committed = {tp.partition: tp.offset for tp in consumer.committed(
             [TopicPartition(self.cfg.topic, p) for p in parts], timeout=KAFKA_TIMEOUT_S)}
-        rows = control.partitions(self.cache)
+        rows = self.cache.control.partitions
         plan: dict[int, list] = {}
         for p in parts:
             lo, hi = consumer.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=KAFKA_TIMEOUT_S)
@@ -492,7 +489,7 @@ class Supervisor:
                 w.partitions.difference_update(ps)
         if commit:
             self._commit(parts, final=True)
-        rows = control.partitions(self.cache)
+        rows = self.cache.control.partitions
         for p in parts:
             rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = rows[p, L.P_CAUGHT_UP] = 0
             self.assigned.pop(p, None)
@@ -508,7 +505,7 @@ class Supervisor:
         """Partitions are already someone else's: stop them, commit nothing."""
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
         self._rebalancing = self._rebalancing or time.monotonic()
-        control.count(self.cache, L.H_PARTITIONS_LOST, len(tps))
+        self.cache.control.count(L.H_PARTITIONS_LOST, len(tps))
         self._release(tps, commit=False)
         self._unassign(consumer, tps)
 
@@ -522,7 +519,7 @@ class Supervisor:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        self.cache._header[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+        self.cache.control.beat()
         if now - self._last_segment_check >= SEGMENT_CHECK_S:
             self._last_segment_check = now
             self._check_segment()
@@ -554,7 +551,7 @@ class Supervisor:
         if repaired:
             log.warning("repaired %d buckets the dead worker left locked", repaired)
         w.start()
-        rows = control.partitions(self.cache)
+        rows = self.cache.control.partitions
         items = []
         for p in sorted(w.partitions):
             rows[p, L.P_GENERATION] += 1
@@ -566,7 +563,7 @@ class Supervisor:
         """Commit the applied offsets the workers published (never more)."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        rows = control.partitions(self.cache)
+        rows = self.cache.control.partitions
         todo = [(p, int(rows[p, L.P_APPLIED])) for p in parts
                 if rows[p, L.P_APPLIED] >= 0 and rows[p, L.P_APPLIED] != rows[p, L.P_COMMITTED]]
         if not todo or self.broker.down:  # a commit without a broker blocks for ~45 s; they go later
@@ -583,14 +580,14 @@ class Supervisor:
                 # the group is moving to a new generation: this commit went with the old one.
                 # Hold periodic commits until the assignment callback says the move is done
                 # (the revoke callback commits what leaves), then commit these again.
-                control.count(self.cache, L.H_COMMITS_DEFERRED)
+                self.cache.control.count(L.H_COMMITS_DEFERRED)
                 self._rebalancing = self._rebalancing or time.monotonic()
                 log.info("commit of %s deferred: the group is rebalancing (%s)", dict(todo), name)
                 return
-            control.count(self.cache, L.H_COMMIT_FAILURES)
+            self.cache.control.count(L.H_COMMIT_FAILURES)
             log.warning("commit of %s failed: %s", dict(todo), err)
             return
-        control.count(self.cache, L.H_COMMITS)
+        self.cache.control.count(L.H_COMMITS)
         for p, o in todo:
             rows[p, L.P_COMMITTED] = o
         if final:

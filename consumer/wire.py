@@ -43,7 +43,8 @@ What a receiver MUST check (and `decode` does):
 4. Unknown actions are skipped by their `len` and counted, never applied.
 5. v2: the sent xxh64 is not trusted to place a key; it is recomputed, and a
    mismatch means the message is not v2 (rule 1). The verified hashes come back in
-   `Batch.hashes` (the engine still hashes keys itself: it does not take them yet).
+   `Batch.hashes`, and the worker hands them to the writer's apply (hashes=), so the
+   engine does not hash those keys again: every v2 key is hashed once, here.
 
 Choices where the format is silent:
 - A DELETE with len > 0: its content is skipped by its len (as Teranode's receivers

@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import control, wire
+from shmcache.consumer import wire
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
@@ -55,8 +55,8 @@ class Worker:
         self.conn = conn
         self.parent = os.getppid()
         self.cache = shmcache.open(cfg.name)
-        self.rows = control.partitions(self.cache)
-        self.me = control.workers(self.cache)[index]
+        self.rows = self.cache.control.partitions
+        self.me = self.cache.control.workers[index]
         self.me[L.K_OWNER] = liveness.owner_word()
         self.me[L.K_HEARTBEAT] = time.time_ns()
         # group.id only because librdkafka wants one; assign() never joins the group
@@ -205,7 +205,7 @@ class Worker:
     def _apply_batch(self, batch) -> None:
         n = len(batch.actions)
         if n:
-            self.cache.apply_spans(batch.keys, batch.actions, batch.value_starts, batch.value_lens, batch.data)
+            apply_batch(self.cache, batch)
             deletes = int(np.count_nonzero(batch.actions == wire.DELETE))
             self.me[L.K_DELETES] += deletes
             self.me[L.K_ADDS] += n - deletes
@@ -234,6 +234,13 @@ class Worker:
             if 0 <= row[L.P_HIGH_WATERMARK] <= row[L.P_APPLIED] and not row[L.P_CAUGHT_UP]:
                 row[L.P_CAUGHT_UP] = 1
                 log.info("partition %d caught up at offset %d", p, int(row[L.P_APPLIED]))
+
+
+def apply_batch(cache, batch) -> None:
+    """Apply a decoded batch (consumer/wire.py's Batch) to the cache. A v2 batch's hashes
+    go along, so its keys are hashed once: decode verified every one against its key
+    (a message with a wrong one is not v2), and the writer trusts what it is given."""
+    cache.apply(batch.keys, batch.actions, (batch.value_starts, batch.value_lens, batch.data), hashes=batch.hashes)
 
 
 def main(cfg_dict: dict, index: int, conn) -> None:

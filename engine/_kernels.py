@@ -44,6 +44,7 @@ import numpy as np
 from numba import njit
 
 from shmcache.engine._prefetch import prefetch
+from shmcache.engine import layout as L
 from shmcache.engine._xxh64 import hash_keys, xxh64_span
 from shmcache.engine.layout import (
     BUCKET_BITS,
@@ -95,9 +96,7 @@ def _tag(h):
     return (h >> TAG_SHIFT) & 0xFFFF
 
 
-@njit(inline="always")
-def _record_size(ks, vlen):
-    return (RECORD_HEADER + ks + vlen + RECORD_ALIGN - 1) // RECORD_ALIGN * RECORD_ALIGN
+_record_size = njit(inline="always")(L.record_size)  # the layout's own formula, compiled
 
 
 @njit(inline="always")
@@ -342,11 +341,12 @@ def _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, h, vlen):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, actions,
+def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, hashed, actions,
                   vstarts, vlens, vdata, start, me, spin_limit, counters):
     """Hash and apply entries start.. in order, each under its bucket's lock and seqlock.
 
-    hashes[i] receives each key's xxh64; `counters` is the writer's own row of the
+    hashes[i] receives each key's xxh64, unless `hashed` says the caller filled them in
+    already (a wire v2 batch's verified hashes; they are trusted); `counters` is the writer's own row of the
     segment's writer table (layout W_*), counted in place as entries are applied.
     Returns the index of the first entry not applied: n when all were, or an entry
     whose bucket lock stayed held by another owner for spin_limit tries (the caller
@@ -356,7 +356,8 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, action
     slots, ring, ks, maxv, max_live = geo[G_SLOTS], geo[G_RING], geo[G_KEY], geo[G_MAXV], geo[G_MAXLIVE]
     kst = geo[G_KSTRIDE]
     n = hashes.shape[0]
-    hash_keys(keys8, keys64, kst, ks, hashes, start)
+    if not hashed:
+        hash_keys(keys8, keys64, kst, ks, hashes, start)
     for j in range(start, min(n, start + _AHEAD_BUCKET)):
         _prefetch_bucket(meta, index, slots, hashes[j])
     for j in range(start, min(n, start + _AHEAD_RECORD)):

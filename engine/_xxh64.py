@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shmcache.engine._le import u32, u64
+
 P1 = np.uint64(0x9E3779B185EBCA87)
 P2 = np.uint64(0xC2B2AE3D27D4EB4F)
 P3 = np.uint64(0x165667B19E3779F9)
@@ -23,22 +25,6 @@ P5 = np.uint64(0x27D4EB2F165667C5)
 @njit(inline="always")
 def _rotl(x, r):
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
-
-
-@njit(inline="always")
-def _u64(buf, off):
-    v = np.uint64(0)
-    for i in range(8):
-        v |= np.uint64(buf[off + i]) << np.uint64(8 * i)
-    return v
-
-
-@njit(inline="always")
-def _u32(buf, off):
-    v = np.uint64(0)
-    for i in range(4):
-        v |= np.uint64(buf[off + i]) << np.uint64(8 * i)
-    return v
 
 
 @njit(inline="always")
@@ -65,10 +51,10 @@ def xxh64_span(buf, start, n, seed):
         v3 = seed
         v4 = seed - P1
         while p + 32 <= end:
-            v1 = _round(v1, _u64(buf, p))
-            v2 = _round(v2, _u64(buf, p + 8))
-            v3 = _round(v3, _u64(buf, p + 16))
-            v4 = _round(v4, _u64(buf, p + 24))
+            v1 = _round(v1, u64(buf, p))
+            v2 = _round(v2, u64(buf, p + 8))
+            v3 = _round(v3, u64(buf, p + 16))
+            v4 = _round(v4, u64(buf, p + 24))
             p += 32
         h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
         h = _merge(h, v1)
@@ -79,11 +65,11 @@ def xxh64_span(buf, start, n, seed):
         h = seed + P5
     h += np.uint64(n)
     while p + 8 <= end:
-        h ^= _round(np.uint64(0), _u64(buf, p))
+        h ^= _round(np.uint64(0), u64(buf, p))
         h = _rotl(h, 27) * P1 + P4
         p += 8
     if p + 4 <= end:
-        h ^= _u32(buf, p) * P1
+        h ^= np.uint64(u32(buf, p)) * P1
         h = _rotl(h, 23) * P2 + P3
         p += 4
     while p < end:

@@ -4,7 +4,7 @@ One segment per cache, a file under /dev/shm, laid out as consecutive sections,
 each a whole number of 4 KiB pages so every section starts page-aligned:
 
     +----------------------+  0
-    | header   (4 KiB)     |  int64 words: magic, version, geometry, ids, state
+    | header   (4 KiB)     |  int64 words: magic, version, geometry, ids, control words (engine/control.py)
     | writers  (4 KiB)     |  MAX_WRITERS x 8 int64: owner word + counters per writer process
     | workers  (4 KiB)     |  MAX_WORKERS x 8 int64: pid word, heartbeat, counters (consumer/)
     | partitions (64 KiB)  |  MAX_PARTITIONS x 8 int64: applied offset, watermark, owner (consumer/)
@@ -54,12 +54,12 @@ H_SLOTS = 5  # index slots per bucket (a power of two)
 H_RING = 6  # ring bytes per bucket (a multiple of RECORD_ALIGN)
 H_SIZE = 7  # total segment bytes
 H_CREATION_ID = 8  # random, tells a re-created segment from the old one
-H_CREATED_NS = 9
+H_CREATED_NS = 9  # time.time_ns() at creation (stats: created_s)
 H_SUPERVISOR = 10  # owner word (pid << 32 | start stamp) of the supervisor, 0 if none
-H_STATE = 11  # STATE_* below
+# word 11 is free (it was a state word nobody read: the magic, written last, says a segment is made)
 H_TOPIC_LEN = 12
 H_PARTITIONS = 13  # partitions of the topic (0 until a supervisor has seen it)
-H_SUPERVISOR_HEARTBEAT = 14  # time.time_ns() of the supervisor's last loop
+H_SUPERVISOR_HEARTBEAT = 14  # time.time_ns() of the supervisor's last loop (status: supervisor_heartbeat_age_s)
 H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8, for status output
 TOPIC_MAX = 32 * WORD
 # Supervisor counters and facts: written by the supervisor only, zeroed when one starts
@@ -75,7 +75,8 @@ H_ASSIGNING = 54  # 1 while the supervisor publishes an assignment (rows half-wr
 H_BROKER_STATE = 60  # BROKER_* below
 H_BROKER_SINCE = 61  # time.time_ns() the current wait for the broker began; 0 when it answers
 BROKER_UNKNOWN, BROKER_UP, BROKER_WAITING = 0, 1, 2
-# The consumer group as the supervisor last saw it (consumer/control.py set_group): who else
+BROKER_STATE_NAMES = {BROKER_UNKNOWN: "connecting", BROKER_UP: "up", BROKER_WAITING: "waiting for the broker"}
+# The consumer group as the supervisor last saw it (engine/control.py set_group): who else
 # holds partitions of the topic. Written by the supervisor only; H_GROUP_CHECKED is -1 while
 # it writes them and the time of the look after, so a reader can tell a torn read.
 H_GROUP_MEMBERS = 96  # members of the group, this supervisor included; 0 unknown
@@ -86,9 +87,6 @@ H_GROUP_TEXT = 128  # words 128..191: JSON list of the other members (client id,
 GROUP_TEXT_MAX = 64 * WORD
 H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th other member holding it
 HEADER_WORDS = PAGE // WORD
-
-STATE_CREATING = 0  # magic not yet written: attachers wait
-STATE_READY = 1
 
 # -- per-process slot tables ------------------------------------------------------
 ROW_WORDS = 8  # 64 B rows: one cache line each, so processes never share a line
@@ -167,7 +165,9 @@ def align(n: int, a: int) -> int:
 
 
 def record_size(key_size: int, value_len: int) -> int:
-    return align(RECORD_HEADER + key_size + value_len, RECORD_ALIGN)
+    """Ring bytes a record takes. Plain arithmetic on module constants, so that the kernels
+    compile this very function (engine/_kernels.py) rather than keep a copy."""
+    return (RECORD_HEADER + key_size + value_len + RECORD_ALIGN - 1) // RECORD_ALIGN * RECORD_ALIGN
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,13 @@ for want of statistics. Mode: the owner's read-write; read-write for the group
 if the cache's group may read (0640 -> 0660), so a reader group can count; read
 only for others if they may read the cache (0644 -> 0664): never wider than the
 group that may read. A reader allowed only to read it sees the sums, uncounted.
-Like the cache itself it is opened only as a regular file, without following a
-symlink or blocking (ipc/segment.py's open_regular).
+Like the cache itself it is made and mapped by ipc/segment.py's Segment: opened only
+as a regular file, without following a symlink or blocking (open_regular), created
+with O_EXCL and its mode set by fchmod (never the umask's).
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 
@@ -35,7 +35,7 @@ import numpy as np
 from shmcache.engine import layout as L
 from shmcache.errors import CacheExistsError, CachePermissionError, NotACacheError
 from shmcache.ipc import liveness
-from shmcache.ipc.segment import SHM_DIR, check_name, kind_of, open_regular
+from shmcache.ipc.segment import SHM_DIR, Segment, check_name, kind_of
 
 MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
 VERSION = 2  # 2 added the corruptions column (word 5, zero and unused in version 1)
@@ -87,23 +87,19 @@ def create(name: str, mode: int, creation_id: int) -> None:
         except PermissionError:
             raise CachePermissionError(f"cache {name!r}: permission denied removing the old {path}{_WHAT} "
                                        f"(owner uid {st.st_uid})") from None
-    mode = companion_mode(mode)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    except FileExistsError:
+        seg = Segment(name, create_size=SIZE, writable=True, mode=companion_mode(mode), path=path, what=_WHAT)
+    except CacheExistsError:
         raise CacheExistsError(f"cache {name!r}: something else made {path}{_WHAT} while the cache was being "
                                "created; nothing was created") from None
     try:
-        os.fchmod(fd, mode)
-        os.posix_fallocate(fd, 0, SIZE)
-        with mmap.mmap(fd, SIZE) as mm:
-            h = np.frombuffer(mm, np.int64, 3)
-            h[H_VERSION] = VERSION
-            h[H_CREATION_ID] = creation_id
-            h[H_MAGIC] = MAGIC
-            del h
+        h = np.frombuffer(seg.mm, np.int64, 3)
+        h[H_VERSION] = VERSION
+        h[H_CREATION_ID] = creation_id
+        h[H_MAGIC] = MAGIC
+        del h
     finally:
-        os.close(fd)
+        seg.close()  # lets go of the creation lock too
 
 
 def unlink(name: str) -> None:
@@ -119,32 +115,30 @@ class ReaderStats:
 
     rows: np.ndarray | None = None
     row: np.ndarray | None = None
-    _mm: mmap.mmap | None = None
+    _seg: Segment | None = None
     _claimed = False  # a row is claimed at the first batch, so stats-only handles take none
 
     def __init__(self, name: str, creation_id: int):
-        writable = True
+        path = path_of(name)
         try:
-            try:
-                fd = open_regular(name, path_of(name), os.O_RDWR)
+            try:  # shared: a reader group writes it by design
+                seg = Segment(name, writable=True, path=path, what=_WHAT, shared=True)
             except PermissionError:  # a reader allowed to read the sums, not to count
-                fd, writable = open_regular(name, path_of(name), os.O_RDONLY), False
+                seg = Segment(name, writable=False, path=path, what=_WHAT)
         except (OSError, ValueError):
             return  # no companion, not a file, not ours to read: no shared counters
-        try:
-            if os.fstat(fd).st_size != SIZE:
-                return
-            self._mm = mmap.mmap(fd, SIZE, prot=mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
-        finally:
-            os.close(fd)
-        self._claimed = not writable  # a read-only row is never claimed: add() is a no-op
-        h = np.frombuffer(self._mm, np.int64, 3)
+        self._seg = seg
+        if seg.size != SIZE:
+            self.close()
+            return
+        self._claimed = not seg.writable  # a read-only row is never claimed: add() is a no-op
+        h = np.frombuffer(seg.mm, np.int64, 3)
         if h[H_MAGIC] != MAGIC or h[H_VERSION] not in READABLE_VERSIONS or h[H_CREATION_ID] != creation_id:
             del h
             self.close()
             return
         del h
-        self.rows = np.frombuffer(self._mm, np.int64, MAX_READERS * L.ROW_WORDS, L.PAGE)
+        self.rows = np.frombuffer(seg.mm, np.int64, MAX_READERS * L.ROW_WORDS, L.PAGE)
 
     def _claim(self) -> np.ndarray | None:
         """This process's row (a second handle in the process shares it); None when every
@@ -182,9 +176,6 @@ class ReaderStats:
 
     def close(self) -> None:
         self.row = self.rows = None
-        if self._mm is not None:
-            try:
-                self._mm.close()
-            except BufferError:
-                pass  # a view is still alive somewhere; the mapping goes with it
-            self._mm = None
+        if self._seg is not None:
+            self._seg.close()  # unmapped now, or when the last view of it goes
+            self._seg = None

@@ -186,16 +186,24 @@ def shm_free_bytes() -> int | None:
 
 
 class Segment:
-    """One mapping of a segment: read-write (writers) or PROT_READ (readers)."""
+    """One mapping of a segment: read-write (writers) or PROT_READ (readers).
+
+    `path` maps another file of the cache's than /dev/shm/NAME (its readers' companion,
+    named `what` in messages); `shared=True` says others write it by design (a reader
+    group counts in the companion), so a read-write open does not insist on a file only
+    its own user may write. Either way the file is opened with open_regular."""
 
     mm: memoryview | None = None  # class defaults: close() may run on a half-built object
     fd: int = -1
     addr: int = 0
     huge: bool = False  # backed by 2 MiB pages (see the module docstring)
 
-    def __init__(self, name: str, *, create_size: int = 0, writable: bool, mode: int = 0o600):
+    def __init__(self, name: str, *, create_size: int = 0, writable: bool, mode: int = 0o600,
+                 path: str | None = None, what: str = "", shared: bool = False):
         self.name = check_name(name)
-        self.path = path_of(name)
+        self.path = path if path is not None else path_of(name)
+        self.what = what
+        self.shared = shared
         self.writable = writable
         self.created = False
         try:
@@ -231,9 +239,10 @@ class Segment:
             # O_EXCL never follows a symlink and fails on anything already at the name
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         except FileExistsError:
-            raise CacheExistsError(f"cache {self.name!r} already exists ({self.path})") from None
+            raise CacheExistsError(f"cache {self.name!r} already exists ({self.path}{self.what})") from None
         except PermissionError as e:
-            raise CachePermissionError(f"cache {self.name!r}: cannot create {self.path}: {e.strerror}") from None
+            raise CachePermissionError(f"cache {self.name!r}: cannot create {self.path}{self.what}: "
+                                       f"{e.strerror}") from None
         self.created = True
         # Held until finish_create, and taken before the file has a size: an attacher that
         # finds a sized file without magic and can take the lock knows its creator is gone.
@@ -268,14 +277,14 @@ class Segment:
     def _open(self) -> None:
         flags = os.O_RDWR if self.writable else os.O_RDONLY
         try:
-            self.fd = open_regular(self.name, self.path, flags)
+            self.fd = open_regular(self.name, self.path, flags, what=self.what)
         except PermissionError:
             how = "read-write" if self.writable else "read-only"
             raise CachePermissionError(
-                f"cache {self.name!r}: permission denied opening {self.path} {how} "
+                f"cache {self.name!r}: permission denied opening {self.path}{self.what} {how} "
                 f"(mode {self._mode_str()}); ask its owner for a wider mode= or a reader group"
             ) from None
-        if self.writable:
+        if self.writable and not self.shared:
             # A writer trusts the memory it works in: a segment someone else may write
             # (a file planted at the name, or made wider by hand) is not one to write to.
             st = os.fstat(self.fd)
@@ -299,12 +308,13 @@ class Segment:
         self.finish_create()  # a creator that fails or closes early lets go of the creation lock
 
     def unlink(self) -> None:
-        unlink(self.name)
+        unlink(self.name, self.path)
 
 
-def unlink(name: str) -> None:
-    """Remove the name (whatever file is there: the checks are the caller's; never a directory)."""
-    path = path_of(name)
+def unlink(name: str, path: str | None = None) -> None:
+    """Remove the name (whatever file is there: the checks are the caller's; never a directory);
+    `path`: another file of the cache's than /dev/shm/NAME."""
+    path = path if path is not None else path_of(name)
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -119,3 +119,26 @@ def test_on_a_terminal_it_runs_the_live_view(cache):
 def test_a_missing_cache_is_an_error_naming_it():
     p = _top("t-top-no-such-cache", "--once")
     assert p.returncode == 2 and "t-top-no-such-cache" in p.stderr
+
+
+def test_a_stale_supervisor_heartbeat_is_shown(cache):
+    """A live supervisor (this process, by its owner word) whose heartbeat stopped a minute
+    ago: the header line says how long ago, and that it is stale; a fresh one says nothing."""
+    from shmcache.engine import layout as L
+    from shmcache.ipc import liveness
+
+    name, w, _ = cache
+    w.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    w.control.beat()
+
+    def header() -> str:
+        buf = io.StringIO()
+        with shmcache.attach(name) as r:
+            Console(file=buf, width=200).print(top.render(name, top.Snapshot.read(r)))
+        return buf.getvalue().splitlines()[0]
+
+    assert "stale" not in header()
+    w.control.set_word(L.H_SUPERVISOR_HEARTBEAT, time.time_ns() - 60 * 10**9)
+    line = header()
+    assert f"supervisor pid {os.getpid()}" in line and "heartbeat 60 s ago (stale)" in line, line
+    w.control.set_word(L.H_SUPERVISOR, 0)

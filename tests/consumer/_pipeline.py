@@ -30,7 +30,7 @@ import psutil
 import pytest
 
 import shmcache
-from shmcache.consumer import control, wire
+from shmcache.consumer import wire
 from shmcache.consumer.producer import TxmetaProducer
 from shmcache.engine import layout as L
 
@@ -219,7 +219,7 @@ class Harness:
                 r = shmcache.attach(name)
             except shmcache.ShmcacheError:
                 return None
-            if int(r._header[L.H_PARTITIONS]) == 0:
+            if r.control.npartitions == 0:
                 r.close()
                 return None
             return r
@@ -431,7 +431,7 @@ class KafkaProbe:
 
 def applied(r, partitions: int) -> list[int]:
     """Applied offsets from the segment's control area (valid after the supervisor exits too)."""
-    rows = control.partitions(r)
+    rows = r.control.partitions
     return [int(rows[p, L.P_APPLIED]) for p in range(partitions)]
 
 

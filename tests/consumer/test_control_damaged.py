@@ -1,4 +1,4 @@
-"""control.status() reads the segment as untrusted (DESIGN invariant 9): damaged control
+"""status() (engine/control.py) reads the segment as untrusted (DESIGN invariant 8): damaged control
 words are named in status()["damaged"] and read as nothing, never raised on, and never
 make a cache ready. No broker: the words are written into a real segment by hand."""
 
@@ -7,7 +7,6 @@ import uuid
 import pytest
 
 import shmcache
-from shmcache.consumer import control
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
 
@@ -25,25 +24,25 @@ def cache():
 
 def _looks_ready(w, nparts: int = 2) -> None:
     """A live supervisor (this process) with every partition assigned and caught up."""
-    control.set_topic(w, "t", nparts)
-    rows = control.partitions(w)
+    w.control.set_topic("t", nparts)
+    rows = w.control.partitions
     for p in range(nparts):
         rows[p, [L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_OWNER, L.P_CAUGHT_UP, L.P_ASSIGNED]] = [5, 5, 1, 1, 1]
-    control.workers(w)[0, L.K_OWNER] = liveness.owner_word()
-    w._header[L.H_SUPERVISOR] = liveness.owner_word()
+    w.control.workers[0, L.K_OWNER] = liveness.owner_word()
+    w.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
 
 
 def test_a_consistent_segment_is_ready(cache):
     _looks_ready(cache)
-    st = control.status(cache)
+    st = cache.status()
     assert st["ready"] and st["damaged"] == [] and st["unassigned"] == []
 
 
 @pytest.mark.parametrize("owner", [L.MAX_WORKERS + 1, 1 << 40, -5])
 def test_owner_index_out_of_range(cache, owner):
     _looks_ready(cache)
-    control.partitions(cache)[1, L.P_OWNER] = owner
-    st = control.status(cache)
+    cache.control.partitions[1, L.P_OWNER] = owner
+    st = cache.status()
     assert any("partition 1: owner" in d for d in st["damaged"]), st["damaged"]
     assert st["assigned"][1]["worker"] is None and st["assigned"][1]["worker_pid"] is None
 
@@ -51,36 +50,36 @@ def test_owner_index_out_of_range(cache, owner):
 @pytest.mark.parametrize("count", [L.MAX_PARTITIONS + 1, 1 << 62, -1])
 def test_partition_count_out_of_range(cache, count):
     _looks_ready(cache)
-    cache._header[L.H_PARTITIONS] = count
-    st = control.status(cache)
+    cache.control.set_word(L.H_PARTITIONS, count)  # damage, by hand
+    st = cache.status()
     assert any("partition count" in d for d in st["damaged"]), st["damaged"]
     assert st["partitions"] == 0 and st["assigned"] == [] and not st["ready"]
     with pytest.raises(shmcache.CacheNotReadyError, match=cache.name):
-        control.wait_ready(cache, timeout=0.1)
+        cache.wait_ready(timeout=0.1)
 
 
 @pytest.mark.parametrize("length", [L.TOPIC_MAX + 1, 1 << 50, -3])
 def test_topic_length_out_of_range(cache, length):
     _looks_ready(cache)
-    cache._header[L.H_TOPIC_LEN] = length
-    st = control.status(cache)
+    cache.control.set_word(L.H_TOPIC_LEN, length)  # damage, by hand
+    st = cache.status()
     assert any("topic length" in d for d in st["damaged"]), st["damaged"]
     assert isinstance(st["topic"], str) and len(st["topic"].encode()) <= L.TOPIC_MAX
 
 
 def test_garbage_group_words(cache):
     _looks_ready(cache)
-    control.set_group(cache, 2, [{"client_id": "other", "host": "10.0.0.9", "instance_id": ""}], {1: 0})
-    st = control.status(cache)
+    cache.control.set_group(2, [{"client_id": "other", "host": "10.0.0.9", "instance_id": ""}], {1: 0})
+    st = cache.status()
     assert st["shared_group"] and st["elsewhere"] == [] and st["group_others"][0]["partitions"] == [1]
-    h = cache._header
-    h[L.H_GROUP_TEXT_LEN] = -7
-    h[L.H_GROUP_TEXT] = 0x7B7B7B7B  # "{{{{"
-    h[L.H_GROUP_TEXT_LEN] = 4
-    st = control.status(cache)
+    ctl = cache.control  # damage, by hand
+    ctl.set_word(L.H_GROUP_TEXT_LEN, -7)
+    ctl.set_word(L.H_GROUP_TEXT, 0x7B7B7B7B)  # "{{{{"
+    ctl.set_word(L.H_GROUP_TEXT_LEN, 4)
+    st = cache.status()
     assert any("group members text" in d for d in st["damaged"]), st["damaged"]
-    h[L.H_GROUP_TEXT_LEN] = 1 << 40
-    st = control.status(cache)
+    ctl.set_word(L.H_GROUP_TEXT_LEN, 1 << 40)
+    st = cache.status()
     assert any("group text length" in d for d in st["damaged"]), st["damaged"]
     assert st["ready"] is True  # the group words name no partition of this cache's: nothing else changed
 
@@ -89,13 +88,32 @@ def test_rows_of_a_dead_supervisor_are_never_ready(cache):
     """Rows left by a supervisor that died are not ready, and a starting supervisor disowns
     them (keeping the applied offsets) before its own pid makes them count."""
     _looks_ready(cache)
-    cache._header[L.H_SUPERVISOR] = (2 ** 22 + 1) << 32 | 1  # no such process
-    assert not control.status(cache)["ready"]
-    rows = control.partitions(cache)
+    cache.control.set_word(L.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process
+    assert not cache.status()["ready"]
+    rows = cache.control.partitions
     gen = rows[:2, L.P_GENERATION].copy()
-    control.disown_partitions(cache)
-    cache._header[L.H_SUPERVISOR] = liveness.owner_word()
-    st = control.status(cache)
+    cache.control.disown_partitions()
+    cache.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    st = cache.status()
     assert not st["ready"] and st["assigned"] == [] and st["unassigned"] == [0, 1]
     assert rows[:2, L.P_APPLIED].tolist() == [5, 5]
     assert (rows[:2, L.P_GENERATION] == gen + 1).all()
+
+
+def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
+    """H_SUPERVISOR_HEARTBEAT is read: status() gives its age, and past STALE_HEARTBEAT_S a
+    supervisor that is alive but no longer goes round its loop is marked stale."""
+    import time
+
+    from shmcache.engine.control import STALE_HEARTBEAT_S
+
+    _looks_ready(cache)
+    cache.control.beat()
+    st = cache.status()
+    assert st["supervisor_heartbeat_age_s"] < STALE_HEARTBEAT_S and not st["supervisor_stale"]
+    cache.control.set_word(L.H_SUPERVISOR_HEARTBEAT, time.time_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
+    st = cache.status()
+    assert st["supervisor_stale"] and st["supervisor_heartbeat_age_s"] >= STALE_HEARTBEAT_S + 50
+    cache.control.set_word(L.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process: no age to show
+    st = cache.status()
+    assert st["supervisor_heartbeat_age_s"] is None and not st["supervisor_stale"]

@@ -18,7 +18,7 @@ import numpy as np
 from confluent_kafka import Producer
 
 import shmcache
-from shmcache.consumer import control, wire
+from shmcache.consumer import wire
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.supervisor import WorkerHandle
 from shmcache.engine import layout as L
@@ -49,9 +49,9 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
     cache = shmcache.create(name, memory="64MiB")
     driver = rows = None
     try:
-        control.set_topic(cache, topic, 2)
-        control.reset_partitions(cache)
-        rows = control.partitions(cache)
+        cache.control.set_topic(topic, 2)
+        cache.control.reset_partitions()
+        rows = cache.control.partitions
         # max_rate=1: every batch exhausts the second's budget, so the worker is paused
         # from just after each batch until the next second starts
         cfg = RunConfig(name=name, bootstrap=kafka_broker.bootstrap, topic=topic, workers=1,
@@ -97,7 +97,7 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
             if cycle + 1 < CYCLES:
                 produce(kafka_broker.bootstrap, topic, {0: BURST, 1: BURST}, rng)
                 ends = {0: ends[0] + BURST, 1: ends[1] + BURST}
-        w = control.workers(cache)[0]
+        w = cache.control.workers[0]
         assert w[L.K_MALFORMED] == 0 and w[L.K_MESSAGES] > 0
     finally:
         if driver is not None:

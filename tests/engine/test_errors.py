@@ -120,8 +120,8 @@ def test_an_action_other_than_add_or_delete_is_refused(w, actions):
         w.apply(keys, actions, [b"x", b"y"])
     data = np.frombuffer(b"xy", np.uint8)
     with pytest.raises(ValueError, match=r"action 1 is"):
-        w.apply_spans(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.asarray(actions),
-                      np.array([0, 1]), np.array([1, 1]), data)
+        w.apply(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.asarray(actions),
+                (np.array([0, 1]), np.array([1, 1]), data))
     assert w.get_many(keys) == [None, None], "a refused batch applies nothing"
     assert w.stats()["sets"] == 1
 
@@ -139,11 +139,11 @@ def test_float_value_offsets_are_refused_not_truncated(w):
     with pytest.raises(TypeError, match=rf"cache '{w.name}': value offsets must be integers, got an array of float64"):
         w.set_many(keys, (np.array([0.0, 2.5, 6.0]), data))
     with pytest.raises(TypeError, match="value starts must be integers"):
-        w.apply_spans(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.zeros(2, np.uint8),
-                      np.array([0.0, 2.5]), np.array([2, 3]), data)
+        w.apply(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.zeros(2, np.uint8),
+                (np.array([0.0, 2.5]), np.array([2, 3]), data))
     with pytest.raises(TypeError, match="value lengths must be integers"):
-        w.apply_spans(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.zeros(2, np.uint8),
-                      np.array([0, 2]), np.array([2.5, 3.0]), data)
+        w.apply(np.frombuffer(b"".join(keys), np.uint8).reshape(2, 32), np.zeros(2, np.uint8),
+                (np.array([0, 2]), np.array([2.5, 3.0]), data))
     with pytest.raises(TypeError, match="value data must be bytes"):
         w.set_many(keys, (np.array([0, 1, 2]), np.array([b"a", "b"], dtype=object)))
     assert w.get_many(keys) == [None, None]
@@ -158,7 +158,7 @@ _WRAPPING_SPAN = """
     w = shmcache.open(sys.argv[1])
     data = np.zeros(64, np.uint8)
     try:  # start + len wraps past 2**63 to a negative number, which looked inside data
-        w.apply_spans(np.zeros((1, 32), np.uint8), np.zeros(1, np.uint8), np.array([2**63 - 10]), np.array([20]), data)
+        w.apply(np.zeros((1, 32), np.uint8), np.zeros(1, np.uint8), (np.array([2**63 - 10]), np.array([20]), data))
     except ValueError as e:
         print("refused", type(e).__name__, e)
     else:

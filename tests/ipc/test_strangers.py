@@ -220,14 +220,14 @@ def test_a_creator_killed_mid_create_is_refused_at_once_a_live_one_waited_for(na
     attach waits for it (here: a shortened wait, then CacheNotReadyError); once it is
     killed (-9), attach and open refuse at once (not after 30 s + 10 s/GiB), with the
     file left as it was."""
-    from shmcache.engine import table
+    from shmcache.engine import lifecycle
 
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_CREATOR), name], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert child.stdout.readline().strip() == "sized", child.stderr.read()
         with monkeypatch.context() as m:
-            m.setattr(table, "READY_TIMEOUT", 0.3)  # the wait for a live creator, shortened
+            m.setattr(lifecycle, "READY_TIMEOUT", 0.3)  # the wait for a live creator, shortened
             with pytest.raises(shmcache.CacheNotReadyError, match=f"cache '{name}': .* no shmcache magic after waiting"):
                 shmcache.attach(name)
         with pytest.raises(shmcache.CacheInUseError, match="being created by a live process"):

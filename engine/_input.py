@@ -1,0 +1,170 @@
+"""Input normalisation for the table handles: what a caller hands in, checked and
+turned into the flat arrays the kernels take, without per-entry Python work where
+the input allows it.
+
+Every function takes the cache's name (for the error message) and raises the
+builtin-derived errors of errors.py naming the item that is wrong and what it
+should be. Nothing here touches the segment.
+
+Values come in one of three forms, the same for set_many and apply:
+- a sequence of bytes-like objects, one per key;
+- an `(offsets, data)` pair: value i is data[offsets[i]:offsets[i + 1]] (offsets int, n + 1 entries);
+- a `(starts, lens, data)` triple: value i is data[starts[i]:starts[i] + lens[i]] (a decoded
+  Kafka batch, consumer/wire.py's Batch, comes in this form).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shmcache.engine import _kernels as K
+from shmcache.errors import KeySizeError, ValueTooLargeError
+
+
+def _join_bytes(items: list) -> tuple[np.ndarray, bytes] | None:
+    """Each item's length in bytes and all their bytes back to back, in C-level passes;
+    None if an item is not bytes-like (the caller words the error, naming the item)."""
+    try:
+        lens = np.fromiter(map(len, items), np.int64, len(items))
+        joined = b"".join(items)
+    except TypeError:  # not bytes-like, or a strided memoryview, which join refuses
+        if not all(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
+            return None
+        lens, joined = None, b"".join(map(bytes, items))
+    if lens is None or len(joined) != int(lens.sum()):  # multi-byte items: len() counts items, not bytes
+        lens = np.fromiter((memoryview(v).nbytes for v in items), np.int64, len(items))
+    return lens, joined
+
+
+def keys(name: str, ks: int, keys) -> np.ndarray:
+    """(n, ks) C-contiguous uint8 from an array or a sequence of bytes."""
+    if isinstance(keys, np.ndarray):
+        if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != ks:
+            raise KeySizeError(
+                f"cache {name!r}: keys must be an (n, {ks}) uint8 array, got {keys.dtype} {keys.shape}"
+            )
+        return np.ascontiguousarray(keys)
+    if isinstance(keys, (bytes, bytearray, memoryview, str)):
+        raise TypeError(f"cache {name!r}: keys must be a sequence of keys; for one key use get/set/delete")
+    keys = keys if isinstance(keys, list) else list(keys)
+    packed = _join_bytes(keys)
+    if packed is None or (packed[0] != ks).any():  # the loop only words the error
+        for i, k in enumerate(keys):
+            if not isinstance(k, (bytes, bytearray, memoryview)) or memoryview(k).nbytes != ks:
+                what = f"{memoryview(k).nbytes} bytes" if isinstance(k, (bytes, bytearray, memoryview)) \
+                    else type(k).__name__
+                raise KeySizeError(f"cache {name!r}: key {i} is {what}; this cache's keys are {ks} bytes")
+    return np.frombuffer(packed[1], np.uint8).reshape(len(keys), ks)
+
+
+def words(k: np.ndarray, kstride: int) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels' view of keys: flat uint8 rows padded to kstride (a multiple of 8)
+    bytes, and its int64 view (an unaligned view is fine: numba compiles for it and
+    x86 loads do not care)."""
+    if kstride != k.shape[1]:
+        padded = np.zeros((len(k), kstride), np.uint8)
+        padded[:, : k.shape[1]] = k
+        k = padded
+    flat = k.reshape(-1)
+    return flat, flat.view(np.int64)
+
+
+def ints(name: str, arr, what: str) -> np.ndarray:
+    """An integer array as given (never a float or bool truncated or taken as 0/1)."""
+    a = arr if isinstance(arr, np.ndarray) else np.asarray(arr)
+    if a.dtype.kind not in "iu" and a.size:
+        raise TypeError(f"cache {name!r}: {what} must be integers, got an array of {a.dtype}")
+    return a
+
+
+def as_bytes(name: str, data, what: str) -> np.ndarray:
+    """Flat uint8 bytes of a numpy array (any plain dtype, by its bytes) or a bytes-like object."""
+    if isinstance(data, np.ndarray):
+        if data.dtype == np.uint8 and data.ndim == 1 and data.flags.c_contiguous:
+            return data  # as the wire decoder gives it
+        if data.dtype.hasobject:
+            raise TypeError(f"cache {name!r}: {what} must be bytes, got an array of {data.dtype}")
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    try:
+        m = memoryview(data)
+        return np.frombuffer(m if m.c_contiguous else m.tobytes(), np.uint8)
+    except TypeError:
+        raise TypeError(f"cache {name!r}: {what} must be bytes or a numpy array, "
+                        f"got {type(data).__name__}") from None
+
+
+def actions(name: str, acts, n: int) -> np.ndarray:
+    """Actions as uint8, each ADD (0) or DELETE (1): any other value is refused, not
+    wrapped into range (256 would be an ADD) or skipped."""
+    a = ints(name, acts, "actions (0 ADD, 1 DELETE)")
+    if a.shape != (n,):
+        raise ValueError(f"cache {name!r}: {n} keys but actions of shape {a.shape}")
+    if n and (int(a.max()) > K.DELETE or (a.dtype.kind == "i" and int(a.min()) < K.ADD)):
+        i = int(np.flatnonzero((a < K.ADD) | (a > K.DELETE))[0])
+        raise ValueError(f"cache {name!r}: action {i} is {int(a[i])}; an action is 0 (ADD) or 1 (DELETE)")
+    return np.ascontiguousarray(a, np.uint8)
+
+
+def hashes(name: str, h, n: int) -> np.ndarray:
+    """Precomputed key hashes as the kernels take them: int64 bits of the uint64 xxh64, shape (n,)."""
+    if not isinstance(h, np.ndarray) or h.dtype not in (np.uint64, np.int64) or h.shape != (n,):
+        what = f"an array of {h.dtype} {h.shape}" if isinstance(h, np.ndarray) else type(h).__name__
+        raise ValueError(f"cache {name!r}: hashes must be a uint64 array of shape ({n},), one xxh64 per key; "
+                         f"got {what}")
+    return np.ascontiguousarray(h).view(np.int64)
+
+
+def _spans(name: str, maxv: int, starts, lens, data, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    lens = np.asarray(ints(name, lens, "value lengths"), np.int64)
+    starts = np.asarray(ints(name, starts, "value starts"), np.int64)
+    if lens.shape != (n,) or starts.shape != (n,):
+        raise ValueError(f"cache {name!r}: {n} keys but starts/lens of shapes {starts.shape}/{lens.shape}")
+    data = as_bytes(name, data, "value data")
+    # starts are checked on their own first: with starts <= len(data) and 0 <= lens <= max_value
+    # the ends cannot wrap past 2**63 (which made a span far outside data look inside it)
+    if n and (lens.max() > maxv or lens.min() < 0 or starts.min() < 0
+              or starts.max() > len(data) or (starts + lens).max() > len(data)):
+        raise ValueTooLargeError(f"cache {name!r}: a value span is outside data (of {len(data)} bytes) "
+                                 f"or over max_value ({maxv})")
+    return np.ascontiguousarray(starts), np.ascontiguousarray(lens), data
+
+
+def _offsets(name: str, maxv: int, offsets, data, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    offsets = ints(name, offsets, "value offsets")
+    if offsets.dtype == np.uint64 and offsets.size and offsets.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"cache {name!r}: value offsets must rise from 0 to at most len(data)")
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    data = as_bytes(name, data, "value data")
+    if offsets.shape != (n + 1,):
+        raise ValueError(f"cache {name!r}: value offsets must have {n + 1} entries for {n} keys, got {offsets.shape}")
+    lens = np.empty(n, np.int64)
+    bad = K.spans_of_offsets(offsets, len(data), maxv, lens)  # one compiled pass, not six numpy ones
+    if bad == -2:
+        raise ValueError(f"cache {name!r}: value offsets must rise from 0 to at most len(data)={len(data)}")
+    if bad >= 0:
+        raise ValueTooLargeError(f"cache {name!r}: value {bad} is {int(offsets[bad + 1] - offsets[bad])} "
+                                 f"bytes; the limit is {maxv} (max_value)")
+    return offsets[:-1], lens, data
+
+
+def values(name: str, maxv: int, vals, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, lens, data) from any of the three forms (see the module's docstring),
+    each value checked to lie inside data and to be at most maxv bytes."""
+    if isinstance(vals, tuple) and len(vals) in (2, 3) and isinstance(vals[0], np.ndarray):
+        return _offsets(name, maxv, *vals, n) if len(vals) == 2 else _spans(name, maxv, *vals, n)
+    if isinstance(vals, (bytes, bytearray, memoryview, str)):
+        raise TypeError(f"cache {name!r}: values must be a sequence of values; for one value use set()")
+    vals = vals if isinstance(vals, list) else list(vals)
+    if len(vals) != n:
+        raise ValueError(f"cache {name!r}: {n} keys but {len(vals)} values")
+    packed = _join_bytes(vals)
+    if packed is None:  # the loop only words the error
+        for i, v in enumerate(vals):
+            if not isinstance(v, (bytes, bytearray, memoryview)):
+                raise TypeError(f"cache {name!r}: value {i} is {type(v).__name__}, not bytes")
+    lens, joined = packed
+    if n and lens.max() > maxv:
+        i = int(np.argmax(lens))
+        raise ValueTooLargeError(f"cache {name!r}: value {i} is {int(lens[i])} bytes; the limit is {maxv} (max_value)")
+    starts = np.cumsum(lens) - lens
+    return starts.astype(np.int64, copy=False), lens.astype(np.int64, copy=False), np.frombuffer(joined, np.uint8)

@@ -1,0 +1,349 @@
+"""The read side of a cache: Packed results and the Reader handle (`shmcache.attach`).
+
+A Reader maps the segment with PROT_READ and looks keys up in batches through the
+compiled lookup kernel: it takes no lock, never blocks a writer and is never seen
+by writers. A Reader has no write methods at all; the Writer (engine/writer.py)
+is a Reader that also writes.
+
+Not guaranteed: an entry may be evicted at any time (FIFO per bucket once its
+ring or index is full); a key that is set and read concurrently reads as either
+the old or the new value. stats() is a snapshot assembled without locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from shmcache.engine import _input
+from shmcache.engine import _lookup as LK
+from shmcache.engine import layout as L
+from shmcache.engine import lifecycle, reader_stats
+from shmcache.engine.control import ControlView
+from shmcache.errors import CacheNotReadyError, ClosedError, LayoutVersionError, NotACacheError
+from shmcache.ipc import liveness
+from shmcache.ipc.atomics import load_word
+from shmcache.ipc.segment import Segment
+
+log = logging.getLogger("shmcache.engine")
+
+# Spins before a kernel hands a held lock / odd bucket back to Python, which yields
+# the CPU and checks whether the holder still lives (spin with backoff: DESIGN.md, Atomics).
+SPIN_LIMIT = 2000
+# How long a lookup waits on one key whose bucket stays mid-write under a live lock holder,
+# or whose version never settles (a writer stopped inside a bucket, or a hostile process),
+# before it reports the key missing, counts a corruption and gives the bucket up for the
+# rest of the call. A healthy writer holds a bucket for microseconds.
+STUCK_GIVE_UP = 1.0
+
+
+class Packed:
+    """Lookup results without per-key objects: value i is data[offsets[i]:offsets[i + 1]]
+    where found[i]; offsets has len(found) + 1 entries (int64)."""
+
+    __slots__ = ("found", "offsets", "data")  # a plain class: built once per batch, cheaply
+
+    def __init__(self, found: np.ndarray, offsets: np.ndarray, data: np.ndarray):
+        self.found = found
+        self.offsets = offsets
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Packed({len(self.found)} keys, {int(self.found.sum())} found, {len(self.data)} value bytes)"
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+    def to_list(self) -> list[bytes | None]:
+        buf = self.data.tobytes()
+        o = self.offsets.tolist()
+        return [buf[o[i]:o[i + 1]] if f else None for i, f in enumerate(self.found.tolist())]
+
+    def to_arrow(self, large: bool = False):
+        """A pyarrow BinaryArray (nulls where not found), built from these buffers without per-row work."""
+        try:
+            import pyarrow as pa
+        except ImportError:  # optional dependency
+            raise ImportError("to_arrow() needs pyarrow: pip install 'shmcache[arrow]'") from None
+        n = len(self.found)
+        valid = pa.py_buffer(np.packbits(self.found, bitorder="little"))
+        if large or self.offsets[-1] > np.iinfo(np.int32).max:
+            return pa.Array.from_buffers(pa.large_binary(), n, [valid, pa.py_buffer(self.offsets), pa.py_buffer(self.data)])
+        offs = self.offsets.astype(np.int32)
+        return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(self.data)])
+
+
+
+class Reader:
+    """A read-only handle on a cache: `shmcache.attach(name)`."""
+
+    _seg: Segment | None = None  # class defaults: close() may run on a half-built handle
+    _writable = False
+    _control_class = ControlView
+
+    def __init__(self, name: str):
+        """Attach to cache `name` (waiting for a creator still at work on it); shmcache.attach(name)."""
+        self._setup(name, lifecycle.open_segment(name, writable=self._writable))
+
+    @classmethod
+    def _adopt(cls, name: str, seg: Segment):
+        """A handle on a segment already opened (a creator's, which holds the creation lock)."""
+        handle = cls.__new__(cls)
+        handle._setup(name, seg)
+        return handle
+
+    def _setup(self, name: str, seg: Segment) -> None:
+        self.name = name
+        self._seg = seg
+        try:
+            self._map()
+        except BaseException:
+            self._seg.close()
+            raise
+        self._hits = 0
+        self._misses = 0
+        self._counts = np.zeros(2, np.int64)  # the lookup kernel's retries and corruptions (_lookup.C_*)
+        self._warned: set[int] = set()  # buckets this handle has logged damage of
+        self._shared_stats = reader_stats.ReaderStats(name, self.creation_id)  # every reader's hits, misses
+        self._avg_value = 128  # running guess of value size, to size lookup buffers
+
+    # -- mapping --------------------------------------------------------------------------
+
+    def _map(self) -> None:
+        seg = self._seg
+        if seg.size < L.PAGE or seg.mm is None:
+            raise NotACacheError(f"cache {self.name!r}: {seg.path} is {seg.size} bytes, not a shmcache segment")
+        self._header = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
+        if load_word(self._header, L.H_MAGIC) == 0:  # the creator writes the magic last; _wait_created waited
+            raise CacheNotReadyError(
+                f"cache {self.name!r}: {seg.path} has no shmcache magic after waiting for its creator "
+                f"{lifecycle.ready_limit(seg.size):.0f} s "
+                "(still being created, or not a shmcache segment)")
+        h = self._header
+        if h[L.H_MAGIC] != L.MAGIC:
+            raise NotACacheError(f"cache {self.name!r}: {seg.path} is not a shmcache segment (bad magic)")
+        if h[L.H_VERSION] != L.LAYOUT_VERSION:
+            raise LayoutVersionError(
+                f"cache {self.name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
+                f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
+            )
+        # every figure the kernels index with, checked once here and never re-read (a later
+        # change of these header words cannot move the arrays under the kernels)
+        geo = L.Geometry.from_header(self.name, h, seg.size)
+        self.geometry = geo
+        mm = seg.mm
+        rows = L.ROW_WORDS
+        self._writers = np.frombuffer(mm, np.int64, L.MAX_WRITERS * rows, geo.writers_off)
+        self._workers = np.frombuffer(mm, np.int64, L.MAX_WORKERS * rows, geo.workers_off)
+        self._partitions = np.frombuffer(mm, np.int64, L.MAX_PARTITIONS * rows, geo.partitions_off)
+        self._meta = np.frombuffer(mm, np.int64, L.NBUCKETS * rows, geo.meta_off)
+        self._index = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.slots, geo.index_off)
+        self._ring8 = np.frombuffer(mm, np.uint8, L.NBUCKETS * geo.ring, geo.ring_off)
+        self._ring64 = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.ring // L.WORD, geo.ring_off)
+        self._kstride = L.align(geo.key_size, 8)
+        self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
+        # the control area's public model (engine/control.py): read-only on a Reader
+        self.control = self._control_class(self.name, self._header, self._workers, self._partitions)
+
+    @property
+    def key_size(self) -> int:
+        return self.geometry.key_size
+
+    @property
+    def max_value(self) -> int:
+        return self.geometry.max_value
+
+    @property
+    def creation_id(self) -> int:
+        return int(self._header[L.H_CREATION_ID])
+
+    def close(self) -> None:
+        """Unmap. Never destroys the cache; safe to call twice."""
+        if "_shared_stats" in self.__dict__:
+            self.__dict__.pop("_shared_stats").close()
+        if "control" in self.__dict__:
+            self.__dict__.pop("control").release()
+        for attr in ("_header", "_writers", "_workers", "_partitions", "_meta", "_index", "_ring8", "_ring64",
+                     "_counters"):
+            self.__dict__.pop(attr, None)
+        if self._seg is not None:
+            self._seg.close()
+            self._seg = None
+
+    @property
+    def closed(self) -> bool:
+        return self._seg is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{L.format_bytes(self.geometry.size)}"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+    def _check_open(self) -> None:
+        if self._seg is None:
+            raise ClosedError(f"cache {self.name!r}: this handle is closed")
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def _keys(self, keys) -> np.ndarray:
+        """(n, key_size) C-contiguous uint8 from an array or a sequence of bytes."""
+        self._check_open()
+        return _input.keys(self.name, self.geometry.key_size, keys)
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def _lookup(self, keys, want_values: bool) -> Packed:
+        k = self._keys(keys)
+        n = len(k)
+        hashes = np.empty(n, np.int64)  # filled by the kernel
+        found = np.zeros(n, np.bool_)
+        offsets = np.zeros(n + 1, np.int64)
+        out = np.empty(max(n * self._avg_value, 1024) if want_values else 0, np.uint8)
+        k8, k64 = _input.words(k, self._kstride)
+        i, pos, static_b, static_v = 0, 0, -1, -1
+        given_up: set[int] = set()  # buckets this call stopped waiting for
+        stuck_i, stuck_since = -1, 0.0
+        retries0, corrupt0 = int(self._counts[LK.C_RETRIES]), int(self._counts[LK.C_CORRUPTIONS])
+        while True:
+            i, pos, status = LK.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
+                                       hashes, i, found, offsets, out, pos, want_values, self._avg_value, static_b,
+                                       static_v, SPIN_LIMIT, self._counts)
+            if status == LK.DONE:
+                break
+            if status == LK.NEED_SPACE:
+                bigger = np.empty(max(2 * len(out), pos + self.geometry.max_value), np.uint8)
+                bigger[:pos] = out[:pos]
+                out = bigger
+                continue
+            b = int(hashes[i]) & (L.NBUCKETS - 1)
+            if i != stuck_i:
+                stuck_i, stuck_since = i, time.monotonic()
+            if b in given_up or time.monotonic() - stuck_since > STUCK_GIVE_UP:  # every call returns in a bound
+                given_up.add(b)
+                if b not in self._warned:
+                    self._warned.add(b)
+                    log.warning("cache %r: bucket %d stayed mid-write or kept changing for %.1f s; its keys are "
+                                "reported missing for this call", self.name, b, STUCK_GIVE_UP)
+                self._counts[LK.C_CORRUPTIONS] += 1  # the key: a miss
+                found[i] = False
+                offsets[i + 1] = pos
+                i += 1
+                continue
+            static_b, static_v = self._stuck_bucket(b, static_b, static_v)
+        hits = int(np.count_nonzero(found))
+        self._hits += hits
+        self._misses += n - hits
+        self._shared_stats.add(hits, n - hits, int(self._counts[LK.C_RETRIES]) - retries0,
+                               int(self._counts[LK.C_CORRUPTIONS]) - corrupt0)
+        if want_values and hits:
+            self._avg_value = max(16, pos // hits + 1)
+        return Packed(found, offsets, out[:pos])
+
+    def _stuck_bucket(self, b: int, static_b: int, static_v: int) -> tuple[int, int]:
+        """A bucket stayed mid-write (or kept changing): read it as it stands if no live
+        process holds its lock, else yield. A writer takes the lock before it makes the
+        version odd and makes it even before it unlocks, so an odd version that holds
+        still across a read of a free lock is damage: read as it stands, and counted."""
+        lock = b * L.ROW_WORDS + L.M_LOCK
+        ver = b * L.ROW_WORDS + L.M_VERSION
+        version = int(load_word(self._meta, ver))
+        owner = int(load_word(self._meta, lock))
+        if version & 1 and int(load_word(self._meta, ver)) == version:
+            if owner == 0:
+                if (b, version) != (static_b, static_v):
+                    self._counts[LK.C_CORRUPTIONS] += 1
+                    if b not in self._warned:  # once per handle and bucket: a damaged bucket is met on every call
+                        self._warned.add(b)
+                        log.warning("cache %r: bucket %d is mid-write (version %d) with no writer holding its "
+                                    "lock: damage, read as it stands", self.name, b, version)
+                return b, version
+            # Only if the dead writer still holds the lock is that version its own: a live
+            # writer taking over in between makes another odd version, never to be accepted.
+            if not liveness.is_alive(owner) and load_word(self._meta, lock) == owner:
+                return b, version
+        os.sched_yield()  # a live writer is mid-write (or just finished): retry
+        return static_b, static_v
+
+    def get_many_packed(self, keys) -> Packed:
+        """Look a batch up: found mask, value offsets and one data buffer (see Packed)."""
+        return self._lookup(keys, True)
+
+    def get_many(self, keys) -> list[bytes | None]:
+        return self._lookup(keys, True).to_list()
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.get_many([key])[0]
+
+    def contains_many(self, keys) -> np.ndarray:
+        """Bool array: which keys are present."""
+        return self._lookup(keys, False).found
+
+    def __contains__(self, key: bytes) -> bool:
+        return bool(self.contains_many([key])[0])
+
+    # -- stats ------------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """A snapshot: table-wide figures summed over buckets and writer slots; every
+        reader process's hits and misses (`reader_hits`, `reader_misses`, `readers`
+        attached and alive); and this handle's own `hits`, `misses` and retries."""
+        self._check_open()
+        m = self._meta.reshape(L.NBUCKETS, L.ROW_WORDS)
+        w = self._writers.reshape(L.MAX_WRITERS, L.ROW_WORDS)
+        geo = self.geometry
+        shared = self._shared_stats.totals()
+        return {
+            "name": self.name,
+            "entries": int(m[:, L.M_LIVE].sum()),
+            "bytes_used": int(m[:, L.M_LIVE_BYTES].sum()),
+            "capacity_bytes": geo.capacity_bytes,
+            "max_entries": L.NBUCKETS * geo.max_live,
+            "memory": geo.size,
+            "evictions": int(m[:, L.M_EVICTIONS].sum()),
+            "lock_takeovers": int(m[:, L.M_TAKEOVERS].sum()),
+            "sets": int(w[:, L.W_SETS].sum()),
+            "deletes": int(w[:, L.W_DELETES].sum()),
+            "delete_misses": int(w[:, L.W_DELETE_MISSES].sum()),
+            "writers": int(np.count_nonzero(w[:, L.W_OWNER])),
+            "write_batches": int(w[:, L.W_BATCHES].sum()),  # batches applied: sets / write_batches = batch size
+            "hits": self._hits,
+            "misses": self._misses,
+            "read_retries": int(self._counts[LK.C_RETRIES]),
+            **shared,
+            # damaged bucket states met: by writers (each then repaired) and by readers (each a miss)
+            "corruptions": int(w[:, L.W_CORRUPTIONS].sum()) + shared["reader_corruptions"]
+            + (int(self._counts[LK.C_CORRUPTIONS]) if self._shared_stats.row is None else 0),
+            "key_size": geo.key_size,
+            "max_value": geo.max_value,
+            "buckets": L.NBUCKETS,
+            "layout_version": L.LAYOUT_VERSION,
+            "creation_id": self.creation_id,
+            "created_s": int(self._header[L.H_CREATED_NS]) / 1e9,  # unix time the cache was created
+        }
+
+    # -- readiness (filled by a supervisor; see engine/control.py) -------------------------------
+
+    def status(self) -> dict:
+        """Topic, supervisor, per-partition progress (applied, watermark, lag, caught up), workers."""
+        self._check_open()
+        return self.control.status()
+
+    def wait_ready(self, timeout: float | None = None) -> dict:
+        """Block until every partition of the topic is assigned to this cache and has caught up
+        with the high watermark seen at assignment; raises CacheNotReadyError on timeout."""
+        self._check_open()
+        return self.control.wait_ready(timeout)

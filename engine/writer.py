@@ -1,0 +1,153 @@
+"""The write side of a cache: the Writer handle (`shmcache.create` / `shmcache.open`).
+
+A Writer is a Reader (engine/reader.py) that also writes: it maps the segment
+read-write, holds a writer slot (its row of counters in the segment's writer
+table) and applies batches under per-bucket locks; when a lock stays held by a
+process that no longer lives, it takes the lock over and rebuilds that bucket.
+Its `control` is the control area's write model (engine/control.py) that the
+supervisor and the workers publish through.
+
+One entry point writes: `apply(keys, actions, values, hashes=None)`; set_many,
+delete_many, set and delete are apply with every action ADD or DELETE.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from shmcache.engine import _input
+from shmcache.engine import _kernels as K
+from shmcache.engine import layout as L
+from shmcache.engine.control import ControlArea
+from shmcache.engine.reader import SPIN_LIMIT, Reader, log
+from shmcache.errors import TooManyWritersError
+from shmcache.ipc import liveness
+from shmcache.ipc.atomics import cas_word, load_word, store_word
+
+
+class Writer(Reader):
+    """A read-write handle: `shmcache.create(...)` or `shmcache.open(name)`."""
+
+    _writable = True
+    _slot = -1
+    _control_class = ControlArea
+
+    def _setup(self, name, seg) -> None:
+        super()._setup(name, seg)
+        try:
+            self._pid = os.getpid()
+            self._me = liveness.owner_word()
+            self._slot = self._claim_slot()
+        except BaseException:
+            Reader.close(self)
+            raise
+        # this process's row of the writer table: the kernels count into it in place
+        self._counters = self._writers[self._slot * L.ROW_WORDS:(self._slot + 1) * L.ROW_WORDS]
+
+    def _claim_slot(self) -> int:
+        """A writer slot for this process's counters: a free one, else one whose owner died."""
+        s = liveness.claim_row(self._writers, L.MAX_WRITERS, L.ROW_WORDS, self._me)
+        if s >= 0:
+            return s
+        raise TooManyWritersError(f"cache {self.name!r}: all {L.MAX_WRITERS} writer slots are held by live processes")
+
+    def close(self) -> None:
+        if self._slot >= 0 and self._seg is not None:
+            store_word(self._writers, self._slot * L.ROW_WORDS + L.W_OWNER, 0)  # counters stay: totals never drop
+            self._slot = -1
+        super().close()
+
+    # -- the one write path ---------------------------------------------------------------------
+
+    def apply(self, keys, actions, values=None, *, hashes=None) -> None:
+        """Apply ADD (0) / DELETE (1) entries in order: the batch entry point (no per-entry objects).
+
+        keys: a sequence of key_size-byte keys or an (n, key_size) uint8 array.
+        values (ignored for deletes; None: all empty): a sequence of bytes, an (offsets, data)
+        pair (value i is data[offsets[i]:offsets[i + 1]]), or a (starts, lens, data) triple
+        (value i is data[starts[i]:starts[i] + lens[i]]: a decoded Kafka batch, as the workers
+        apply them). Actions and every value's span and length are checked before anything
+        is applied. A tuple whose first item is a numpy array is one of the packed forms.
+        hashes: optional uint64 array of each key's xxh64 (seed 0, the table's key hash), as
+        a wire v2 message carries them, so no key is hashed twice. They are TRUSTED, not
+        checked: a wrong one files its key under the wrong bucket, where lookups do not find
+        it. Pass only hashes verified against their keys (consumer/wire.py's Batch.hashes:
+        decode checks every one; a message with a wrong one is not taken as v2)."""
+        k = self._keys(keys)
+        n = len(k)
+        acts = _input.actions(self.name, actions, n)
+        if values is None:
+            starts = lens = np.zeros(n, np.int64)
+            data = np.zeros(0, np.uint8)
+        else:
+            starts, lens, data = _input.values(self.name, self.geometry.max_value, values, n)
+        self._apply(k, acts, starts, lens, data, None if hashes is None else _input.hashes(self.name, hashes, n))
+
+    def set_many(self, keys, values) -> None:
+        """Set a batch: keys as for get_many; values in any form apply takes."""
+        k = self._keys(keys)
+        starts, lens, data = _input.values(self.name, self.geometry.max_value, values, len(k))
+        self._apply(k, np.zeros(len(k), np.uint8), starts, lens, data)
+
+    def delete_many(self, keys) -> None:
+        k = self._keys(keys)
+        z = np.zeros(len(k), np.int64)
+        self._apply(k, np.full(len(k), K.DELETE, np.uint8), z, z, np.zeros(0, np.uint8))
+
+    def set(self, key: bytes, value: bytes) -> None:
+        self.set_many([key], [value])
+
+    def delete(self, key: bytes) -> None:
+        self.delete_many([key])
+
+    def _apply(self, k: np.ndarray, actions: np.ndarray, starts, lens, data, hashes=None) -> None:
+        self._check_open()
+        n = len(k)
+        hashed = hashes is not None
+        if not hashed:
+            hashes = np.empty(n, np.int64)  # filled by the kernel
+        k8, k64 = _input.words(k, self._kstride)
+        c = self._counters
+        i = 0
+        while True:
+            i = K.apply_entries(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64, hashes,
+                                hashed, actions, starts, lens, data, i, self._me, SPIN_LIMIT, c)
+            if i >= n:
+                break
+            hashed = True  # the kernel hashed them all before it stopped
+            self._contended(int(hashes[i]) & (L.NBUCKETS - 1))
+        c[L.W_BATCHES] += 1
+
+    def _contended(self, b: int) -> None:
+        """Bucket b's lock stayed held: take it over if its owner died, else yield the CPU."""
+        lock = b * L.ROW_WORDS + L.M_LOCK
+        owner = int(load_word(self._meta, lock))
+        if owner == 0 or liveness.is_alive(owner):
+            os.sched_yield()
+            return
+        if self._take_over(b, owner):
+            log.warning("cache %r: took over bucket %d from dead writer pid %d and rebuilt it",
+                        self.name, b, liveness.word_pid(owner))
+
+    def _take_over(self, b: int, owner: int) -> bool:
+        """Bucket b's lock from its dead owner to this writer, then the bucket rebuilt; False if another got there first."""
+        if cas_word(self._meta, b * L.ROW_WORDS + L.M_LOCK, owner, self._me) != owner:
+            return False
+        K.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)
+        self._writers[self._slot * L.ROW_WORDS + L.W_TAKEOVERS] += 1
+        return True
+
+    def repair_dead_locks(self) -> int:
+        """Take over and rebuild every bucket whose lock is held by a dead process; returns how many.
+
+        Writers do this lazily when they meet such a lock; a supervisor calls it after a
+        worker died, so that no bucket stays mid-write until some writer happens by."""
+        locks = self._meta.reshape(L.NBUCKETS, L.ROW_WORDS)[:, L.M_LOCK]
+        repaired = 0
+        for b in np.flatnonzero(locks).tolist():
+            owner = int(load_word(self._meta, b * L.ROW_WORDS + L.M_LOCK))
+            if owner and not liveness.is_alive(owner) and self._take_over(b, owner):
+                repaired += 1
+        return repaired
