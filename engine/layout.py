@@ -97,7 +97,7 @@ W_SETS = 1
 W_DELETES = 2
 W_DELETE_MISSES = 3
 W_BATCHES = 4
-W_TAKEOVERS = 5
+# word 5 is free (it counted takeovers per writer, never read: the bucket's M_TAKEOVERS counts them)
 W_UNKNOWN = 6  # entries of an unknown action, skipped
 W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _kernels.py)
 

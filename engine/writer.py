@@ -135,8 +135,7 @@ class Writer(Reader):
         """Bucket b's lock from its dead owner to this writer, then the bucket rebuilt; False if another got there first."""
         if cas_word(self._meta, b * L.ROW_WORDS + L.M_LOCK, owner, self._me) != owner:
             return False
-        K.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)
-        self._writers[self._slot * L.ROW_WORDS + L.W_TAKEOVERS] += 1
+        K.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)  # counts M_TAKEOVERS
         return True
 
     def repair_dead_locks(self) -> int:
