@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import NoReturn
 
 from rich.console import Console
@@ -155,14 +156,25 @@ def cmd_status(a) -> int:
         console.print(f"[bold red]{line}[/]")
     if st["workers"]:
         t = Table()
-        for col in ("worker", "pid", "state", "restarts", "heartbeat", "ADD", "DELETE", "messages", "malformed"):
+        for col in ("worker", "pid", "state", "restarts", "backoff", "heartbeat", "ADD", "DELETE", "messages",
+                    "malformed"):
             t.add_column(col, justify="right")
         for w in st["workers"]:
-            t.add_row(str(w["worker"]), str(w["pid"] or "-"), w["state"], str(max(0, w["starts"] - 1)),
+            t.add_row(str(w["worker"]), str(w["pid"] or "-"), w["state"], str(max(0, w["starts"] - 1)), backoff_text(w),
                       "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago",
                       f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}", f"{w['malformed']:,}")
         console.print(t)
     return 0
+
+
+def backoff_text(w: dict) -> str:
+    """A worker's restart backoff for the workers table: deaths in a row and the restart due."""
+    if not w.get("restart_failures"):
+        return "-"
+    text = f"{w['restart_failures']} in a row"
+    if w.get("next_restart_s") is not None:
+        text += f", restart in {max(0.0, w['next_restart_s'] - time.time()):.1f} s"
+    return text
 
 
 def group_lines(st: dict) -> list[str]:

@@ -70,8 +70,39 @@ def reset_supervisor(handle, metrics_port: int = 0) -> None:
         h[word] = 0
     h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
     set_group(handle, 0, [], {})
+    reset_worker_backoff(handle)
     h[L.H_SUPERVISOR_STARTED] = time.time_ns()
     h[L.H_METRICS_PORT] = metrics_port
+
+
+# -- worker restart backoff (consumer/worker_handle.py) ------------------------------------
+# Per worker slot two header words, written by the supervisor alone: its handle's state
+# (index + 1 in WORKER_STATES, 0 none published) with the deaths in a row above bit 8,
+# and the time.time_ns() of the restart due while backing off (0 otherwise).
+# They use the header's free tail, words 384..511, after H_ELSEWHERE.
+# TODO(layout): these word indices belong in engine/layout.py beside the other header words.
+H_WORKER_BACKOFF = L.H_ELSEWHERE + L.MAX_PARTITIONS // L.WORD  # 384
+WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
+assert H_WORKER_BACKOFF + 2 * L.MAX_WORKERS <= L.HEADER_WORDS
+
+
+def set_worker_backoff(handle, index: int, state: str, failures: int, restart_at_ns: int) -> None:
+    h = handle._header
+    h[H_WORKER_BACKOFF + 2 * index + 1] = restart_at_ns
+    h[H_WORKER_BACKOFF + 2 * index] = (WORKER_STATES.index(state) + 1) | (failures << 8)
+
+
+def reset_worker_backoff(handle) -> None:
+    handle._header[H_WORKER_BACKOFF:H_WORKER_BACKOFF + 2 * L.MAX_WORKERS] = 0
+
+
+def _worker_backoff(h, index: int) -> tuple[str | None, int, float | None]:
+    """(state published by the supervisor or None, deaths in a row, restart due in unix s or None)."""
+    word, at = int(h[H_WORKER_BACKOFF + 2 * index]), int(h[H_WORKER_BACKOFF + 2 * index + 1])
+    code = word & 0xFF
+    state = WORKER_STATES[code - 1] if 1 <= code <= len(WORKER_STATES) else None
+    return state, max(0, word >> 8), at / 1e9 if at > 0 and state == "backing-off" else None
+# -- end of worker restart backoff -----------------------------------------------------------
 
 
 def count(handle, word: int, n: int = 1) -> None:
@@ -222,13 +253,18 @@ def status(handle) -> dict:
         if not r[L.K_OWNER] and not r[L.K_STARTS]:
             continue
         alive = bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER])
+        published, failures, restart_at = _worker_backoff(h, i) if sup_alive else (None, 0, None)
         ws.append({
             "worker": i,
             "pid": liveness.word_pid(r[L.K_OWNER]) if r[L.K_OWNER] else None,
             "alive": alive,
             # a worker claims its row once its imports are done; until then, or after it died,
             # a running supervisor is (re)starting it
-            "state": "up" if alive else "starting" if sup_alive else "stopped",
+            "state": (("stopping" if published == "stopping" else "up") if alive else "stopped" if not sup_alive
+                      else published if published in ("backing-off", "stopping", "stopped") else "starting"),
+            # the supervisor's restart backoff: deaths in a row, and when the next restart is due
+            "restart_failures": failures,
+            "next_restart_s": restart_at,
             "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
             "starts": r[L.K_STARTS],
             "adds": r[L.K_ADDS],
