@@ -594,9 +594,3 @@ def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: st
         return demo.run()
     finally:
         signal.signal(signal.SIGTERM, old)
-
-
-def command(a) -> int:
-    """`shmcache demo` (see cli.py for the options)."""
-    return run(entries=a.entries, workers=a.workers, partitions=a.partitions, fmt=a.format, bootstrap=a.bootstrap,
-               memory=a.memory, sample=a.sample, delete_share=a.delete_share, seed=a.seed, name=a.name, keep=a.keep)

@@ -158,7 +158,7 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
     workers = Table(title="workers", title_justify="left")
     for col in ("worker", "pid", "state", "heartbeat", "restarts", "backoff", "ADD", "DELETE", "messages"):
         workers.add_column(col, justify="right")
-    from shmcache.cli import backoff_text, group_lines
+    from shmcache.cli.status import backoff_text, group_lines
 
     for w in st["workers"]:
         hb = "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago"

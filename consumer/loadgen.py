@@ -506,39 +506,3 @@ def _pace(producer: TxmetaProducer, cfg: LoadConfig, st: LoadStats, n: int) -> i
         producer.poll(min(left, 0.1))
     due = int((time.monotonic() - st.started) * cfg.rate) - st.entries
     return max(1, min(n, due))
-
-
-# -- the command ------------------------------------------------------------------------------
-
-
-def command(a) -> int:
-    """`shmcache produce`: a progress bar (rich) while sending, then a summary line."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from shmcache.cli import key_values
-
-    settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
-    cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
-                     batch_size=a.batch_size, linger=a.linger, delete_share=a.delete_share, seed=a.seed,
-                     create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,
-                     settings=settings)
-    console = Console(stderr=True)
-    with Progress(TextColumn(f"producing to {a.topic}"), BarColumn(),
-                  TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
-                             "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
-                  TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
-        task = bar.add_task("produce", total=cfg.count, rate=0.0, acked=0, messages=0)
-
-        def progress(st: LoadStats) -> None:
-            secs = max(time.monotonic() - st.started, 1e-9)
-            bar.update(task, completed=st.entries, rate=st.entries / secs, acked=st.delivered, messages=st.messages)
-
-        st = produce(cfg, progress)
-    mb = st.bytes / 1e6
-    print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {cfg.format} "
-          f"messages to {cfg.topic!r} ({st.partitions} partitions) in {st.seconds:.1f} s: "
-          f"{st.entries / max(st.seconds, 1e-9):,.0f} entries/s, {mb:,.1f} MB; every message acknowledged")
-    if st.ground_truth:
-        print(f"ground truth: {st.ground_truth} ({st.entries:,} rows; the last row per tx_hash wins)")
-    return 0
