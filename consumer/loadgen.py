@@ -17,7 +17,7 @@ defined:
   is built for one target partition p (round robin): its first hash is drawn
   until murmur2 gives p, and its DELETEs are of hashes ADDed in earlier batches
   for p. Every message that touches h is then in one partition, in order.
-- v2 sends each entry to `wire.v2_partition(xxh64(h), P)`: deletes follow their
+- v2 sends each entry to `partitioners.v2_partition(xxh64(h), P)`: deletes follow their
   key. Its DELETEs are of hashes from any earlier batch.
 - kv sends each entry as its own message keyed by h (murmur2: deletes follow their
   key, as in v2), value None for a DELETE. One produce() call per entry makes it
@@ -60,7 +60,7 @@ from typing import Callable
 import numpy as np
 
 from shmcache import txmeta
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 from shmcache.consumer.producer import TxmetaProducer
 
 ADD, DELETE = wire.ADD, wire.DELETE
@@ -190,7 +190,7 @@ class Generator:
         """A fresh hash that murmur2 sends to partition p (about P draws)."""
         while True:
             k = self.rng.integers(0, 256, 32, np.uint8)
-            if wire.murmur2_partition(k.tobytes(), self.partitions) == p:
+            if partitioners.murmur2_partition(k.tobytes(), self.partitions) == p:
                 return k
 
     def batch(self, n: int) -> GenBatch:
@@ -232,8 +232,8 @@ class Generator:
         if b.partition is not None:
             return np.full(len(b), b.partition, np.int32)
         if self.fmt == "kv":
-            return wire.murmur2_partitions(b.keys, self.partitions).astype(np.int32)
-        return wire.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
+            return partitioners.murmur2_partitions(b.keys, self.partitions).astype(np.int32)
+        return partitioners.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
 
 
 # -- ground truth ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 
 
 class TxmetaProducer:
@@ -90,16 +90,16 @@ class TxmetaProducer:
         if self.format == "v1":
             key = keys[0].tobytes()
             self._produce(wire.encode_v1(keys, actions, values), key=key,
-                          expect=wire.murmur2_partition(key, self.partitions))
+                          expect=partitioners.murmur2_partition(key, self.partitions))
         elif self.format == "v2":
-            parts = wire.v2_partition(wire.xxh64_keys(keys), self.partitions)
+            parts = partitioners.v2_partition(wire.xxh64_keys(keys), self.partitions)
             offsets, data = _as_offsets(values, len(keys))
             for p in np.unique(parts).tolist():
                 idx = np.flatnonzero(parts == p)  # keeps wire order within the partition
                 self._produce(wire.encode_v2(keys[idx], actions[idx], take(offsets, data, idx)), partition=p)
         else:
             offsets, data = _as_offsets(values, len(keys))
-            expect = wire.murmur2_partitions(keys, self.partitions).tolist()
+            expect = partitioners.murmur2_partitions(keys, self.partitions).tolist()
             deletes = (actions == wire.DELETE).tolist()
             buf, o = data.tobytes(), offsets.tolist()  # slicing bytes, not numpy, per entry
             for i in range(len(keys)):
