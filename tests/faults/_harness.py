@@ -459,7 +459,7 @@ class Run:
 
     def setup(self) -> None:
         cfg = self.cfg
-        from shmcache.consumer import loadgen
+        from shmcache.consumer import topics
 
         batch = cfg.batch or max(8, int(cfg.entries / (cfg.minutes * 60) / (cfg.partitions * 5)))
         log(cfg, f"seed {cfg.seed}: planning {cfg.entries:,} {cfg.format} entries in batches of ~{batch}")
@@ -470,7 +470,7 @@ class Run:
         self.memory = f"{max(64, adds * 512 // (1 << 20) + 1)}MiB"
         self.broker.start()
         log(cfg, f"broker {self.broker.bootstrap} (pid {self.broker.proc.pid}), dir {self.dir}")
-        loadgen.create_topic(self.broker.bootstrap, self.topic, cfg.partitions)
+        topics.create_topic(self.broker.bootstrap, self.topic, cfg.partitions)
         self.sup = self._start_sup(self.name)
         self.progress_path = str(self.dir / "progress")
         self.producer = _stream.StreamProducer(self.plan, self.broker.bootstrap, self.topic, cfg.minutes * 60,
