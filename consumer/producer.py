@@ -69,15 +69,8 @@ class TxmetaProducer:
             self._errors.append(f"{msg.topic()} [{p}] @ {msg.offset()}: keyed for partition {expect} by murmur2")
 
     def _produce(self, value, key=None, partition=None, expect=None) -> None:
-        kw = {"on_delivery": lambda err, msg: self._on_delivery(err, msg, expect)}
-        if partition is not None:
-            kw["partition"] = int(partition)
-        while True:
-            try:
-                self._p.produce(self.topic, value, key, **kw)
-                break
-            except BufferError:  # local queue full: wait for deliveries, then retry
-                self._p.poll(0.05)
+        produce_waiting(self._p, self.topic, value, key, partition,
+                        lambda err, msg: self._on_delivery(err, msg, expect))
         self._p.poll(0)
         self.sent_messages += 1
 
@@ -121,6 +114,22 @@ class TxmetaProducer:
         if left:
             raise TimeoutError(f"{left} messages to {self.topic!r} not delivered after {timeout:.0f} s")
         self.check()
+
+
+def produce_waiting(producer, topic: str, value, key, partition, on_delivery, stop=None) -> None:
+    """producer.produce(), waiting while librdkafka's local queue is full (BufferError: serve
+    delivery reports, retry); never drops. `stop()` true while waiting: RuntimeError."""
+    kw = {"on_delivery": on_delivery}
+    if partition is not None:
+        kw["partition"] = int(partition)
+    while True:
+        try:
+            producer.produce(topic, value, key, **kw)
+            return
+        except BufferError:  # local queue full: wait for deliveries, then retry
+            producer.poll(0.05)
+            if stop is not None and stop():
+                raise RuntimeError("stopped while the local queue was full")
 
 
 def take(offsets: np.ndarray, data: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

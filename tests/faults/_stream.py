@@ -298,17 +298,10 @@ class StreamProducer(threading.Thread):
         self.msg_offset.append(-1)
         if bad:
             self.malformed[mid] = kept_entries(self.plan.fmt, len(entries), len(value))
-        kw = {"on_delivery": lambda err, msg: self._delivered(err, msg, mid)}
-        if partition is not None:
-            kw["partition"] = int(partition)
-        while True:
-            try:
-                self._p.produce(self.topic, value, key, **kw)
-                break
-            except BufferError:
-                self._p.poll(0.05)
-                if self.stop_event.is_set():
-                    raise RuntimeError("stopped while the local queue was full")
+        from shmcache.consumer.producer import produce_waiting
+
+        produce_waiting(self._p, self.topic, value, key, partition, lambda err, msg: self._delivered(err, msg, mid),
+                        stop=self.stop_event.is_set)
 
     def _batch(self, b: int) -> None:
         from shmcache.consumer import partitioners, wire
