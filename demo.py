@@ -137,7 +137,7 @@ class Demo:
         self.sup.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while self.reader is None:
-            self._supervisoralive()
+            self._supervisor_alive()
             if shmcache.exists(self.name):
                 try:
                     self.reader = shmcache.attach(self.name)
@@ -147,7 +147,7 @@ class Demo:
                 raise DemoError(f"cache {self.name} did not appear within {READY_TIMEOUT_S:.0f} s")
             time.sleep(0.05)
         while True:  # ready, and all of the topic assigned here, to workers that are up
-            self._supervisoralive()
+            self._supervisor_alive()
             try:
                 st = self.reader.wait_ready(timeout=1.0)
             except shmcache.CacheNotReadyError:
@@ -167,7 +167,7 @@ class Demo:
                            f"{self.workers} workers (pids {pids}), cache {self.name!r} of {format_bytes(self.memory)}: "
                            f"{len(st['assigned'])} partitions assigned, ready")
 
-    def _supervisoralive(self) -> None:
+    def _supervisor_alive(self) -> None:
         if not self.sup.running():
             raise DemoError(f"the supervisor exited with code {self.sup.proc.returncode}; its log ends:\n"
                             f"{self.sup.log_tail()}")
@@ -203,7 +203,7 @@ class Demo:
                 if now - last[0] < 0.1 and st.entries < st.total:
                     return
                 last[0] = now
-                self._supervisoralive()
+                self._supervisor_alive()
                 n, _ = self._applied()
                 bar.update(sent, completed=st.entries, rate=st.entries / max(now - t0, 1e-9))
                 bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
@@ -214,7 +214,7 @@ class Demo:
             ends = self.sent.end_offsets
             deadline = t_sent + max(READY_TIMEOUT_S, self.entries / 10_000)
             while True:
-                self._supervisoralive()
+                self._supervisor_alive()
                 n, st = self._applied()
                 now = time.monotonic()
                 bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
@@ -248,11 +248,11 @@ class Demo:
                     kind, res = out.get(timeout=1.0)
                     break
                 except queue.Empty:
-                    if not p.isalive():  # died without a word (a signal, a crash)
+                    if not p.is_alive():  # died without a word (a signal, a crash)
                         raise DemoError(f"the reader process died with exit code {p.exitcode}") from None
         finally:
             p.join(30)
-            if p.isalive():
+            if p.is_alive():
                 p.kill()
                 p.join()
         if kind != "ok":
