@@ -32,34 +32,29 @@ acknowledged (near 0: it kept up, and the producer set the pace).
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
-import os
 import queue
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import shmcache
+from shmcache.consumer.groundtruth import BATCH, reader_main
+from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
+from shmcache.consumer.procs import SupervisorProcess, alive
 from shmcache.engine.layout import format_bytes, parse_bytes
 
-REPO = Path(__file__).resolve().parent
-KAFKA_SCRIPT = REPO / "scripts" / "kafka"
-BATCH = 1024  # lookups per get_many_packed call
 BYTES_PER_ENTRY = 300  # ring + index per entry with room to spare (records average ~160 B)
 MEMORY_FLOOR = 64 << 20
 READY_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 60.0
 PLAIN_PROGRESS_S = 5.0  # seconds between progress lines when there is no terminal
 
 
@@ -72,187 +67,20 @@ def auto_memory(entries: int) -> int:
     return entries * BYTES_PER_ENTRY + MEMORY_FLOOR
 
 
-# -- the reader process --------------------------------------------------------------------------
-
-
-def _values_equal(o1, d1, o2, d2) -> np.ndarray:
-    """Per row: is value i of (o1, d1) byte-equal to value i of (o2, d2)? Array operations only."""
-    from shmcache.consumer.producer import take
-
-    l1, l2 = np.diff(o1), np.diff(o2)
-    eq = l1 == l2
-    idx = np.flatnonzero(eq & (l1 > 0))
-    if len(idx):
-        a_o, a_d = take(o1, d1, idx)
-        _, b_d = take(o2, d2, idx)
-        eq[idx] = np.add.reduceat((a_d != b_d).astype(np.int64), a_o[:-1]) == 0
-    return eq
-
-
-def check_sample(name: str, truth_path: str, sample: int, seed: int | None, min_seconds: float = 1.0) -> dict:
-    """Look up `sample` sent hashes and check them against the ground truth; then time lookups."""
-    import pyarrow.compute as pc
-
-    from shmcache import txmeta
-    from shmcache.consumer import loadgen
-    from shmcache.consumer.producer import take
-
-    state = loadgen.final_state(truth_path)
-    rng = np.random.default_rng(seed)
-    m = min(sample, state.num_rows)
-    rows = state.take(np.sort(rng.choice(state.num_rows, m, replace=False)))
-    keys = loadgen.hashes_of(rows["tx_hash"])
-    deleted = rows["deleted"].to_numpy(zero_copy_only=False).astype(bool)
-    present = ~deleted
-    exp_off, exp_data = txmeta.encode(txmeta.from_arrow(rows.filter(pc.invert(rows["deleted"]))))
-    found = np.empty(m, bool)
-    lens = np.zeros(m, np.int64)
-    chunks = []
-    with shmcache.attach(name) as r:
-        for s in range(0, m, BATCH):
-            p = r.get_many_packed(keys[s:s + BATCH])
-            found[s:s + BATCH] = p.found
-            lens[s:s + BATCH] = np.diff(p.offsets)
-            chunks.append(p.data[p.offsets[0]:p.offsets[-1]].copy())
-        got_off = np.zeros(m + 1, np.int64)
-        np.cumsum(lens, out=got_off[1:])
-        got_data = np.concatenate(chunks) if chunks else np.empty(0, np.uint8)
-        live_idx = np.flatnonzero(present)
-        g_off, g_data = take(got_off, got_data, live_idx)
-        right = _values_equal(g_off, g_data, exp_off, exp_data) & found[live_idx]
-        # throughput: the same keys in random order, whole rounds, for at least min_seconds
-        order = keys[rng.permutation(m)]
-        lookups, spent = 0, 0.0
-        while spent < min_seconds:
-            t = time.perf_counter()
-            for s in range(0, m, BATCH):
-                r.get_many_packed(order[s:s + BATCH])
-            spent += time.perf_counter() - t
-            lookups += m
-            if m == 0:
-                break
-    return {
-        "pid": os.getpid(),
-        "sampled": int(m),
-        "present": int(present.sum()),
-        "deleted": int(deleted.sum()),
-        "present_hits": int(found[present].sum()),
-        "right_values": int(right.sum()),
-        "deleted_misses": int((~found[deleted]).sum()),
-        "lookups": int(lookups),
-        "lookup_seconds": spent,
-    }
-
-
-def _reader_main(name, truth_path, sample, seed, out) -> None:
-    """Entry point of the reader process (multiprocessing spawn)."""
-    try:
-        out.put(("ok", check_sample(name, truth_path, sample, seed)))
-    except BaseException as e:  # noqa: BLE001 - reported by the parent
-        out.put(("error", f"{type(e).__name__}: {e}"))
-
-
 # -- the processes it starts ------------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-class Broker:
-    """The project's local broker, started with scripts/kafka in `run_dir`."""
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = run_dir
-        self.info: dict | None = None
+class Broker(LocalBroker):
+    """The project's local broker (consumer/localkafka.py), its start's progress on the terminal."""
 
     def start(self) -> str:
-        if not KAFKA_SCRIPT.exists():
-            raise DemoError(f"{KAFKA_SCRIPT} not found (an installed shmcache has no scripts/): "
-                            "give --bootstrap HOST:PORT to use an existing broker")
-        # --watch-pid: if this process dies without cleaning up (SIGKILL), a watchdog stops the broker
-        cmd = [sys.executable, str(KAFKA_SCRIPT), "start", "--dir", str(self.run_dir), "--watch-pid", str(os.getpid())]
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, check=False)
-        if p.returncode != 0:
-            self.stop()  # it may be half up
-            raise DemoError(f"scripts/kafka start failed (exit {p.returncode}); see the lines above")
-        self.info = json.loads(p.stdout.strip().splitlines()[-1])
-        return self.info["bootstrap"]
-
-    @property
-    def pid(self) -> int | None:
-        return self.info["pid"] if self.info else None
-
-    def stop(self) -> None:
-        """scripts/kafka stop (SIGTERM, then SIGKILL), then make sure of it by pid."""
-        subprocess.run([sys.executable, str(KAFKA_SCRIPT), "stop", "--dir", str(self.run_dir)],
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
-        if self.pid is not None and _alive(self.pid):
-            os.kill(self.pid, signal.SIGKILL)
-
-
-class SupervisorProcess:
-    """`python -m shmcache run`, its output in a log file; its workers remembered by pid."""
-
-    def __init__(self, argv: list[str], log_path: Path):
-        self.argv = argv
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-        self.worker_pids: set[int] = set()
-        self.exit_code: int | None = None
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def note_workers(self, status: dict) -> None:
-        self.worker_pids.update(w["pid"] for w in status["workers"] if w["pid"])
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
-        """SIGTERM and wait (the supervisor drains and commits); SIGKILL it and its workers
-        if it does not exit in time. Returns its exit code (None if it had to be killed)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.exit_code = self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-                self.exit_code = None
-        elif self.exit_code is None:
-            self.exit_code = self.proc.returncode
-        deadline = time.monotonic() + 10
-        for pid in self.worker_pids:  # they exit with their supervisor; make sure
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        return self.exit_code
-
-    def log_tail(self, n: int = 30) -> str:
         try:
-            return "".join(self.log_path.read_text(errors="replace").splitlines(keepends=True)[-n:])
-        except OSError:
-            return "(no log)"
+            super().start(capture_stderr=False)
+        except LocalKafkaError as e:
+            if e.returncode is None:
+                raise DemoError(f"{e}: give --bootstrap HOST:PORT to use an existing broker") from None
+            raise DemoError(f"scripts/kafka start failed (exit {e.returncode}); see the lines above") from None
+        return self.bootstrap
 
 
 # -- the demo -------------------------------------------------------------------------------------
@@ -295,12 +123,12 @@ class Demo:
                            f"ready in {time.monotonic() - t:.1f} s")
 
     def start_supervisor(self) -> None:
-        from shmcache.consumer import loadgen
+        from shmcache.consumer import topics
 
         if shmcache.exists(self.name):  # the demo checks (and removes) a cache of its own only
             raise DemoError(f"a cache named {self.name!r} exists already: give another --name, "
                             f"or remove it with: shmcache destroy {self.name}")
-        loadgen.create_topic(self.bootstrap, self.topic, self.partitions)
+        topics.create_topic(self.bootstrap, self.topic, self.partitions)
         self.created_topic = True
         argv = [sys.executable, "-m", "shmcache", "run", "--name", self.name, "--bootstrap", self.bootstrap,
                 "--topic", self.topic, "--group", self.group, "--workers", str(self.workers),
@@ -411,7 +239,7 @@ class Demo:
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
         self.console.print(f"a reader process looks up {min(self.sample, self.sent.adds):,} of the sent hashes ...")
-        p = ctx.Process(target=_reader_main, args=(self.name, self.sent.ground_truth, self.sample, self.seed, out),
+        p = ctx.Process(target=reader_main, args=(self.name, self.sent.ground_truth, self.sample, self.seed, out),
                         name="shmcache-demo-reader")
         p.start()
         try:
@@ -436,7 +264,7 @@ class Demo:
         self.sup.note_workers(st)
         code = self.sup.stop()
         self.check(code == 0, f"supervisor exit code {code} after SIGTERM (want 0)")
-        left = [pid for pid in self.sup.worker_pids if _alive(pid)]
+        left = [pid for pid in self.sup.worker_pids if alive(pid)]
         self.check(not left, f"worker processes still alive: {left}")
         rows = {p: c for p, c in self._committed().items()}
         short = {p: (rows.get(p), end) for p, end in self.sent.end_offsets.items() if rows.get(p) != end}
@@ -534,9 +362,9 @@ class Demo:
             c.print(f"removed cache {self.name}")
 
     def _delete_topic(self) -> None:
-        from shmcache.consumer import loadgen
+        from shmcache.consumer import topics
 
-        loadgen.delete_topic(self.bootstrap, self.topic, groups=(self.group,))
+        topics.delete_topic(self.bootstrap, self.topic, groups=(self.group,))
 
     def run(self) -> int:
         try:
@@ -593,9 +421,3 @@ def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: st
         return demo.run()
     finally:
         signal.signal(signal.SIGTERM, old)
-
-
-def command(a) -> int:
-    """`shmcache demo` (see cli.py for the options)."""
-    return run(entries=a.entries, workers=a.workers, partitions=a.partitions, fmt=a.format, bootstrap=a.bootstrap,
-               memory=a.memory, sample=a.sample, delete_share=a.delete_share, seed=a.seed, name=a.name, keep=a.keep)

@@ -32,7 +32,8 @@ from rich.text import Text
 from shmcache.engine.layout import format_bytes
 
 MAX_PARTITION_ROWS = 32  # more partitions are summed up in one line
-WORKER_STATE_STYLE = {"up": "green", "starting": "yellow", "stopped": "red"}
+WORKER_STATE_STYLE = {"up": "green", "starting": "yellow", "stopping": "yellow", "backing-off": "red",
+                      "stopped": "red"}
 
 
 @dataclass
@@ -157,14 +158,16 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
         lag = sum(p["lag"] or 0 for p in more)
         parts.add_row(f"+{len(more)}", "", "", "", f"{lag:,}", "", f"{sum(p['caught_up'] for p in more)} yes")
     workers = Table(title="workers", title_justify="left")
-    for col in ("worker", "pid", "state", "heartbeat", "restarts", "ADD", "DELETE", "messages"):
+    for col in ("worker", "pid", "state", "heartbeat", "restarts", "backoff", "ADD", "DELETE", "messages"):
         workers.add_column(col, justify="right")
+    from shmcache.cli.status import backoff_text, group_lines
+
     for w in st["workers"]:
         hb = "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago"
         workers.add_row(str(w["worker"]), str(w["pid"] or "-"),
                         Text(w["state"], WORKER_STATE_STYLE[w["state"]]), hb,
-                        str(max(0, w["starts"] - 1)), f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}")
-    from shmcache.cli import group_lines
+                        str(max(0, w["starts"] - 1)), backoff_text(w), f"{w['adds']:,}", f"{w['deletes']:,}",
+                        f"{w['messages']:,}")
 
     body = [_header(name, st), *(Text(line, style="bold red") for line in group_lines(st)),
             Columns([applied, table, readers, supervisor])]

@@ -17,7 +17,7 @@ defined:
   is built for one target partition p (round robin): its first hash is drawn
   until murmur2 gives p, and its DELETEs are of hashes ADDed in earlier batches
   for p. Every message that touches h is then in one partition, in order.
-- v2 sends each entry to `wire.v2_partition(xxh64(h), P)`: deletes follow their
+- v2 sends each entry to `partitioners.v2_partition(xxh64(h), P)`: deletes follow their
   key. Its DELETEs are of hashes from any earlier batch.
 - kv sends each entry as its own message keyed by h (murmur2: deletes follow their
   key, as in v2), value None for a DELETE. One produce() call per entry makes it
@@ -50,9 +50,6 @@ earlier hashes to delete (the first batches of each partition are all ADDs).
 
 from __future__ import annotations
 
-import os
-import queue
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -60,7 +57,9 @@ from typing import Callable
 import numpy as np
 
 from shmcache import txmeta
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
+# the ground truth is part of what the load generator offers (consumer/groundtruth.py)
+from shmcache.consumer.groundtruth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
 from shmcache.consumer.producer import TxmetaProducer
 
 ADD, DELETE = wire.ADD, wire.DELETE
@@ -70,7 +69,6 @@ MAX_BATCH = 4096
 FORMATS = ("v1", "v2", "kv")
 # bytes on the wire per entry besides its value: v1/v2 entry headers, kv's message key
 ENTRY_OVERHEAD = {"v1": wire.V1_ENTRY_HEADER, "v2": wire.V2_ENTRY_HEADER, "kv": 32}
-GROUND_TRUTH_ROW_GROUP = 1 << 17  # rows buffered per Parquet row group
 
 # Producer settings for throughput, as Teranode's validator produces: no
 # compression (tx hashes are random bytes), batches of whole messages with a
@@ -82,12 +80,6 @@ PRODUCER_SETTINGS = {
     "batch.size": 1_000_000,
     "queue.buffering.max.kbytes": 128 * 1024,
 }
-
-
-def ground_truth_schema():
-    import pyarrow as pa
-
-    return txmeta.table_schema(extra=[("deleted", pa.bool_()), ("seq", pa.int64()), ("partition", pa.int32())])
 
 
 @dataclass
@@ -190,7 +182,7 @@ class Generator:
         """A fresh hash that murmur2 sends to partition p (about P draws)."""
         while True:
             k = self.rng.integers(0, 256, 32, np.uint8)
-            if wire.murmur2_partition(k.tobytes(), self.partitions) == p:
+            if partitioners.murmur2_partition(k.tobytes(), self.partitions) == p:
                 return k
 
     def batch(self, n: int) -> GenBatch:
@@ -232,203 +224,8 @@ class Generator:
         if b.partition is not None:
             return np.full(len(b), b.partition, np.int32)
         if self.fmt == "kv":
-            return wire.murmur2_partitions(b.keys, self.partitions).astype(np.int32)
-        return wire.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
-
-
-# -- ground truth ------------------------------------------------------------------------------
-
-
-def ground_truth_table(batches: list[GenBatch], partitions: list[np.ndarray], seq0: int):
-    """Consecutive batches as rows of the ground-truth schema (`partitions`: each entry's;
-    seq from seq0). Built over many batches at once: the per-call cost of Arrow is paid once."""
-    import pyarrow as pa
-
-    keys = np.concatenate([b.keys for b in batches])
-    is_delete = np.concatenate([b.actions for b in batches]) == DELETE
-    n = len(keys)
-    rank = np.zeros(n, np.int64)
-    rank[~is_delete] = np.arange(n - int(is_delete.sum()))
-    pick = pa.array(rank, mask=is_delete)  # a null index takes a null: DELETE rows have no value
-    cols = {k: v.take(pick) for k, v in txmeta.to_arrow(_concat_meta([b.meta for b in batches])).items()}
-    hash_offsets = pa.py_buffer(np.arange(0, (n + 1) * 32, 32, dtype=np.int32))
-    tx_hash = pa.Array.from_buffers(pa.binary(), n, [None, hash_offsets, pa.py_buffer(keys)])
-    return pa.Table.from_pydict({
-        "tx_hash": tx_hash, **cols,
-        "deleted": pa.array(is_delete),
-        "seq": pa.array(np.arange(seq0, seq0 + n, dtype=np.int64)),
-        "partition": pa.array(np.concatenate(partitions)),
-    }, schema=ground_truth_schema())
-
-
-def _concat_meta(metas: list[txmeta.Meta]) -> txmeta.Meta:
-    """One Meta of the records of `metas`, in order (the offsets rebased)."""
-    def offsets(arrays, sizes):
-        base = np.cumsum([0, *sizes])
-        return np.concatenate([np.zeros(1, np.int64)] + [o[1:] + base[i] for i, o in enumerate(arrays)])
-
-    return txmeta.Meta(
-        fee=np.concatenate([m.fee for m in metas]), size=np.concatenate([m.size for m in metas]),
-        flags=np.concatenate([m.flags for m in metas]),
-        parent_offsets=offsets([m.parent_offsets for m in metas], [len(m.parents) for m in metas]),
-        parents=np.concatenate([m.parents for m in metas]),
-        vout_offsets=offsets([m.vout_offsets for m in metas], [len(m.vouts) for m in metas]),
-        vouts=np.concatenate([m.vouts for m in metas]),
-        block_height=np.concatenate([m.block_height for m in metas]),
-        valid=np.concatenate([m.valid for m in metas]))
-
-
-class GroundTruthWriter:
-    """Appends batches to PATH.tmp from a thread of its own, a row group (GROUND_TRUTH_ROW_GROUP
-    rows) at a time, so building Arrow tables and writing Parquet overlap with producing.
-    `commit()` waits for it and renames the file to PATH; `discard()` removes it."""
-
-    QUEUE = 256  # batches in flight: a bound on memory if the disk is slower than the broker
-
-    def __init__(self, path: str):
-        import pyarrow.parquet as pq
-
-        self.path = path
-        self.tmp = path + ".tmp"
-        # random hashes neither dictionary-encode nor compress well: don't spend CPU trying
-        self._writer = pq.ParquetWriter(self.tmp, ground_truth_schema(), use_dictionary=False, compression="none")
-        self._pending: list = []  # (batch, partitions) not yet written
-        self._pending_seq0 = 0
-        self._rows = 0
-        self._queue: queue.Queue = queue.Queue(self.QUEUE)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="ground-truth-writer", daemon=True)
-        self._thread.start()
-
-    def add(self, b: GenBatch, partitions: np.ndarray, seq0: int) -> None:
-        """Queue a batch (its arrays must not change afterwards); raise if writing failed."""
-        if self._error is not None:
-            raise RuntimeError(f"writing the ground truth {self.tmp}: {self._error}") from self._error
-        self._queue.put((b, partitions, seq0))
-
-    def _run(self) -> None:
-        try:
-            while (item := self._queue.get()) is not None:
-                b, parts, seq0 = item
-                if not self._pending:
-                    self._pending_seq0 = seq0
-                self._pending.append((b, parts))
-                self._rows += len(b)
-                if self._rows >= GROUND_TRUTH_ROW_GROUP:
-                    self._flush()
-            self._flush()
-        except BaseException as e:  # noqa: BLE001 - reported to the producing thread
-            self._error = e
-            while self._queue.get() is not None:  # drain, so add() and _stop() never block
-                pass
-
-    def _flush(self) -> None:
-        if self._pending:
-            table = ground_truth_table([b for b, _ in self._pending], [p for _, p in self._pending],
-                                       self._pending_seq0)
-            self._writer.write_table(table, row_group_size=GROUND_TRUTH_ROW_GROUP)
-            self._pending, self._rows = [], 0
-
-    def _stop(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-
-    def commit(self) -> None:
-        self._stop()
-        if self._error is not None:
-            raise RuntimeError(f"writing the ground truth {self.tmp}: {self._error}") from self._error
-        self._writer.close()
-        os.replace(self.tmp, self.path)
-
-    def discard(self) -> None:
-        try:
-            self._stop()
-            self._writer.close()
-        except Exception:  # noqa: BLE001 - a half-written file is removed either way
-            pass
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass
-
-
-def final_state(path: str, columns: list[str] | None = None):
-    """The state a ground-truth file describes: for each tx_hash, its row with the highest
-    seq (so `deleted` says whether the hash is absent). `columns`: which to read (tx_hash,
-    seq and deleted always are)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    if columns is not None:
-        columns = list(dict.fromkeys(["tx_hash", "seq", "deleted", *columns]))
-    t = pq.read_table(path, columns=columns)
-    last = t.group_by("tx_hash", use_threads=False).aggregate([("seq", "max")])
-    return t.filter(pc.is_in(t["seq"], value_set=last["seq_max"]))  # seq is unique: one row per hash
-
-
-def hashes_of(column) -> np.ndarray:
-    """A column of 32-byte tx hashes (pyarrow binary, chunked or not) as an (n, 32) uint8 array."""
-    import pyarrow as pa
-
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    arr = arr.cast(pa.binary())
-    if arr.null_count:
-        raise ValueError("tx_hash column holds a null")
-    o = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, 4 * arr.offset)
-    if len(arr) and (np.diff(o) != 32).any():
-        raise ValueError("tx_hash column holds a value that is not 32 bytes")
-    data = np.frombuffer(arr.buffers()[2], np.uint8)[o[0]:o[-1]] if len(arr) else np.empty(0, np.uint8)
-    return data.reshape(-1, 32)
-
-
-# -- topics ----------------------------------------------------------------------------------
-
-
-def _admin_settings(bootstrap: str) -> dict:
-    # log_level 4: librdkafka's informational chatter when a short-lived admin client
-    # is destroyed ("Purging 1 unserved events") is not for the user's terminal
-    return {"bootstrap.servers": bootstrap, "log_level": 4}
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> bool:
-    """Create `topic` with `partitions` partitions (replication 1) and wait until each has a
-    leader. Returns False if it already existed with that many partitions; raises if it
-    exists with another count."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(_admin_settings(bootstrap))
-    created = True
-    try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
-                            operation_timeout=timeout)[topic].result(timeout=timeout)
-    except KafkaException as e:
-        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise RuntimeError(f"creating topic {topic!r} on {bootstrap}: {e.args[0].str()}") from None
-        created = False
-    deadline = time.monotonic() + timeout
-    while True:
-        t = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
-        if t is not None and t.error is None and t.partitions:
-            if len(t.partitions) != partitions:
-                raise ValueError(f"topic {topic!r} exists with {len(t.partitions)} partitions, not {partitions}")
-            if all(p.leader >= 0 and p.error is None for p in t.partitions.values()):
-                return created
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic!r}: not every partition has a leader after {timeout:.0f} s")
-        time.sleep(0.1)
-
-
-def delete_topic(bootstrap: str, topic: str, groups: tuple[str, ...] = (), timeout: float = 30.0) -> None:
-    """Delete `topic`, and the consumer `groups` that read it (their committed offsets)."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(_admin_settings(bootstrap))
-    admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout=timeout)
-    if groups:
-        for f in admin.delete_consumer_groups(list(groups), request_timeout=timeout).values():
-            f.result(timeout=timeout)
+            return partitioners.murmur2_partitions(b.keys, self.partitions).astype(np.int32)
+        return partitioners.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
 
 
 # -- producing -----------------------------------------------------------------------------
@@ -457,6 +254,8 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
     Raises on any failed delivery (after flushing what it can)."""
     cfg.validate()
     if cfg.create_topic:
+        from shmcache.consumer.topics import create_topic
+
         create_topic(cfg.bootstrap, cfg.topic, cfg.partitions)
     producer = TxmetaProducer(cfg.bootstrap, cfg.topic, format=cfg.format,
                               settings={**PRODUCER_SETTINGS, **cfg.settings})
@@ -506,39 +305,3 @@ def _pace(producer: TxmetaProducer, cfg: LoadConfig, st: LoadStats, n: int) -> i
         producer.poll(min(left, 0.1))
     due = int((time.monotonic() - st.started) * cfg.rate) - st.entries
     return max(1, min(n, due))
-
-
-# -- the command ------------------------------------------------------------------------------
-
-
-def command(a) -> int:
-    """`shmcache produce`: a progress bar (rich) while sending, then a summary line."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from shmcache.cli import key_values
-
-    settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
-    cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
-                     batch_size=a.batch_size, linger=a.linger, delete_share=a.delete_share, seed=a.seed,
-                     create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,
-                     settings=settings)
-    console = Console(stderr=True)
-    with Progress(TextColumn(f"producing to {a.topic}"), BarColumn(),
-                  TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
-                             "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
-                  TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
-        task = bar.add_task("produce", total=cfg.count, rate=0.0, acked=0, messages=0)
-
-        def progress(st: LoadStats) -> None:
-            secs = max(time.monotonic() - st.started, 1e-9)
-            bar.update(task, completed=st.entries, rate=st.entries / secs, acked=st.delivered, messages=st.messages)
-
-        st = produce(cfg, progress)
-    mb = st.bytes / 1e6
-    print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {cfg.format} "
-          f"messages to {cfg.topic!r} ({st.partitions} partitions) in {st.seconds:.1f} s: "
-          f"{st.entries / max(st.seconds, 1e-9):,.0f} entries/s, {mb:,.1f} MB; every message acknowledged")
-    if st.ground_truth:
-        print(f"ground truth: {st.ground_truth} ({st.entries:,} rows; the last row per tx_hash wins)")
-    return 0

@@ -55,6 +55,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from shmcache.consumer.follow import Followed
+
 log = logging.getLogger("shmcache.metrics")
 
 PREFIX = "shmcache_"
@@ -68,28 +70,17 @@ class CacheCollector:
 
     def __init__(self, name: str):
         self.name = name
-        self._reader = None
-        self._ino = None  # identity (ipc.segment.identity) of the segment attached: another one means a re-created cache
+        self._followed = Followed(name)
         self._lock = threading.Lock()  # the HTTP server may run scrapes in parallel threads
 
     def _attach(self):
         import shmcache
-        from shmcache.ipc.segment import identity
 
         try:
-            ino = identity(self.name)  # what is at the name now (a symlink is not followed)
-        except OSError:
-            ino = None
-        if self._reader is not None and ino != self._ino:  # destroyed or re-created
-            self._reader.close()
-            self._reader = None
-        if self._reader is None and ino is not None:
-            try:
-                self._reader = shmcache.attach(self.name)
-                self._ino = ino
-            except (OSError, shmcache.ShmcacheError) as e:
-                log.debug("metrics: cache %r not attachable: %s", self.name, e)
-        return self._reader
+            return self._followed.reader()
+        except (OSError, shmcache.ShmcacheError) as e:
+            log.debug("metrics: cache %r not attachable: %s", self.name, e)
+            return None
 
     def collect(self):
         from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
@@ -172,9 +163,7 @@ class CacheCollector:
 
     def close(self) -> None:
         with self._lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
+            self._followed.close()
 
 
 class MetricsServer:

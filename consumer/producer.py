@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 from shmcache.consumer.config import FORMATS
 
 
@@ -70,15 +70,8 @@ class TxmetaProducer:
             self._errors.append(f"{msg.topic()} [{p}] @ {msg.offset()}: keyed for partition {expect} by murmur2")
 
     def _produce(self, value, key=None, partition=None, expect=None) -> None:
-        kw = {"on_delivery": lambda err, msg: self._on_delivery(err, msg, expect)}
-        if partition is not None:
-            kw["partition"] = int(partition)
-        while True:
-            try:
-                self._p.produce(self.topic, value, key, **kw)
-                break
-            except BufferError:  # local queue full: wait for deliveries, then retry
-                self._p.poll(0.05)
+        produce_waiting(self._p, self.topic, value, key, partition,
+                        lambda err, msg: self._on_delivery(err, msg, expect))
         self._p.poll(0)
         self.sent_messages += 1
 
@@ -91,16 +84,16 @@ class TxmetaProducer:
         if self.format == "v1":
             key = keys[0].tobytes()
             self._produce(wire.encode_v1(keys, actions, values), key=key,
-                          expect=wire.murmur2_partition(key, self.partitions))
+                          expect=partitioners.murmur2_partition(key, self.partitions))
         elif self.format == "v2":
-            parts = wire.v2_partition(wire.xxh64_keys(keys), self.partitions)
+            parts = partitioners.v2_partition(wire.xxh64_keys(keys), self.partitions)
             offsets, data = _as_offsets(values, len(keys))
             for p in np.unique(parts).tolist():
                 idx = np.flatnonzero(parts == p)  # keeps wire order within the partition
                 self._produce(wire.encode_v2(keys[idx], actions[idx], take(offsets, data, idx)), partition=p)
         else:
             offsets, data = _as_offsets(values, len(keys))
-            expect = wire.murmur2_partitions(keys, self.partitions).tolist()
+            expect = partitioners.murmur2_partitions(keys, self.partitions).tolist()
             deletes = (actions == wire.DELETE).tolist()
             buf, o = data.tobytes(), offsets.tolist()  # slicing bytes, not numpy, per entry
             for i in range(len(keys)):
@@ -122,6 +115,22 @@ class TxmetaProducer:
         if left:
             raise TimeoutError(f"{left} messages to {self.topic!r} not delivered after {timeout:.0f} s")
         self.check()
+
+
+def produce_waiting(producer, topic: str, value, key, partition, on_delivery, stop=None) -> None:
+    """producer.produce(), waiting while librdkafka's local queue is full (BufferError: serve
+    delivery reports, retry); never drops. `stop()` true while waiting: RuntimeError."""
+    kw = {"on_delivery": on_delivery}
+    if partition is not None:
+        kw["partition"] = int(partition)
+    while True:
+        try:
+            producer.produce(topic, value, key, **kw)
+            return
+        except BufferError:  # local queue full: wait for deliveries, then retry
+            producer.poll(0.05)
+            if stop is not None and stop():
+                raise RuntimeError("stopped while the local queue was full")
 
 
 def take(offsets: np.ndarray, data: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,11 @@ reconnects them). `broker_wait` bounds the wait: past it, BrokerUnavailableError
 A run that never got going (no broker within the bound, a missing topic, a stop
 while waiting) removes the cache if it created it; a cache that existed stays.
 
+Each worker process is driven through a handle (consumer/worker_handle.py) with
+explicit states (starting, up, stopping, stopped, backing-off) and the restart
+backoff; this module is the policy: group membership, rebalances, commits, and
+what a restart does to a worker's partitions.
+
 What it publishes besides: its commits, commit failures, rebalances and lost
 partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
 `metrics_port` a Prometheus endpoint (consumer/metrics.py) that reads all of
@@ -33,14 +38,13 @@ from __future__ import annotations
 
 import enum
 import logging
-import multiprocessing as mp
 import os
 import signal
 import time
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import worker as worker_mod
 from shmcache.consumer.config import RunConfig
+from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
 from shmcache.errors import BrokerUnavailableError, ShmcacheError
 from shmcache.ipc import liveness
@@ -60,70 +64,6 @@ class State(enum.Enum):
     RUNNING = "running"
     STOPPING = "stopping"
     STOPPED = "stopped"
-
-
-class WorkerHandle:
-    """One worker process: started, commanded and stopped by the supervisor.
-
-    Each (re)start gets a new pipe, so replies from an old instance can never be
-    mistaken for the new one's."""
-
-    def __init__(self, sup: "Supervisor", index: int):
-        self.sup = sup
-        self.index = index
-        self.proc = None
-        self.conn = None
-        self.partitions: set[int] = set()
-
-    def start(self) -> None:
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        cfg = self.sup.cfg.to_dict()
-        cfg["_log_level"] = logging.getLogger().level or logging.INFO
-        self.proc = ctx.Process(target=worker_mod.main, args=(cfg, self.index, child),
-                                name=f"shmcache-worker-{self.index}")
-        self.proc.start()
-        child.close()
-        self.sup.cache.control.workers[self.index, L.K_STARTS] += 1
-        log.info("worker %d started, pid %d", self.index, self.proc.pid)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.is_alive()
-
-    def request(self, cmd: tuple, reply: str, timeout: float):
-        """Send a command and wait for its reply; None if the worker died or did not answer."""
-        try:
-            self.conn.send(cmd)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.conn.poll(0.05):
-                    kind, payload = self.conn.recv()
-                    if kind == reply:
-                        return payload
-                elif not self.alive():
-                    return None
-        except (OSError, EOFError):
-            return None
-        log.warning("worker %d did not answer %r within %.0f s", self.index, cmd[0], timeout)
-        return None
-
-    def stop(self, reason: str, timeout: float) -> None:
-        """Ask, wait, then terminate, then kill: every stop ends within about `timeout` + 2 s."""
-        if self.proc is None:
-            return
-        log.info("stopping worker %d (pid %d): %s", self.index, self.proc.pid, reason)
-        if self.alive():
-            self.request(("stop",), "stopped", timeout)
-            self.proc.join(timeout)
-        if self.proc.is_alive():
-            log.warning("worker %d ignored stop; terminating", self.index)
-            self.proc.terminate()
-            self.proc.join(1)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(1)
-        self.conn.close()
-        self.proc = None
 
 
 class Supervisor:
@@ -526,7 +466,7 @@ class Supervisor:
             if self._stop_reason:
                 return
         for w in self.workers:
-            if not w.alive():
+            if w.check(now):  # it died and its backoff (consumer/worker_handle.py) is over
                 self._restart(w)
         if self._rebalancing and now - self._rebalancing > REBALANCE_COMMIT_HOLD_S:
             self._rebalancing = 0.0  # no new generation came: commit again (and count what fails)
@@ -542,11 +482,7 @@ class Supervisor:
 
     def _restart(self, w: WorkerHandle) -> None:
         """A worker died: repair what it left locked, start a new one from its applied offsets."""
-        code = w.proc.exitcode if w.proc is not None else None
-        log.warning("worker %d (pid %s) died with exit code %s; restarting", w.index,
-                    w.proc.pid if w.proc is not None else "?", code)
-        if w.conn is not None:
-            w.conn.close()
+        log.info("restarting worker %d", w.index)
         repaired = self.cache.repair_dead_locks()
         if repaired:
             log.warning("repaired %d buckets the dead worker left locked", repaired)

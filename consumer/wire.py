@@ -22,7 +22,7 @@ v2 (partition-aware)::
 
 action 0 = ADD (content = Teranode MetaBytes), 1 = DELETE (len 0). A v2 producer
 sends each entry to partition `(xxh64 % 8192) // (8192 // P)`, so a partition owns a
-contiguous range of the table's buckets (see `v2_partition`).
+contiguous range of the table's buckets (see `partitioners.v2_partition`).
 
 What a receiver MUST check (and `decode` does):
 1. v2 only if the WHOLE v2 parse holds: all four header bytes match, `count * 45 <=
@@ -64,8 +64,9 @@ Not guaranteed: a message that parses cleanly both ways is read as v2. That need
 v1 message of 767 + 256k entries whose bytes also form a valid v2 message with every
 xxh64 matching: 64 bits of chance per entry, never in practice.
 
-Also here: the plain key/value mode (`decode_kv`), the encoders producers and tests
-use, and the two partitioners (`v2_partition`, and Kafka's own `murmur2_partition`).
+Also here: the plain key/value mode (`decode_kv`) and the encoders producers and tests
+use. The two partitioners (`v2_partition`, and Kafka's own `murmur2_partition`) are in
+consumer/partitioners.py.
 """
 
 from __future__ import annotations
@@ -102,13 +103,7 @@ V2_BUCKETS = 8192
 
 MAX_VALUE = 4096  # "records up to 4 KiB must fit" (DESIGN.md); longer is damage
 _MAX_VALUE_LIMIT = 2**31 - 1  # value_lens is int32
-
-# Kafka's default partitioner (Java Utils.murmur2, librdkafka rd_murmur2).
-MURMUR2_SEED = 0x9747B28C
-_M2_M = 0x5BD1E995
-_M32 = np.uint32(_M2_M)  # the same multiplier for numpy uint32 arithmetic (wraps like Java ints)
-_U32 = 0xFFFFFFFF
-
+_U32 = 0xFFFFFFFF  # the largest u32 LE length
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Batch:
@@ -379,82 +374,3 @@ def _encoder_inputs(keys, actions, values):
     if n and (lens.min() < 0 or lens.max() > _U32):  # the kernel trusts these
         raise ValueError("values: each length must be in 0..2**32-1")
     return k, a, offsets, data
-
-
-# -- partitioners -------------------------------------------------------------------
-def v2_partition(hashes, partitions: int) -> np.ndarray:
-    """The v2 producer's partition for each xxh64: `(h % 8192) // (8192 // P)`, so
-    partition p owns buckets [p * 8192/P, (p + 1) * 8192/P). P must divide 8192."""
-    if not isinstance(partitions, int) or partitions <= 0 or V2_BUCKETS % partitions:
-        raise ValueError(f"partitions must be a positive divisor of {V2_BUCKETS}, "
-                         f"got {partitions!r}")
-    h = np.asarray(hashes, dtype=np.uint64)  # stays uint64: no float64 promotion
-    return ((h % np.uint64(V2_BUCKETS)) // np.uint64(V2_BUCKETS // partitions)).astype(np.int64)
-
-
-def murmur2(key: bytes) -> int:
-    """Kafka's murmur2 (Java `Utils.murmur2`), as the signed 32-bit int Java returns."""
-    length = len(key)
-    h = (MURMUR2_SEED ^ length) & _U32
-    body = length - length % 4
-    for (k,) in struct.iter_unpack("<I", key[:body]):
-        k = (k * _M2_M) & _U32
-        k ^= k >> 24
-        k = (k * _M2_M) & _U32
-        h = ((h * _M2_M) & _U32) ^ k
-    tail = key[body:]
-    if tail:
-        for i in range(len(tail) - 1, -1, -1):  # Java's switch falls through 3, 2, 1
-            h ^= tail[i] << (8 * i)
-        h = (h * _M2_M) & _U32
-    h ^= h >> 13
-    h = (h * _M2_M) & _U32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-
-
-def murmur2_rows(keys: np.ndarray) -> np.ndarray:
-    """Kafka's murmur2 of each row of an (n, k) uint8 array, as uint32 (Java's int bits)."""
-    keys = np.ascontiguousarray(keys, np.uint8)
-    if keys.ndim != 2:
-        raise ValueError(f"keys must be a 2-d uint8 array, got shape {keys.shape}")
-    n, length = keys.shape
-    body = length - length % 4
-    with np.errstate(over="ignore"):
-        h = np.full(n, (MURMUR2_SEED ^ length) & 0xFFFFFFFF, np.uint32)
-        if body:
-            words = np.ascontiguousarray(keys[:, :body]).view("<u4")  # (n, body // 4), little-endian
-            for j in range(words.shape[1]):
-                k = words[:, j] * _M32
-                k ^= k >> np.uint32(24)
-                k *= _M32
-                h *= _M32
-                h ^= k
-        tail = length - body
-        if tail:  # Java's switch falls through 3, 2, 1
-            for i in range(tail - 1, -1, -1):
-                h ^= keys[:, body + i].astype(np.uint32) << np.uint32(8 * i)
-            h *= _M32
-        h ^= h >> np.uint32(13)
-        h *= _M32
-        h ^= h >> np.uint32(15)
-    return h
-
-
-def murmur2_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
-    """`murmur2_partition` of every row of an (n, k) uint8 array (int64)."""
-    if not isinstance(partitions, int) or partitions <= 0:
-        raise ValueError(f"partitions must be a positive int, got {partitions!r}")
-    return ((murmur2_rows(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)).astype(np.int64)
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives a keyed record: Java's
-    `toPositive(murmur2(key)) % P`, librdkafka's `partitioner=murmur2_random`."""
-    if not isinstance(key, (bytes, bytearray, memoryview)):
-        raise TypeError(f"key must be bytes, got {type(key).__name__}")
-    if not isinstance(partitions, int) or partitions <= 0:
-        raise ValueError(f"partitions must be a positive int, got {partitions!r}")
-    return (murmur2(bytes(key)) & 0x7FFFFFFF) % partitions

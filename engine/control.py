@@ -178,13 +178,21 @@ class ControlView:
             if not r[L.K_OWNER] and not r[L.K_STARTS]:
                 continue
             alive = bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER])
+            published, failures, restart_at = self.worker_handle(i) if sup_alive else (None, 0, None)
+            if alive:
+                state = "stopping" if published == "stopping" else "up"
+            elif not sup_alive:
+                state = "stopped"
+            else:  # a worker claims its row once its imports are done; until then the supervisor starts it
+                state = published if published in ("backing-off", "stopping", "stopped") else "starting"
             ws.append({
                 "worker": i,
                 "pid": liveness.word_pid(r[L.K_OWNER]) if r[L.K_OWNER] else None,
                 "alive": alive,
-                # a worker claims its row once its imports are done; until then, or after it died,
-                # a running supervisor is (re)starting it
-                "state": "up" if alive else "starting" if sup_alive else "stopped",
+                "state": state,
+                # the supervisor's restart backoff: deaths in a row, and when the next restart is due
+                "restart_failures": failures,
+                "next_restart_s": restart_at,
                 "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
                 "starts": r[L.K_STARTS],
                 "adds": r[L.K_ADDS],
@@ -194,6 +202,14 @@ class ControlView:
                 "unknown_actions": r[L.K_UNKNOWN],
             })
         return ws
+
+    def worker_handle(self, i: int) -> tuple[str | None, int, float | None]:
+        """Worker i as its supervisor's handle published it (L.H_WORKER_HANDLES): (state or
+        None, deaths in a row, the restart due in unix seconds while backing off, else None)."""
+        word = int(self._h[L.H_WORKER_HANDLES + i])
+        code, failures, at = word & 0xFF, (word >> 8) & 0xFFFF, word >> 24
+        state = L.WORKER_STATES[code - 1] if 1 <= code <= len(L.WORKER_STATES) else None
+        return state, failures, at / 10 if at > 0 and state == "backing-off" else None
 
     def status(self) -> dict:
         """Readiness and progress, from shared memory alone (no broker round trip)."""
@@ -326,9 +342,16 @@ class ControlArea(ControlView):
             h[word] = 0
         h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
         self.set_group(0, [], {})
+        h[L.H_WORKER_HANDLES:L.H_WORKER_HANDLES + L.MAX_WORKERS] = 0
         h[L.H_SUPERVISOR_STARTED] = time.time_ns()
         h[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
         h[L.H_METRICS_PORT] = metrics_port
+
+    def set_worker_handle(self, i: int, state: str, failures: int, restart_at_ns: int = 0) -> None:
+        """Publish the supervisor's handle on worker i (see L.H_WORKER_HANDLES)."""
+        at = max(0, restart_at_ns) // 100_000_000
+        self._h[L.H_WORKER_HANDLES + i] = ((at << 24) | (min(max(failures, 0), 0xFFFF) << 8)
+                                           | (L.WORKER_STATES.index(state) + 1))
 
     def reset_partitions(self) -> None:
         """A new topic for this segment: forget progress made on another topic."""

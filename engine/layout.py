@@ -86,6 +86,12 @@ H_GROUP_TEXT_LEN = 99
 H_GROUP_TEXT = 128  # words 128..191: JSON list of the other members (client id, host, instance id)
 GROUP_TEXT_MAX = 64 * WORD
 H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th other member holding it
+# The supervisor's handle on each worker (consumer/worker_handle.py): one word per worker
+# slot, written by the supervisor alone: bits 0-7 the handle's state (index + 1 in
+# WORKER_STATES, 0 none published), bits 8-23 its deaths in a row (capped), bits 24-63 the
+# restart due while backing off, in tenths of a second since the epoch (0 none).
+H_WORKER_HANDLES = 192  # words 192..255
+WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
 HEADER_WORDS = PAGE // WORD
 
 # -- per-process slot tables ------------------------------------------------------
@@ -102,6 +108,7 @@ W_UNKNOWN = 6  # entries of an unknown action, skipped
 W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _kernels.py)
 
 MAX_WORKERS = 64  # consumer worker processes, one row each (written by that worker only)
+assert H_WORKER_HANDLES + MAX_WORKERS <= H_ELSEWHERE
 K_OWNER = 0  # owner word of the worker process, 0 if none
 K_HEARTBEAT = 1  # time.time_ns() of the worker's last loop
 K_STARTS = 2  # how many times this worker slot was (re)started (written by the supervisor)

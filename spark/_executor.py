@@ -8,7 +8,7 @@ resource tracker, so nothing an executor does (or its exit) can remove a cache.
 
 A cache that was destroyed and created again under the same name is a new file
 (another inode): each batch stats `/dev/shm/<name>` (one syscall) and re-attaches
-when the inode changed, so a worker never keeps reading a dead table. A cache that
+when the inode changed (consumer/follow.py), so a worker never keeps reading a dead table. A cache that
 is gone raises CacheNotFoundError naming the cache and this host: on a cluster,
 every machine that runs executors needs its own `shmcache run`.
 """
@@ -19,27 +19,24 @@ import socket
 
 import shmcache
 from shmcache.errors import CacheNotFoundError
-from shmcache.ipc.segment import identity, path_of
+from shmcache.consumer.follow import Followed
+from shmcache.ipc.segment import path_of
 
-_READERS: dict[str, tuple[int, "shmcache.Reader"]] = {}  # name -> (inode of the mapped file, reader)
+_READERS: dict[str, Followed] = {}  # name -> the handle on what is at the name (consumer/follow.py)
 
 
 def reader(name: str, who: str) -> "shmcache.Reader":
     """This process's read-only handle on cache `name`, attached on first use."""
-    inode = identity(name)  # before attach: a re-create in between is seen next batch
-    if inode is None:
-        _drop(name)
-        raise _missing(name, who)
-    held = _READERS.get(name)
-    if held is not None and held[0] == inode:
-        return held[1]
-    _drop(name)
-    _prune()
+    held = _READERS.setdefault(name, Followed(name))
     try:
-        r = shmcache.attach(name)
+        r = held.reader()
     except FileNotFoundError:  # CacheNotFoundError: destroyed between the stat and the open
+        r = None
+    if r is None:
+        _drop(name)
         raise _missing(name, who) from None
-    _READERS[name] = (inode, r)
+    if held.attached_now:
+        _prune(keep=name)
     return r
 
 
@@ -53,14 +50,14 @@ def _missing(name: str, who: str) -> CacheNotFoundError:
 def _drop(name: str) -> None:
     held = _READERS.pop(name, None)
     if held is not None:
-        held[1].close()  # unmaps; never destroys
+        held.close()  # unmaps; never destroys
 
 
-def _prune() -> None:
+def _prune(keep: str) -> None:
     """Unmap handles on caches that no longer exist (or were re-created), so a long-lived
     worker does not keep the memory of destroyed tables mapped."""
     for name in list(_READERS):
-        if identity(name) != _READERS[name][0]:
+        if name != keep and _READERS[name].moved():
             _drop(name)
 
 

@@ -7,7 +7,7 @@
   key's partition, and a hash's ADD and DELETE always share a partition (DESIGN
   invariant 2).
 - v2: `(xxh64(hash) % 8192) // (8192 // P)`, the bucket-range partition
-  (`wire.v2_partition`), set explicitly on each message.
+  (`partitioners.v2_partition`), set explicitly on each message.
 
 Both partitioners live in `consumer/wire.py`, the wire contract; this module picks
 one by format.
@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 
 def v1_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
     """The partition Kafka's default partitioner gives each key (int32)."""
     _check(partitions)
-    return wire.murmur2_partitions(keys, partitions).astype(np.int32)
+    return partitioners.murmur2_partitions(keys, partitions).astype(np.int32)
 
 
 def v2_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
     """The bucket-range partition of each key (int32); P must divide 8192."""
-    return wire.v2_partition(wire.xxh64_keys(keys), partitions).astype(np.int32)
+    return partitioners.v2_partition(wire.xxh64_keys(keys), partitions).astype(np.int32)
 
 
 def partitions_of(keys: np.ndarray, partitions: int, fmt: str) -> np.ndarray:

@@ -2,20 +2,16 @@
 directory that needs one (tests/consumer, tests/spark): no Docker, no mocks. The broker is started once per session,
 bound to 127.0.0.1 only, and always stopped at the end."""
 
-import json
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-KAFKA_SCRIPT = REPO / "scripts" / "kafka"
+from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
+
 # The first run on a fresh machine fetches ~45 MB of jars with Maven.
 START_TIMEOUT = float(os.environ.get("SHMCACHE_KAFKA_START_TIMEOUT", "900"))
 
@@ -29,46 +25,25 @@ class KafkaBroker:
     version: str
 
 
-def _is_broker(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"kafka.Kafka" in f.read()
-    except OSError:
-        return False
-
-
-def _stop(run_dir: Path, pid: int | None) -> None:
-    # The script stops by the pid file (SIGTERM, then SIGKILL); if that fails for
-    # any reason, kill the pid we were given, so no JVM outlives the session.
-    subprocess.run([sys.executable, str(KAFKA_SCRIPT), "stop", "--dir", str(run_dir)],
-                   stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False)
-    if pid is not None and _is_broker(pid):
-        os.kill(pid, signal.SIGKILL)
-
-
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory) -> KafkaBroker:
     run_dir = tmp_path_factory.mktemp("kafka")
-    # --watch-pid: a watchdog stops the broker if this pytest process dies without
-    # running its teardown (SIGKILL, a CI job timeout).
-    cmd = [sys.executable, str(KAFKA_SCRIPT), "start", "--dir", str(run_dir),
-           "--watch-pid", str(os.getpid())]
+    # --watch-pid (consumer/localkafka.py): a watchdog stops the broker if this pytest
+    # process dies without running its teardown (SIGKILL, a CI job timeout).
+    local = LocalBroker(run_dir)
     try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=START_TIMEOUT, check=False)
+        info = local.start(timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
-        _stop(run_dir, None)  # the broker may be up without having answered yet
+        local.stop()  # the broker may be up without having answered yet
         pytest.fail(f"scripts/kafka start took over {START_TIMEOUT:.0f}s", pytrace=False)
-    if proc.returncode != 0:
-        _stop(run_dir, None)
-        pytest.fail(f"scripts/kafka start failed:\n{proc.stderr}", pytrace=False)
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    except LocalKafkaError as e:
+        pytest.fail(f"scripts/kafka start failed:\n{e.stderr}", pytrace=False)
     broker = KafkaBroker(bootstrap=info["bootstrap"], pid=info["pid"], dir=info["dir"],
                          log=info["log"], version=info["version"])
     try:
         yield broker
     finally:
-        _stop(run_dir, broker.pid)
+        local.stop()
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ import psutil
 import pytest
 
 import shmcache
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 from shmcache.consumer.producer import TxmetaProducer
 from shmcache.engine import layout as L
 
@@ -287,7 +287,7 @@ class Model:
             k = self.rng.integers(0, 256, 32, np.uint8).tobytes()
             if k in self.expected:
                 continue
-            if part is not None and wire.murmur2_partition(k, self.partitions) != part:
+            if part is not None and partitioners.murmur2_partition(k, self.partitions) != part:
                 continue
             out.append(k)
         return out

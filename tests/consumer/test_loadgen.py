@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shmcache import txmeta
-from shmcache.consumer import loadgen, wire
+from shmcache.consumer import loadgen, partitioners, wire
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import REPO, KafkaProbe, replay_topic  # noqa: E402
@@ -48,12 +48,12 @@ def test_every_hash_is_added_once_deleted_at_most_once_and_in_its_own_partition(
         if fmt == "v1":
             # the message is keyed by its first hash; murmur2 of it must pick the batch's partition
             assert b.actions[0] == ADD
-            assert wire.murmur2_partition(b.keys[0].tobytes(), partitions) == b.partition == i % partitions
+            assert partitioners.murmur2_partition(b.keys[0].tobytes(), partitions) == b.partition == i % partitions
             assert (parts == b.partition).all()
         elif fmt == "v2":
-            assert (parts == wire.v2_partition(wire.xxh64_keys(b.keys), partitions)).all()
+            assert (parts == partitioners.v2_partition(wire.xxh64_keys(b.keys), partitions)).all()
         else:  # kv: the producer's partitioner places each entry by its own key
-            assert (parts == [wire.murmur2_partition(k.tobytes(), partitions) for k in b.keys]).all()
+            assert (parts == [partitioners.murmur2_partition(k.tobytes(), partitions) for k in b.keys]).all()
         seen_here = set()
         for k, a, p in zip(b.keys, b.actions.tolist(), parts.tolist()):
             k = k.tobytes()

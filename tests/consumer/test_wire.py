@@ -7,7 +7,7 @@ import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 
 K1, K2, K3 = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
 
@@ -396,36 +396,36 @@ RDKAFKA_MURMUR2 = {
 
 def test_murmur2_matches_kafka_and_librdkafka_vectors():
     for key, want in JAVA_MURMUR2.items():
-        assert wire.murmur2(key) == want, key
+        assert partitioners.murmur2(key) == want, key
     for key, want in RDKAFKA_MURMUR2.items():
-        assert wire.murmur2(key) & 0xFFFFFFFF == want, key
+        assert partitioners.murmur2(key) & 0xFFFFFFFF == want, key
 
 
 def test_murmur2_partition_is_the_positive_hash_mod_partitions():
-    assert wire.murmur2_partition(b"foobar", 16) == (-790332482 & 0x7FFFFFFF) % 16 == 14
-    assert wire.murmur2_partition(b"kafka", 7) == 1348980580 % 7  # librdkafka's positive value
+    assert partitioners.murmur2_partition(b"foobar", 16) == (-790332482 & 0x7FFFFFFF) % 16 == 14
+    assert partitioners.murmur2_partition(b"kafka", 7) == 1348980580 % 7  # librdkafka's positive value
     for key in JAVA_MURMUR2:
-        assert 0 <= wire.murmur2_partition(key, 3) < 3
+        assert 0 <= partitioners.murmur2_partition(key, 3) < 3
     with pytest.raises(ValueError, match="partitions"):
-        wire.murmur2_partition(b"k", 0)
+        partitioners.murmur2_partition(b"k", 0)
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 8, 64, 256, 8192])
 def test_v2_partition_gives_each_partition_a_contiguous_bucket_range(partitions):
     buckets = np.arange(wire.V2_BUCKETS, dtype=np.uint64)
-    part = wire.v2_partition(buckets, partitions)
+    part = partitioners.v2_partition(buckets, partitions)
     per = wire.V2_BUCKETS // partitions
     assert np.all(np.diff(part) >= 0)  # non-decreasing over buckets: contiguous ranges
     assert np.array_equal(np.bincount(part, minlength=partitions), np.full(partitions, per))
     # the high bits of the hash do not matter, and no float64 rounding creeps in
     big = buckets + np.uint64(2**64 - wire.V2_BUCKETS)
-    assert np.array_equal(wire.v2_partition(big, partitions), part)
+    assert np.array_equal(partitioners.v2_partition(big, partitions), part)
 
 
 @pytest.mark.parametrize("partitions", [0, 3, 100, 8193, -8])
 def test_v2_partition_rejects_partition_counts_not_dividing_8192(partitions):
     with pytest.raises(ValueError, match="partitions"):
-        wire.v2_partition(np.zeros(1, np.uint64), partitions)
+        partitioners.v2_partition(np.zeros(1, np.uint64), partitions)
 
 
 def test_xxh64_keys_matches_the_xxhash_package():
@@ -439,8 +439,8 @@ def test_xxh64_keys_matches_the_xxhash_package():
 def test_murmur2_rows_equals_wire(length):
     rng = np.random.default_rng(length)
     keys = rng.integers(0, 256, (500, length), np.uint8)
-    got = wire.murmur2_rows(keys)
-    want = [wire.murmur2(k.tobytes()) & 0xFFFFFFFF for k in keys]
+    got = partitioners.murmur2_rows(keys)
+    want = [partitioners.murmur2(k.tobytes()) & 0xFFFFFFFF for k in keys]
     assert got.tolist() == want
 
 
@@ -451,4 +451,4 @@ def test_murmur2_rows_java_reference_values():
              b"abc": 479470107}
     for key, want in cases.items():
         arr = np.frombuffer(key, np.uint8).reshape(1, -1)
-        assert int(wire.murmur2_rows(arr)[0]) == want & 0xFFFFFFFF, key
+        assert int(partitioners.murmur2_rows(arr)[0]) == want & 0xFFFFFFFF, key

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 import shmcache
 from shmcache.consumer import wire
 from shmcache.consumer.config import RunConfig
-from shmcache.consumer.supervisor import WorkerHandle
+from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

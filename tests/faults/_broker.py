@@ -4,16 +4,12 @@ and restarted on the same port and data, stopped by pid at the end."""
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[2]
+from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
 
 
 def alive(p: psutil.Process) -> bool:
@@ -32,19 +28,15 @@ class Broker:
         self.port = self.cport = 0
         self.proc: psutil.Process | None = None
         self.seen: list[psutil.Process] = []  # brokers and watchdogs, for the leftover check
+        self._local = LocalBroker(run_dir)  # start/stop of scripts/kafka (consumer/localkafka.py)
 
     def start(self, timeout: float = 900.0) -> None:  # the first start on a machine fetches the jars
-        cmd = [sys.executable, str(REPO / "scripts" / "kafka"), "start", "--dir", str(self.dir),
-               "--watch-pid", str(os.getpid()), "--timeout", "180"]
-        if self.port:
-            cmd += ["--port", str(self.port), "--controller-port", str(self.cport), "--keep-data"]
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise RuntimeError(f"scripts/kafka start failed:\n{p.stderr[-3000:]}")
-        info = json.loads(p.stdout.strip().splitlines()[-1])
-        self.bootstrap = info["bootstrap"]
-        self.port = int(self.bootstrap.rsplit(":", 1)[1])
-        self.cport = int(info["controller"].rsplit(":", 1)[1])
+        self._local.port, self._local.cport = self.port, self.cport
+        try:
+            info = self._local.start(timeout=timeout, keep_data=bool(self.port), ready_timeout=180)
+        except LocalKafkaError as e:
+            raise RuntimeError(f"scripts/kafka start failed:\n{e.stderr[-3000:]}") from None
+        self.bootstrap, self.port, self.cport = self._local.bootstrap, self._local.port, self._local.cport
         self.proc = psutil.Process(info["pid"])
         self.seen.append(self.proc)
         with contextlib.suppress(OSError, ValueError, psutil.Error):
@@ -64,8 +56,7 @@ class Broker:
         watchdog and the pid files."""
         if self.proc is not None and alive(self.proc):
             self.signal(signal.SIGKILL)
-        subprocess.run([sys.executable, str(REPO / "scripts" / "kafka"), "stop", "--dir", str(self.dir)],
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=90, check=False)
+        self._local.stop()  # scripts/kafka stop; the broker is gone already
         for p in self.seen:
             with contextlib.suppress(psutil.Error):
                 if alive(p):

@@ -160,7 +160,7 @@ class Plan:
 
 
 def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: int, malformed: int) -> Plan:
-    from shmcache.consumer import wire
+    from shmcache.consumer import partitioners, wire
 
     rng = np.random.default_rng(seed)
     groups = partitions if fmt == "v1" else 1
@@ -185,7 +185,7 @@ def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: in
         if fmt == "v1":  # the message is keyed by its first key: it must murmur2 to the batch's partition
             while True:
                 cand = rng.integers(0, 256, (16 * partitions, 32), np.uint8)
-                hit = np.flatnonzero(wire.murmur2_partitions(cand, partitions) == part)
+                hit = np.flatnonzero(partitioners.murmur2_partitions(cand, partitions) == part)
                 if len(hit):
                     fresh[0] = cand[hit[0]]
                     break
@@ -298,20 +298,13 @@ class StreamProducer(threading.Thread):
         self.msg_offset.append(-1)
         if bad:
             self.malformed[mid] = kept_entries(self.plan.fmt, len(entries), len(value))
-        kw = {"on_delivery": lambda err, msg: self._delivered(err, msg, mid)}
-        if partition is not None:
-            kw["partition"] = int(partition)
-        while True:
-            try:
-                self._p.produce(self.topic, value, key, **kw)
-                break
-            except BufferError:
-                self._p.poll(0.05)
-                if self.stop_event.is_set():
-                    raise RuntimeError("stopped while the local queue was full")
+        from shmcache.consumer.producer import produce_waiting
+
+        produce_waiting(self._p, self.topic, value, key, partition, lambda err, msg: self._delivered(err, msg, mid),
+                        stop=self.stop_event.is_set)
 
     def _batch(self, b: int) -> None:
-        from shmcache.consumer import wire
+        from shmcache.consumer import partitioners, wire
         from shmcache.consumer.producer import take
 
         pl = self.plan
@@ -335,10 +328,10 @@ class StreamProducer(threading.Thread):
             self._send(msg[:-5] if bad else msg, seqs, key=keys[0].tobytes(), bad=bad)
         elif pl.fmt == "v2":
             if bad:
-                p = int(wire.v2_partition(wire.xxh64_keys(keys[:1]), pl.partitions)[0])
+                p = int(partitioners.v2_partition(wire.xxh64_keys(keys[:1]), pl.partitions)[0])
                 self._send(wire.encode_v2(keys, act, (offsets, data))[:-5], seqs, partition=p, bad=True)
                 return
-            parts = wire.v2_partition(wire.xxh64_keys(keys), pl.partitions)
+            parts = partitioners.v2_partition(wire.xxh64_keys(keys), pl.partitions)
             for p in np.unique(parts).tolist():
                 idx = np.flatnonzero(parts == p)
                 self._send(wire.encode_v2(keys[idx], act[idx], take(offsets, data, idx)), seqs[idx], partition=p)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from shmcache import txmeta
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 from shmcache.spark import _messages as M
 from shmcache.spark import _partition
 
@@ -81,7 +81,7 @@ def test_messages_keep_order_partition_and_limits(fmt, batch):
         own = (_partition.v1_partitions if fmt == "v1" else _partition.v2_partitions)(b.keys, P)
         assert set(own.tolist()) == {part}
         if fmt == "v1":
-            assert key == b.keys[0].tobytes() and wire.murmur2_partition(key, P) == part
+            assert key == b.keys[0].tobytes() and partitioners.murmur2_partition(key, P) == part
         else:
             assert key is None and b.version == 2
     # runs are cut only by the limit, also across batch boundaries

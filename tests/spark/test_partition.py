@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 from shmcache.spark import _partition
 
 
@@ -11,7 +11,7 @@ from shmcache.spark import _partition
 def test_v1_partitions_equal_kafkas(partitions):
     keys = np.random.default_rng(partitions).integers(0, 256, (2000, 32), np.uint8)
     got = _partition.v1_partitions(keys, partitions)
-    assert got.tolist() == [wire.murmur2_partition(k.tobytes(), partitions) for k in keys]
+    assert got.tolist() == [partitioners.murmur2_partition(k.tobytes(), partitions) for k in keys]
     if partitions > 1:  # random hashes spread over every partition
         assert set(got.tolist()) == set(range(partitions))
 
@@ -19,7 +19,7 @@ def test_v1_partitions_equal_kafkas(partitions):
 def test_v2_partitions_equal_wire():
     keys = np.random.default_rng(1).integers(0, 256, (1000, 32), np.uint8)
     got = _partition.v2_partitions(keys, 8)
-    assert got.tolist() == wire.v2_partition(wire.xxh64_keys(keys), 8).tolist()
+    assert got.tolist() == partitioners.v2_partition(wire.xxh64_keys(keys), 8).tolist()
     with pytest.raises(ValueError, match="divisor of 8192"):
         _partition.v2_partitions(keys, 3)
     with pytest.raises(ValueError, match="expected v1 or v2"):

@@ -18,7 +18,7 @@ import pytest
 
 import shmcache
 from shmcache import cli, txmeta
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 from shmcache.spark import audit, datagen, lookup, publish
 
 from _pipeline import KafkaProbe, check_table, wait_applied  # tests/consumer, put on sys.path by conftest
@@ -67,10 +67,10 @@ def _check_topic(bootstrap, topic, fmt) -> int:
                 assert b.error is None and b.version == int(fmt[1]) and 1 <= len(b) <= 1024
                 if fmt == "v1":
                     assert m.key() == b.keys[0].tobytes()
-                    assert {wire.murmur2_partition(k.tobytes(), PARTITIONS) for k in b.keys} == {m.partition()}
+                    assert {partitioners.murmur2_partition(k.tobytes(), PARTITIONS) for k in b.keys} == {m.partition()}
                 else:
                     assert m.key() is None
-                    assert set(wire.v2_partition(b.hashes, PARTITIONS).tolist()) == {m.partition()}
+                    assert set(partitioners.v2_partition(b.hashes, PARTITIONS).tolist()) == {m.partition()}
                 entries += len(b)
         return entries
     finally:

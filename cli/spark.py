@@ -1,7 +1,6 @@
-"""`shmcache spark datagen|publish|lookup|audit`: the jobs as commands.
+"""`shmcache spark datagen|publish|lookup|audit`: the PySpark jobs (spark/) as commands.
 
-cli.py holds the argument parser (the `spark` block) and calls `run(args)` here,
-so pyspark is imported only when a Spark command runs. Each command builds a
+pyspark is imported only when a Spark command runs. Each command builds a
 session with `session()` (local[2] unless --master or $SHMCACHE_SPARK_MASTER says
 otherwise) and stops it at the end if it started it; a summary table goes to
 stdout, or one JSON object with --json.
@@ -9,14 +8,62 @@ stdout, or one JSON object with --json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from contextlib import contextmanager
 
-from shmcache.cli import key_values
+from shmcache.cli.args import key_values
+
+HELP = "Spark jobs: example data, publish to Kafka, lookup, audit"
+
+
+def add_arguments(sk) -> None:
+    # Spark options shared by every job
+    spark_common = argparse.ArgumentParser(add_help=False)
+    spark_common.add_argument("--master", help="Spark master (default $SHMCACHE_SPARK_MASTER, else local[2])")
+    spark_common.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark setting, repeatable")
+    spark_common.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    jobs = sk.add_subparsers(dest="job", required=True)
+    j = jobs.add_parser("datagen", help="write example Parquet of txmeta rows (no Spark)")
+    j.add_argument("out", help="output directory")
+    j.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    j.add_argument("--rows", type=int, required=True)
+    j.add_argument("--seed", type=int, default=0)
+    j.add_argument("--rows-per-file", type=int, default=250_000)
+    j.add_argument("--delete-share", type=float, default=0.0, help="share of hashes also deleted (default 0)")
+    j.add_argument("--deletes-out", help="write the deleted hashes here, not as rows with deleted=true")
+    j.add_argument("--overwrite", action="store_true", help="replace part files already there")
+    j = jobs.add_parser("publish", parents=[spark_common], help="Parquet of txmeta rows -> the txmeta topic")
+    j.add_argument("input", help="Parquet of txmeta rows (file or directory)")
+    j.add_argument("--bootstrap", required=True)
+    j.add_argument("--topic", required=True)
+    j.add_argument("--format", choices=("v1", "v2"), default="v1")
+    j.add_argument("--partitions", type=int, help="the topic's partitions (default: asked of the broker)")
+    j.add_argument("--max-entries", type=int, default=1024, help="entries per message (default 1024)")
+    j.add_argument("--set", action="append", metavar="KEY=VALUE", help="a Kafka producer setting, repeatable")
+    j = jobs.add_parser("lookup", parents=[spark_common], help="look a Parquet file's keys up, write Parquet")
+    j.add_argument("input")
+    j.add_argument("out")
+    j.add_argument("--decode", choices=("txmeta",), help="add the MetaBytes fields as columns")
+    j.add_argument("--overwrite", action="store_true")
+    j = jobs.add_parser("audit", parents=[spark_common], help="compare a Parquet source of truth with a cache")
+    j.add_argument("input", help="Parquet of txmeta rows (the source of truth)")
+    j.add_argument("--samples", type=int, default=5, help="examples kept per class (default 5)")
+    j.add_argument("--fail-on-mismatch", action="store_true", help="exit 1 on a wrong value or a deleted hash present")
+    j.add_argument("--fail-on-miss", action="store_true", help="exit 1 when an expected hash is absent")
+    for name, j in jobs.choices.items():
+        if name != "datagen":
+            j.add_argument("--key-col", default="tx_hash", help="the key column: binary, or hex string")
+        if name in ("publish", "audit"):
+            j.add_argument("--delete-col", help="a boolean column: true = the row's hash is deleted")
+            j.add_argument("--deletes", help="Parquet of hashes to delete (the key column)")
+        if name in ("lookup", "audit"):
+            j.add_argument("--cache", default="txmeta", help="cache name (default txmeta)")
 
 
 def run(a) -> int:
+    # pyspark is imported only when a Spark command runs
     return {"datagen": _datagen, "publish": _publish, "lookup": _lookup, "audit": _audit}[a.job](a)
 
 

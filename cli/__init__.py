@@ -1,0 +1,62 @@
+"""The `shmcache` command: one dispatcher over the commands of this package.
+
+Each command is a module here with HELP, `add_arguments(parser)` and `run(args)`
+(the command's body, returning its exit code); COMMANDS lists them in the order
+`shmcache --help` shows them. Adding a command: a module and one line below.
+Argument helpers shared by the commands live in cli/args.py. Nothing below the
+command line imports this package.
+
+Errors: a user's mistake is one line on stderr and exit 2, never a traceback;
+ShmcacheError, ValueError and OSError from a command are shown that way too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+import shmcache
+from shmcache.cli.args import ArgParser
+
+COMMANDS = (  # (command, module in shmcache.cli)
+    ("create", "create"),
+    ("stats", "stats"),
+    ("get", "get_key"),
+    ("set", "set_key"),
+    ("delete", "delete_key"),
+    ("destroy", "destroy"),
+    ("list", "list_caches"),
+    ("run", "run"),
+    ("status", "status"),
+    ("demo", "demo"),
+    ("produce", "produce"),
+    ("top", "top"),
+    ("spark", "spark"),
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = ArgParser(prog="shmcache", description="A cache in POSIX shared memory, kept filled from Kafka.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command, module in COMMANDS:
+        mod = importlib.import_module(f"shmcache.cli.{module}")
+        sp = sub.add_parser(command, help=mod.HELP)
+        mod.add_arguments(sp)
+        sp.set_defaults(fn=mod.run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        return a.fn(a)
+    except (shmcache.ShmcacheError, ValueError, OSError) as e:
+        print(f"shmcache: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:
+        if isinstance(e.code, str):  # a command's own usage error: its message, and the usage-error code
+            print(e.code, file=sys.stderr)
+            return 2
+        raise
+

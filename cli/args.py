@@ -1,0 +1,50 @@
+"""Argument helpers for the command line: the bottom of the command-line layer.
+
+Standard library only, so any command module may import it; nothing below the
+command line needs it (the commands' bodies live in this package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+
+def usage_error(message: str) -> NoReturn:
+    """A user's mistake at the command line: one line on stderr, exit 2, no traceback."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (exit 2) instead of a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def hex_arg(text: str, what: str) -> bytes:
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        usage_error(f"shmcache: {what} {text!r} is not hex")
+
+
+def mode_arg(text: str) -> int:
+    """--mode: octal digits, as chmod takes them."""
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal file mode (e.g. 600, 640)") from None
+
+
+def key_values(items: list[str] | None, flag: str, what: str) -> dict[str, str]:
+    """Repeated `--set KEY=VALUE` style options as a dict; a usage error (exit 2) naming the flag otherwise."""
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            usage_error(f"{flag} {item!r}: expected KEY=VALUE ({what})")
+        out[k] = v
+    return out

@@ -1,0 +1,60 @@
+"""`shmcache produce`: the load generator (consumer/loadgen.py) with a progress bar."""
+
+from __future__ import annotations
+
+import time
+
+from shmcache.cli.args import key_values
+
+HELP = "load generator: Teranode-shaped txmeta to a Kafka topic"
+
+
+def add_arguments(pr) -> None:
+    pr.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,host:port]")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--count", type=int, default=1_000_000, help="entries to send (default 1,000,000)")
+    pr.add_argument("--format", choices=("v1", "v2", "kv"), default="v1",
+                    help="wire format (default v1; kv: a message per entry, keyed by its hash)")
+    pr.add_argument("--rate", type=float, default=0.0, help="entries/s (default 0: as fast as it can)")
+    pr.add_argument("--batch-size", type=int, default=1024, help="entries per batch, at most (default 1024)")
+    pr.add_argument("--linger", type=float, default=0.01,
+                    help="seconds a partial batch waits under --rate (default 0.01)")
+    pr.add_argument("--delete-share", type=float, default=0.1, help="share of DELETEs of earlier hashes (default 0.1)")
+    pr.add_argument("--create-topic", action="store_true", help="create the topic (replication 1) if missing")
+    pr.add_argument("--partitions", type=int, default=8, help="partitions of a topic it creates (default 8)")
+    pr.add_argument("--ground-truth", metavar="PATH", help="write every entry sent to this Parquet file")
+    pr.add_argument("--seed", type=int, help="random seed (default: fresh)")
+    pr.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka producer setting, repeatable")
+
+
+def run(a) -> int:
+    """`shmcache produce`: a progress bar (rich) while sending, then a summary line."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from shmcache.consumer.loadgen import LoadConfig, LoadStats, produce
+
+    settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
+    cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
+                     batch_size=a.batch_size, linger=a.linger, delete_share=a.delete_share, seed=a.seed,
+                     create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,
+                     settings=settings)
+    console = Console(stderr=True)
+    with Progress(TextColumn(f"producing to {a.topic}"), BarColumn(),
+                  TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
+                             "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
+                  TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
+        task = bar.add_task("produce", total=cfg.count, rate=0.0, acked=0, messages=0)
+
+        def progress(st: LoadStats) -> None:
+            secs = max(time.monotonic() - st.started, 1e-9)
+            bar.update(task, completed=st.entries, rate=st.entries / secs, acked=st.delivered, messages=st.messages)
+
+        st = produce(cfg, progress)
+    mb = st.bytes / 1e6
+    print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {cfg.format} "
+          f"messages to {cfg.topic!r} ({st.partitions} partitions) in {st.seconds:.1f} s: "
+          f"{st.entries / max(st.seconds, 1e-9):,.0f} entries/s, {mb:,.1f} MB; every message acknowledged")
+    if st.ground_truth:
+        print(f"ground truth: {st.ground_truth} ({st.entries:,} rows; the last row per tx_hash wins)")
+    return 0

@@ -1,0 +1,49 @@
+"""`shmcache run`: the supervisor daemon (consumer/supervisor.py), from flags or a TOML file."""
+
+from __future__ import annotations
+
+from shmcache.cli.args import key_values
+
+HELP = "run the supervisor daemon: keep a cache filled from a Kafka topic"
+
+
+def add_arguments(rn) -> None:
+    rn.add_argument("--config", help="a TOML file with these settings (flags override it)")
+    rn.add_argument("--name", help="the cache name")
+    rn.add_argument("--bootstrap", help="Kafka bootstrap servers, host:port[,host:port]")
+    rn.add_argument("--topic")
+    rn.add_argument("--group", help="consumer group (default: unique to this machine and cache)")
+    rn.add_argument("--instance-id", help="Kafka static membership id (group.instance.id; default: unique to "
+                                          "this machine and cache; 'none' = dynamic membership)")
+    rn.add_argument("--memory", help="cache size if it must be created (default 1GiB)")
+    rn.add_argument("--workers", type=int, help="worker processes (default 2)")
+    rn.add_argument("--format", choices=("v1", "v2", "kv"), help="wire format (default v1)")
+    rn.add_argument("--commit-interval", type=float, help="seconds between commits (default 1)")
+    rn.add_argument("--assignment", choices=("cooperative-sticky", "range", "roundrobin"),
+                    help="partition.assignment.strategy (default cooperative-sticky)")
+    rn.add_argument("--max-rate", type=int, help="entries/s per worker while catching up (default 0: unlimited)")
+    rn.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka setting, repeatable")
+    rn.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port (default 0: none)")
+    rn.add_argument("--metrics-host", help="address of the metrics endpoint (default 127.0.0.1)")
+    rn.add_argument("--broker-wait", type=float, metavar="SECONDS",
+                    help="exit if the Kafka broker does not answer for this long (default 0: wait for it)")
+
+
+def run(a) -> int:
+    from shmcache.consumer import supervisor
+    from shmcache.consumer.config import RunConfig
+
+    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
+                                        "format", "commit_interval", "assignment", "max_rate", "metrics_port",
+                                        "metrics_host", "broker_wait")}
+    kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
+    if a.config:
+        cfg = RunConfig.from_toml(a.config, **flags)
+        cfg.kafka.update(kafka)
+        cfg.validate()
+    else:
+        missing = [f"--{k}" for k in ("name", "bootstrap", "topic") if not flags[k]]
+        if missing:
+            raise SystemExit(f"shmcache run: give {', '.join(missing)} (or --config FILE)")
+        cfg = RunConfig(**{k: v for k, v in flags.items() if v is not None}, kafka=kafka)
+    return supervisor.run(cfg)

@@ -1,0 +1,83 @@
+"""`shmcache status NAME [--json]`: per-partition progress and readiness of a cache.
+
+Also the lines status and `shmcache top` share (group_lines, backoff_text)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+import shmcache
+
+HELP = "per-partition progress and readiness of a cache"
+
+
+def add_arguments(su) -> None:
+    su.add_argument("name")
+    su.add_argument("--json", action="store_true")
+
+
+def run(a) -> int:
+    with shmcache.attach(a.name) as r:
+        st = r.status()
+    if a.json:
+        print(json.dumps(st))
+        return 0
+    console = Console()
+    sup = f"pid {st['supervisor_pid']}" + ("" if st["supervisor_alive"] else " (not running)") if st["supervisor_pid"] else "none"
+    console.print(f"cache [bold]{a.name}[/]: topic {st['topic']!r}, {st['partitions']} partitions, supervisor {sup}, "
+                  + ("[green]ready[/]" if st["ready"] else "[yellow]not ready[/]")
+                  + (f", [red]waiting for the broker[/] ({st['broker_waiting_s']:.0f} s)"
+                     if st.get("broker") == "waiting for the broker" else ""))
+    t = Table()
+    for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "committed", "caught up"):
+        t.add_column(col, justify="right")
+    for p in st["assigned"]:
+        t.add_row(str(p["partition"]), str(p["worker"]), str(p["worker_pid"]), f"{p['applied']:,}",
+                  f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
+                  "yes" if p["caught_up"] else "no")
+    console.print(t)
+    for line in group_lines(st):
+        console.print(f"[bold red]{line}[/]")
+    if st["workers"]:
+        t = Table()
+        for col in ("worker", "pid", "state", "restarts", "backoff", "heartbeat", "ADD", "DELETE", "messages",
+                    "malformed"):
+            t.add_column(col, justify="right")
+        for w in st["workers"]:
+            t.add_row(str(w["worker"]), str(w["pid"] or "-"), w["state"], str(max(0, w["starts"] - 1)), backoff_text(w),
+                      "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago",
+                      f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}", f"{w['malformed']:,}")
+        console.print(t)
+    return 0
+
+
+def backoff_text(w: dict) -> str:
+    """A worker's restart backoff for the workers table: deaths in a row and the restart due."""
+    if not w.get("restart_failures"):
+        return "-"
+    text = f"{w['restart_failures']} in a row"
+    if w.get("next_restart_s") is not None:
+        text += f", restart in {max(0.0, w['next_restart_s'] - time.time()):.1f} s"
+    return text
+
+
+def group_lines(st: dict) -> list[str]:
+    """What status and top say when the cache does not hold the whole topic."""
+    out = []
+    if st.get("shared_group"):
+        n = st["group_members"]
+        out.append(f"consumer group shared with {n - 1 if n else 'another'} other member(s): this cache holds only "
+                   "the partitions assigned to it (not ready); give each cache a group of its own")
+        for o in st["group_others"]:
+            inst = f", instance {o['instance_id']}" if o["instance_id"] else ""
+            out.append(f"  {o['client_id']} on {o['host']}{inst}: partitions {o['partitions']}")
+    if st["supervisor_alive"] and st["unassigned"] and not st["assigning"]:
+        out.append(f"partitions not assigned to this cache: {st['unassigned'][:32]}"
+                   + (f" (+{len(st['unassigned']) - 32})" if len(st["unassigned"]) > 32 else ""))
+    if st.get("damaged"):
+        out.append("damaged control words: " + "; ".join(st["damaged"]))
+    return out

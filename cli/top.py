@@ -1,0 +1,18 @@
+"""`shmcache top NAME`: a live view of a cache (top.py renders it)."""
+
+from __future__ import annotations
+
+HELP = "a live view of a cache: throughput, lag, memory, readers, workers"
+
+
+def add_arguments(tp) -> None:
+    tp.add_argument("name")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    tp.add_argument("--once", action="store_true", help="print one snapshot and exit (rates over one interval)")
+    tp.add_argument("--count", type=int, default=0, help="exit after this many refreshes (default 0: until Ctrl-C)")
+
+
+def run(a) -> int:
+    from shmcache import top
+
+    return top.command(a)

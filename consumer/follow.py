@@ -1,0 +1,52 @@
+"""A read-only handle that follows a cache's name across a destroy and a re-create.
+
+A cache destroyed and created again under the same name is a new file (another
+inode, ipc.segment.identity): a long-lived reader (the metrics endpoint, a Spark
+executor's Python worker) that kept its old mapping would go on reading a dead
+table. `Followed.reader()` looks at what is at the name (one lstat, no symlink
+followed) and re-attaches when it changed; it only ever `shmcache.attach()`es
+(read-only: never written, never unlinked).
+"""
+
+from __future__ import annotations
+
+from shmcache.ipc.segment import identity
+
+
+class Followed:
+    def __init__(self, name: str):
+        self.name = name
+        self._reader = None
+        self._id = None  # identity of the segment attached: another one means a re-created cache
+        self.attached_now = False  # the last reader() call (re)attached
+
+    def _identity(self):
+        try:
+            return identity(self.name)  # what is at the name now (a symlink is not followed)
+        except OSError:
+            return None
+
+    def reader(self):
+        """The handle on what is at the name now (re-attached if it changed); None if nothing is.
+
+        Errors of the attach itself (a damaged segment, a race with a destroy) propagate."""
+        import shmcache
+
+        self.attached_now = False
+        now = self._identity()  # before attach: a re-create in between is seen next time
+        if self._reader is not None and now != self._id:  # destroyed or re-created
+            self.close()
+        if self._reader is None and now is not None:
+            self._reader = shmcache.attach(self.name)
+            self._id = now
+            self.attached_now = True
+        return self._reader
+
+    def moved(self) -> bool:
+        """What is at the name is no longer the segment held (destroyed or re-created)."""
+        return self._reader is not None and self._identity() != self._id
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()  # unmaps; never destroys
+        self._reader = self._id = None

@@ -1,0 +1,156 @@
+"""The supervisor's handle on one worker process: its states and its restart backoff.
+
+States (published in the segment, so `status()` and `shmcache top` show them):
+
+    stopped --start()--> starting --row claimed--> up --stop()--> stopping --> stopped
+                            |                        |
+                            +------- it died --------+--> backing-off --restart due--> starting
+
+A worker that dies is restarted after a backoff that doubles with each death in a
+row (BACKOFF_FIRST_S, 2x, 4x ... up to BACKOFF_MAX_S), so a worker that dies at
+once is not restarted ten times a second; the count of deaths in a row goes back
+to zero once a worker has stayed up for BACKOFF_RESET_S.
+
+Each (re)start gets a new pipe, so replies from an old instance can never be
+mistaken for the new one's. What a restart does to the worker's partitions
+(repair, re-assign) is the supervisor's policy (consumer/supervisor.py).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import multiprocessing as mp
+import time
+
+from shmcache.consumer import worker as worker_mod
+from shmcache.engine import layout as L
+from shmcache.ipc import liveness
+
+log = logging.getLogger("shmcache.supervisor")
+
+BACKOFF_FIRST_S = 0.5  # wait before restarting a worker that died after a good run
+BACKOFF_MAX_S = 10.0  # the longest wait between two restarts
+BACKOFF_RESET_S = 10.0  # up this long, a worker's deaths in a row count from zero again
+
+
+class WorkerState(enum.Enum):
+    STOPPED = "stopped"
+    STARTING = "starting"  # spawned, not yet claimed its row (imports, the Kafka client)
+    UP = "up"
+    STOPPING = "stopping"
+    BACKING_OFF = "backing-off"  # died; restarted at `restart_at`
+
+
+def backoff_s(failures: int) -> float:
+    """The wait before the restart that follows `failures` deaths in a row (failures >= 1)."""
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** min(max(failures - 1, 0), 32))
+
+
+class WorkerHandle:
+    """One worker process: started, commanded and stopped by the supervisor.
+
+    Each (re)start gets a new pipe, so replies from an old instance can never be
+    mistaken for the new one's."""
+
+    def __init__(self, sup: "Supervisor", index: int):  # noqa: F821 - any object with .cfg and .cache
+        self.sup = sup
+        self.index = index
+        self.proc = None
+        self.conn = None
+        self.partitions: set[int] = set()
+        self.state = WorkerState.STOPPED
+        self.failures = 0  # deaths in a row, without a stay of BACKOFF_RESET_S up between them
+        self.up_since = 0.0  # monotonic time it claimed its row
+        self.restart_at = 0.0  # monotonic time of the restart due, while backing off
+        self.restart_at_ns = 0  # the same as time.time_ns(), for status
+
+    def _publish(self) -> None:
+        self.sup.cache.control.set_worker_handle(
+            self.index, self.state.value, self.failures,
+            self.restart_at_ns if self.state is WorkerState.BACKING_OFF else 0)
+
+    def start(self) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        cfg = self.sup.cfg.to_dict()
+        cfg["_log_level"] = logging.getLogger().level or logging.INFO
+        self.proc = ctx.Process(target=worker_mod.main, args=(cfg, self.index, child),
+                                name=f"shmcache-worker-{self.index}")
+        self.proc.start()
+        child.close()
+        self.sup.cache.control.workers[self.index, L.K_STARTS] += 1
+        self.state = WorkerState.STARTING
+        self._publish()
+        log.info("worker %d started, pid %d", self.index, self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def check(self, now: float) -> bool:
+        """Follow the process (called every supervisor tick); True when a restart is due now."""
+        if self.state is WorkerState.STARTING and self.alive():
+            owner = int(self.sup.cache.control.workers[self.index, L.K_OWNER])
+            if owner and liveness.word_pid(owner) == self.proc.pid:
+                self.state, self.up_since = WorkerState.UP, now
+                self._publish()
+        if self.state is WorkerState.UP and self.failures and now - self.up_since >= BACKOFF_RESET_S:
+            self.failures = 0  # it stayed up: the next death is a first one again
+            self._publish()
+        if self.state in (WorkerState.STARTING, WorkerState.UP) and not self.alive():
+            self._died(now)
+        return self.state is WorkerState.BACKING_OFF and now >= self.restart_at
+
+    def _died(self, now: float) -> None:
+        code = self.proc.exitcode if self.proc is not None else None
+        self.failures += 1
+        wait = backoff_s(self.failures)
+        self.state = WorkerState.BACKING_OFF
+        self.restart_at = now + wait
+        self.restart_at_ns = time.time_ns() + int(wait * 1e9)
+        self._publish()
+        log.warning("worker %d (pid %s) died with exit code %s; restarting in %.1f s (%d deaths in a row)",
+                    self.index, self.proc.pid if self.proc is not None else "?", code, wait, self.failures)
+        if self.conn is not None:
+            self.conn.close()
+
+    def request(self, cmd: tuple, reply: str, timeout: float):
+        """Send a command and wait for its reply; None if the worker died or did not answer."""
+        try:
+            self.conn.send(cmd)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.conn.poll(0.05):
+                    kind, payload = self.conn.recv()
+                    if kind == reply:
+                        return payload
+                elif not self.alive():
+                    return None
+        except (OSError, EOFError):
+            return None
+        log.warning("worker %d did not answer %r within %.0f s", self.index, cmd[0], timeout)
+        return None
+
+    def stop(self, reason: str, timeout: float) -> None:
+        """Ask, wait, then terminate, then kill: every stop ends within about `timeout` + 2 s."""
+        if self.proc is None:
+            self.state = WorkerState.STOPPED
+            self._publish()
+            return
+        self.state = WorkerState.STOPPING
+        self._publish()
+        log.info("stopping worker %d (pid %d): %s", self.index, self.proc.pid, reason)
+        if self.alive():
+            self.request(("stop",), "stopped", timeout)
+            self.proc.join(timeout)
+        if self.proc.is_alive():
+            log.warning("worker %d ignored stop; terminating", self.index)
+            self.proc.terminate()
+            self.proc.join(1)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(1)
+        self.conn.close()
+        self.proc = None
+        self.state = WorkerState.STOPPED
+        self._publish()
