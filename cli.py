@@ -117,7 +117,8 @@ def cmd_run(a) -> int:
 
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
-                                        "metrics_host", "broker_wait")}
+                                        "metrics_host", "broker_wait", "snapshot_dir", "snapshot_interval",
+                                        "snapshot_keep")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)
@@ -151,6 +152,10 @@ def cmd_status(a) -> int:
                   f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
                   "yes" if p["caught_up"] else "no")
     console.print(t)
+    from shmcache.consumer import snapshots
+
+    for what, value, _ in snapshots.summary_rows(st):
+        console.print(f"{what}: {value}")
     for line in group_lines(st):
         console.print(f"[bold red]{line}[/]")
     if st["workers"]:
@@ -180,7 +185,9 @@ def group_lines(st: dict) -> list[str]:
                    + (f" (+{len(st['unassigned']) - 32})" if len(st["unassigned"]) > 32 else ""))
     if st.get("damaged"):
         out.append("damaged control words: " + "; ".join(st["damaged"]))
-    return out
+    from shmcache.consumer import snapshots
+
+    return out + snapshots.warning_lines(st)
 
 
 def cmd_demo(a) -> int:
@@ -263,7 +270,15 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--metrics-host", help="address of the metrics endpoint (default 127.0.0.1)")
     rn.add_argument("--broker-wait", type=float, metavar="SECONDS",
                     help="exit if the Kafka broker does not answer for this long (default 0: wait for it)")
+    rn.add_argument("--snapshot-dir", metavar="DIR", help="snapshot the cache here; restore the newest at start")
+    rn.add_argument("--snapshot-interval", type=float, metavar="SECONDS", help="seconds between snapshots (default 300)")
+    rn.add_argument("--snapshot-keep", type=int, metavar="K", help="snapshots kept (default 3)")
     rn.set_defaults(fn=cmd_run)
+    from shmcache import snapshot_cmd  # `snapshot` and `restore`
+
+    for cmd, (text, add, fn) in snapshot_cmd.COMMANDS.items():
+        add(sub.add_parser(cmd, help=text))
+        sub.choices[cmd].set_defaults(fn=fn)
     su = sub.add_parser("status", help="per-partition progress and readiness of a cache")
     su.add_argument("name")
     su.add_argument("--json", action="store_true")

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from shmcache.consumer import broker as broker_mod
+from shmcache.consumer import snapshots
 from shmcache.engine import layout as L
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness
@@ -214,6 +215,7 @@ def status(handle) -> dict:
             "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
             "committed": r[L.P_COMMITTED],
             "caught_up": bool(r[L.P_CAUGHT_UP]),
+            "gap": snapshots.has_gap(h, p),  # retention deleted offsets this table never had
         })
     sup_alive = bool(sup) and liveness.is_alive(sup)
     ws = []
@@ -271,6 +273,7 @@ def status(handle) -> dict:
         "damaged": damaged,
         # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
         **broker,
+        **snapshots.status_fields(h, nparts),  # restore, snapshot, gap_partitions, gap_offsets
     }
 
 
