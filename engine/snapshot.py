@@ -116,16 +116,17 @@ def exact_memory(geo: L.Geometry) -> int:
 
 
 class _Buffers:
-    """One chunk's arrays, allocated once per snapshot or restore."""
+    """One chunk's arrays: allocated once per snapshot; a reader points them into the chunk it read."""
 
-    def __init__(self, geo: L.Geometry, nb: int):
-        self.meta = np.zeros(nb * L.ROW_WORDS, np.int64)
-        self.index = np.zeros(nb * geo.slots, np.int64)
+    def __init__(self, geo: L.Geometry, nb: int, allocate: bool = True):
+        self.meta = np.zeros(nb * L.ROW_WORDS if allocate else 0, np.int64)
+        self.index = np.zeros(nb * geo.slots if allocate else 0, np.int64)
         self.lens = np.zeros(nb, np.int64)
-        self.ring = np.zeros(nb * geo.ring, np.uint8)
+        self.ring = np.zeros(nb * geo.ring if allocate else 0, np.uint8)
+        self.slots = geo.slots
 
     def fixed(self, nb: int) -> int:
-        return nb * (L.ROW_WORDS + (len(self.index) // len(self.lens)) + 1) * L.WORD
+        return nb * (L.ROW_WORDS + self.slots + 1) * L.WORD
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -302,13 +303,12 @@ def _chunks(f, info: SnapshotInfo, buf: _Buffers, nb: int):
         sums.update(struct.pack("<Q", digest))
         a = np.frombuffer(raw, np.int64, buf.fixed(nb) // L.WORD)
         m, s = nb * L.ROW_WORDS, nb * geo.slots
-        buf.meta[:] = a[:m]
-        buf.index[:] = a[m:m + s]
-        buf.lens[:] = a[m + s:m + s + nb]
         span = plen - buf.fixed(nb)
+        # views of the chunk just read (no copy); valid until the next chunk is read
+        buf.meta, buf.index, buf.lens = a[:m], a[m:m + s], a[m + s:m + s + nb]
+        buf.ring = np.frombuffer(raw, np.uint8, span, buf.fixed(nb))
         if (buf.lens < 0).any() or (buf.lens > geo.ring).any() or int(buf.lens.sum()) != span:
             raise _bad(path, f"chunk {b0 // nb} ring lengths do not add up")
-        buf.ring[:span] = np.frombuffer(raw, np.uint8, span, buf.fixed(nb))
         yield b0
     magic, chunks, _, entries, digest = _END.unpack(_read_exact(f, _END.size, path, "the trailer"))
     if magic != END_MAGIC or chunks != L.NBUCKETS // nb or digest != sums.intdigest():
@@ -323,7 +323,7 @@ def verify(path) -> SnapshotInfo:
     with open(path, "rb", buffering=0) as f:
         info = _header(f, path)
         nb = buckets_per_chunk(info.geometry)
-        for _ in _chunks(f, info, _Buffers(info.geometry, nb), nb):
+        for _ in _chunks(f, info, _Buffers(info.geometry, nb, allocate=False), nb):
             pass
     return info
 
@@ -367,7 +367,7 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
             header = w._header
             header[L.H_RESTORE_STATE] = L.RESTORE_RUNNING
             nb = buckets_per_chunk(src)
-            buf = _Buffers(src, nb)
+            buf = _Buffers(src, nb, allocate=False)
             dropped = 0
             for b0 in _chunks(f, info, buf, nb):
                 if same:
