@@ -28,18 +28,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shmcache.engine._kernels import _copy  # the writers' byte copy (unsigned indices, no overlap check)
 from shmcache.engine.layout import F_LIVE, F_PAD, M_HEAD, M_LOCK, M_TAIL, M_VERSION, RECORD_ALIGN, RECORD_HEADER, ROW_WORDS
 from shmcache.ipc.atomics import cas, fence_acquire, load_acquire, store_release
 
 _LEN_MASK = 0xFFFFFFFF
-
-
-@njit(inline="always")
-def _copy(dst, d, src, s, n):
-    ud = np.uint64(d)
-    us = np.uint64(s)
-    for j in range(np.uint64(n)):
-        dst[ud + j] = src[us + j]
 
 
 @njit(nogil=True, cache=True, _nrt=False)

@@ -90,6 +90,25 @@ def _rewrite_topic(src, dst, topic: str) -> None:
     open(dst, "wb").write(out + data[16 + n + 8:])
 
 
+def _fill_stop_remove(h, name: str, topic: str, group: str, model, batches: int, args) -> list[int]:
+    """Run a supervisor, produce `batches` batches, wait until applied, stop it cleanly (it
+    writes a snapshot), remove the segment (the reboot); returns the topic's end offsets."""
+    sup = h.supervisor(name, topic, group, args=args)
+    r = h.attach(name, sup=sup)
+    prod = h.producer(topic, model, rate=200.0, max_batches=batches)
+    prod.start()
+    prod.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTS)
+    ends = probe.end_offsets()
+    probe.close()
+    wait_applied(r, ends, 120, sup)
+    assert sup.terminate() == 0
+    r.close()
+    h.readers.remove(r)
+    shmcache.destroy(name)
+    return ends
+
+
 def test_reboot_restores_from_the_newest_valid_snapshot(harness, kafka_topic):
     """The reboot: stop everything, remove the segment, `shmcache run --snapshot-dir` again:
     newer snapshots that are damaged (a flipped byte, truncated) or of another topic are
@@ -102,20 +121,9 @@ def test_reboot_restores_from_the_newest_valid_snapshot(harness, kafka_topic):
     group = h.group("boot")
     snaps = h.tmp_path / "snaps"
     args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600", "--snapshot-keep", "2")
-    sup = h.supervisor(name, topic, group, args=args)
-    r = h.attach(name, sup=sup)
-    prod = h.producer(topic, model, rate=200.0, max_batches=300)
-    prod.start()
-    prod.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTS)
-    first = probe.end_offsets()
-    wait_applied(r, first, 120, sup)
-    assert sup.terminate() == 0  # a clean stop writes a snapshot
-    (good,) = policy.files(snaps, name)
+    first = _fill_stop_remove(h, name, topic, group, model, 300, args)
+    (good,) = policy.files(snaps, name)  # written at the clean stop
     assert S.verify(good).offsets == tuple(first)
-    r.close()
-    h.readers.remove(r)
-    shmcache.destroy(name)
     newer = [policy.path_for(snaps, name, S.read_header(good).taken_ns + i) for i in (1, 2, 3)]
     data = good.read_bytes()
     flipped = bytearray(data)
@@ -126,6 +134,7 @@ def test_reboot_restores_from_the_newest_valid_snapshot(harness, kafka_topic):
     prod2 = h.producer(topic, model, rate=200.0, max_batches=40)
     prod2.start()
     prod2.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTS)
     ends = probe.end_offsets()
     probe.close()
     sup2 = h.supervisor(name, topic, group, args=args)
@@ -152,19 +161,8 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     name = h.cache_name("ret")
     snaps = h.tmp_path / "snaps"
     args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600")
-    sup = h.supervisor(name, topic, h.group("ret"), args=args)
-    r = h.attach(name, sup=sup)
-    prod = h.producer(topic, model, rate=200.0, max_batches=90)
-    prod.start()
-    prod.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTS)
-    ends = probe.end_offsets()
-    wait_applied(r, ends, 120, sup)
-    assert sup.terminate() == 0
+    ends = _fill_stop_remove(h, name, topic, h.group("ret"), model, 90, args)
     assert len(policy.files(snaps, name)) == 1
-    r.close()
-    h.readers.remove(r)
-    shmcache.destroy(name)
     futures = kafka_admin.delete_records([TopicPartition(topic, p, ends[p]) for p in range(PARTS)])
     for f in futures.values():
         f.result(timeout=30)
@@ -184,4 +182,3 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     assert r3.stats()["entries"] == 0
     status_text = _cli("status", bare)
     assert "retention gap" in status_text
-    probe.close()
