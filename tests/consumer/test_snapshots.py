@@ -172,10 +172,15 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     check_table(r2, model.snapshot())  # everything, though the topic no longer has it
     assert r2.status()["gap_partitions"] == []
     bare = h.cache_name("bare")
-    sup3 = h.supervisor(bare, topic, h.group("bare"))
+    bare_snaps = h.tmp_path / "bare-snaps"  # empty: nothing to restore; periodic snapshots, 2 kept
+    sup3 = h.supervisor(bare, topic, h.group("bare"),
+                        args=("--snapshot-dir", str(bare_snaps), "--snapshot-interval", "0.5", "--snapshot-keep", "2"))
     r3 = h.attach(bare, sup=sup3)
     _ready(h, r3, sup3)
+    poll_until(lambda: r3.status()["snapshot"]["count"] >= 3, 120, lambda: f"3 snapshots: {r3.status()['snapshot']}")
+    assert len(policy.files(bare_snaps, bare)) <= 2
     st = r3.status()
+    assert st["restore"]["state"] == "no valid snapshot" and st["snapshot"]["failures"] == 0
     assert st["gap_partitions"] == [p for p in range(PARTS) if ends[p] > 0]
     assert st["gap_offsets"] == sum(ends)
     assert all(p["gap"] == (ends[p["partition"]] > 0) for p in st["assigned"])
