@@ -115,6 +115,11 @@ class SnapshotPolicy:
         if self.dir and not restored and int(h[L.H_RESTORE_STATE]) == L.RESTORE_NONE and not _entries(cache):
             h[L.H_RESTORE_STATE] = L.RESTORE_NONE_VALID
         self._next = time.monotonic() + self.cfg.snapshot_interval
+        if self.dir:  # what a killed snapshot of this cache left (never read; this supervisor is its only writer)
+            for tmp in Path(self.dir).glob(f"{self.cfg.name}-*{SUFFIX}.tmp"):
+                if tmp.name[len(self.cfg.name) + 1:-len(SUFFIX) - 4].isdigit():
+                    log.info("removing %s, left by a snapshot that did not finish", tmp)
+                    tmp.unlink(missing_ok=True)
 
     # -- while running -------------------------------------------------------------------
 
