@@ -13,9 +13,11 @@ See engine/table.py for what is and is not guaranteed.
 
 from shmcache.engine.table import Packed, Reader, Writer, attach, create, destroy, exists, list_caches
 from shmcache.engine.table import open_writer as open
+from shmcache.engine.snapshot import restore, verify as verify_snapshot, write as snapshot
 from shmcache.errors import *  # noqa: F403  (the error classes are part of the API)
 from shmcache.errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
 
-__all__ = ["create", "attach", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", *_errors_all]
+__all__ = ["create", "attach", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", "snapshot", "restore",
+           "verify_snapshot", *_errors_all]

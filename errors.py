@@ -27,6 +27,9 @@ __all__ = [
     "CorruptCacheError",
     "CacheInUseError",
     "BrokerUnavailableError",
+    "SnapshotError",
+    "SnapshotCorruptError",
+    "SnapshotMismatchError",
 ]
 
 
@@ -101,3 +104,15 @@ class CacheInUseError(ShmcacheError, RuntimeError):
 
 class BrokerUnavailableError(ShmcacheError, ConnectionError):
     """The Kafka broker did not answer within the wait the caller allowed."""
+
+
+class SnapshotError(ShmcacheError, ValueError):
+    """A snapshot file that cannot be used (engine/snapshot.py); the message names the file."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """A snapshot file that is truncated, fails a checksum or is not a snapshot."""
+
+
+class SnapshotMismatchError(SnapshotError):
+    """A valid snapshot of another topic, wire format or key size than the one asked for."""

@@ -29,6 +29,8 @@ COMMANDS = (  # (command, module in shmcache.cli)
     ("list", "list_caches"),
     ("run", "run"),
     ("status", "status"),
+    ("snapshot", "snapshot"),
+    ("restore", "restore"),
     ("demo", "demo"),
     ("produce", "produce"),
     ("top", "top"),

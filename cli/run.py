@@ -27,6 +27,9 @@ def add_arguments(rn) -> None:
     rn.add_argument("--metrics-host", help="address of the metrics endpoint (default 127.0.0.1)")
     rn.add_argument("--broker-wait", type=float, metavar="SECONDS",
                     help="exit if the Kafka broker does not answer for this long (default 0: wait for it)")
+    rn.add_argument("--snapshot-dir", metavar="DIR", help="snapshot the cache here; restore the newest at start")
+    rn.add_argument("--snapshot-interval", type=float, metavar="SECONDS", help="seconds between snapshots (default 300)")
+    rn.add_argument("--snapshot-keep", type=int, metavar="K", help="snapshots kept (default 3)")
 
 
 def run(a) -> int:
@@ -35,7 +38,8 @@ def run(a) -> int:
 
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
-                                        "metrics_host", "broker_wait")}
+                                        "metrics_host", "broker_wait", "snapshot_dir", "snapshot_interval",
+                                        "snapshot_keep")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)

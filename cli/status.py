@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 import shmcache
+from shmcache.consumer import snapshots
 
 HELP = "per-partition progress and readiness of a cache"
 
@@ -40,6 +41,8 @@ def run(a) -> int:
                   f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
                   "yes" if p["caught_up"] else "no")
     console.print(t)
+    for what, value, _ in snapshots.summary_rows(st):
+        console.print(f"{what}: {value}")
     for line in group_lines(st):
         console.print(f"[bold red]{line}[/]")
     if st["workers"]:
@@ -80,4 +83,4 @@ def group_lines(st: dict) -> list[str]:
                    + (f" (+{len(st['unassigned']) - 32})" if len(st["unassigned"]) > 32 else ""))
     if st.get("damaged"):
         out.append("damaged control words: " + "; ".join(st["damaged"]))
-    return out
+    return out + snapshots.warning_lines(st)

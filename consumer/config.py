@@ -54,6 +54,9 @@ class RunConfig:
     metrics_port: int = 0  # serve Prometheus metrics on this port; 0 = no endpoint
     metrics_host: str = "127.0.0.1"  # the endpoint's address: loopback unless asked otherwise
     broker_wait: float = 0.0  # seconds to wait for an unreachable broker before exiting; 0 = wait for ever
+    snapshot_dir: str = ""  # write snapshots here and restore from them at start (consumer/snapshots.py); "" = none
+    snapshot_interval: float = 300.0  # seconds between snapshots while running
+    snapshot_keep: int = 3  # snapshots kept in snapshot_dir
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
 
     def __post_init__(self) -> None:
@@ -83,6 +86,9 @@ class RunConfig:
             raise ValueError(f"metrics_port={self.metrics_port}: expected 0 (none) or a TCP port 1..65535")
         if not self.broker_wait >= 0:
             raise ValueError(f"broker_wait={self.broker_wait}: must be >= 0 seconds (0 = wait for the broker for ever)")
+        if not self.snapshot_interval > 0 or self.snapshot_keep < 1:
+            raise ValueError(f"snapshot_interval={self.snapshot_interval}, snapshot_keep={self.snapshot_keep}: the "
+                             "interval must be positive seconds and at least 1 snapshot kept")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.format != "kv" and self.key_size != 32:

@@ -43,6 +43,7 @@ import signal
 import time
 
 from shmcache.consumer import broker as broker_mod
+from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
@@ -84,6 +85,7 @@ class Supervisor:
         self._last_segment_check = 0.0
         self._rebalancing = 0.0  # monotonic time a rebalance was seen starting, 0 if none
         self.group_watch = None
+        self.snapshots = None  # snapshots_mod.SnapshotPolicy, made in run()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -101,7 +103,10 @@ class Supervisor:
         import shmcache
 
         existed = shmcache.exists(self.cfg.name)
+        self.snapshots = snapshots_mod.SnapshotPolicy(self.cfg)
+        restored = None if existed else self.snapshots.restore_at_start()
         self._open_cache()
+        self.snapshots.opened(self.cache, restored is not None)
         created = None if existed else self.cache.creation_id
         joined = False
         try:
@@ -318,6 +323,7 @@ class Supervisor:
     def _shutdown(self) -> None:
         if self.state is State.STOPPED:
             return
+        clean = self.state is State.RUNNING and not self._exit_code and not self._fatal
         self.state = State.STOPPING
         reason = self._stop_reason or "error"
         for w in self.workers:  # workers stop fetching and report; then the final commit
@@ -330,6 +336,7 @@ class Supervisor:
         if self.metrics is not None:  # before the cache closes: a scrape reads it
             self.metrics.close()
         if self.cache is not None:
+            self.snapshots.at_stop(clean)  # a clean stop: workers drained, offsets final
             self.cache.control.set_word(L.H_METRICS_PORT, 0)
             self.cache.control.set_word(L.H_SUPERVISOR, 0)
             rows = self.cache.control.partitions
@@ -397,6 +404,7 @@ class Supervisor:
             start = have if have >= 0 else lo
             if committed[p] >= 0:
                 start = min(start, committed[p])
+            snapshots_mod.note_start(self.cache, self.cfg.topic, p, have, lo)  # a retention gap is flagged
             start = max(start, lo)  # older data is gone from the topic
             w = min(self.workers, key=lambda h: len(h.partitions))
             w.partitions.add(p)
@@ -479,6 +487,7 @@ class Supervisor:
             self.group_watch = GroupWatch(self.cfg, self.cache, self.consumer, on_fenced=self._fenced)
         if not self.broker.down:  # its look at the group would only time out
             self.group_watch.tick()
+        self.snapshots.tick(lambda: self.cache.control.status()["ready"])
 
     def _restart(self, w: WorkerHandle) -> None:
         """A worker died: repair what it left locked, start a new one from its applied offsets."""

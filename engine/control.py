@@ -270,6 +270,35 @@ class ControlView:
             "damaged": damaged,
             # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
             **broker,
+            **self.snapshot_fields(nparts),  # restore, snapshot, gap_partitions, gap_offsets
+        }
+
+    def has_gap(self, partition: int) -> bool:
+        """Retention deleted offsets of this partition before the table had them (L.H_GAP_BITS)."""
+        if not 0 <= partition < L.MAX_PARTITIONS:
+            return False
+        return bool(int(self._h[L.H_GAP_BITS + partition // 64]) >> (partition % 64) & 1)
+
+    def snapshot_fields(self, nparts: int) -> dict:
+        """status()'s restore, last-snapshot and gap fields (engine/snapshot.py writes the
+        restore words, the supervisor's snapshot policy the others)."""
+        h, now = self._h, time.time_ns()
+
+        def age(word):
+            t = int(h[word])
+            return (now - t) / 1e9 if t > 0 else None
+
+        return {
+            "restore": {"state": L.RESTORE_STATE_NAMES.get(int(h[L.H_RESTORE_STATE]), "damaged"),
+                        "entries": int(h[L.H_RESTORE_ENTRIES]),
+                        "seconds": int(h[L.H_RESTORE_NS]) / 1e9,
+                        "evictions": int(h[L.H_RESTORE_EVICTIONS]),
+                        "snapshot_age_s": age(L.H_RESTORE_TAKEN_NS)},
+            "snapshot": {"age_s": age(L.H_SNAPSHOT_TAKEN_NS), "bytes": int(h[L.H_SNAPSHOT_BYTES]),
+                         "seconds": int(h[L.H_SNAPSHOT_NS]) / 1e9, "count": int(h[L.H_SNAPSHOTS]),
+                         "failures": int(h[L.H_SNAPSHOT_FAILURES])},
+            "gap_partitions": [p for p in range(nparts) if self.has_gap(p)],
+            "gap_offsets": int(h[L.H_GAP_OFFSETS]),
         }
 
     def wait_ready(self, timeout: float | None = None, poll: float = 0.05) -> dict:
@@ -313,7 +342,8 @@ class ControlArea(ControlView):
 
     def set_word(self, h: int, value: int) -> None:
         """Set header word h (an L.H_* index the supervisor owns: H_SUPERVISOR, H_METRICS_PORT,
-        H_ASSIGNING, H_BROKER_STATE, H_BROKER_SINCE)."""
+        H_ASSIGNING, H_BROKER_STATE, H_BROKER_SINCE, H_WIRE_FORMAT, H_RESTORE_STATE and the
+        H_SNAPSHOT_* words)."""
         self._h[h] = value
 
     def beat(self) -> None:
@@ -352,6 +382,18 @@ class ControlArea(ControlView):
         at = max(0, restart_at_ns) // 100_000_000
         self._h[L.H_WORKER_HANDLES + i] = ((at << 24) | (min(max(failures, 0), 0xFFFF) << 8)
                                            | (L.WORKER_STATES.index(state) + 1))
+
+    def flag_gap(self, partition: int, offsets: int) -> bool:
+        """Flag a retention gap of `offsets` offsets on a partition; False if it was flagged already."""
+        if not 0 <= partition < L.MAX_PARTITIONS:
+            return False
+        bits = self._h.view(np.uint64)
+        word, bit = L.H_GAP_BITS + partition // 64, np.uint64(1) << np.uint64(partition % 64)
+        if bits[word] & bit:
+            return False
+        bits[word] |= bit
+        self._h[L.H_GAP_OFFSETS] += offsets
+        return True
 
     def reset_partitions(self) -> None:
         """A new topic for this segment: forget progress made on another topic."""

@@ -92,6 +92,25 @@ H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th ot
 # restart due while backing off, in tenths of a second since the epoch (0 none).
 H_WORKER_HANDLES = 192  # words 192..255
 WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
+# Snapshots (engine/snapshot.py, consumer/snapshots.py). These describe the table's content,
+# so they live as long as the segment (a supervisor's start does not zero them).
+H_WIRE_FORMAT = 55  # WIRE_FORMATS index + 1 of the topic's format, set by the supervisor; 0 unknown
+WIRE_FORMATS = ("v1", "v2", "kv")
+H_RESTORE_STATE = 400  # RESTORE_* below
+H_RESTORE_ENTRIES = 401  # entries the restore put in the table
+H_RESTORE_NS = 402  # how long the restore took
+H_RESTORE_EVICTIONS = 403  # entries a re-insert into a smaller table evicted
+H_RESTORE_TAKEN_NS = 404  # time.time_ns() the restored snapshot was taken
+H_SNAPSHOT_TAKEN_NS = 405  # time.time_ns() the last snapshot written from this segment was taken
+H_SNAPSHOT_BYTES = 406  # its size in bytes
+H_SNAPSHOT_NS = 407  # how long it took to write
+H_SNAPSHOTS = 408  # snapshots written
+H_SNAPSHOT_FAILURES = 409  # snapshots that failed (disk full, ...)
+H_GAP_OFFSETS = 410  # offsets that retention deleted before this table had them, summed
+H_GAP_BITS = 448  # words 448..463: a bit per partition, set when that partition has a gap
+RESTORE_NONE, RESTORE_RUNNING, RESTORE_DONE, RESTORE_NONE_VALID = 0, 1, 2, 3
+RESTORE_STATE_NAMES = {RESTORE_NONE: "none", RESTORE_RUNNING: "restoring", RESTORE_DONE: "restored",
+                       RESTORE_NONE_VALID: "no valid snapshot"}
 HEADER_WORDS = PAGE // WORD
 
 # -- per-process slot tables ------------------------------------------------------
@@ -277,6 +296,15 @@ class Geometry:
 
 _FIELDS = {"nbuckets": H_NBUCKETS, "key_size": H_KEY_SIZE, "max_value": H_MAX_VALUE, "slots": H_SLOTS,
            "ring": H_RING, "size": H_SIZE, "topic_len": H_TOPIC_LEN, "partitions": H_PARTITIONS}
+
+
+def bucket_spans(geo: Geometry, b: int) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """Where bucket b lives in the segment: (offset, length) in bytes of its meta row,
+    its index slots and its ring. Snapshots copy buckets by these spans, so a layout
+    change is made here once."""
+    return ((geo.meta_off + b * ROW_WORDS * WORD, ROW_WORDS * WORD),
+            (geo.index_off + b * geo.slots * WORD, geo.slots * WORD),
+            (geo.ring_off + b * geo.ring, geo.ring))
 
 
 def _pow2_floor(n: int) -> int:

@@ -60,6 +60,11 @@ CASES = [
     (["get", "{cache}", "abcd"], ["key 0 is 2 bytes; this cache's keys are 32 bytes"]),
     (["set", "{cache}", "00" * 32, "xyz"], ["value 'xyz' is not hex"]),
     (["run"], ["give --name, --bootstrap, --topic"]),
+    (["run", "--name", NAME, "--bootstrap", "x:1", "--topic", "t", "--snapshot-keep", "0"], ["snapshot_keep=0"]),
+    (["snapshot", NAME, "/tmp/x.snap"], [f"cache '{NAME}' does not exist"]),
+    (["snapshot", "{cache}", "/tmp/x.snap.tmp"], ["ending in .tmp", "unfinished snapshot"]),
+    (["restore", "/nonexistent/x.snap", NAME], ["No such file", "/nonexistent/x.snap"]),
+    (["restore", str(REPO / "README.md"), NAME], ["README.md", "not a shmcache snapshot"]),
 ]
 
 

@@ -1,0 +1,211 @@
+"""Snapshot benchmark (issue "warm restart"): how long a snapshot of a live cache, a
+restore (same geometry: a straight copy; another memory size: every entry re-inserted)
+and a replay of the topic with `shmcache run` take to give the same table, and what a
+snapshot costs a reader beside it.
+
+    SHMCACHE_SNAPSHOT_N=1000000,10000000 .venv/bin/python -m pytest bench/test_snapshot.py -q -s -p no:cacheprovider
+    .venv/bin/python -m pytest bench/test_snapshot.py -q -s -p no:cacheprovider       # smoke, N = 20,000
+
+Per N (in one run): the topic (8 partitions, v1 messages of 1024 ADDs, as
+bench/test_consume.py makes it) is replayed by `shmcache run --snapshot-dir` from a
+fresh segment until ready ("replay": process start to ready); the live cache is
+snapshotted by `engine.snapshot.write` ("snapshot"); the supervisor is stopped; the
+snapshot is restored into a new cache of the same geometry ("restore copy") and of
+1.25x the memory ("restore re-insert"). Each table is checked against the sampled
+keys and the entry count. The restored cache then gets a `shmcache run` on the same
+topic and a new group: "ready after restore" is process start to ready (it fetches
+nothing: the snapshot's offsets are the topic's end). Reader: a child process looks
+up sampled keys in batches of 1024 for READ_S seconds, once idle, once while this
+process writes snapshots of the same cache back to back. Figures go to stderr (a line
+and a JSON object per N); nothing asserts on speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import shmcache
+import test_consume as TC  # bench/ is on sys.path (bench/conftest.py): its topic maker
+from shmcache.engine import snapshot as S
+
+READ_S = 3.0
+READER = r"""
+import sys, time, numpy as np, shmcache
+name, path, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+keys = np.load(path)
+r = shmcache.attach(name)
+r.get_many_packed(keys[:1024])
+print("go", flush=True)
+sys.stdin.readline()
+n, t0 = 0, time.perf_counter()
+while time.perf_counter() - t0 < seconds:
+    for i in range(0, len(keys), 1024):
+        r.get_many_packed(keys[i:i + 1024])
+        n += len(keys[i:i + 1024])
+print(n / (time.perf_counter() - t0), flush=True)
+"""
+
+
+def sizes() -> list[int]:
+    v = os.environ.get("SHMCACHE_SNAPSHOT_N")
+    return [int(x) for x in v.split(",")] if v else [20_000]
+
+
+def _run(name: str, topic, bootstrap: str, memory: str, log: Path, snaps: Path) -> tuple[subprocess.Popen, float]:
+    """`shmcache run` until ready; returns the process (still running) and its time to ready."""
+    argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap, "--topic",
+            topic.name, "--group", f"bench-snap-{uuid.uuid4().hex[:12]}", "--workers", "2", "--memory", memory,
+            "--snapshot-dir", str(snaps), "--snapshot-interval", "86400"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    r = None
+    try:
+        while True:
+            assert proc.poll() is None, f"shmcache run exited with {proc.returncode}: {log.read_text()[-2000:]}"
+            assert time.perf_counter() - t0 < 1800, "not ready after 30 min"
+            if r is None and shmcache.exists(name):
+                try:
+                    r = shmcache.attach(name)
+                except (OSError, shmcache.ShmcacheError):
+                    r = None
+            if r is not None and r.status()["ready"]:
+                return proc, time.perf_counter() - t0
+            time.sleep(0.02)
+    except BaseException:
+        _stop(proc)
+        raise
+    finally:
+        if r is not None:
+            r.close()
+
+
+def _stop(proc: subprocess.Popen) -> int | None:
+    """SIGTERM, wait; SIGKILL the tree if it stays (every process it started is gone after)."""
+    kids = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    proc.send_signal(signal.SIGTERM) if proc.poll() is None else None
+    try:
+        rc = proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait(10)
+    for k in kids:
+        try:
+            if k.is_running():
+                k.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(kids, timeout=10)
+    return rc
+
+
+def _check(name: str, topic) -> None:
+    with shmcache.attach(name) as r:
+        assert r.stats()["entries"] == topic.n
+        got = r.get_many_packed(topic.sample_keys)
+        assert got.found.all() and np.array_equal(got.data, topic.sample_data)
+
+
+def _reader_rate(name: str, keys_path: Path, snapshot_dir: Path | None) -> float:
+    """Lookups/s of a reader process, idle or while this process snapshots the cache."""
+    p = subprocess.Popen([sys.executable, "-c", READER, name, str(keys_path), str(READ_S)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "go"
+        p.stdin.write("\n")
+        p.stdin.flush()
+        t0 = time.perf_counter()
+        if snapshot_dir is not None:
+            with shmcache.attach(name) as r:
+                i = 0
+                while time.perf_counter() - t0 < READ_S:
+                    S.write(r, snapshot_dir / f"beside-{i}.snap")
+                    os.unlink(snapshot_dir / f"beside-{i}.snap")
+                    i += 1
+        return float(p.stdout.readline())
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+
+
+@pytest.mark.parametrize("n", sizes())
+def test_snapshot_restore_replay(n, kafka_broker, kafka_admin, tmp_path):
+    from confluent_kafka.admin import NewTopic
+
+    name = f"bench-{os.getpid()}-snap"
+    tname = f"bench-snap-{uuid.uuid4().hex[:12]}"
+    kafka_admin.create_topics([NewTopic(tname, num_partitions=TC.PARTITIONS, replication_factor=1)],
+                              operation_timeout=30)[tname].result(timeout=30)
+    sys.modules["_shmcache_bench_kafka_fixtures"].wait_for_topic(kafka_admin, tname, TC.PARTITIONS)
+    snaps = tmp_path / "snaps"
+    snaps.mkdir()
+    memory = f"{max(256, math.ceil(n * 200 * 1.5 / 2**20))}MiB"
+    names = [name, name + "-copy", name + "-re"]
+    procs = []
+    f = {"n": n, "memory": memory}
+    try:
+        topic = TC.produce_topic(kafka_broker.bootstrap, tname, n)
+        proc, f["replay_s"] = _run(name, topic, kafka_broker.bootstrap, memory, tmp_path / "run.log", snaps)
+        procs.append(proc)
+        _check(name, topic)
+        keys_path = tmp_path / "keys.npy"
+        np.save(keys_path, topic.sample_keys)
+        f["reader_idle_per_s"] = _reader_rate(name, keys_path, None)
+        f["reader_beside_snapshot_per_s"] = _reader_rate(name, keys_path, tmp_path)
+        path = tmp_path / "live.snap"
+        with shmcache.attach(name) as r:
+            t0 = time.perf_counter()
+            info = S.write(r, path)
+            f["snapshot_s"] = time.perf_counter() - t0
+        f["snapshot_bytes"] = info.bytes
+        assert _stop(proc) == 0
+        shmcache.destroy(name)
+        for target, mem, key in ((name + "-copy", None, "restore_copy_s"),
+                                 (name + "-re", f"{math.ceil(int(memory[:-3]) * 1.25)}MiB", "restore_reinsert_s")):
+            t0 = time.perf_counter()
+            out = S.restore(path, target, memory=mem)
+            f[key] = time.perf_counter() - t0
+            assert out["mode"] == ("copy" if mem is None else "re-insert")
+            _check(target, topic)
+        shmcache.destroy(name + "-re")
+        proc, f["ready_after_restore_s"] = _run(name + "-copy", topic, kafka_broker.bootstrap, memory,
+                                               tmp_path / "run2.log", snaps)
+        procs.append(proc)
+        assert _stop(proc) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                _stop(p)
+        for x in names:
+            if shmcache.exists(x):
+                shmcache.destroy(x)
+        for fut in kafka_admin.delete_topics([tname], operation_timeout=10).values():
+            try:
+                fut.result(timeout=15)
+            except Exception:
+                pass
+    gb = f["snapshot_bytes"] / 1e9
+    f.update(snapshot_gb_per_s=gb / f["snapshot_s"], restore_copy_gb_per_s=gb / f["restore_copy_s"],
+             replay_over_restore_copy=f["replay_s"] / f["restore_copy_s"],
+             replay_over_restore_reinsert=f["replay_s"] / f["restore_reinsert_s"],
+             reader_cost=1 - f["reader_beside_snapshot_per_s"] / f["reader_idle_per_s"])
+    print(f"\nsnapshot bench N={n:,} ({memory}, snapshot {gb:.2f} GB): replay {f['replay_s']:.2f} s; snapshot "
+          f"{f['snapshot_s']:.2f} s ({f['snapshot_gb_per_s']:.2f} GB/s); restore copy {f['restore_copy_s']:.2f} s "
+          f"({f['restore_copy_gb_per_s']:.2f} GB/s, {f['replay_over_restore_copy']:.1f}x faster than replay); "
+          f"restore re-insert {f['restore_reinsert_s']:.2f} s ({f['replay_over_restore_reinsert']:.1f}x); "
+          f"run ready after restore {f['ready_after_restore_s']:.2f} s; reader {f['reader_idle_per_s']:,.0f}/s idle, "
+          f"{f['reader_beside_snapshot_per_s']:,.0f}/s beside snapshots ({f['reader_cost']:.1%} less)",
+          file=sys.stderr)
+    print(json.dumps(f), file=sys.stderr)

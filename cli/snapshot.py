@@ -1,0 +1,80 @@
+"""`shmcache snapshot NAME PATH`: a snapshot of a live cache (engine/snapshot.py).
+
+Each shows a progress bar on a terminal and, without one (a log, CI), a plain line
+every few seconds; both end with one line saying what was done and at what rate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+from shmcache.engine import layout as L
+
+PLAIN_PROGRESS_S = 2.0
+
+
+class BucketProgress:
+    """progress(done, total, bytes) for engine/snapshot.py, drawn with rich or printed plainly."""
+
+    def __init__(self, console: Console, what: str):
+        self.console, self.what = console, what
+        self.t0 = self.last = time.monotonic()
+        self.bar = None
+        if console.is_terminal:
+            self.bar = Progress(TextColumn(what), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(), console=console,
+                                transient=True)
+            self.task = self.bar.add_task(what, total=L.NBUCKETS)
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+    def __call__(self, done: int, total: int, nbytes: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=done, total=total)
+            return
+        now = time.monotonic()
+        if now - self.last >= PLAIN_PROGRESS_S:
+            self.last = now
+            self.console.print(f"{self.what}: {100 * done // total}% of the buckets, {L.format_bytes(nbytes)}, "
+                               f"{nbytes / max(now - self.t0, 1e-9) / 1e9:.2f} GB/s")
+
+
+HELP = "write a snapshot of a live cache to a file"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name", help="the cache")
+    p.add_argument("path", help="the snapshot file to write (written as PATH.tmp, then renamed)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(a) -> int:
+    import shmcache
+    from shmcache.engine import snapshot
+
+    if a.path.endswith(".tmp"):
+        raise ValueError(f"snapshot path {a.path!r}: a name ending in .tmp is what an unfinished snapshot is called")
+    console = Console(stderr=a.json)
+    t0 = time.monotonic()
+    with shmcache.attach(a.name) as r, BucketProgress(console, f"snapshot {a.name}") as bar:
+        info = snapshot.write(r, a.path, progress=bar)
+    dt = time.monotonic() - t0
+    if a.json:
+        print(json.dumps({**info.to_dict(), "seconds": dt}))
+    else:
+        console.print(f"snapshot of {a.name}: {info.path}, {info.entries:,} entries, {L.format_bytes(info.bytes)} in "
+                      f"{dt:.2f} s ({info.bytes / max(dt, 1e-9) / 1e9:.2f} GB/s); offsets {list(info.offsets)}")
+    return 0
+
+

@@ -1,0 +1,230 @@
+"""The supervisor's snapshots (`shmcache run --snapshot-dir DIR`): restore at start,
+snapshots while running and at a clean stop, and retention gaps.
+
+- At start with no segment: the newest valid snapshot in DIR of this cache is
+  restored (engine/snapshot.py); one that is truncated, fails a checksum or is of
+  another topic, format or key size is skipped with a log line naming its error and
+  the next older one is tried; none valid means the topic is replayed from its start,
+  as without snapshots. The restored control area holds the snapshot's offsets, so
+  the supervisor resumes each partition from there (or from the group's committed
+  offset if that is lower: re-applying is safe, skipping is not).
+- While running: every `snapshot_interval` seconds once the cache was ready, a
+  snapshot is written by a thread (the copy kernel and the file writes release the
+  GIL, so the supervisor's loop goes on); at a clean stop, after the workers drained
+  and the final commit, one more. The `snapshot_keep` newest are kept. A snapshot
+  that fails (disk full) is logged and counted; the previous ones stay.
+- Gaps: when a partition is assigned, the offset the table needs next (its applied
+  offset, or 0 for a table without one) is compared with the topic's log start; if
+  retention deleted messages the table never had, the partition is flagged in the
+  segment (H_GAP_BITS, H_GAP_OFFSETS) and shown by status(), top and the metrics.
+
+Files: DIR/NAME-<taken ns, 20 digits>.snap; a NAME-*.snap.tmp is a snapshot being
+written (or one a killed writer left) and is never read; a later write replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+
+from shmcache.engine import layout as L
+from shmcache.engine import snapshot
+from shmcache.errors import SnapshotError
+
+log = logging.getLogger("shmcache.snapshots")
+
+SUFFIX = ".snap"
+RESTORE_STATES = L.RESTORE_STATE_NAMES
+
+
+def files(directory, name: str) -> list[Path]:
+    """This cache's finished snapshots in `directory`, newest first (never a .tmp)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    found = [p for p in d.glob(f"{name}-*{SUFFIX}") if p.name[len(name) + 1:-len(SUFFIX)].isdigit()]
+    return sorted(found, key=lambda p: p.name, reverse=True)
+
+
+def path_for(directory, name: str, taken_ns: int) -> Path:
+    return Path(directory) / f"{name}-{taken_ns:020d}{SUFFIX}"
+
+
+class _LogProgress:
+    """A log line at most every few seconds with the rate so far."""
+
+    def __init__(self, what: str, every: float = 5.0):
+        self.what, self.every = what, every
+        self.t0 = self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int, nbytes: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            log.info("%s: %d%% (%s, %.2f GB/s)", self.what, 100 * done // total, L.format_bytes(nbytes),
+                     nbytes / max(now - self.t0, 1e-9) / 1e9)
+
+
+class SnapshotPolicy:
+    """One supervisor's snapshots; every method is a no-op without a snapshot_dir,
+    except the gap check and the wire format word, which every cache keeps."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.dir = cfg.snapshot_dir or ""
+        self.cache = None
+        self._thread: threading.Thread | None = None
+        self._next = 0.0
+        self._was_ready = False
+
+    # -- at start ------------------------------------------------------------------------
+
+    def restore_at_start(self) -> dict | None:
+        """No segment: create it from the newest valid snapshot (None if there is none)."""
+        cfg = self.cfg
+        if not self.dir:
+            return None
+        for path in files(self.dir, cfg.name):
+            log.info("cache %r: restoring from snapshot %s", cfg.name, path)
+            try:
+                out = snapshot.restore(path, cfg.name, memory=cfg.memory, max_value=cfg.max_value,
+                                       key_size=cfg.key_size, topic=cfg.topic, wire_format=cfg.format,
+                                       progress=_LogProgress(f"restoring {path.name}"))
+            except SnapshotError as e:
+                log.warning("cache %r: skipping snapshot %s: %s: %s", cfg.name, path, type(e).__name__, e)
+                continue
+            log.info("cache %r: restored %d entries from %s (%s, %.2f s, %d evicted); taken %.0f s ago; resuming "
+                     "from its offsets %s", cfg.name, out["entries"], path, out["mode"], out["seconds"],
+                     out["evictions"], (time.time_ns() - out["snapshot"]["taken_ns"]) / 1e9,
+                     out["snapshot"]["offsets"])
+            return out
+        log.info("cache %r: no valid snapshot in %s; filling it from the topic's start", cfg.name, self.dir)
+        return None
+
+    def opened(self, cache, restored: bool) -> None:
+        """The supervisor has its cache: note the wire format and how the table began."""
+        self.cache = cache
+        ctl = cache.control
+        ctl.set_word(L.H_WIRE_FORMAT, L.WIRE_FORMATS.index(self.cfg.format) + 1)
+        if self.dir and not restored and ctl.word(L.H_RESTORE_STATE) == L.RESTORE_NONE and not _entries(cache):
+            ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_NONE_VALID)
+        self._next = time.monotonic() + self.cfg.snapshot_interval
+        if self.dir:  # what a killed snapshot of this cache left (never read; this supervisor is its only writer)
+            for tmp in Path(self.dir).glob(f"{self.cfg.name}-*{SUFFIX}.tmp"):
+                if tmp.name[len(self.cfg.name) + 1:-len(SUFFIX) - 4].isdigit():
+                    log.info("removing %s, left by a snapshot that did not finish", tmp)
+                    tmp.unlink(missing_ok=True)
+
+    # -- while running -------------------------------------------------------------------
+
+    def tick(self, ready) -> None:
+        """From the supervisor's loop: start a periodic snapshot when one is due.
+        `ready()` says whether the cache is ready (asked only when one is due)."""
+        if not self.dir or self.cache is None or time.monotonic() < self._next:
+            return
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._next = time.monotonic() + self.cfg.snapshot_interval
+        self._was_ready = self._was_ready or ready()
+        if not self._was_ready:  # a snapshot of a table still filling would only push a better one out
+            return
+        self._thread = threading.Thread(target=self.take, name="shmcache-snapshot", daemon=True)
+        self._thread.start()
+
+    def at_stop(self, clean: bool) -> None:
+        """Before the cache closes: wait for a running snapshot; after a clean stop (the
+        workers drained, the offsets final) take one more."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.dir and clean and self.cache is not None and (self._was_ready or _entries(self.cache)):
+            self.take()
+
+    def take(self) -> Path | None:
+        cache = self.cache
+        ctl = cache.control
+        Path(self.dir).mkdir(parents=True, exist_ok=True)
+        path = path_for(self.dir, self.cfg.name, time.time_ns())
+        t0 = time.monotonic()
+        try:
+            info = snapshot.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"))
+        except (OSError, SnapshotError) as e:
+            ctl.count(L.H_SNAPSHOT_FAILURES)
+            log.error("cache %r: snapshot to %s failed: %s (the previous snapshots stay)", self.cfg.name, path, e)
+            return None
+        ctl.set_word(L.H_SNAPSHOT_TAKEN_NS, info.taken_ns)
+        ctl.set_word(L.H_SNAPSHOT_BYTES, info.bytes)
+        ctl.set_word(L.H_SNAPSHOT_NS, int((time.monotonic() - t0) * 1e9))
+        ctl.count(L.H_SNAPSHOTS)
+        for old in files(self.dir, self.cfg.name)[max(1, self.cfg.snapshot_keep):]:
+            try:
+                old.unlink()
+                log.info("removed old snapshot %s (keeping %d)", old, self.cfg.snapshot_keep)
+            except OSError as e:
+                log.warning("could not remove old snapshot %s: %s", old, e)
+        return path
+
+
+def _entries(cache) -> int:
+    return cache.stats()["entries"]
+
+
+# -- gaps --------------------------------------------------------------------------------------
+
+
+def note_start(cache, topic: str, partition: int, have: int, log_start: int) -> None:
+    """A partition is assigned: flag it if retention deleted offsets the table never had
+    (`have` is the table's next offset, -1 none: a new table needs the topic's offset 0)."""
+    want = max(have, 0)
+    if log_start <= want or not 0 <= partition < L.MAX_PARTITIONS:
+        return
+    cache.control.flag_gap(partition, log_start - want)
+    log.warning("topic %r partition %d: offsets %d..%d were deleted by the topic's retention before this cache "
+                "had them: the table lacks what they held (a gap; a snapshot taken before would have kept them)",
+                topic, partition, want, log_start - 1)
+
+
+def metric_families(st: dict, gauge, counter):
+    """The metrics endpoint's snapshot, restore and gap samples (consumer/metrics.py)."""
+    rs, sn = st["restore"], st["snapshot"]
+    yield gauge("restore_state", "How the table began: 0 no restore tried, 1 restoring, 2 restored from a "
+                "snapshot, 3 no valid snapshot (filled from the topic).",
+                {v: k for k, v in RESTORE_STATES.items()}.get(rs["state"], -1))
+    yield gauge("restore_entries", "Entries the restore put in the table.", rs["entries"])
+    yield gauge("restore_seconds", "How long the restore took.", rs["seconds"])
+    if sn["age_s"] is not None:
+        yield gauge("snapshot_age_seconds", "Seconds since the last snapshot of this cache was taken.", sn["age_s"])
+    yield gauge("snapshot_bytes", "Size of the last snapshot file.", sn["bytes"])
+    yield counter("snapshots", "Snapshots written.", sn["count"])
+    yield counter("snapshot_failures", "Snapshots that failed (the previous ones stay).", sn["failures"])
+    yield gauge("partition_gap", "1 when retention deleted offsets of the partition before this table had them.",
+                None, ["partition"], [((p,), 1) for p in st["gap_partitions"]])
+    yield gauge("gap_offsets", "Offsets deleted by retention before this table had them, summed.", st["gap_offsets"])
+
+
+def warning_lines(st: dict) -> list[str]:
+    """What status and top say in red about gaps."""
+    if not st.get("gap_partitions"):
+        return []
+    return [f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
+            f"{st['gap_partitions'][:32]} before this cache had them; the table lacks what they held"]
+
+
+def summary_rows(st: dict) -> list[tuple[str, str, str]]:
+    """(what, value, "") rows about the restore and the last snapshot, for status and top."""
+    rs, sn = st["restore"], st["snapshot"]
+    rows = []
+    if rs["state"] != "none":
+        age = "" if rs["snapshot_age_s"] is None else f", snapshot {rs['snapshot_age_s']:.0f} s old"
+        rows.append(("restore", f"{rs['state']}: {rs['entries']:,} entries in {rs['seconds']:.2f} s{age}"
+                     if rs["state"] == "restored" else rs["state"], ""))
+    if sn["count"] or sn["age_s"] is not None:
+        age = "-" if sn["age_s"] is None else f"{sn['age_s']:.0f} s ago"
+        rows.append(("last snapshot", f"{age}, {L.format_bytes(sn['bytes'])} in {sn['seconds']:.2f} s", ""))
+    if sn["failures"]:
+        rows.append(("snapshot failures", f"{sn['failures']:,}", ""))
+    return rows

@@ -1,0 +1,448 @@
+"""Snapshots: a live cache to a file, and a new cache from that file.
+
+The file (format version 1, all integers little-endian):
+
+    "SHMSNAP1"  u32 format version  u32 n      header: n bytes of JSON, then its u64 xxh3-64
+    { "layout_version", "nbuckets", "key_size", "max_value", "slots", "ring", "size",
+      "topic", "wire_format" (v1 | v2 | kv | ""), "partitions", "offsets": [next offset
+      to apply, per partition, -1 none], "taken_ns", "name", "creation_id", "entries" }
+    chunk*      "CHNK" u32 first bucket  u32 buckets  u32 0  u64 payload bytes  u64 xxh3-64 of the payload
+                payload: the buckets' meta rows, index slots, ring span lengths (int64s) and the
+                ring spans (each bucket's live records, tail to head) back to back
+    "SNAPEND1"  u32 chunks  u32 0  u64 entries  u64 xxh3-64 of the chunks' checksums
+
+Writing (`write`): the partitions' applied offsets are read first, then the buckets
+are copied a chunk at a time (bounded memory, CHUNK_BYTES), each bucket under its
+seqlock as a reader reads it (_snapshot_kernels.copy_out: never torn, and no writer
+waits); the file is written to PATH.tmp, fsynced, renamed to PATH and its directory
+fsynced, so PATH is always a whole snapshot or the previous one. Why replaying from
+offsets taken before the copy gives the table Kafka's order implies: DESIGN.md,
+"Snapshots".
+
+Reading (`read_header`, `verify`, `restore`): every field is checked before use
+(a snapshot is as untrusted as the segment); a truncated file, a failed checksum or
+a file that is no snapshot raises SnapshotCorruptError, another topic, format or key
+size SnapshotMismatchError. `restore` creates the cache: of the snapshot's own
+geometry and layout version a straight copy of each bucket (_snapshot_kernels.copy_in);
+of any other, each live record re-inserted through the Writer, oldest first, with
+the evictions a smaller table makes counted. A restore that fails removes the cache
+it created.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+
+from shmcache.engine import _kernels as K
+from shmcache.engine import _snapshot_kernels as SK
+from shmcache.engine import layout as L
+from shmcache.engine.lifecycle import destroy
+from shmcache.errors import SnapshotCorruptError, SnapshotMismatchError
+from shmcache.ipc import liveness
+from shmcache.ipc.atomics import cas_word, load_word
+
+log = logging.getLogger("shmcache.snapshot")
+
+MAGIC = b"SHMSNAP1"
+FORMAT_VERSION = 1
+CHUNK_MAGIC = b"CHNK"
+END_MAGIC = b"SNAPEND1"
+CHUNK_BYTES = 32 << 20  # bucket bytes per chunk at most: the memory a snapshot or restore holds
+SPIN_LIMIT = 2000  # copy tries of one bucket before Python yields the CPU
+STUCK_S = 1.0  # a bucket mid-write this long under a dead (or no) lock holder is copied as it stands
+HEADER_MAX = 1 << 20
+
+_HEAD = struct.Struct("<8sII")
+_CHUNK = struct.Struct("<4sIIIQQ")
+_END = struct.Struct("<8sIIQQ")
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    path: str
+    geometry: L.Geometry
+    layout_version: int
+    topic: str
+    wire_format: str
+    offsets: tuple[int, ...]
+    taken_ns: int
+    entries: int
+    name: str
+    bytes: int = 0  # the file's size
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "topic": self.topic, "wire_format": self.wire_format,
+                "offsets": list(self.offsets), "taken_ns": self.taken_ns, "entries": self.entries,
+                "name": self.name, "bytes": self.bytes, "layout_version": self.layout_version,
+                "memory": self.geometry.size, "key_size": self.geometry.key_size,
+                "max_value": self.geometry.max_value}
+
+
+def _arrays(handle):
+    """The segment's arrays of an engine handle (this module is part of the engine)."""
+    return handle._header, handle._partitions, handle._meta, handle._index, handle._ring8
+
+
+def _topic_of(header) -> str:
+    n = min(max(int(header[L.H_TOPIC_LEN]), 0), L.TOPIC_MAX)
+    return header[L.H_TOPIC:L.H_TOPIC + L.TOPIC_MAX // L.WORD].tobytes()[:n].decode("utf-8", "replace")
+
+
+def _format_of(header) -> str:
+    code = int(header[L.H_WIRE_FORMAT])
+    return L.WIRE_FORMATS[code - 1] if 1 <= code <= len(L.WIRE_FORMATS) else ""
+
+
+def buckets_per_chunk(geo: L.Geometry) -> int:
+    per = L.ROW_WORDS * L.WORD + geo.slots * L.WORD + L.WORD + geo.ring
+    nb = 1
+    while nb < L.NBUCKETS and 2 * nb * per <= CHUNK_BYTES:
+        nb *= 2
+    return nb
+
+
+def exact_memory(geo: L.Geometry) -> int:
+    """A memory= that create() plans into exactly this geometry (or 0 if none does)."""
+    m = L.FIXED_BYTES + L.PAGE + L.NBUCKETS * (geo.slots * L.WORD + geo.ring)
+    return m if L.Geometry.plan(m, geo.key_size, geo.max_value) == geo else 0
+
+
+class _Buffers:
+    """One chunk's arrays: allocated once per snapshot; a reader points them into the chunk it read."""
+
+    def __init__(self, geo: L.Geometry, nb: int, allocate: bool = True):
+        self.meta = np.zeros(nb * L.ROW_WORDS if allocate else 0, np.int64)
+        self.index = np.zeros(nb * geo.slots if allocate else 0, np.int64)
+        self.lens = np.zeros(nb, np.int64)
+        self.ring = np.zeros(nb * geo.ring if allocate else 0, np.uint8)
+        self.slots = geo.slots
+
+    def fixed(self, nb: int) -> int:
+        return nb * (L.ROW_WORDS + self.slots + 1) * L.WORD
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def write(handle, path: str, *, progress=None) -> SnapshotInfo:
+    """Write a snapshot of the cache `handle` maps (a Reader or a Writer) to `path`.
+
+    progress(buckets done, buckets in all, bytes written) is called after each chunk."""
+    path = os.fspath(path)
+    header, parts, meta, index, ring8 = _arrays(handle)
+    geo = handle.geometry
+    t0 = time.monotonic()
+    nparts = min(max(int(header[L.H_PARTITIONS]), 0), L.MAX_PARTITIONS)
+    rows = parts.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
+    # the offsets first, before any bucket is copied (DESIGN.md, Snapshots)
+    offsets = tuple(int(x) for x in rows[:nparts, L.P_APPLIED].tolist())
+    taken = time.time_ns()
+    entries = int(meta.reshape(L.NBUCKETS, L.ROW_WORDS)[:, L.M_LIVE].sum())
+    head = {"layout_version": L.LAYOUT_VERSION, "nbuckets": L.NBUCKETS, "key_size": geo.key_size,
+            "max_value": geo.max_value, "slots": geo.slots, "ring": geo.ring, "size": geo.size,
+            "topic": _topic_of(header), "wire_format": _format_of(header), "partitions": nparts,
+            "offsets": list(offsets), "taken_ns": taken, "name": handle.name,
+            "creation_id": int(header[L.H_CREATION_ID]), "entries": entries}
+    raw = json.dumps(head, separators=(",", ":")).encode()
+    tmp = path + ".tmp"
+    nb = buckets_per_chunk(geo)
+    buf = _Buffers(geo, nb)
+    counts = np.zeros(2, np.int64)
+    sums = xxhash.xxh3_64()
+    written = 0
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+            f.write(_HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
+            for b0 in range(0, L.NBUCKETS, nb):
+                _copy_chunk(handle.name, meta, index, ring8, geo, b0, nb, buf, counts)
+                n = int(buf.lens.sum())
+                views = (buf.meta, buf.index, buf.lens, buf.ring[:n])
+                h = xxhash.xxh3_64()
+                for v in views:
+                    h.update(v)
+                digest = h.intdigest()
+                sums.update(struct.pack("<Q", digest))
+                f.write(_CHUNK.pack(CHUNK_MAGIC, b0, nb, 0, buf.fixed(nb) + n, digest))
+                for v in views:
+                    f.write(memoryview(v).cast("B"))
+                written = b0 + nb
+                if progress is not None:
+                    progress(written, L.NBUCKETS, f.tell())
+            f.write(_END.pack(END_MAGIC, L.NBUCKETS // nb, 0, entries, sums.intdigest()))
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        os.rename(tmp, path)
+        _fsync_dir(path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if counts[1]:
+        log.warning("cache %r: %d buckets had head/tail words no writer leaves; written empty", handle.name,
+                    int(counts[1]))
+    dt = time.monotonic() - t0
+    log.info("cache %r: snapshot %s, %d entries, %s in %.2f s (%.2f GB/s)", handle.name, path, entries,
+             L.format_bytes(size), dt, size / max(dt, 1e-9) / 1e9)
+    return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
+                        handle.name, size)
+
+
+def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts) -> None:
+    """Copy buckets b0..b0+nb into buf, each consistently; yield to writers in between."""
+    i, force, stuck_at, since = 0, -1, -1, 0.0
+    while True:
+        pos = int(buf.lens[:i].sum())
+        i = SK.copy_out(meta, index, ring8, geo.slots, geo.ring, b0, i, nb, pos, buf.meta, buf.index, buf.lens,
+                        buf.ring, SPIN_LIMIT, force, counts)
+        if i >= nb:
+            return
+        b = b0 + i
+        if b != stuck_at:
+            stuck_at, since = b, time.monotonic()
+        owner = int(load_word(meta, b * L.ROW_WORDS + L.M_LOCK))
+        if time.monotonic() - since > STUCK_S and (owner == 0 or not liveness.is_alive(owner)):
+            log.warning("cache %r: bucket %d stays mid-write with no live writer; copied as it stands (the "
+                        "restore rebuilds it)", name, b)
+            force = b
+        else:
+            os.sched_yield()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _bad(path: str, what: str) -> SnapshotCorruptError:
+    return SnapshotCorruptError(f"snapshot {path}: {what}; it cannot be used (an older snapshot, or a replay "
+                                "of the topic, can)")
+
+
+def _read_exact(f, n: int, path: str, what: str, into=None):
+    if into is not None:
+        got = f.readinto(into)
+        if got != n:
+            raise _bad(path, f"truncated in {what} ({got} of {n} bytes)")
+        return into
+    data = f.read(n)
+    if len(data) != n:
+        raise _bad(path, f"truncated in {what} ({len(data)} of {n} bytes)")
+    return data
+
+
+def _header(f, path: str) -> SnapshotInfo:
+    if path.endswith(".tmp"):
+        raise _bad(path, "is a snapshot being written (.tmp), never a finished one")
+    magic, version, n = _HEAD.unpack(_read_exact(f, _HEAD.size, path, "the header"))
+    if magic != MAGIC:
+        raise _bad(path, f"does not start with {MAGIC!r} (not a shmcache snapshot)")
+    if version != FORMAT_VERSION:
+        raise _bad(path, f"has format version {version}; this shmcache reads version {FORMAT_VERSION}")
+    if not 0 < n <= HEADER_MAX:
+        raise _bad(path, f"header length {n} is not 1..{HEADER_MAX}")
+    raw = _read_exact(f, n, path, "the header")
+    (digest,) = struct.unpack("<Q", _read_exact(f, 8, path, "the header checksum"))
+    if digest != xxhash.xxh3_64_intdigest(raw):
+        raise _bad(path, "header checksum mismatch")
+    try:
+        h = json.loads(raw)
+        ks, maxv, slots, ring, size = (int(h[k]) for k in ("key_size", "max_value", "slots", "ring", "size"))
+        offsets = tuple(int(x) for x in h["offsets"])
+        info = SnapshotInfo(path, L.Geometry(size, ks, maxv, slots, ring), int(h["layout_version"]), str(h["topic"]),
+                            str(h["wire_format"]), offsets, int(h["taken_ns"]), int(h["entries"]), str(h["name"]),
+                            os.fstat(f.fileno()).st_size)
+        nbuckets = int(h["nbuckets"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise _bad(path, f"header is not what format version {FORMAT_VERSION} writes ({e})") from None
+    g = info.geometry
+    if (nbuckets != L.NBUCKETS or not 1 <= ks <= L.MAX_KEY_SIZE or slots < L.MIN_SLOTS or slots & (slots - 1)
+            or ring <= 0 or ring % L.RECORD_ALIGN or ring > L.POS_MASK or not 0 <= maxv <= 0xFFFFFFFF
+            or len(offsets) > L.MAX_PARTITIONS or g.size > 1 << 50):
+        raise _bad(path, f"header geometry is impossible ({h})")
+    return info
+
+
+def read_header(path) -> SnapshotInfo:
+    """The snapshot's header, checked (the chunks are checked as they are read)."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        return _header(f, path)
+
+
+def _chunks(f, info: SnapshotInfo, buf: _Buffers, nb: int):
+    """Yield each chunk's first bucket, checked against its checksum, into buf."""
+    path, geo = info.path, info.geometry
+    sums = xxhash.xxh3_64()
+    raw = memoryview(np.zeros(buf.fixed(nb) + nb * geo.ring, np.uint8))
+    for b0 in range(0, L.NBUCKETS, nb):
+        magic, first, n, _, plen, digest = _CHUNK.unpack(_read_exact(f, _CHUNK.size, path, f"chunk {b0 // nb}"))
+        if magic != CHUNK_MAGIC or first != b0 or n != nb or not buf.fixed(nb) <= plen <= len(raw):
+            raise _bad(path, f"chunk {b0 // nb} header is damaged (bucket {first}, {n} buckets, {plen} bytes; "
+                             f"expected bucket {b0}, {nb} buckets)")
+        _read_exact(f, plen, path, f"chunk {b0 // nb}", into=raw[:plen])
+        if xxhash.xxh3_64_intdigest(raw[:plen]) != digest:
+            raise _bad(path, f"checksum mismatch in chunk {b0 // nb} (buckets {b0}..{b0 + nb - 1})")
+        sums.update(struct.pack("<Q", digest))
+        a = np.frombuffer(raw, np.int64, buf.fixed(nb) // L.WORD)
+        m, s = nb * L.ROW_WORDS, nb * geo.slots
+        span = plen - buf.fixed(nb)
+        # views of the chunk just read (no copy); valid until the next chunk is read
+        buf.meta, buf.index, buf.lens = a[:m], a[m:m + s], a[m + s:m + s + nb]
+        buf.ring = np.frombuffer(raw, np.uint8, span, buf.fixed(nb))
+        if (buf.lens < 0).any() or (buf.lens > geo.ring).any() or int(buf.lens.sum()) != span:
+            raise _bad(path, f"chunk {b0 // nb} ring lengths do not add up")
+        yield b0
+    magic, chunks, _, entries, digest = _END.unpack(_read_exact(f, _END.size, path, "the trailer"))
+    if magic != END_MAGIC or chunks != L.NBUCKETS // nb or digest != sums.intdigest():
+        raise _bad(path, "trailer is damaged or does not match the chunks")
+    if f.read(1):
+        raise _bad(path, "has bytes after its trailer")
+
+
+def verify(path) -> SnapshotInfo:
+    """Read the whole file and check every checksum; the header's info if it is whole."""
+    path = os.fspath(path)
+    with open(path, "rb", buffering=0) as f:
+        info = _header(f, path)
+        nb = buckets_per_chunk(info.geometry)
+        for _ in _chunks(f, info, _Buffers(info.geometry, nb, allocate=False), nb):
+            pass
+    return info
+
+
+def check_expected(info: SnapshotInfo, *, topic: str | None = None, wire_format: str | None = None,
+                   key_size: int | None = None) -> None:
+    """SnapshotMismatchError if the snapshot is of another topic, format or key size."""
+    for what, want, have in (("topic", topic, info.topic), ("wire format", wire_format, info.wire_format),
+                             ("key size", key_size, info.geometry.key_size)):
+        if want is not None and have != want and not (what == "wire format" and have == ""):
+            raise SnapshotMismatchError(f"snapshot {info.path} is of {what} {have!r}; this cache's {what} is "
+                                        f"{want!r}")
+
+
+# -- restoring -------------------------------------------------------------------------------
+
+
+def restore(path, name: str, *, memory=None, max_value: int | None = None, mode: int = 0o600,
+            topic: str | None = None, wire_format: str | None = None, key_size: int | None = None,
+            progress=None) -> dict:
+    """Create cache `name` from the snapshot at `path`: of the snapshot's geometry unless
+    `memory` (or `max_value`) says otherwise. Returns what was done: entries, evictions,
+    mode ("copy" or "re-insert"), seconds, the snapshot's info."""
+    from shmcache.engine import table
+
+    path = os.fspath(path)
+    t0 = time.monotonic()
+    with open(path, "rb", buffering=0) as f:
+        info = _header(f, path)
+        check_expected(info, topic=topic, wire_format=wire_format, key_size=key_size)
+        src = info.geometry
+        maxv = src.max_value if max_value is None else max_value
+        if memory is None and maxv == src.max_value and exact_memory(src):
+            memory = exact_memory(src)
+        elif memory is None:
+            memory = src.size
+        target = L.Geometry.plan(L.parse_bytes(memory), src.key_size, maxv)
+        same = target == src and info.layout_version == L.LAYOUT_VERSION
+        w = table.create(name, memory=memory, key_size=src.key_size, max_value=maxv, mode=mode)
+        try:
+            header = w._header
+            header[L.H_RESTORE_STATE] = L.RESTORE_RUNNING
+            nb = buckets_per_chunk(src)
+            buf = _Buffers(src, nb, allocate=False)
+            dropped = 0
+            for b0 in _chunks(f, info, buf, nb):
+                if same:
+                    _copy_in(w, b0, nb, buf)
+                else:
+                    dropped += _reinsert(w, src, nb, buf)
+                if progress is not None:
+                    progress(b0 + nb, L.NBUCKETS, f.tell())
+            _publish(w, info)
+            st = w.stats()
+            header[L.H_RESTORE_ENTRIES] = st["entries"]
+            header[L.H_RESTORE_EVICTIONS] = (st["evictions"] + dropped) if not same else 0
+            header[L.H_RESTORE_NS] = int((time.monotonic() - t0) * 1e9)
+            header[L.H_RESTORE_TAKEN_NS] = info.taken_ns
+            header[L.H_RESTORE_STATE] = L.RESTORE_DONE
+        except BaseException:
+            w.close()
+            destroy(name, force=True)
+            raise
+    dt = time.monotonic() - t0
+    out = {"name": name, "mode": "copy" if same else "re-insert", "entries": st["entries"],
+           "evictions": int(header[L.H_RESTORE_EVICTIONS]), "seconds": dt, "memory": target.size,
+           "snapshot": info.to_dict()}
+    w.close()
+    log.info("cache %r restored from %s (%s): %d entries in %.2f s (%.2f GB/s)", name, path, out["mode"],
+             out["entries"], dt, info.bytes / max(dt, 1e-9) / 1e9)
+    return out
+
+
+def _copy_in(w, b0: int, nb: int, buf: _Buffers) -> None:
+    header, _, meta, index, ring8 = _arrays(w)
+    geo = w.geometry
+    bad = SK.copy_in(meta, index, ring8, geo.slots, geo.ring, b0, nb, buf.meta, buf.index, buf.lens, buf.ring,
+                     liveness.owner_word())
+    if bad >= 0:
+        raise SnapshotCorruptError(f"cache {w.name!r}: bucket {bad} of the snapshot does not fit the geometry it "
+                                   "claims (or another process writes the cache being restored)")
+    odd = np.flatnonzero(buf.meta[L.M_VERSION::L.ROW_WORDS] & 1)
+    for i in odd.tolist():  # copied mid-write (its writer had died): rebuild it from its ring
+        b = b0 + i
+        if cas_word(meta, b * L.ROW_WORDS + L.M_LOCK, 0, liveness.owner_word()) == 0:
+            K.repair_bucket(meta, index, ring8, w._ring64, w._geo, b)
+
+
+def _reinsert(w, src: L.Geometry, nb: int, buf: _Buffers) -> int:
+    """Apply the chunk's live records through the writer (another geometry); returns how
+    many were dropped for a value over the new max_value."""
+    most = int(buf.lens.sum()) // L.record_size(src.key_size, 0) + 1
+    key_at = np.empty(most, np.int64)
+    val_at = np.empty(most, np.int64)
+    lens = np.empty(most, np.int64)
+    n = SK.live_records(buf.meta, buf.lens, buf.ring, nb, src.ring, src.key_size, src.max_value, key_at, val_at, lens)
+    keep = lens[:n] <= w.geometry.max_value
+    dropped = n - int(keep.sum())
+    key_at, val_at, lens = key_at[:n][keep], val_at[:n][keep], lens[:n][keep]
+    keys = np.empty(len(key_at) * src.key_size, np.uint8)
+    SK.gather_keys(buf.ring, key_at, len(key_at), src.key_size, keys)
+    if len(key_at):
+        w.apply_spans(keys.reshape(-1, src.key_size), np.zeros(len(key_at), np.uint8), val_at, lens,
+                      buf.ring[:int(buf.lens.sum())])
+    return dropped
+
+
+def _publish(w, info: SnapshotInfo) -> None:
+    """The snapshot's topic, format and offsets into the new cache's control area: a
+    supervisor started on it resumes each partition from there."""
+    h = w._header
+    rows = w._partitions.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
+    rows[:] = 0
+    rows[:, [L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_COMMITTED, L.P_LATEST]] = -1
+    rows[:len(info.offsets), L.P_APPLIED] = info.offsets
+    raw = info.topic.encode()[:L.TOPIC_MAX]
+    words = np.zeros(L.TOPIC_MAX // L.WORD, np.int64)
+    words.view(np.uint8)[:len(raw)] = np.frombuffer(raw, np.uint8)
+    h[L.H_TOPIC:L.H_TOPIC + len(words)] = words
+    h[L.H_TOPIC_LEN] = len(raw)
+    h[L.H_PARTITIONS] = len(info.offsets)
+    h[L.H_WIRE_FORMAT] = L.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in L.WIRE_FORMATS else 0

@@ -1,0 +1,189 @@
+"""Warm restart from snapshots, end to end: a real broker, real `shmcache run`,
+`shmcache snapshot` and `shmcache restore` processes (consumer/snapshots.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import xxhash
+
+import shmcache
+from shmcache.consumer import snapshots as policy
+from shmcache.engine import snapshot as S
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline import KafkaProbe, Model, applied, check_table, harness, poll_until, wait_applied  # noqa: E402,F401
+
+PARTS = 3
+
+
+def _cli(*args, timeout: float = 300) -> str:
+    out = subprocess.run([sys.executable, "-m", "shmcache", *map(str, args)], capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _messages(r) -> int:
+    """Kafka messages the workers of the current supervisor applied (their rows start at 0)."""
+    return sum(w["messages"] for w in r.status()["workers"])
+
+
+def _ready(h, r, sup, timeout: float = 120):
+    poll_until(lambda: (sup.running() or _died(sup)) and r.status()["ready"], timeout,
+               lambda: f"ready: {r.status()}\n{sup.log_text()[-3000:]}")
+
+
+def _died(sup):
+    raise AssertionError(f"supervisor exited with {sup.proc.returncode}:\n{sup.log_text()[-3000:]}")
+
+
+def test_snapshot_of_a_live_cache_restores_and_replays_to_the_model(harness, kafka_topic):
+    """A snapshot taken while the producer and the supervisor run at full speed, restored
+    into a new cache that a new supervisor then fills from the snapshot's offsets: the
+    same table as the model's and the live cache's, once both caught up."""
+    h = harness
+    topic = kafka_topic(PARTS)
+    model = Model("v1", PARTS, seed=11)
+    name = h.cache_name("live")
+    sup = h.supervisor(name, topic, h.group("live"))
+    r = h.attach(name, sup=sup)
+    prod = h.producer(topic, model, rate=1000.0, batch_kw={"n_new": 60, "n_update": 10, "n_delete": 10})
+    prod.start()
+    poll_until(lambda: _messages(r) > 200, 120, "the live cache to apply 200 messages")
+    path = h.tmp_path / "live.snap"
+    info = json.loads(_cli("snapshot", name, path, "--json"))
+    prod.finish()
+    assert info["entries"] > 0 and len(info["offsets"]) == PARTS
+    probe = KafkaProbe(h.bootstrap, topic, PARTS)
+    ends = probe.end_offsets()
+    probe.close()
+    assert sum(ends) > sum(info["offsets"])  # messages came after the snapshot's offsets
+    copy = h.cache_name("copy")
+    out = json.loads(_cli("restore", path, copy, "--json"))
+    assert out["mode"] == "copy" and out["snapshot"]["offsets"] == info["offsets"]
+    with shmcache.attach(copy) as c:
+        assert applied(c, PARTS) == info["offsets"]
+    sup2 = h.supervisor(copy, topic, h.group("copy"))
+    r2 = h.attach(copy, sup=sup2)
+    wait_applied(r, ends, 120, sup)
+    wait_applied(r2, ends, 120, sup2)
+    expected = model.snapshot()
+    check_table(r, expected)
+    check_table(r2, expected)
+    assert r2.status()["restore"]["state"] == "restored"
+    assert _messages(r2) == sum(e - o for e, o in zip(ends, info["offsets"]))  # resumed at the offsets
+
+
+def _rewrite_topic(src, dst, topic: str) -> None:
+    """A whole, valid snapshot of another topic: the header's topic changed, its checksum made anew."""
+    data = open(src, "rb").read()
+    n = struct.unpack_from("<I", data, 12)[0]
+    head = json.loads(data[16:16 + n])
+    head["topic"] = topic
+    raw = json.dumps(head, separators=(",", ":")).encode()
+    out = data[:12] + struct.pack("<I", len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw))
+    open(dst, "wb").write(out + data[16 + n + 8:])
+
+
+def _fill_stop_remove(h, name: str, topic: str, group: str, model, batches: int, args) -> list[int]:
+    """Run a supervisor, produce `batches` batches, wait until applied, stop it cleanly (it
+    writes a snapshot), remove the segment (the reboot); returns the topic's end offsets."""
+    sup = h.supervisor(name, topic, group, args=args)
+    r = h.attach(name, sup=sup)
+    prod = h.producer(topic, model, rate=200.0, max_batches=batches)
+    prod.start()
+    prod.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTS)
+    ends = probe.end_offsets()
+    probe.close()
+    wait_applied(r, ends, 120, sup)
+    assert sup.terminate() == 0
+    r.close()
+    h.readers.remove(r)
+    shmcache.destroy(name)
+    return ends
+
+
+def test_reboot_restores_from_the_newest_valid_snapshot(harness, kafka_topic):
+    """The reboot: stop everything, remove the segment, `shmcache run --snapshot-dir` again:
+    newer snapshots that are damaged (a flipped byte, truncated) or of another topic are
+    skipped by name, the valid one is restored, and the supervisor is ready having fetched
+    only the messages that came after it; the table equals the model."""
+    h = harness
+    topic = kafka_topic(PARTS)
+    model = Model("v1", PARTS, seed=12)
+    name = h.cache_name("boot")
+    group = h.group("boot")
+    snaps = h.tmp_path / "snaps"
+    args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600", "--snapshot-keep", "2")
+    first = _fill_stop_remove(h, name, topic, group, model, 300, args)
+    (good,) = policy.files(snaps, name)  # written at the clean stop
+    assert S.verify(good).offsets == tuple(first)
+    newer = [policy.path_for(snaps, name, S.read_header(good).taken_ns + i) for i in (1, 2, 3)]
+    data = good.read_bytes()
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 1
+    newer[0].write_bytes(bytes(flipped))
+    newer[1].write_bytes(data[:len(data) // 3])
+    _rewrite_topic(good, newer[2], "another-topic")
+    prod2 = h.producer(topic, model, rate=200.0, max_batches=40)
+    prod2.start()
+    prod2.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTS)
+    ends = probe.end_offsets()
+    probe.close()
+    sup2 = h.supervisor(name, topic, group, args=args)
+    r2 = h.attach(name, sup=sup2)
+    _ready(h, r2, sup2)
+    check_table(r2, model.snapshot())
+    st = r2.status()
+    assert st["restore"]["state"] == "restored" and st["restore"]["entries"] > 0
+    assert _messages(r2) == sum(ends) - sum(first)  # only what came after the snapshot was fetched
+    logs = sup2.log_text()
+    assert "SnapshotCorruptError" in logs and "SnapshotMismatchError" in logs, logs[-3000:]
+    assert st["gap_partitions"] == []
+
+
+def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, kafka_topic, kafka_admin):
+    """Records deleted from the topic's start after a snapshot (AdminClient.delete_records):
+    the cache restored from the snapshot still holds them and has no gap; a cache filled
+    without a snapshot lacks them and its status names the gap."""
+    from confluent_kafka import TopicPartition
+
+    h = harness
+    topic = kafka_topic(PARTS)
+    model = Model("v1", PARTS, seed=13)
+    name = h.cache_name("ret")
+    snaps = h.tmp_path / "snaps"
+    args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600")
+    ends = _fill_stop_remove(h, name, topic, h.group("ret"), model, 90, args)
+    assert len(policy.files(snaps, name)) == 1
+    futures = kafka_admin.delete_records([TopicPartition(topic, p, ends[p]) for p in range(PARTS)])
+    for f in futures.values():
+        f.result(timeout=30)
+    sup2 = h.supervisor(name, topic, h.group("ret2"), args=args)
+    r2 = h.attach(name, sup=sup2)
+    _ready(h, r2, sup2)
+    check_table(r2, model.snapshot())  # everything, though the topic no longer has it
+    assert r2.status()["gap_partitions"] == []
+    bare = h.cache_name("bare")
+    bare_snaps = h.tmp_path / "bare-snaps"  # empty: nothing to restore; periodic snapshots, 2 kept
+    sup3 = h.supervisor(bare, topic, h.group("bare"),
+                        args=("--snapshot-dir", str(bare_snaps), "--snapshot-interval", "0.5", "--snapshot-keep", "2"))
+    r3 = h.attach(bare, sup=sup3)
+    _ready(h, r3, sup3)
+    poll_until(lambda: r3.status()["snapshot"]["count"] >= 3, 120, lambda: f"3 snapshots: {r3.status()['snapshot']}")
+    assert len(policy.files(bare_snaps, bare)) <= 2
+    st = r3.status()
+    assert st["restore"]["state"] == "no valid snapshot" and st["snapshot"]["failures"] == 0
+    assert st["gap_partitions"] == [p for p in range(PARTS) if ends[p] > 0]
+    assert st["gap_offsets"] == sum(ends)
+    assert all(p["gap"] == (ends[p["partition"]] > 0) for p in st["assigned"])
+    assert r3.stats()["entries"] == 0
+    status_text = _cli("status", bare)
+    assert "retention gap" in status_text

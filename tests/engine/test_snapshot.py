@@ -1,0 +1,151 @@
+"""Snapshots (engine/snapshot.py) with real processes: copied under full-speed writers
+without a torn bucket, restored by copy and by re-insert, damaged files refused by
+name, and a snapshot writer killed mid-write leaves the previous snapshot whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import shmcache
+from shmcache.consumer import snapshots as policy
+from shmcache.engine import layout as L
+from shmcache.engine import snapshot as S
+from shmcache.errors import SnapshotCorruptError
+
+from _procs import check_table, universe, verify
+
+
+def _check_restored(name: str, keys, hdr) -> int:
+    """The restored table keeps every invariant and every value it holds is whole; returns its entries."""
+    with shmcache.attach(name) as r:
+        entries = check_table(r)["entries"]
+        found = 0
+        for i in range(0, len(keys), 50_000):
+            packed = r.get_many_packed(keys[i:i + 50_000])
+            nbad, _, problem = verify(packed, hdr[i:i + 50_000])
+            assert nbad == 0, problem
+            found += int(packed.found.sum())
+        assert found == entries == r.stats()["entries"]
+        return entries
+
+
+def test_snapshot_under_full_speed_writers_is_never_torn(cache_name, procs, tmp_path):
+    """Two writers set keys at full speed (hot buckets evicting under them) while snapshots
+    are taken: each snapshot restores, by copy and by re-insert into a smaller table, to a
+    table whose every bucket is one a writer left (invariants hold, every value whole)."""
+    seed, nkeys = 7, 60_000
+    shmcache.create(cache_name, memory="48MiB").close()
+    writers = [procs("writer", cache_name, seed, nkeys, wid, 4.0, 1000) for wid in (1, 2)]
+    with shmcache.attach(cache_name) as r:  # compile the copy kernel before the writers' clock starts
+        S.write(r, tmp_path / "warm.snap")
+    for p in writers:
+        assert "ready" in p.recv(120)
+    for p in writers:
+        p.send("go")
+    keys, hdr = universe(seed, nkeys)
+    taken = []
+    with shmcache.attach(cache_name) as r:
+        while not any(p.p.poll() is not None for p in writers) and len(taken) < 40:
+            taken.append(S.write(r, tmp_path / f"s{len(taken)}.snap"))
+            if writers[0]._q.qsize():  # a writer said it is done
+                break
+    sets = [p.recv(60)["sets"] for p in writers]
+    assert all(s > 0 for s in sets) and len(taken) >= 2
+    for i, info in enumerate(taken):
+        # every snapshot by copy (the table as copied); the last two also re-inserted into a smaller table
+        for memory, mode in ((None, "copy"), ("40MiB", "re-insert"))[:1 if i < len(taken) - 2 else 2]:
+            name = f"{cache_name}-r{i}{mode[0]}"
+            try:
+                out = S.restore(info.path, name, memory=memory)
+                assert out["mode"] == mode
+                n = _check_restored(name, keys, hdr)
+                assert n == out["entries"] > 0
+            finally:
+                if shmcache.exists(name):
+                    shmcache.destroy(name)
+        os.unlink(info.path)
+
+
+def _flip(path, offset: int, dst) -> None:
+    data = bytearray(open(path, "rb").read())
+    data[offset] ^= 0x40
+    open(dst, "wb").write(bytes(data))
+
+
+def test_damaged_snapshots_are_refused_by_name(cache_name, tmp_path):
+    """Truncated anywhere, a byte flipped in the header, a chunk or the trailer, a .tmp:
+    SnapshotCorruptError naming the file, and no cache is left behind by a failed restore."""
+    with shmcache.create(cache_name, memory="40MiB") as w:
+        rng = np.random.default_rng(3)
+        keys = rng.integers(0, 256, (20_000, 32), np.uint8)
+        w.set_many(keys, [bytes(100)] * len(keys))
+        good = S.write(w, tmp_path / "good.snap")
+    size = os.path.getsize(good.path)
+    assert size == good.bytes
+    bad = []
+    for cut in (5, 40, size // 3, size - 9, size - 1):
+        p = tmp_path / f"cut{cut}.snap"
+        p.write_bytes(open(good.path, "rb").read()[:cut])
+        bad.append(p)
+    for off in (12, 100, size // 2, size - 3):
+        p = tmp_path / f"flip{off}.snap"
+        _flip(good.path, off, p)
+        bad.append(p)
+    tmp = tmp_path / "x.snap.tmp"
+    tmp.write_bytes(open(good.path, "rb").read())
+    bad.append(tmp)
+    for p in bad:
+        with pytest.raises(SnapshotCorruptError, match=str(p)):
+            S.verify(p)
+        with pytest.raises(SnapshotCorruptError):
+            S.restore(p, cache_name + "-r")
+        assert not shmcache.exists(cache_name + "-r")
+    assert S.verify(good.path).entries == 20_000
+
+
+def test_sigkill_during_snapshot_keeps_the_previous_one(cache_name, tmp_path):
+    """`shmcache snapshot` killed while it writes: PATH still holds the previous snapshot,
+    byte for byte; the PATH.tmp it left is never taken for a snapshot (not listed, refused)."""
+    with shmcache.create(cache_name, memory="512MiB") as w:
+        rng = np.random.default_rng(5)
+        keys = rng.integers(0, 256, (400_000, 32), np.uint8)
+        w.set_many(keys, [bytes(120)] * len(keys))
+    d = tmp_path / "snaps"
+    d.mkdir()
+    path = policy.path_for(d, cache_name, 1)
+    cmd = [sys.executable, "-m", "shmcache", "snapshot", cache_name, str(path)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    before = path.read_bytes()
+    tmp = str(path) + ".tmp"
+    killed = False
+    for _ in range(5):  # the kill must land while the .tmp is being written
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 120
+            while p.poll() is None and time.monotonic() < deadline:
+                if os.path.exists(tmp) and os.path.getsize(tmp) > 1 << 20:
+                    os.kill(p.pid, signal.SIGKILL)
+                    killed = True
+                    break
+                time.sleep(0.001)
+        finally:
+            if p.poll() is None and not killed:
+                p.kill()
+            p.wait(30)
+        if killed:
+            break
+        path.write_bytes(before)  # it finished first: put the previous one back and try again
+    assert killed and p.returncode == -signal.SIGKILL
+    assert os.path.exists(tmp)
+    assert path.read_bytes() == before
+    assert S.verify(path).entries == 400_000
+    assert policy.files(d, cache_name) == [path]
+    with pytest.raises(SnapshotCorruptError, match=r"\.tmp"):
+        S.verify(tmp)
