@@ -364,8 +364,8 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
         same = target == src and info.layout_version == L.LAYOUT_VERSION
         w = table.create(name, memory=memory, key_size=src.key_size, max_value=maxv, mode=mode)
         try:
-            header = w._header
-            header[L.H_RESTORE_STATE] = L.RESTORE_RUNNING
+            ctl = w.control
+            ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_RUNNING)
             nb = buckets_per_chunk(src)
             buf = _Buffers(src, nb, allocate=False)
             dropped = 0
@@ -378,18 +378,18 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
                     progress(b0 + nb, L.NBUCKETS, f.tell())
             _publish(w, info)
             st = w.stats()
-            header[L.H_RESTORE_ENTRIES] = st["entries"]
-            header[L.H_RESTORE_EVICTIONS] = (st["evictions"] + dropped) if not same else 0
-            header[L.H_RESTORE_NS] = int((time.monotonic() - t0) * 1e9)
-            header[L.H_RESTORE_TAKEN_NS] = info.taken_ns
-            header[L.H_RESTORE_STATE] = L.RESTORE_DONE
+            ctl.set_word(L.H_RESTORE_ENTRIES, st["entries"])
+            ctl.set_word(L.H_RESTORE_EVICTIONS, (st["evictions"] + dropped) if not same else 0)
+            ctl.set_word(L.H_RESTORE_NS, int((time.monotonic() - t0) * 1e9))
+            ctl.set_word(L.H_RESTORE_TAKEN_NS, info.taken_ns)
+            ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_DONE)
         except BaseException:
             w.close()
             destroy(name, force=True)
             raise
     dt = time.monotonic() - t0
     out = {"name": name, "mode": "copy" if same else "re-insert", "entries": st["entries"],
-           "evictions": int(header[L.H_RESTORE_EVICTIONS]), "seconds": dt, "memory": target.size,
+           "evictions": ctl.word(L.H_RESTORE_EVICTIONS), "seconds": dt, "memory": target.size,
            "snapshot": info.to_dict()}
     w.close()
     log.info("cache %r restored from %s (%s): %d entries in %.2f s (%.2f GB/s)", name, path, out["mode"],
@@ -426,23 +426,16 @@ def _reinsert(w, src: L.Geometry, nb: int, buf: _Buffers) -> int:
     keys = np.empty(len(key_at) * src.key_size, np.uint8)
     SK.gather_keys(buf.ring, key_at, len(key_at), src.key_size, keys)
     if len(key_at):
-        w.apply_spans(keys.reshape(-1, src.key_size), np.zeros(len(key_at), np.uint8), val_at, lens,
-                      buf.ring[:int(buf.lens.sum())])
+        w.apply(keys.reshape(-1, src.key_size), np.zeros(len(key_at), np.uint8),
+                (val_at, lens, buf.ring[:int(buf.lens.sum())]))
     return dropped
 
 
 def _publish(w, info: SnapshotInfo) -> None:
     """The snapshot's topic, format and offsets into the new cache's control area: a
     supervisor started on it resumes each partition from there."""
-    h = w._header
-    rows = w._partitions.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
-    rows[:] = 0
-    rows[:, [L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_COMMITTED, L.P_LATEST]] = -1
-    rows[:len(info.offsets), L.P_APPLIED] = info.offsets
-    raw = info.topic.encode()[:L.TOPIC_MAX]
-    words = np.zeros(L.TOPIC_MAX // L.WORD, np.int64)
-    words.view(np.uint8)[:len(raw)] = np.frombuffer(raw, np.uint8)
-    h[L.H_TOPIC:L.H_TOPIC + len(words)] = words
-    h[L.H_TOPIC_LEN] = len(raw)
-    h[L.H_PARTITIONS] = len(info.offsets)
-    h[L.H_WIRE_FORMAT] = L.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in L.WIRE_FORMATS else 0
+    ctl = w.control
+    ctl.reset_partitions()
+    ctl.partitions[:len(info.offsets), L.P_APPLIED] = info.offsets
+    ctl.set_topic(info.topic, len(info.offsets))
+    ctl.set_word(L.H_WIRE_FORMAT, L.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in L.WIRE_FORMATS else 0)
