@@ -168,6 +168,7 @@ class ControlView:
                 "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
                 "committed": r[L.P_COMMITTED],
                 "caught_up": bool(r[L.P_CAUGHT_UP]),
+                "gap": self.has_gap(p),  # retention deleted offsets this table never had
             })
         return parts
 
