@@ -149,9 +149,24 @@ class ShmPeer:
                 found += sum(v is not None for v in out)
         return found
 
+    def get_keylist_pass(self, which: str, count: bool = False) -> int:
+        """get_many_packed with the keys as a list of bytes (what most callers hold)."""
+        get, found = self.reader.get_many_packed, 0
+        for b in self.ds.hit_lists if which == "hit" else self.ds.miss_lists:
+            p = get(b)
+            if count:
+                found += int(np.count_nonzero(p.found))
+        return found
+
     def set_pass(self) -> None:
         set_many = self.writer.set_many
         for k, v in zip(self.ds.hit_batches, self.ds.value_batches):
+            set_many(k, v)
+
+    def set_keylist_pass(self) -> None:
+        """set_many with keys and values as lists of bytes."""
+        set_many = self.writer.set_many
+        for k, v in zip(self.ds.hit_lists, self.ds.value_lists):
             set_many(k, v)
 
     def set_list_pass(self) -> None:
@@ -450,10 +465,16 @@ RATIOS = [
     ("2 reader processes / 1 reader process", ("readers", "2 processes"), ("readers", "1 process"), 1.8),
     ("reader beside full-speed writer / idle reader", ("readers", "1 beside a writer"), ("readers", "1 process"), 0.6),
     ("get_many (list) hit / dict get", ("get hit", "shmcache list"), ("get hit", "dict"), None),
+    ("get_many_packed, keys a list / dict get", ("get hit", "shmcache keys list"), ("get hit", "dict"), None),
+    ("set_many, keys and values lists / dict update", ("set", "shmcache keys list"), ("set", "dict"), None),
+    # issue 13: the list form within 1.3x of the array form (rate ratio >= 1/1.3)
+    ("get_many_packed hit: keys list / array", ("get hit", "shmcache keys list"), ("get hit", "shmcache packed"),
+     0.77),
+    ("set_many: lists / (offsets, data) arrays", ("set", "shmcache keys list"), ("set", "shmcache packed"), 0.77),
     ("get_many_packed miss / dict get miss", ("get miss", "shmcache packed"), ("get miss", "dict"), None),
 ]
 
-PEERS = ["shmcache packed", "shmcache list", "dict", "lmdb", "redis"]
+PEERS = ["shmcache packed", "shmcache list", "shmcache keys list", "dict", "lmdb", "redis"]
 
 
 def record(op: str, peer: str, keys: int, seconds: float, **extra) -> float:
