@@ -201,6 +201,12 @@ def cmd_top(a) -> int:
     return top.command(a)
 
 
+def cmd_warm(a) -> int:
+    from shmcache import warm
+
+    return warm.main()
+
+
 def cmd_spark(a) -> int:
     from shmcache.spark import _cli  # pyspark is imported only when a Spark command runs
 
@@ -304,6 +310,9 @@ def parser() -> argparse.ArgumentParser:
     tp.add_argument("--once", action="store_true", help="print one snapshot and exit (rates over one interval)")
     tp.add_argument("--count", type=int, default=0, help="exit after this many refreshes (default 0: until Ctrl-C)")
     tp.set_defaults(fn=cmd_top)
+    wm = sub.add_parser("warm", help="compile the numba kernels into numba's cache, once per install (scripts/setup "
+                                     "and `run` do it)")
+    wm.set_defaults(fn=cmd_warm)
     # -- spark: the PySpark jobs (spark/_cli.py); Spark options shared by every job
     sk = sub.add_parser("spark", help="Spark jobs: example data, publish to Kafka, lookup, audit")
     spark_common = argparse.ArgumentParser(add_help=False)

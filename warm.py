@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 import sys
 import time
 
@@ -83,6 +84,33 @@ def _cache_counts() -> tuple[int, int]:
                 hits += sum(obj.stats.cache_hits.values())
                 misses += sum(obj.stats.cache_misses.values())
     return hits, misses
+
+
+def start() -> subprocess.Popen:
+    """`python -m shmcache.warm` in a child process, for a supervisor to overlap with its wait
+    for the broker: a child cleans its private cache up even if the supervisor is killed."""
+    return subprocess.Popen([sys.executable, "-m", "shmcache.warm"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, beat, stopping) -> str:
+    """Wait for a started warm-up (calling beat() every 0.1 s) and return its last line;
+    if stopping() turns true meanwhile, stop it (by pid) and return ""."""
+    while proc.poll() is None:
+        if stopping():
+            proc.terminate()
+            proc.wait()
+            proc.stdout.close()
+            return ""
+        beat()
+        try:
+            proc.wait(0.1)
+        except subprocess.TimeoutExpired:
+            pass
+    out = proc.stdout.read().strip()
+    proc.stdout.close()
+    last = out.splitlines()[-1] if out else ""
+    return last if proc.returncode == 0 else f"shmcache warm failed (exit {proc.returncode}): {last}"
 
 
 def main() -> int:
