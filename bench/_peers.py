@@ -106,6 +106,27 @@ def cache_memory(n: int) -> int:
     return max(64 << 20, n * 512)
 
 
+MEAN_RECORD = 16 + KEY_SIZE + (VALUE_MIN + VALUE_MAX) // 2 + 15 & ~15  # layout.record_size of a mean value
+
+
+def memory_for(n: int, max_value: int = 4096) -> int:
+    """The smallest segment (by the layout's own plan) whose index and rings hold n records
+    of the mean size: "a cache sized for n entries" (bench/test_churn.py, test_scale.py)."""
+    import shmcache
+    from shmcache.engine import layout as L
+
+    lo, hi = 1 << 20, 1 << 40
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            geo = L.Geometry.plan(mid, KEY_SIZE, max_value)
+            ok = min(L.NBUCKETS * geo.max_live, geo.capacity_bytes // MEAN_RECORD) >= n
+        except shmcache.MemoryTooSmallError:
+            ok = False
+        lo, hi = (lo, mid) if ok else (mid + 1, hi)
+    return lo
+
+
 # -- peers --------------------------------------------------------------------------------------
 # Each peer has get_pass(which, count) with which in {"hit", "miss"}: look every key up
 # in batches; with count=False (the timed pass) results are dropped batch by batch, with

@@ -30,22 +30,8 @@ from shmcache.engine import layout as L
 
 N = P.bench_n()
 DELETE_SHARE, OVERWRITE_SHARE = 0.10, 0.03
-MEAN_RECORD = L.record_size(P.KEY_SIZE, (P.VALUE_MIN + P.VALUE_MAX) // 2)
+MEAN_RECORD = P.MEAN_RECORD
 MAX_VALUE = 256
-
-
-def _memory_for(n: int) -> int:
-    """The smallest segment whose rings hold n mean records, by the layout's own plan."""
-    lo, hi = 1 << 20, 1 << 40
-    while lo < hi:
-        mid = (lo + hi) // 2
-        try:
-            geo = L.Geometry.plan(mid, P.KEY_SIZE, MAX_VALUE)
-            ok = min(L.NBUCKETS * geo.max_live, geo.capacity_bytes // MEAN_RECORD) >= n
-        except shmcache.MemoryTooSmallError:
-            ok = False
-        lo, hi = (lo, mid) if ok else (mid + 1, hi)
-    return lo
 
 
 def test_churn():
@@ -58,7 +44,7 @@ def test_churn():
     version = np.zeros(total, np.uint8)  # bumped on overwrite, written as the value's first byte
     deleted = np.zeros(total, np.bool_)
     name = f"bench-{os.getpid()}-churn"
-    memory = _memory_for(N)
+    memory = P.memory_for(N, MAX_VALUE)
     w = shmcache.create(name, memory=memory, max_value=MAX_VALUE)
     try:
         geo = w.geometry
