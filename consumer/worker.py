@@ -75,7 +75,7 @@ class Worker:
         """Decode and apply an empty batch of this worker's format: numba loads the decode and
         apply kernels for exactly these argument types (compiled once by `shmcache warm`, which
         the supervisor ran before starting workers; see warm.py); no entry changes."""
-        empty = wire.decode_kv([], []) if self.cfg.format == "kv" else wire.decode(wire.encode_v1([], [], []))
+        empty = wire.decode_kv([], []) if self.cfg.format == "kv" else wire.decode(bytes(4))  # v1, count 0
         self.cache.apply_spans(empty.keys, empty.actions, empty.value_starts, empty.value_lens, empty.data)
 
     # -- commands ---------------------------------------------------------------------------
