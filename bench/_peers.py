@@ -105,6 +105,27 @@ def cache_memory(n: int) -> int:
     return max(64 << 20, n * 512)
 
 
+MEAN_RECORD = 16 + KEY_SIZE + (VALUE_MIN + VALUE_MAX) // 2 + 15 & ~15  # layout.record_size of a mean value
+
+
+def memory_for(n: int, max_value: int = 4096) -> int:
+    """The smallest segment (by the layout's own plan) whose index and rings hold n records
+    of the mean size: "a cache sized for n entries" (bench/test_churn.py, test_scale.py)."""
+    import shmcache
+    from shmcache.engine import layout as L
+
+    lo, hi = 1 << 20, 1 << 40
+    while lo < hi:
+        mid = (lo + hi) // 2
+        try:
+            geo = L.Geometry.plan(mid, KEY_SIZE, max_value)
+            ok = min(L.NBUCKETS * geo.max_live, geo.capacity_bytes // MEAN_RECORD) >= n
+        except shmcache.MemoryTooSmallError:
+            ok = False
+        lo, hi = (lo, mid) if ok else (mid + 1, hi)
+    return lo
+
+
 # -- peers --------------------------------------------------------------------------------------
 # Each peer has get_pass(which, count) with which in {"hit", "miss"}: look every key up
 # in batches; with count=False (the timed pass) results are dropped batch by batch, with
@@ -148,9 +169,24 @@ class ShmPeer:
                 found += sum(v is not None for v in out)
         return found
 
+    def get_keylist_pass(self, which: str, count: bool = False) -> int:
+        """get_many_packed with the keys as a list of bytes (what most callers hold)."""
+        get, found = self.reader.get_many_packed, 0
+        for b in self.ds.hit_lists if which == "hit" else self.ds.miss_lists:
+            p = get(b)
+            if count:
+                found += int(np.count_nonzero(p.found))
+        return found
+
     def set_pass(self) -> None:
         set_many = self.writer.set_many
         for k, v in zip(self.ds.hit_batches, self.ds.value_batches):
+            set_many(k, v)
+
+    def set_keylist_pass(self) -> None:
+        """set_many with keys and values as lists of bytes."""
+        set_many = self.writer.set_many
+        for k, v in zip(self.ds.hit_lists, self.ds.value_lists):
             set_many(k, v)
 
     def set_list_pass(self) -> None:

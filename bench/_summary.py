@@ -31,10 +31,16 @@ RATIOS = [
     ("2 reader processes / 1 reader process", ("readers", "2 processes"), ("readers", "1 process"), 1.8),
     ("reader beside full-speed writer / idle reader", ("readers", "1 beside a writer"), ("readers", "1 process"), 0.6),
     ("get_many (list) hit / dict get", ("get hit", "shmcache list"), ("get hit", "dict"), None),
+    ("get_many_packed, keys a list / dict get", ("get hit", "shmcache keys list"), ("get hit", "dict"), None),
+    ("set_many, keys and values lists / dict update", ("set", "shmcache keys list"), ("set", "dict"), None),
+    # the list form within 1.3x of the array form (rate ratio >= 1/1.3)
+    ("get_many_packed hit: keys list / array", ("get hit", "shmcache keys list"), ("get hit", "shmcache packed"),
+     0.77),
+    ("set_many: lists / (offsets, data) arrays", ("set", "shmcache keys list"), ("set", "shmcache packed"), 0.77),
     ("get_many_packed miss / dict get miss", ("get miss", "shmcache packed"), ("get miss", "dict"), None),
 ]
 
-PEERS = ["shmcache packed", "shmcache list", "dict", "lmdb", "redis"]
+PEERS = ["shmcache packed", "shmcache list", "shmcache keys list", "dict", "lmdb", "redis"]
 
 
 def record(op: str, peer: str, keys: int, seconds: float, **extra) -> float:

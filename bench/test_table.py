@@ -115,9 +115,13 @@ def measure(benchmark, op: str, peer: str, fn, keys: int, **extra) -> float:
 
 # -- single process: shmcache and its peers ----------------------------------------------------
 
+# "shmcache list": get_many (values as a list) / set_many(array keys, list of values);
+# "shmcache keys list": get_many_packed / set_many with keys (and values) as lists of bytes
 GET_PEERS = [("shmcache packed", "shmcache", "get_pass"), ("shmcache list", "shmcache", "get_list_pass"),
+             ("shmcache keys list", "shmcache", "get_keylist_pass"),
              ("dict", "dict", "get_pass"), ("lmdb", "lmdb", "get_pass"), ("redis", "redis", "get_pass")]
 SET_PEERS = [("shmcache packed", "shmcache", "set_pass"), ("shmcache list", "shmcache", "set_list_pass"),
+             ("shmcache keys list", "shmcache", "set_keylist_pass"),
              ("dict", "dict", "set_pass"), ("lmdb", "lmdb", "set_pass"), ("redis", "redis", "set_pass")]
 
 
@@ -150,6 +154,8 @@ INTERLEAVED = [
     ("get_many_packed hit / dict get", ("shmcache", "get_pass", "hit"), ("dict", "get_pass", "hit")),
     ("get_many_packed hit / LMDB get", ("shmcache", "get_pass", "hit"), ("lmdb", "get_pass", "hit")),
     ("set_many (offsets, data) / dict update", ("shmcache", "set_pass", None), ("dict", "set_pass", None)),
+    ("get_many_packed hit: keys list / array", ("shmcache", "get_keylist_pass", "hit"), ("shmcache", "get_pass", "hit")),
+    ("set_many: lists / (offsets, data) arrays", ("shmcache", "set_keylist_pass", None), ("shmcache", "set_pass", None)),
 ]
 
 

@@ -35,6 +35,7 @@ COMMANDS = (  # (command, module in shmcache.cli)
     ("produce", "produce"),
     ("top", "top"),
     ("spark", "spark"),
+    ("warm", "warm"),
 )
 
 

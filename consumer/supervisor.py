@@ -235,13 +235,22 @@ class Supervisor:
         False if a stop was asked for while waiting (nothing was started)."""
         from confluent_kafka import Consumer
 
+        from shmcache import warm
+
         cfg = self.cfg
+        warming = warm.start()  # compile (or load) every kernel once, while the broker answers
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
         self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(),
                                                        **broker_mod.client_settings(self.broker.on_error)))
         if not self.cache.control.topic:  # a new cache: name its topic while waiting for the broker
             self.cache.control.set_topic(cfg.topic, 0)
-        tmeta = self._topic_metadata()
+        try:
+            tmeta = self._topic_metadata()
+        except BaseException:
+            warm.finish(warming, self._beat, lambda: True)  # stopped, by pid
+            raise
+        # the workers start with the kernels in numba's cache, so each loads them, none compiles
+        log.info("%s", warm.finish(warming, self._beat, lambda: self._stop_reason or tmeta is None))
         if tmeta is None:
             return False
         npart = len(tmeta.partitions)
@@ -257,6 +266,9 @@ class Supervisor:
         log.info("joined group %r for topic %r (%d partitions, %s assignment), %d workers",
                  cfg.group, cfg.topic, npart, cfg.assignment, cfg.workers)
         return True
+
+    def _beat(self) -> None:
+        self.cache.control.beat()
 
     def _topic_metadata(self):
         """The topic's metadata once the broker answers (None if a stop came first).

@@ -57,6 +57,7 @@ class Worker:
         self.cache = shmcache.open(cfg.name)
         self.rows = self.cache.control.partitions
         self.me = self.cache.control.workers[index]
+        self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
         self.me[L.K_OWNER] = liveness.owner_word()
         self.me[L.K_HEARTBEAT] = time.time_ns()
         # group.id only because librdkafka wants one; assign() never joins the group
@@ -69,6 +70,13 @@ class Worker:
         self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
         self.window_start = time.monotonic()
         self.window_entries = 0
+
+    def _load_kernels(self) -> None:
+        """Decode and apply an empty batch of this worker's format: numba loads the decode and
+        apply kernels for exactly these argument types (compiled once by `shmcache warm`, which
+        the supervisor ran before starting workers; see warm.py); no entry changes."""
+        empty = wire.decode_kv([], []) if self.cfg.format == "kv" else wire.decode(bytes(4))  # v1, count 0
+        apply_batch(self.cache, empty)
 
     # -- commands ---------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The table: the segment layout contract, compiled kernels and the Reader/Writer handles."""
 
-from shmcache.engine._jitcache import ensure_fresh as _ensure_fresh
+from shmcache.engine import _jitcache
 
-_ensure_fresh()
+_jitcache.install()  # before any kernel is decorated: numba's cache stamped with the package's sources

@@ -17,23 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from shmcache.engine import _keylist
 from shmcache.engine import _kernels as K
 from shmcache.errors import KeySizeError, ValueTooLargeError
 
 
 def _join_bytes(items: list) -> tuple[np.ndarray, bytes] | None:
-    """Each item's length in bytes and all their bytes back to back, in C-level passes;
-    None if an item is not bytes-like (the caller words the error, naming the item)."""
-    try:
-        lens = np.fromiter(map(len, items), np.int64, len(items))
-        joined = b"".join(items)
-    except TypeError:  # not bytes-like, or a strided memoryview, which join refuses
-        if not all(isinstance(v, (bytes, bytearray, memoryview)) for v in items):
-            return None
-        lens, joined = None, b"".join(map(bytes, items))
-    if lens is None or len(joined) != int(lens.sum()):  # multi-byte items: len() counts items, not bytes
-        lens = np.fromiter((memoryview(v).nbytes for v in items), np.int64, len(items))
-    return lens, joined
+    """Each item's length in bytes and all their bytes back to back (engine/_keylist.py)."""
+    return _keylist.join_bytes(items)
 
 
 def keys(name: str, ks: int, keys) -> np.ndarray:

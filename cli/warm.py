@@ -1,0 +1,15 @@
+"""`shmcache warm`: compile every numba kernel into numba's cache, once per install (warm.py)."""
+
+from __future__ import annotations
+
+HELP = "compile the numba kernels into numba's cache, once per install (scripts/setup and `run` do it)"
+
+
+def add_arguments(p) -> None:
+    pass
+
+
+def run(a) -> int:
+    from shmcache import warm
+
+    return warm.main()

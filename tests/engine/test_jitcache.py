@@ -1,0 +1,102 @@
+"""numba's on-disk kernel cache (engine/_jitcache.py, warm.py): compiled once, kept
+correct after a source change anywhere in the package, nothing deleted at import.
+
+The first two tests run a copy of the package's sources from a temporary directory
+(as a site-packages install would be), in child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import shmcache
+from shmcache.engine import _jitcache
+
+ROOT = os.path.dirname(os.path.abspath(shmcache.__file__))
+
+
+def _copy_package(dest) -> str:
+    """The package's .py files (as _jitcache walks them) under dest/shmcache; returns that dir."""
+    pkg = os.path.join(dest, "shmcache")
+    for path in _jitcache._sources(ROOT):
+        rel = os.path.relpath(path, ROOT)
+        os.makedirs(os.path.dirname(os.path.join(pkg, rel)), exist_ok=True)
+        shutil.copyfile(path, os.path.join(pkg, rel))
+    return pkg
+
+
+def _run(code: str, env: dict, timeout: float = 600) -> str:
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def _env(pythonpath: str, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=pythonpath, **extra)
+    return env
+
+
+def test_import_deletes_no_cache_file(tmp_path):
+    """Importing the engine reads and writes nothing of numba's cache: the old import hook
+    deleted every .nbi/.nbc beside the kernels when its stamp file was missing or stale."""
+    pkg = _copy_package(tmp_path)
+    planted = [os.path.join(pkg, "engine", "__pycache__", "x.nbi"), os.path.join(pkg, "ipc", "__pycache__", "y.nbc")]
+    for p in planted:
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(b"kept")
+    _run("import shmcache.engine.table", _env(str(tmp_path)))
+    assert [open(p, "rb").read() for p in planted] == [b"kept", b"kept"]
+
+
+def test_change_in_an_inlined_module_recompiles(tmp_path, cache_name):
+    """A kernel inlines another module's constants: after that module changes, a process
+    runs the new code, not the cached machine code. Here layout.py swaps the words of the
+    eviction and takeover counters of a bucket's row; the apply kernel (in _kernels.py,
+    unchanged) must count evictions where stats() now reads them. NUMBA_CACHE_DIR points
+    outside the package, where a read-only site-packages install keeps its cache (the old
+    import hook only cleaned __pycache__ beside the sources, so this ran stale code)."""
+    pkg = _copy_package(tmp_path / "src")
+    env = _env(str(tmp_path / "src"), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    code = f"""
+        import json, numpy as np, shmcache
+        w = shmcache.create({cache_name!r}, memory="4MiB", max_value=64)
+        keys = np.random.default_rng(1).integers(0, 256, (60000, 32), np.uint8)
+        vals = (np.arange(60001, dtype=np.int64) * 8, np.zeros(480000, np.uint8))
+        w.set_many(keys, vals)
+        s = w.stats()
+        w.close()
+        shmcache.destroy({cache_name!r})
+        print(json.dumps([s["evictions"], s["lock_takeovers"]]))
+    """
+    layout = os.path.join(pkg, "engine", "layout.py")
+    ev, takeovers = json.loads(_run(code, env))
+    assert ev > 0 and takeovers == 0
+    with open(layout) as f:
+        text = f.read()
+    assert "M_EVICTIONS = 6" in text and "M_TAKEOVERS = 7" in text
+    with open(layout, "w") as f:
+        f.write(text.replace("M_EVICTIONS = 6", "M_EVICTIONS = 7").replace("M_TAKEOVERS = 7", "M_TAKEOVERS = 6", 1))
+    ev, takeovers = json.loads(_run(code, env))
+    assert ev > 0 and takeovers == 0, "the apply kernel ran from a stale cache (old counter words)"
+
+
+def test_after_warm_nothing_compiles(tmp_path):
+    """After `shmcache warm`, a new process writing, reading with an array and a list of
+    keys, and decoding the wire formats compiles no kernel: each is loaded from the cache."""
+    from shmcache import warm
+
+    warm.warm()  # this install's cache (scripts/setup warmed it; compiles only if sources changed since)
+    out = _run("""
+        import json
+        from shmcache import warm
+        print(json.dumps(warm.warm()))
+    """, dict(os.environ))
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["compiled"] == 0 and got["loaded"] > 0, got

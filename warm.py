@@ -1,0 +1,123 @@
+"""Compile every numba kernel a worker, a reader and the load generator use, once, into
+numba's on-disk cache (engine/_jitcache.py says where it lives and how it stays fresh).
+
+Compiling costs seconds per kernel signature (apply ~7 s, lookup ~2 s, the wire
+kernels on top, measured in a fresh process), and numba compiles on a signature's
+first call: without this, every worker process of a freshly installed supervisor paid
+it at once, after "ready". `shmcache warm` runs it at install time (scripts/setup),
+and the supervisor runs it once before it starts workers; afterwards a process loads
+the machine code from the cache in a fraction of a second.
+
+The kernels are reached through the public calls on a small private cache, so they
+compile for exactly the argument types the real calls give (a read-only mapping
+types differently from a writable one, a list of keys from an array), with no list
+of signatures kept by hand. What each kernel cost is reported: loaded from the
+cache ("hits") or compiled now ("misses").
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def warm() -> dict:
+    """Run every kernel once; returns {"seconds", "compiled", "loaded"} (signatures)."""
+    t0 = time.perf_counter()
+    import shmcache
+    from shmcache import txmeta
+    from shmcache.consumer import partitioners, wire
+    from shmcache.consumer.worker import apply_batch
+
+    before = _cache_counts()
+    rng = np.random.default_rng(0)
+    n = 64
+    keys = rng.integers(0, 256, (n, wire.KEY_SIZE), np.uint8)
+    values = [bytes(rng.integers(0, 256, 61 + i, np.uint8)) for i in range(n)]
+    actions = np.zeros(n, np.uint8)
+    actions[-4:] = 1  # a few DELETEs
+    name = f"shmcache-warm-{os.getpid()}-{secrets.token_hex(4)}"
+    w = shmcache.create(name, memory="8MiB", max_value=256)  # types, not sizes, pick the signatures
+    try:
+        with shmcache.attach(name) as r:
+            key_list = [bytes(k) for k in keys]
+            offsets = np.zeros(n + 1, np.int64)
+            np.cumsum([len(v) for v in values], out=offsets[1:])
+            w.set_many(keys, (offsets, np.frombuffer(b"".join(values), np.uint8)))
+            w.set_many(key_list, values)
+            for msg in (wire.encode_v1(keys, actions, values), wire.encode_v2(keys, actions, values)):
+                apply_batch(w, wire.decode(msg))  # as a worker applies them (v2: with its verified hashes)
+            apply_batch(w, wire.decode_kv(key_list, values))
+            w.delete_many(keys[:2])
+            w.delete_many(key_list[2:4])
+            for handle in (r, w):  # a reader maps read-only, a writer read-write: two signatures
+                handle.get_many_packed(keys)
+                handle.get_many_packed(key_list)
+                handle.contains_many(keys)
+            partitioners.murmur2_partitions(keys, 8)
+            meta = txmeta.generate(n, rng)
+            offs, data = txmeta.encode(meta)
+            txmeta.decode(offs, data)
+    finally:
+        w.close()
+        shmcache.destroy(name)
+    after = _cache_counts()
+    return {"seconds": time.perf_counter() - t0, "compiled": after[1] - before[1], "loaded": after[0] - before[0]}
+
+
+def _cache_counts() -> tuple[int, int]:
+    """(signatures loaded from numba's cache, signatures compiled) over the package's cached kernels."""
+    from numba.core.registry import CPUDispatcher
+
+    hits = misses = 0
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("shmcache") or mod is None:
+            continue
+        for obj in list(vars(mod).values()):
+            if isinstance(obj, CPUDispatcher) and obj.__module__ == mod_name and obj._cache is not None:
+                hits += sum(obj.stats.cache_hits.values())
+                misses += sum(obj.stats.cache_misses.values())
+    return hits, misses
+
+
+def start() -> subprocess.Popen:
+    """`python -m shmcache.warm` in a child process, for a supervisor to overlap with its wait
+    for the broker: a child cleans its private cache up even if the supervisor is killed."""
+    return subprocess.Popen([sys.executable, "-m", "shmcache.warm"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, beat, stopping) -> str:
+    """Wait for a started warm-up (calling beat() every 0.1 s) and return its last line;
+    if stopping() turns true meanwhile, stop it (by pid) and return ""."""
+    while proc.poll() is None:
+        if stopping():
+            proc.terminate()
+            proc.wait()
+            proc.stdout.close()
+            return ""
+        beat()
+        try:
+            proc.wait(0.1)
+        except subprocess.TimeoutExpired:
+            pass
+    out = proc.stdout.read().strip()
+    proc.stdout.close()
+    last = out.splitlines()[-1] if out else ""
+    return last if proc.returncode == 0 else f"shmcache warm failed (exit {proc.returncode}): {last}"
+
+
+def main() -> int:
+    s = warm()
+    print(f"shmcache warm: {s['compiled']} kernel signatures compiled, {s['loaded']} loaded from numba's cache, "
+          f"{s['seconds']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
