@@ -213,16 +213,16 @@ def test_ready_means_readable(harness, kafka_topic):
     for line in out.stdout.splitlines():
         cells = [c.strip() for c in line.replace("┃", "│").split("│")]
         cells = [c for c in cells if c]
-        if len(cells) in (8, 9) and cells[0].isdigit():  # a partition's row, a worker's row
+        if len(cells) in (8, 10) and cells[0].isdigit():  # a partition's row, a worker's row (with its backoff)
             (rows if len(cells) == 8 else workers)[int(cells[0])] = cells
     assert sorted(rows) == list(range(PARTITIONS)), out.stdout
     assert all(c[-1] == "yes" for c in rows.values()), out.stdout
     assert sorted(workers) == [0, 1], out.stdout
     ws = {w["worker"]: w for w in r.status()["workers"]}
     for i, c in workers.items():
-        assert c[1:4] == [str(ws[i]["pid"]), "up", "0"], out.stdout  # pid, state, restarts
-        assert c[7] == f"{ws[i]['messages']:,}", out.stdout
-    assert sum(int(c[5].replace(",", "")) for c in workers.values()) == n  # every ADD, by worker
+        assert c[1:5] == [str(ws[i]["pid"]), "up", "0", "-"], out.stdout  # pid, state, restarts, backoff
+        assert c[8] == f"{ws[i]['messages']:,}", out.stdout
+    assert sum(int(c[6].replace(",", "")) for c in workers.values()) == n  # every ADD, by worker
     assert "ready" in out.stdout and "not ready" not in out.stdout, out.stdout
 
     assert sup.terminate() == 0
