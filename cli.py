@@ -117,7 +117,7 @@ def cmd_run(a) -> int:
 
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
-                                        "metrics_host", "broker_wait")}
+                                        "metrics_host", "broker_wait", "machine")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)
@@ -184,8 +184,13 @@ def group_lines(st: dict) -> list[str]:
 
 
 def cmd_demo(a) -> int:
+    if a.cluster:
+        from shmcache.spark import cluster_demo
+
+        return cluster_demo.command(a)
     from shmcache import demo
 
+    a.entries = a.entries or 2_000_000
     return demo.command(a)
 
 
@@ -251,6 +256,8 @@ def parser() -> argparse.ArgumentParser:
     rn.add_argument("--group", help="consumer group (default: unique to this machine and cache)")
     rn.add_argument("--instance-id", help="Kafka static membership id (group.instance.id; default: unique to "
                                           "this machine and cache; 'none' = dynamic membership)")
+    rn.add_argument("--machine", help="this machine's name in the default group and instance id "
+                                      "(default $SHMCACHE_MACHINE, else the host name)")
     rn.add_argument("--memory", help="cache size if it must be created (default 1GiB)")
     rn.add_argument("--workers", type=int, help="worker processes (default 2)")
     rn.add_argument("--format", choices=("v1", "v2", "kv"), help="wire format (default v1)")
@@ -269,7 +276,7 @@ def parser() -> argparse.ArgumentParser:
     su.add_argument("--json", action="store_true")
     su.set_defaults(fn=cmd_status)
     dm = sub.add_parser("demo", help="the main job end to end: Kafka broker, supervisor, load generator, reader")
-    dm.add_argument("--entries", type=int, default=2_000_000, help="entries to produce (default 2,000,000)")
+    dm.add_argument("--entries", type=int, help="entries to produce (default 2,000,000; 20,000 with --cluster)")
     dm.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     dm.add_argument("--partitions", type=int, default=8, help="partitions of the demo topic (default 8)")
     dm.add_argument("--format", choices=("v1", "v2"), default="v1", help="wire format (default v1)")
@@ -280,6 +287,10 @@ def parser() -> argparse.ArgumentParser:
     dm.add_argument("--seed", type=int, help="random seed of the generated entries")
     dm.add_argument("--name", help="cache name (default: demo-<random>)")
     dm.add_argument("--keep", action="store_true", help="leave the cache in /dev/shm afterwards")
+    dm.add_argument("--cluster", action="store_true", help="on a Spark cluster of 2 machines on this host, each "
+                    "with its own /dev/shm and replica (root; spark/cluster_demo.py)")
+    dm.add_argument("--cluster-dir", help="with --cluster: keep the run directory here (logs, lookup output)")
+    dm.add_argument("--json", action="store_true", help="with --cluster: a JSON report on the last line")
     dm.set_defaults(fn=cmd_demo)
     pr = sub.add_parser("produce", help="load generator: Teranode-shaped txmeta to a Kafka topic")
     pr.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,host:port]")

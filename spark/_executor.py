@@ -15,11 +15,10 @@ every machine that runs executors needs its own `shmcache run`.
 
 from __future__ import annotations
 
-import socket
-
 import shmcache
 from shmcache.errors import CacheNotFoundError
 from shmcache.ipc.segment import identity, path_of
+from shmcache.machine import describe
 
 _READERS: dict[str, tuple[int, "shmcache.Reader"]] = {}  # name -> (inode of the mapped file, reader)
 
@@ -45,7 +44,7 @@ def reader(name: str, who: str) -> "shmcache.Reader":
 
 def _missing(name: str, who: str) -> CacheNotFoundError:
     return CacheNotFoundError(
-        f"{who}: cache {name!r} not found on host {socket.gethostname()!r} ({path_of(name)}); "
+        f"{who}: cache {name!r} not found on host {describe()} ({path_of(name)}); "
         "every machine that runs executors needs its own `shmcache run --name "
         f"{name} ...` (see README, Spark)")
 
