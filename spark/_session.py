@@ -58,12 +58,12 @@ def kafka_jars() -> list[str]:
         return jars
     d = jars_dir()
     jars = sorted(glob.glob(str(d / "*.jar")))
-    if jars:
-        check_connector(jars)
+    if not jars:
         raise SparkSetupError(
             f"the Spark Kafka connector jars for pyspark {_pyspark_version()} are not in {d}; "
             "fetch them with scripts/setup (or scripts/spark-jars fetch; Java 17+ and Maven needed), "
             "or point SHMCACHE_SPARK_JARS at a directory of spark-sql-kafka-0-10_2.13 and its dependencies")
+    check_connector(jars)
     return jars
 
 

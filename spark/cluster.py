@@ -270,7 +270,9 @@ class Cluster:
             self.stop_run(name)
         for name, m in self.state["machines"].items():
             _stop_pids([r for r in (m.get("worker"),) if r], STOP_TIMEOUT_S)
-            holder = m["holder"]
+            holder = m.get("holder")
+            if holder is None:
+                continue
             ns = m.get("mnt_ns")
             if ns and _proc(holder["pid"], holder["started"]) is not None:
                 # anything else still in the namespace was started in it by this cluster
