@@ -313,6 +313,8 @@ def start(d, *, workers: int = 2, cores: int = 1, memory: str = "1g", shm: str =
     try:
         env = c.env("master")
         env.pop("SHMCACHE_MACHINE")
+        # no REST submission server: it binds a fixed port (6066) and nothing here uses it
+        env["SPARK_MASTER_OPTS"] = (env.get("SPARK_MASTER_OPTS", "") + " -Dspark.master.rest.enabled=false").strip()
         (d / "master").mkdir(exist_ok=True)
         with open(d / "master.log", "ab") as log:
             p = subprocess.Popen([spark_class, MASTER_CLASS, "--host", HOST, "--port", str(port),
@@ -355,6 +357,14 @@ def start(d, *, workers: int = 2, cores: int = 1, memory: str = "1g", shm: str =
     except BaseException:
         c.stop()
         raise
+
+
+def driver_env() -> None:
+    """Environment a driver of this cluster needs before its JVM starts: loopback, and the
+    executors' Python (the driver's PYSPARK_PYTHON travels with each Python function and
+    wins over the workers' environment): this interpreter, which has shmcache."""
+    os.environ["SPARK_LOCAL_IP"] = HOST
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def spark_conf(c: Cluster) -> dict[str, str]:
