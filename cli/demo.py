@@ -6,7 +6,7 @@ HELP = "the main job end to end: Kafka broker, supervisor, load generator, reade
 
 
 def add_arguments(dm) -> None:
-    dm.add_argument("--entries", type=int, default=2_000_000, help="entries to produce (default 2,000,000)")
+    dm.add_argument("--entries", type=int, help="entries to produce (default 2,000,000; 20,000 with --cluster)")
     dm.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     dm.add_argument("--partitions", type=int, default=8, help="partitions of the demo topic (default 8)")
     dm.add_argument("--format", choices=("v1", "v2"), default="v1", help="wire format (default v1)")
@@ -17,11 +17,19 @@ def add_arguments(dm) -> None:
     dm.add_argument("--seed", type=int, help="random seed of the generated entries")
     dm.add_argument("--name", help="cache name (default: demo-<random>)")
     dm.add_argument("--keep", action="store_true", help="leave the cache in /dev/shm afterwards")
+    dm.add_argument("--cluster", action="store_true", help="on a Spark cluster of 2 machines on this host, each "
+                    "with its own /dev/shm and replica (root; spark/cluster_demo.py)")
+    dm.add_argument("--cluster-dir", help="with --cluster: keep the run directory here (logs, lookup output)")
+    dm.add_argument("--json", action="store_true", help="with --cluster: a JSON report on the last line")
 
 
 def run(a) -> int:
+    if a.cluster:
+        from shmcache.spark import cluster_demo
+
+        return cluster_demo.command(a)
     from shmcache import demo
 
-    return demo.run(entries=a.entries, workers=a.workers, partitions=a.partitions, fmt=a.format,
+    return demo.run(entries=a.entries or 2_000_000, workers=a.workers, partitions=a.partitions, fmt=a.format,
                     bootstrap=a.bootstrap, memory=a.memory, sample=a.sample, delete_share=a.delete_share,
                     seed=a.seed, name=a.name, keep=a.keep)

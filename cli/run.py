@@ -15,6 +15,8 @@ def add_arguments(rn) -> None:
     rn.add_argument("--group", help="consumer group (default: unique to this machine and cache)")
     rn.add_argument("--instance-id", help="Kafka static membership id (group.instance.id; default: unique to "
                                           "this machine and cache; 'none' = dynamic membership)")
+    rn.add_argument("--machine", help="this machine's name in the default group and instance id "
+                                      "(default $SHMCACHE_MACHINE, else the host name)")
     rn.add_argument("--memory", help="cache size if it must be created (default 1GiB)")
     rn.add_argument("--workers", type=int, help="worker processes (default 2)")
     rn.add_argument("--format", choices=("v1", "v2", "kv"), help="wire format (default v1)")
@@ -38,7 +40,7 @@ def run(a) -> int:
 
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
-                                        "metrics_host", "broker_wait", "snapshot_dir", "snapshot_interval",
+                                        "metrics_host", "broker_wait", "machine", "snapshot_dir", "snapshot_interval",
                                         "snapshot_keep")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:

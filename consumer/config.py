@@ -15,11 +15,11 @@ of librdkafka settings passed through to every consumer unchanged:
 from __future__ import annotations
 
 import dataclasses
-import socket
 import tomllib
 from dataclasses import dataclass, field
 
 from shmcache.engine import layout as L
+from shmcache.machine import machine
 
 FORMATS = ("v1", "v2", "kv")  # the wire formats (consumer/wire.py): the one list of their names
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
@@ -41,6 +41,9 @@ class RunConfig:
     # its partitions back at once instead of after the session timeout. Default: unique to
     # this machine and cache; "none" = dynamic membership.
     instance_id: str = ""
+    # this machine's name in the defaults above (shmcache.machine: $SHMCACHE_MACHINE, else the
+    # host name); several machines on one host (scripts/cluster) each need their own
+    machine: str = ""
     memory: str = "1GiB"
     workers: int = 2
     format: str = "v1"
@@ -60,10 +63,12 @@ class RunConfig:
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
 
     def __post_init__(self) -> None:
+        if not self.machine:
+            self.machine = machine()
         if not self.group:
-            self.group = f"shmcache-{socket.gethostname()}-{self.name}"
+            self.group = f"shmcache-{self.machine}-{self.name}"
         if not self.instance_id:
-            self.instance_id = f"shmcache-{socket.gethostname()}-{self.name}"
+            self.instance_id = f"shmcache-{self.machine}-{self.name}"
         self.validate()
 
     def validate(self) -> None:
@@ -111,7 +116,7 @@ class RunConfig:
         if self.static:
             conf["group.instance.id"] = self.instance_id
         if "client.id" not in self.kafka:  # how other members' status names this one
-            conf["client.id"] = f"shmcache-{self.name}@{socket.gethostname()}"
+            conf["client.id"] = f"shmcache-{self.name}@{self.machine}"
         return conf
 
     def consumer_settings(self, **extra) -> dict:

@@ -56,6 +56,7 @@ import logging
 import threading
 
 from shmcache.consumer.follow import Followed
+from shmcache.errors import CacheNotReadyError
 
 log = logging.getLogger("shmcache.metrics")
 
@@ -164,23 +165,38 @@ class CacheCollector:
             yield gauge("supervisor_start_time_seconds", "Unix time the current supervisor started.",
                         st["supervisor_started_s"])
 
+    def readiness(self) -> tuple[bool, str]:
+        """(True, why) when wait_ready would return now, else (False, why): for GET /ready."""
+        with self._lock:
+            r = self._attach()
+            if r is None:
+                return False, f"cache {self.name!r} does not exist"
+            try:
+                r.wait_ready(timeout=0)
+            except CacheNotReadyError as e:
+                return False, str(e)
+        return True, f"cache {self.name!r} ready"
+
     def close(self) -> None:
         with self._lock:
             self._followed.close()
 
 
 class MetricsServer:
-    """The HTTP endpoint: /metrics with this cache's collector and the process' own metrics."""
+    """The HTTP endpoint: /metrics with this cache's collector and the process' own metrics,
+    and /ready (consumer/ready.py)."""
 
     def __init__(self, name: str, port: int, host: str = "127.0.0.1"):
-        from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+        from prometheus_client import CollectorRegistry, ProcessCollector
+
+        from shmcache.consumer import ready
 
         self.collector = CacheCollector(name)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total etc. of the supervisor
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+            self._server, self._thread = ready.start(self.collector, self.registry, host, port)
         except OSError as e:
             self.collector.close()
             raise OSError(e.errno, f"metrics endpoint {host}:{port}: {e.strerror}") from None

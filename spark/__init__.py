@@ -6,6 +6,10 @@
   rows -> the txmeta topic in the wire format, through Spark's Kafka sink.
 - `audit.audit(spark, path, cache)`: a Parquet source of truth against the cache.
 - `datagen.write(path, rows)`: example Parquet of txmeta rows, any size.
+- `streaming.publish_stream(spark, dir, bootstrap, topic, checkpoint=...)`: txmeta rows
+  arriving as files (or any stream) published continuously, each micro-batch at least
+  once through publish's plan; `lookup` works on streaming DataFrames as they are.
+- `cluster`: N machines on one host (scripts/cluster), each with its own /dev/shm.
 - `session(...)`: a local SparkSession with the Kafka connector's jars (`_session.py`).
 
 Each job is also a command: `shmcache spark datagen|publish|lookup|audit`. Nothing

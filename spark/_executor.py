@@ -15,12 +15,11 @@ every machine that runs executors needs its own `shmcache run`.
 
 from __future__ import annotations
 
-import socket
-
 import shmcache
 from shmcache.errors import CacheNotFoundError
 from shmcache.consumer.follow import Followed
 from shmcache.ipc.segment import path_of
+from shmcache.machine import describe
 
 _READERS: dict[str, Followed] = {}  # name -> the handle on what is at the name (consumer/follow.py)
 
@@ -42,7 +41,7 @@ def reader(name: str, who: str) -> "shmcache.Reader":
 
 def _missing(name: str, who: str) -> CacheNotFoundError:
     return CacheNotFoundError(
-        f"{who}: cache {name!r} not found on host {socket.gethostname()!r} ({path_of(name)}); "
+        f"{who}: cache {name!r} not found on host {describe()} ({path_of(name)}); "
         "every machine that runs executors needs its own `shmcache run --name "
         f"{name} ...` (see README, Spark)")
 

@@ -27,7 +27,7 @@ DECODERS = (None, "txmeta")
 
 
 def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str | None = None,
-           value_col: str | None = "value", found_col: str = "found"):
+           value_col: str | None = "value", found_col: str = "found", barrier: bool = False):
     """`df` with `found_col` (boolean) and `value_col` (binary, null where not found;
     None leaves it out) appended, and with decode="txmeta" the MetaBytes fields
     (fee, size, flags, parents, parent_vouts, block_height; see txmeta.arrow_fields),
@@ -58,7 +58,7 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
     schema = StructType(list(df.schema.fields) + new)
     fn = partial(lookup_batches, cache=cache, key_col=key_col, decode=decode, value_col=value_col,
                  found_col=found_col)
-    return df.mapInArrow(fn, schema)
+    return df.mapInArrow(fn, schema, barrier=barrier)
 
 
 def decoded_fields():

@@ -27,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MASTER = "local[2]"
+CONNECTOR = "spark-sql-kafka-0-10_2.13"
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -53,6 +54,7 @@ def kafka_jars() -> list[str]:
         missing = [j for j in jars if not os.path.isfile(j)]
         if not jars or missing:
             raise SparkSetupError(f"SHMCACHE_SPARK_JARS={given!r}: no jars there, or missing files {missing}")
+        check_connector(jars)
         return jars
     d = jars_dir()
     jars = sorted(glob.glob(str(d / "*.jar")))
@@ -61,7 +63,20 @@ def kafka_jars() -> list[str]:
             f"the Spark Kafka connector jars for pyspark {_pyspark_version()} are not in {d}; "
             "fetch them with scripts/setup (or scripts/spark-jars fetch; Java 17+ and Maven needed), "
             "or point SHMCACHE_SPARK_JARS at a directory of spark-sql-kafka-0-10_2.13 and its dependencies")
+    check_connector(jars)
     return jars
+
+
+def check_connector(jars: list[str]) -> None:
+    """The connector jar among `jars` must be the installed pyspark's own version: a
+    connector built for another Spark loads and then fails in ways hard to trace."""
+    version = _pyspark_version()
+    found = [os.path.basename(j) for j in jars if os.path.basename(j).startswith(CONNECTOR + "-")]
+    if found and found != [f"{CONNECTOR}-{version}.jar"]:
+        raise SparkSetupError(
+            f"the Spark Kafka connector jars {found} do not match pyspark {version}: expected "
+            f"{CONNECTOR}-{version}.jar; fetch the matching one with scripts/spark-jars fetch "
+            "(or install the pyspark that pyproject.toml pins)")
 
 
 def jars_dir() -> Path:

@@ -73,8 +73,6 @@ def publish(spark, path, bootstrap: str, topic: str, *, format: str = "v1", key_
     """Send the txmeta rows of Parquet `path` (and its deletes) to `topic`; returns
     once every message is acknowledged. `partitions` is the topic's partition count,
     asked of the broker when not given (needs confluent-kafka on the driver)."""
-    from pyspark.sql import functions as F
-
     from shmcache.spark import _source
 
     if format not in ("v1", "v2"):
@@ -89,14 +87,27 @@ def publish(spark, path, bootstrap: str, topic: str, *, format: str = "v1", key_
     if format == "v2" and wire.V2_BUCKETS % partitions:
         raise ValueError(f"{WHO}: topic {topic!r} has {partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
     src = _source.read(spark, path, key_col=key_col, delete_col=delete_col, deletes=deletes, who=WHO)
+    return send(spark, src.adds, src.deletes, bootstrap, topic, format=format, key_col=key_col,
+                partitions=partitions, max_entries=max_entries, max_bytes=max_bytes, kafka_options=kafka_options,
+                t0=t0)
 
+
+def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_col: str, partitions: int,
+         max_entries: int = _messages.MAX_ENTRIES, max_bytes: int = _messages.MAX_BYTES,
+         kafka_options: dict[str, str] | None = None, t0: float | None = None) -> PublishReport:
+    """Steps 1-4 of the plan over DataFrames: `adds` (key_col and the txmeta columns) and
+    `deletes` (key_col; or None). publish() and the streaming publish (streaming.py, each
+    micro-batch) both go through here; returns once every message is acknowledged."""
+    from pyspark.sql import functions as F
+
+    t0 = time.monotonic() if t0 is None else t0
     sc = spark.sparkContext
     counts = {name: sc.accumulator(0) for name in ("adds", "deletes", "messages", "bytes")}
     step1 = partial(_messages.entry_batches, partitions=partitions, fmt=format, key_col=key_col)
-    entries = src.adds.mapInArrow(partial(_counted, step1, counts["adds"], action=wire.ADD), ENTRY_SCHEMA)
-    if src.deletes is not None:
+    entries = adds.mapInArrow(partial(_counted, step1, counts["adds"], action=wire.ADD), ENTRY_SCHEMA)
+    if deletes is not None:
         entries = entries.unionByName(
-            src.deletes.mapInArrow(partial(_counted, step1, counts["deletes"], action=wire.DELETE), ENTRY_SCHEMA))
+            deletes.mapInArrow(partial(_counted, step1, counts["deletes"], action=wire.DELETE), ENTRY_SCHEMA))
     tasks = max(1, min(partitions, int(spark.conf.get("spark.sql.shuffle.partitions"))))
     ordered = entries.repartition(tasks, "kpart").sortWithinPartitions("kpart", "action")
     step3 = partial(_messages.message_batches, fmt=format, max_entries=max_entries, max_bytes=max_bytes)

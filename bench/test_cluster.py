@@ -1,0 +1,47 @@
+"""Cluster benchmark (issue 14): `lookup` against a broadcast join and a no-op `mapInArrow`
+on a real Spark standalone cluster of 2 machines on this host (scripts/cluster), each
+machine with its own replica of the same N entries, 10 * N keys looked up (all hits).
+
+    SHMCACHE_CLUSTER_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider -s
+    SHMCACHE_CLUSTER_BENCH_N=5000000 SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY=2g ... (as memory allows)
+    CI=true .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider    # smoke, N = 20,000
+
+The driver is a child process (bench/_cluster_run.py: it says what each way does). Asserted:
+lookup and the no-op return every row (and lookup every value byte); the join may fail
+(that is a finding, printed with its error), but when it runs it returns the same bytes;
+never speed. Printed: rows/s of each way, lookup / no-op and lookup / join. Needs root
+(the machines' private /dev/shm); skipped otherwise.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+N = int(os.environ.get("SHMCACHE_CLUSTER_BENCH_N", "20000").replace("_", ""))
+pytestmark = pytest.mark.timeout(1200 + N // 2_000)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="the machines need root (unshare)")
+def test_cluster_lookup_vs_broadcast_join(tmp_path):
+    pytest.importorskip("pyspark")
+    argv = [sys.executable, os.path.join(HERE, "_cluster_run.py"), "--n", str(N), "--dir", str(tmp_path),
+            "--rounds", os.environ.get("SHMCACHE_CLUSTER_BENCH_ROUNDS", "1"),
+            "--executor-memory", os.environ.get("SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY", "1g")]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=1100 + N // 2_000, stdin=subprocess.DEVNULL)
+    out = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else {"error": p.stderr[-3000:]}
+    assert p.returncode == 0 and not out.get("error"), out.get("error")
+    r = out["results"]
+    assert r["lookup"]["error"] is None and r["noop"]["error"] is None, r
+    line = (f"cluster, 2 machines x 1 core, executors {out['executor_memory']}: {out['queries']:,} keys against "
+            f"{out['n']:,} entries; noop {r['noop']['rows_per_s']:,.0f} rows/s, lookup {r['lookup']['rows_per_s']:,.0f}"
+            f" rows/s (lookup/noop {r['lookup']['rows_per_s'] / r['noop']['rows_per_s']:.2f}x), join "
+            + (f"{r['join']['rows_per_s']:,.0f} rows/s (lookup/join "
+               f"{r['lookup']['rows_per_s'] / r['join']['rows_per_s']:.2f}x)" if r["join"]["error"] is None
+               else f"FAILED: {r['join']['error']}")
+            + f"; load average {out['load_avg_start']:.1f} -> {out['load_avg_end']:.1f}")
+    print(line, file=sys.stderr)

@@ -1,0 +1,283 @@
+"""`shmcache demo --cluster`: the growth story on a real Spark cluster of 2 machines on this host.
+
+1. A Kafka broker (the project's local one, or --bootstrap), a fresh topic, and
+   Parquet txmeta rows (datagen) in the run directory.
+2. `scripts/cluster start` (spark/cluster.py): a Spark master and 2 workers, each
+   worker a "machine" m1, m2 with its own /dev/shm, each with its own `shmcache run`
+   (group shmcache-m1-<name>, shmcache-m2-<name>); waits for both /ready.
+3. Publish the rows through Spark on the cluster (publish.publish, Kafka sink); both
+   replicas apply every message (each machine's `shmcache status`, against the
+   topic's end offsets).
+4. `lookup` on the cluster, one task per machine (a barrier stage: 2 tasks on 2
+   single-core executors), each row tagged with the machine that looked it up;
+   written to <dir>/lookup and compared with the source.
+5. The audit's kernel (audit.audit_batches) over the whole source on each machine:
+   every hash a hit on both replicas.
+6. m2's replica is stopped and destroyed: a probe on each machine shows m1's tasks
+   succeed and m2's fail naming the cache and m2; the lookup job itself fails
+   with that error.
+7. m2's `shmcache run` starts again, rebuilds the replica from Kafka; the lookup
+   and the per-machine audit pass again.
+
+Prints each step, and with --json one line of JSON at the end (the report the
+cluster test checks). Stops everything it started by pid (the cluster, the broker)
+and deletes the topic, whatever happens; --cluster-dir keeps the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from functools import partial
+from pathlib import Path
+
+from shmcache.spark import cluster as cl
+
+APPLY_TIMEOUT_S = 180.0
+MACHINE_COL = "machine"
+
+
+def _tag_machine(batches):
+    """mapInArrow: each batch with the machine that ran it appended."""
+    import pyarrow as pa
+
+    from shmcache.machine import machine
+
+    for b in batches:
+        yield pa.RecordBatch.from_arrays(list(b.columns) + [pa.array([machine()] * b.num_rows, pa.string())],
+                                         names=list(b.schema.names) + [MACHINE_COL])
+
+
+def _probe(_, *, cache: str, src: str):
+    """A barrier task: this machine's lookup and audit of every source hash, or its error."""
+    import socket
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shmcache.machine import machine
+    from shmcache.spark import audit
+
+    out = {"machine": machine(), "host": socket.gethostname(), "pid": os.getpid(), "error": None, "counts": None}
+    try:
+        t = pq.read_table(src)
+        t = t.append_column(audit.EXPECT, pa.array([True] * t.num_rows))
+        counts = dict.fromkeys(audit.STATUSES, 0)
+        for r in audit.audit_batches(t.to_batches(max_chunksize=4096), cache=cache, key_col="tx_hash", samples=0):
+            for s, n in zip(r.column("status").to_pylist(), r.column("n").to_pylist()):
+                counts[s] += n
+        out["counts"] = counts
+    except Exception as e:  # noqa: BLE001 - the probe reports each machine's outcome
+        out["error"] = f"{type(e).__name__}: {e}"
+    yield json.dumps(out)
+
+
+class ClusterDemo:
+    def __init__(self, *, rows: int, partitions: int, bootstrap: str | None, run_dir: str | None, say):
+        self.rows, self.partitions, self.bootstrap, self.say = rows, partitions, bootstrap, say
+        tag = uuid.uuid4().hex[:8]
+        self.name, self.topic = f"cluster-{tag}", f"shmcache-cluster-{tag}"
+        self.keep = run_dir is not None
+        self.dir = Path(run_dir or tempfile.mkdtemp(prefix="shmcache-cluster-")).resolve()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.src = self.dir / "src"
+        self.broker = None
+        self.cluster: cl.Cluster | None = None
+        self.spark = None
+        self.report: dict = {"name": self.name, "topic": self.topic, "dir": str(self.dir), "rows": rows}
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        from shmcache.consumer import topics
+        from shmcache.consumer.localkafka import LocalBroker
+        from shmcache.spark import datagen
+
+        if not self.bootstrap:
+            self.broker = LocalBroker(self.dir / "kafka")
+            self.broker.start(capture_stderr=False)
+            self.bootstrap = self.broker.bootstrap
+            self.say(f"Kafka broker pid {self.broker.pid} on {self.bootstrap}")
+        topics.create_topic(self.bootstrap, self.topic, self.partitions)
+        datagen.write(self.src, self.rows, seed=7, rows_per_file=max(1, self.rows // 2))
+        t = time.monotonic()
+        self.cluster = cl.start(self.dir / "cluster", workers=2, memory="768m", shm="256m", run={
+            "name": self.name, "bootstrap": self.bootstrap, "topic": self.topic, "memory": "64MiB",
+            "workers": 1, "format": "v1"})
+        self.report["machines"] = self.cluster.machines
+        self.say(f"cluster up in {time.monotonic() - t:.1f} s: master {self.cluster.master_url}, machines "
+                 + ", ".join(f"{m} (worker pid {v['worker']['pid']}, shmcache run pid {v['run']['pid']})"
+                             for m, v in self.cluster.state["machines"].items()) + "; both replicas /ready")
+
+    def session(self) -> None:
+        from shmcache.spark import session
+
+        cl.driver_env()
+        self.spark = session("shmcache-cluster-demo", master=self.cluster.master_url, kafka=True,
+                             conf=cl.spark_conf(self.cluster))
+
+    def publish(self) -> None:
+        from shmcache.spark import publish
+
+        rep = publish.publish(self.spark, str(self.src), self.bootstrap, self.topic, partitions=self.partitions)
+        self.report["publish"] = rep.to_dict()
+        self.say(f"published {rep.adds:,} rows through Spark in {rep.messages} messages ({rep.seconds:.1f} s)")
+        self.wait_applied(self.cluster.machines)
+
+    def wait_applied(self, machines) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "probe-" + self.topic})
+        try:
+            ends = [c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+                    for p in range(self.partitions)]
+        finally:
+            c.close()
+
+        def behind(m):
+            p = self.cluster.shmcache(m, "status", self.name, "--json")
+            if p.returncode != 0:
+                return f"{m}: {p.stderr.strip()}"
+            got = {r["partition"]: r["applied"] for r in json.loads(p.stdout)["assigned"]}
+            late = [i for i in range(self.partitions) if got.get(i, -1) < ends[i]]
+            return f"{m}: partitions {late} behind {ends}" if late else None
+
+        cl.wait_for(lambda: not any(behind(m) for m in machines), APPLY_TIMEOUT_S,
+                    lambda: "; ".join(filter(None, (behind(m) for m in machines))))
+        self.say(f"{', '.join(machines)}: every message applied (end offsets {ends})")
+
+    def lookup(self, step: str) -> None:
+        from shmcache.spark import lookup
+
+        keys = self.spark.read.parquet(str(self.src)).select("tx_hash").repartition(len(self.cluster.machines))
+        out = lookup(keys, cache=self.name, decode="txmeta", barrier=True)
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        tagged = out.mapInArrow(_tag_machine, StructType(list(out.schema.fields)
+                                                          + [StructField(MACHINE_COL, StringType())]))
+        path = self.dir / f"lookup-{step}"
+        tagged.write.mode("overwrite").parquet(str(path))
+        t = self.spark.read.parquet(str(path))
+        by = {r[MACHINE_COL]: r["n"] for r in t.groupBy(MACHINE_COL).count().withColumnRenamed("count", "n").collect()}
+        found = t.filter("found").count()
+        equal = self._equal_to_source(path)
+        self.report[f"lookup_{step}"] = {"path": str(path), "rows_by_machine": by, "found": found, "equal": equal}
+        self.say(f"lookup ({step}): rows by machine {by}, {found:,} found, equal to the source: {equal}")
+
+    def _equal_to_source(self, path) -> bool:
+        import pyarrow.parquet as pq
+
+        from shmcache import txmeta
+
+        src = pq.read_table(self.src).sort_by("tx_hash")
+        got = pq.read_table(path).sort_by("tx_hash")
+        cols = ["tx_hash"] + [c for c, _ in txmeta.arrow_fields()]
+        return got.num_rows == src.num_rows and all(got.column(c).equals(src.column(c)) for c in cols)
+
+    def probe(self, step: str) -> list[dict]:
+        n = len(self.cluster.machines)
+        fn = partial(_probe, cache=self.name, src=str(self.src))
+        rdd = self.spark.sparkContext.parallelize(range(n), n).barrier().mapPartitions(fn)
+        res = sorted((json.loads(x) for x in rdd.collect()), key=lambda r: r["machine"])
+        self.report[f"probe_{step}"] = res
+        for r in res:
+            self.say(f"  {r['machine']}: " + (f"audit {r['counts']}" if r["error"] is None else r["error"][:200]))
+        return res
+
+    def break_one(self, machine: str = "m2") -> None:
+        self.cluster.stop_run(machine)
+        p = self.cluster.shmcache(machine, "destroy", self.name)
+        if p.returncode != 0:
+            raise RuntimeError(f"destroy on {machine}: {p.stderr.strip()}")
+        self.say(f"{machine}: shmcache run stopped, replica {self.name!r} destroyed")
+        self.probe("broken")
+        from shmcache.spark import lookup
+
+        keys = self.spark.read.parquet(str(self.src)).select("tx_hash").repartition(len(self.cluster.machines))
+        try:
+            lookup(keys, cache=self.name, barrier=True).count()
+            err = None
+        except Exception as e:  # noqa: BLE001 - Spark's wrapper; the text is what matters
+            err = str(e)
+        line = next((ln.strip() for ln in (err or "").splitlines() if "not found on host" in ln), err)
+        self.report["job_broken_error"] = line
+        self.say(f"lookup job with {machine}'s replica gone: " + (f"failed: {line}" if err else "did not fail"))
+
+    def rebuild(self, machine: str = "m2") -> None:
+        t = time.monotonic()
+        self.cluster.start_run(machine)
+        self.cluster.wait_ready([machine])
+        self.wait_applied([machine])
+        self.report["rebuild_seconds"] = time.monotonic() - t
+        self.say(f"{machine}: replica rebuilt from Kafka in {time.monotonic() - t:.1f} s")
+
+    def cleanup(self) -> None:
+        if self.spark is not None:
+            self.spark.stop()
+        if self.cluster is not None:
+            left = self.cluster.stop()
+            self.report["leftover_processes"] = left
+        if self.bootstrap and self.topic:
+            try:
+                from shmcache.consumer import topics
+
+                topics.delete_topic(self.bootstrap, self.topic)
+            except Exception:  # noqa: BLE001 - a broker going away takes its topics along
+                pass
+        if self.broker is not None:
+            self.broker.stop()
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run(self) -> int:
+        try:
+            self.setup()
+            self.session()
+            self.publish()
+            self.lookup("first")
+            self.probe("first")
+            self.break_one()
+            self.rebuild()
+            self.lookup("rebuilt")
+            self.probe("rebuilt")
+        except Exception as e:  # noqa: BLE001 - reported after the cleanup
+            self.report["error"] = f"{type(e).__name__}: {e}"
+        except KeyboardInterrupt:
+            self.report["error"] = "interrupted"
+        finally:
+            self.cleanup()
+        self.report["passed"] = self.passed()
+        return 0 if self.report["passed"] else 1
+
+    def passed(self) -> bool:
+        r = self.report
+        if r.get("error"):
+            return False
+        ms = r.get("machines", [])
+        ok = [r.get(f"lookup_{s}", {}).get("equal") and set(r[f"lookup_{s}"]["rows_by_machine"]) == set(ms)
+              for s in ("first", "rebuilt")]
+        audits = [p["error"] is None and p["counts"]["hit"] == self.rows
+                  for s in ("first", "rebuilt") for p in r.get(f"probe_{s}", [])]
+        broken = {p["machine"]: p for p in r.get("probe_broken", [])}
+        fails_right = (broken.get("m1", {}).get("error") is None and "m2" in (broken.get("m2", {}).get("error") or "")
+                       and self.name in (r.get("job_broken_error") or ""))
+        return all(ok) and len(audits) == 2 * len(ms) and all(audits) and fails_right
+
+
+def command(a) -> int:
+    """`shmcache demo --cluster` (cli.py): rows from --entries (default 20,000 here)."""
+    rows = a.entries or 20_000
+    say = (lambda s: print(s, file=sys.stderr, flush=True)) if a.json else (lambda s: print(s, flush=True))
+    demo = ClusterDemo(rows=rows, partitions=a.partitions, bootstrap=a.bootstrap, run_dir=a.cluster_dir, say=say)
+    rc = demo.run()
+    if a.json:
+        print(json.dumps(demo.report))
+    else:
+        print(("demo --cluster passed" if rc == 0 else "demo --cluster FAILED: "
+               + str(demo.report.get("error", "a check did not hold (see above)"))))
+    return rc

@@ -1,0 +1,136 @@
+"""What an operator deploys (deploy/): the TOML config example, the systemd unit, GET /ready
+beside /metrics, and the Grafana dashboard, each against a real `shmcache run`.
+
+- `shmcache run --config deploy/shmcache.toml` with flags on top (the flags win) runs a
+  supervisor whose /ready is 200 once the replica holds the whole topic, 503 with the
+  reason while a second member of its group holds partitions (the hardest case: a live
+  supervisor, caught up, but not whole), and 200 again when that member leaves;
+- every metric the dashboard queries is exported by that running supervisor;
+- /ready without a supervisor, or without the cache, is 503 naming why;
+- the machine identity names the default group and instance id, the env var and the
+  option override the host name;
+- the systemd unit passes `systemd-analyze verify` (where systemd is installed).
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import shmcache
+from shmcache.consumer.config import RunConfig
+from shmcache.consumer.metrics import MetricsServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline import REPO, harness, poll_until  # noqa: E402,F401
+
+DEPLOY = REPO / "deploy"
+PARTITIONS = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def dashboard_metrics() -> set[str]:
+    d = json.loads((DEPLOY / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in d["panels"] for t in p["targets"]]
+    exprs += [v["query"] for v in d["templating"]["list"] if v["type"] == "query"]
+    return set(re.findall(r"\b(shmcache_[a-z_]+)\b", " ".join(exprs)))
+
+
+def test_config_file_ready_endpoint_and_dashboard(harness, kafka_topic):
+    topic = kafka_topic(PARTITIONS)
+    name, other = harness.cache_name("deploy"), harness.cache_name("deploy-b")
+    group = harness.group("deploy")
+    port, port_b = free_port(), free_port()
+    # the example config, with the flags the harness gives (name, bootstrap, topic, group, memory, ...) winning
+    sup = harness.supervisor(name, topic, group, memory="64MiB",
+                             args=("--config", str(DEPLOY / "shmcache.toml"), "--metrics-port", str(port)))
+    r = harness.attach(name, sup=sup)
+    assert r.status()["topic"] == topic  # the flag, not the file's "txmeta"
+    code, why = poll_until(lambda: (lambda c: c if c[0] == 200 else None)(get(port, "/ready")), 60,
+                           lambda: f"/ready to be 200: {get(port, '/ready')}")
+    assert why.strip() == f"cache {name!r} ready" and r.status()["ready"]
+
+    # the dashboard's every metric is exported by this running supervisor (a reader looked up once)
+    with shmcache.attach(name) as reader:
+        reader.get(b"\x01" * 32)
+    code, text = get(port, "/metrics")
+    assert code == 200
+    exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+    wanted = dashboard_metrics()
+    assert len(wanted) >= 12 and wanted <= exported, sorted(wanted - exported)
+
+    # a second member in the same group takes partitions: live, caught up, but not whole -> 503 with the reason
+    sup_b = harness.supervisor(other, topic, group, memory="64MiB", args=("--metrics-port", str(port_b)))
+    code, why = poll_until(lambda: (lambda c: c if c[0] == 503 else None)(get(port, "/ready")), 120,
+                           lambda: f"/ready to turn 503: {get(port, '/ready')}")
+    assert why.startswith(f"cache {name!r} not ready") and "not assigned to this cache" in why, why
+    assert not r.status()["ready"]
+    assert sup_b.terminate() == 0
+    poll_until(lambda: get(port, "/ready")[0] == 200, 120, lambda: f"/ready back to 200: {get(port, '/ready')}")
+    assert sup.terminate() == 0
+
+
+def test_ready_without_supervisor_or_cache():
+    name = f"t-ready-{uuid.uuid4().hex[:10]}"
+    srv = MetricsServer(name, 0)
+    try:
+        code, why = get(srv.port, "/ready")
+        assert (code, why.strip()) == (503, f"cache {name!r} does not exist")
+        shmcache.create(name, memory="40MiB").close()
+        code, why = get(srv.port, "/ready")
+        assert code == 503 and why.startswith(f"cache {name!r} not ready") and "no live supervisor" in why, why
+        assert get(srv.port, "/metrics")[0] == 200
+    finally:
+        srv.close()
+        try:
+            shmcache.destroy(name)
+        except FileNotFoundError:
+            pass
+
+
+def test_machine_identity_names_group_and_instance(monkeypatch):
+    monkeypatch.delenv("SHMCACHE_MACHINE", raising=False)
+    host = socket.gethostname()
+    assert RunConfig(name="tx", bootstrap="b:1", topic="t").group == f"shmcache-{host}-tx"
+    monkeypatch.setenv("SHMCACHE_MACHINE", "m7")
+    c = RunConfig(name="tx", bootstrap="b:1", topic="t")
+    assert (c.machine, c.group, c.instance_id) == ("m7", "shmcache-m7-tx", "shmcache-m7-tx")
+    assert c.group_settings()["client.id"] == "shmcache-tx@m7"
+    c = RunConfig.from_toml(str(DEPLOY / "shmcache.toml"), machine="m9", name="tx2")
+    assert (c.group, c.instance_id, c.name, c.metrics_port) == ("shmcache-m9-tx2", "shmcache-m9-tx2", "tx2", 9464)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_unit_verifies(tmp_path):
+    exe = shutil.which("shmcache", path=os.path.dirname(sys.executable))
+    assert exe, "the shmcache entry point next to this Python"
+    text = (DEPLOY / "shmcache@.service").read_text()
+    assert "ExecStart=/opt/shmcache/.venv/bin/shmcache run --config /etc/shmcache/%i.toml" in text
+    unit = tmp_path / "shmcache@.service"
+    unit.write_text(text.replace("/opt/shmcache/.venv/bin/shmcache", exe))
+    p = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    complaints = [ln for ln in (p.stdout + p.stderr).splitlines() if "shmcache@" in ln]
+    assert p.returncode == 0 and not complaints, p.stdout + p.stderr

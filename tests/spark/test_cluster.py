@@ -1,0 +1,88 @@
+"""The growth story on a real Spark standalone cluster (spark/cluster.py, `shmcache demo --cluster`):
+a master and 2 workers, each worker a "machine" with its own /dev/shm (a mount namespace
+with a fresh tmpfs) and its own `shmcache run` (its own consumer group), against the
+session's real broker.
+
+The demo runs as a child process (it is the Spark driver; this pytest process may hold a
+local session already) and leaves its run directory here; the test then checks for itself:
+the lookup output equals the source and came from tasks on both machines, each replica's
+audit found every hash, with m2's replica destroyed m1's task succeeded while m2's (and the
+lookup job) failed naming the cache and m2, after the rebuild both pass again; each machine
+had its own consumer group; and every process the cluster started is gone, with the
+namespaces (and so their tmpfs mounts), and no segment of the cache ever reached the
+host's /dev/shm. Needs root (unshare, mount); skipped otherwise."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from shmcache import txmeta
+
+ROWS = 3000
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
+                    reason="the cluster's machines need root (unshare --mount, mount -t tmpfs)")
+def test_two_machines_each_with_its_own_replica(kafka_broker, kafka_admin, tmp_path):
+    pytest.importorskip("pyspark")
+    run_dir = tmp_path / "cluster-demo"
+    p = subprocess.run([sys.executable, "-m", "shmcache", "demo", "--cluster", "--entries", str(ROWS),
+                        "--partitions", "2", "--bootstrap", kafka_broker.bootstrap, "--cluster-dir", str(run_dir),
+                        "--json"], capture_output=True, text=True, timeout=1500, stdin=subprocess.DEVNULL)
+    lines = p.stdout.strip().splitlines()
+    assert lines, p.stderr[-4000:]
+    rep = json.loads(lines[-1])
+    steps = "\n".join(ln for ln in p.stderr.splitlines() if not ln.startswith(("\t", "26/", "WARN")))[-4000:]
+    assert p.returncode == 0 and rep["passed"] and "error" not in rep, (rep.get("error"), steps)
+    name = rep["name"]
+
+    # lookup on the cluster, before and after the rebuild: every source row, exactly, from both machines
+    src = pq.read_table(run_dir / "src").sort_by("tx_hash")
+    cols = ["tx_hash"] + [c for c, _ in txmeta.arrow_fields()]
+    for step in ("first", "rebuilt"):
+        got = pq.read_table(run_dir / f"lookup-{step}").sort_by("tx_hash")
+        assert got.num_rows == ROWS and all(got.column("found").to_pylist())
+        for c in cols:
+            assert got.column(c).equals(src.column(c)), (step, c)
+        assert set(got.column("machine").to_pylist()) == {"m1", "m2"}, step
+
+    # the audit on each replica: every hash a hit, on both machines, before and after
+    for step in ("first", "rebuilt"):
+        probes = {x["machine"]: x for x in rep[f"probe_{step}"]}
+        assert set(probes) == {"m1", "m2"}
+        for m, x in probes.items():
+            assert x["error"] is None and x["counts"] == {"hit": ROWS, "miss": 0, "mismatch": 0, "absent": 0,
+                                                          "stale": 0}, (step, m, x)
+
+    # m2's replica destroyed: m1's task succeeds, m2's fails naming the cache and the machine; so does the job
+    broken = {x["machine"]: x for x in rep["probe_broken"]}
+    assert broken["m1"]["error"] is None and broken["m1"]["counts"]["hit"] == ROWS
+    assert "CacheNotFoundError" in broken["m2"]["error"]
+    assert f"cache {name!r} not found on host 'm2'" in broken["m2"]["error"]
+    assert f"cache {name!r} not found on host 'm2'" in rep["job_broken_error"]
+
+    # each machine filled its replica through its own consumer group
+    groups = {g.group_id for g in kafka_admin.list_consumer_groups(request_timeout=30).result().valid}
+    assert {f"shmcache-m1-{name}", f"shmcache-m2-{name}"} <= groups
+
+    # everything the cluster started is gone, and the namespaces with their tmpfs
+    state = json.loads((run_dir / "cluster" / "cluster.json").read_text())
+    assert state["stopped"] and rep["leftover_processes"] == []
+    recs = [state["master"]] + [r for m in state["machines"].values() for r in (m["holder"], m["worker"])]
+    for rec in recs:
+        if psutil.pid_exists(rec["pid"]):
+            assert abs(psutil.Process(rec["pid"]).create_time() - rec["started"]) > 0.01, rec
+    namespaces = {m["mnt_ns"] for m in state["machines"].values()}
+    assert len(namespaces) == 2
+    for pid in psutil.pids():
+        try:
+            assert os.readlink(f"/proc/{pid}/ns/mnt") not in namespaces, pid
+        except OSError:
+            pass
+    assert not os.path.exists(f"/dev/shm/{name}")  # the replicas lived only in the machines' /dev/shm
