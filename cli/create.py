@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shmcache
 from shmcache.cli.args import mode_arg
-from shmcache.engine.layout import format_bytes
+from shmcache.engine.layout import DEFAULT_MAX_VALUE, format_bytes
 
 HELP = "create a cache"
 
@@ -13,7 +13,7 @@ def add_arguments(c) -> None:
     c.add_argument("name")
     c.add_argument("--memory", default="256MiB", help="fixed size, e.g. 256MiB, 4GiB (default 256MiB)")
     c.add_argument("--key-size", type=int, default=32)
-    c.add_argument("--max-value", type=int, default=4096)
+    c.add_argument("--max-value", type=int, default=DEFAULT_MAX_VALUE)
     c.add_argument("--mode", type=mode_arg, default=0o600,
                    help="octal file mode (default 600; 640 for a reader group); no one but the owner may write")
     c.add_argument("--exist-ok", action="store_true")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from shmcache.engine import layout as L
 from shmcache.machine import machine
 
-FORMATS = ("v1", "v2", "kv")  # the wire formats (consumer/wire.py): the one list of their names
+FORMATS = L.WIRE_FORMATS  # the wire formats (consumer/wire.py): their names, kept by the segment's layout
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 
 # Settings the supervisor and workers own; passing them through would break the

@@ -58,6 +58,7 @@ import numpy as np
 
 from shmcache import txmeta
 from shmcache.consumer import partitioners, wire
+from shmcache.consumer.config import FORMATS
 # the ground truth is part of what the load generator offers (consumer/groundtruth.py)
 from shmcache.consumer.groundtruth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
 from shmcache.consumer.producer import TxmetaProducer
@@ -66,7 +67,6 @@ ADD, DELETE = wire.ADD, wire.DELETE
 # 4096 entries of at most 8+32+1+4 + 21+3*(32+4+4)+4 = 194 B stay under Kafka's
 # 1 MB default message.max.bytes.
 MAX_BATCH = 4096
-FORMATS = ("v1", "v2", "kv")
 # bytes on the wire per entry besides its value: v1/v2 entry headers, kv's message key
 ENTRY_OVERHEAD = {"v1": wire.V1_ENTRY_HEADER, "v2": wire.V2_ENTRY_HEADER, "kv": 32}
 
