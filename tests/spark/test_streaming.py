@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shmcache import txmeta
-from shmcache.consumer import wire
+from shmcache.consumer import partitioners, wire
 from shmcache.spark import datagen, lookup, streaming
 
 from _pipeline import KafkaProbe, check_table, wait_applied  # tests/consumer, put on sys.path by conftest
@@ -44,7 +44,7 @@ def _topic_entries(bootstrap, topic, ends):
                 assert b.error is None and 1 <= len(b) <= 1024
                 for i in range(len(b)):
                     k = b.keys[i].tobytes()
-                    assert wire.murmur2_partition(k, PARTITIONS) == m.partition()
+                    assert partitioners.murmur2_partition(k, PARTITIONS) == m.partition()
                     out[k] = bytes(b.value(i))
                     n += 1
     finally:
