@@ -15,13 +15,14 @@ What may be committed, and when (DESIGN invariant 1): only applied offsets
 published by workers in the segment; periodically, after a revoke drained the
 affected workers, and at shutdown after every worker stopped. Nothing on lost.
 
-The broker may be down when it starts or go away while it runs: it then keeps
-serving status ("waiting for the broker", consumer/broker.py), retries with
-backoff and one log line per retry, holds its commits, and carries on where it
-was when the broker answers (workers keep their partitions; librdkafka
-reconnects them). `broker_wait` bounds the wait: past it, BrokerUnavailableError.
-A run that never got going (no broker within the bound, a missing topic, a stop
-while waiting) removes the cache if it created it; a cache that existed stays.
+The broker may go away while it runs: it then keeps serving status ("waiting
+for the broker", consumer/broker.py), retries with backoff, holds its commits,
+and carries on where it was when the broker answers (workers keep their
+partitions; librdkafka reconnects them). `broker_wait` bounds the wait: past it,
+BrokerUnavailableError. Start-up (opening the cache, the wait for a killed
+supervisor's workers, the segment's identity, the wait for the broker and the
+topic, removing a cache a failed start created) and the broker probes are
+consumer/startup.py.
 
 Each worker process is driven through a handle (consumer/worker_handle.py) with
 explicit states (starting, up, stopping, stopped, backing-off) and the restart
@@ -44,17 +45,16 @@ import time
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import snapshots as snapshots_mod
+from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
-from shmcache.errors import BrokerUnavailableError, ShmcacheError
-from shmcache.ipc import liveness
+from shmcache.errors import ShmcacheError
 
 log = logging.getLogger("shmcache.supervisor")
 
 KAFKA_TIMEOUT_S = 15.0
 SEGMENT_CHECK_S = 1.0  # how often the supervisor checks that /dev/shm/NAME is still its segment
-ORPHAN_WAIT_S = 10.0  # how long a starting supervisor waits for a dead one's workers to exit
 REBALANCE_COMMIT_HOLD_S = 30.0  # periodic commits wait at most this long for a rebalance to end
 # a commit refused for these is the group moving to a new generation: retried after it
 _REBALANCE_ERRORS = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "UNKNOWN_MEMBER_ID")
@@ -105,12 +105,12 @@ class Supervisor:
         existed = shmcache.exists(self.cfg.name)
         self.snapshots = snapshots_mod.SnapshotPolicy(self.cfg)
         restored = None if existed else self.snapshots.restore_at_start()
-        self._open_cache()
+        self.cache, self._segment_id = startup.open_cache(self.cfg)
         self.snapshots.opened(self.cache, restored is not None)
         created = None if existed else self.cache.creation_id
         joined = False
         try:
-            self._serve_metrics()
+            self.metrics = startup.serve_metrics(self.cfg, self.cache.control)
             joined = self._start()
             self.state = State.RUNNING
             while not self._stop_reason:
@@ -121,90 +121,13 @@ class Supervisor:
                     self.request_stop(f"fatal Kafka error: {msg.error()}; another supervisor with instance id "
                                       f"{self.cfg.instance_id!r} in group {self.cfg.group!r}?", code=1)
                     break
-                self._check_broker()
+                startup.check_broker(self.cfg, self.consumer, self.broker)
                 self._tick()
             return self._exit_code
         finally:
             self._shutdown()
             if not joined and created is not None:
-                self._remove_created(created)
-
-    def _remove_created(self, creation_id: int) -> None:
-        """The run never got going: remove the cache it created (and only that one)."""
-        import shmcache
-
-        try:
-            with shmcache.attach(self.cfg.name) as r:
-                same = r.creation_id == creation_id
-        except (OSError, ShmcacheError):
-            return
-        if same:
-            shmcache.destroy(self.cfg.name)
-            log.info("removed cache %r: this run created it and never joined the group", self.cfg.name)
-
-    def _open_cache(self) -> None:
-        import shmcache
-
-        cfg = self.cfg
-        self.cache = shmcache.create(cfg.name, memory=cfg.memory, key_size=cfg.key_size,
-                                     max_value=cfg.max_value, exist_ok=True)
-        other = self.cache.control.supervisor
-        if other and other != liveness.owner_word() and liveness.is_alive(other):
-            self.cache.close()
-            raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, pid {liveness.word_pid(other)}")
-        self._wait_for_orphans()
-        if self.cache.control.topic != cfg.topic:
-            self.cache.control.reset_partitions()  # progress on another topic means nothing here
-        # before this supervisor's pid makes the rows count: nothing a dead one assigned is
-        # assigned now, so nobody reads its rows as ready (DESIGN invariant 10)
-        self.cache.control.disown_partitions()
-        self.cache.control.workers[:] = 0
-        self.cache.control.reset_supervisor()
-        self._segment_id = self._identify_segment()
-        self.cache.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
-        repaired = self.cache.repair_dead_locks()
-        if repaired:
-            log.warning("repaired %d buckets left locked by dead writers", repaired)
-        s = self.cache.stats()
-        log.info("cache %r: %d entries, %s; topic %r, group %r, %s", cfg.name, s["entries"],
-                 L.format_bytes(s["memory"]), cfg.topic, cfg.group,
-                 f"static member {cfg.instance_id!r}" if cfg.static else "dynamic membership")
-
-    def _wait_for_orphans(self) -> None:
-        """Workers of a supervisor that was killed exit on their own once they notice (a
-        tenth of a second, or the end of the batch they are applying). Two writers on one
-        partition could apply it out of order, so wait for them; kill the ones that stay."""
-        rows = self.cache.control.workers
-        left = [int(w) for w in rows[:, L.K_OWNER].tolist() if w and liveness.is_alive(int(w))]
-        if not left:
-            return
-        pids = [liveness.word_pid(w) for w in left]
-        log.warning("waiting for %d workers of the previous supervisor to exit (pids %s)", len(left), pids)
-        deadline = time.monotonic() + ORPHAN_WAIT_S
-        while time.monotonic() < deadline and any(liveness.is_alive(w) for w in left):
-            time.sleep(0.05)
-        for w in left:
-            if liveness.is_alive(w):  # the owner word names this very process (pid and start time)
-                log.warning("worker pid %d of the previous supervisor did not exit; killing it", liveness.word_pid(w))
-                try:
-                    os.kill(liveness.word_pid(w), signal.SIGKILL)
-                except OSError:
-                    pass
-
-    def _identify_segment(self):
-        """(st_dev, st_ino) of /dev/shm/NAME, checked to hold the segment this process mapped."""
-        from shmcache.ipc.segment import path_of
-
-        path = path_of(self.cfg.name)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        try:
-            st = os.fstat(fd)
-            cid = int.from_bytes(os.pread(fd, L.WORD, L.H_CREATION_ID * L.WORD), "little", signed=True)
-        finally:
-            os.close(fd)
-        if cid != self.cache.creation_id:
-            raise ShmcacheError(f"cache {self.cfg.name!r}: {path} was replaced while the supervisor opened it")
-        return st.st_dev, st.st_ino
+                startup.remove_created(self.cfg.name, created)
 
     def _check_segment(self) -> None:
         """Stop (exit 1) if /dev/shm/NAME was unlinked or now names another file: filling a
@@ -219,15 +142,6 @@ class Supervisor:
         log.error("cache %r: %s %s while this supervisor filled it; readers can no longer attach to what it "
                   "writes. Stopping the workers and exiting", self.cfg.name, path, what)
         self.request_stop(f"segment {path} {what}", code=1)
-
-    def _serve_metrics(self) -> None:
-        if not self.cfg.metrics_port:
-            return
-        from shmcache.consumer.metrics import MetricsServer
-
-        self.metrics = MetricsServer(self.cfg.name, self.cfg.metrics_port, self.cfg.metrics_host)
-        self.cache.control.set_word(L.H_METRICS_PORT, self.metrics.port)
-        log.info("metrics on http://%s:%d/metrics", self.metrics.host, self.metrics.port)
 
     def _start(self) -> bool:
         """Wait for the broker, check the topic, start the workers, join the group.
@@ -245,7 +159,8 @@ class Supervisor:
         if not self.cache.control.topic:  # a new cache: name its topic while waiting for the broker
             self.cache.control.set_topic(cfg.topic, 0)
         try:
-            tmeta = self._topic_metadata()
+            tmeta = startup.topic_metadata(cfg, self.cache.control, self.consumer, self.broker,
+                                           lambda: self._stop_reason)
         except BaseException:
             warm.finish(warming, self._beat, lambda: True)  # stopped, by pid
             raise
@@ -269,68 +184,6 @@ class Supervisor:
 
     def _beat(self) -> None:
         self.cache.control.beat()
-
-    def _topic_metadata(self):
-        """The topic's metadata once the broker answers (None if a stop came first).
-
-        While the broker does not answer: status says so, one log line per retry, and
-        BrokerUnavailableError past `broker_wait`. A topic the broker does not know is
-        a user's mistake: ShmcacheError at once."""
-        from confluent_kafka import KafkaError, KafkaException
-
-        cfg = self.cfg
-        while not self._stop_reason:
-            self.cache.control.beat()
-            try:
-                meta = self.consumer.list_topics(cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
-            except KafkaException as e:
-                self._broker_failed(e.args[0].str() if e.args else str(e))
-                continue
-            self.broker.answered()
-            tmeta = meta.topics.get(cfg.topic)
-            err = tmeta.error if tmeta is not None else None
-            if tmeta is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-                raise ShmcacheError(f"cache {cfg.name!r}: topic {cfg.topic!r} does not exist on {cfg.bootstrap} "
-                                    f"(create it first, or give the right --topic)")
-            if err is None and tmeta.partitions:
-                return tmeta
-            log.info("topic %r is not usable yet (%s); retrying", cfg.topic, err or "no partitions")
-            self._sleep(broker_mod.RETRY_FIRST_S)
-        return None
-
-    def _broker_failed(self, why: str) -> None:
-        """A metadata request found no broker: note it, wait for the next try, give up past the bound."""
-        self.broker.failed(why)
-        self._sleep(self.broker.pause_s())
-        if self.broker.over_limit():
-            raise BrokerUnavailableError(
-                f"cache {self.cfg.name!r}: no Kafka broker answered at {self.cfg.bootstrap} "
-                f"within {self.cfg.broker_wait:g} s (broker_wait)")
-
-    def _sleep(self, seconds: float) -> None:
-        """Wait, but return at once on a stop request."""
-        end = time.monotonic() + max(0.0, seconds)
-        while not self._stop_reason and time.monotonic() < end:
-            self.cache.control.beat()
-            time.sleep(max(0.0, min(0.1, end - time.monotonic())))
-
-    def _check_broker(self) -> None:
-        """While running: when librdkafka said all brokers are down, probe at the retry
-        interval until one answers (the poll loop goes on: status stays current)."""
-        from confluent_kafka import KafkaException
-
-        if not self.broker.due():
-            return
-        try:
-            self.consumer.list_topics(self.cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
-        except KafkaException as e:
-            self.broker.failed(e.args[0].str() if e.args else str(e))
-            if self.broker.over_limit():
-                raise BrokerUnavailableError(
-                    f"cache {self.cfg.name!r}: the Kafka broker at {self.cfg.bootstrap} has not answered "
-                    f"for {self.broker.waited():.0f} s (broker_wait {self.cfg.broker_wait:g} s)") from None
-            return
-        self.broker.answered()
 
     def _shutdown(self) -> None:
         if self.state is State.STOPPED:

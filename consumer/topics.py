@@ -32,7 +32,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
         created = False
     deadline = time.monotonic() + timeout
     while True:
-        t = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+        try:
+            t = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+        except KafkaException:  # the broker catching up after the create: asked again until the deadline
+            t = None
         if t is not None and t.error is None and t.partitions:
             if len(t.partitions) != partitions:
                 raise ValueError(f"topic {topic!r} exists with {len(t.partitions)} partitions, not {partitions}")

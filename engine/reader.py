@@ -16,6 +16,8 @@ import logging
 import os
 import time
 
+from typing import NamedTuple
+
 import numpy as np
 
 from shmcache.engine import _input
@@ -75,6 +77,21 @@ class Packed:
         offs = self.offsets.astype(np.int32)
         return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(self.data)])
 
+
+
+class SegmentArrays(NamedTuple):
+    """A handle's views of its segment's sections (engine/layout.py), for the engine's own
+    modules that work on whole buckets (engine/snapshot.py). Views, not copies: read the
+    buckets under their seqlocks, write them only through the kernels, as a Writer does.
+    On a Reader the mapping is read-only and so are these."""
+
+    header: np.ndarray  # int64 words, L.H_*
+    partitions: np.ndarray  # int64 rows of L.ROW_WORDS, L.P_*
+    meta: np.ndarray  # int64 bucket rows of L.ROW_WORDS, L.M_*
+    index: np.ndarray  # int64, geometry.slots per bucket
+    ring8: np.ndarray  # the rings as bytes
+    ring64: np.ndarray  # the same rings as int64 words
+    geo: np.ndarray  # the kernels' geometry vector (slots, ring, key_size, max_value, max_live, key stride)
 
 
 class Reader:
@@ -159,6 +176,12 @@ class Reader:
     @property
     def creation_id(self) -> int:
         return int(self._header[L.H_CREATION_ID])
+
+    def segment_arrays(self) -> SegmentArrays:
+        """Engine-internal: the mapped sections of the segment (see SegmentArrays)."""
+        self._check_open()
+        return SegmentArrays(self._header, self._partitions, self._meta, self._index, self._ring8,
+                             self._ring64, self._geo)
 
     def close(self) -> None:
         """Unmap. Never destroys the cache; safe to call twice."""

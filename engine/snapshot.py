@@ -86,11 +86,6 @@ class SnapshotInfo:
                 "max_value": self.geometry.max_value}
 
 
-def _arrays(handle):
-    """The segment's arrays of an engine handle (this module is part of the engine)."""
-    return handle._header, handle._partitions, handle._meta, handle._index, handle._ring8
-
-
 def _topic_of(header) -> str:
     n = min(max(int(header[L.H_TOPIC_LEN]), 0), L.TOPIC_MAX)
     return header[L.H_TOPIC:L.H_TOPIC + L.TOPIC_MAX // L.WORD].tobytes()[:n].decode("utf-8", "replace")
@@ -137,7 +132,7 @@ def write(handle, path: str, *, progress=None) -> SnapshotInfo:
 
     progress(buckets done, buckets in all, bytes written) is called after each chunk."""
     path = os.fspath(path)
-    header, parts, meta, index, ring8 = _arrays(handle)
+    header, parts, meta, index, ring8 = handle.segment_arrays()[:5]
     geo = handle.geometry
     t0 = time.monotonic()
     nparts = min(max(int(header[L.H_PARTITIONS]), 0), L.MAX_PARTITIONS)
@@ -398,7 +393,8 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
 
 
 def _copy_in(w, b0: int, nb: int, buf: _Buffers) -> None:
-    header, _, meta, index, ring8 = _arrays(w)
+    a = w.segment_arrays()
+    meta, index, ring8 = a.meta, a.index, a.ring8
     geo = w.geometry
     bad = SK.copy_in(meta, index, ring8, geo.slots, geo.ring, b0, nb, buf.meta, buf.index, buf.lens, buf.ring,
                      liveness.owner_word())
@@ -409,7 +405,7 @@ def _copy_in(w, b0: int, nb: int, buf: _Buffers) -> None:
     for i in odd.tolist():  # copied mid-write (its writer had died): rebuild it from its ring
         b = b0 + i
         if cas_word(meta, b * L.ROW_WORDS + L.M_LOCK, 0, liveness.owner_word()) == 0:
-            K.repair_bucket(meta, index, ring8, w._ring64, w._geo, b)
+            K.repair_bucket(meta, index, ring8, a.ring64, a.geo, b)
 
 
 def _reinsert(w, src: L.Geometry, nb: int, buf: _Buffers) -> int:

@@ -4,7 +4,6 @@ bound to 127.0.0.1 only, and always stopped at the end."""
 
 import os
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -53,37 +52,20 @@ def kafka_admin(kafka_broker):
     return AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
 
 
-def wait_for_topic(admin, name: str, partitions: int, timeout: float = 30.0) -> None:
-    """Block until metadata shows `partitions` partitions of `name`, each with a leader."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            topic = admin.list_topics(topic=name, timeout=5).topics.get(name)
-        except Exception:  # KafkaException while the broker catches up
-            topic = None
-        if (topic is not None and topic.error is None and len(topic.partitions) == partitions
-                and all(p.leader >= 0 and p.error is None for p in topic.partitions.values())):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {name} has no leader for all {partitions} partitions")
-        time.sleep(0.1)
-
-
 @pytest.fixture
-def kafka_topic(kafka_admin):
+def kafka_topic(kafka_broker, kafka_admin):
     """Factory: kafka_topic(partitions=1, config=None) -> a new, uniquely named topic,
-    ready to use; the topics it made are deleted after the test."""
-    from confluent_kafka.admin import NewTopic
+    ready to use (consumer/topics.py create_topic: each partition has a leader); the
+    topics it made are deleted after the test."""
+    from shmcache.consumer.topics import create_topic
 
     created: list[str] = []
 
     def create(partitions: int = 1, *, config: dict[str, str] | None = None,
                prefix: str = "test") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        new = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})
-        kafka_admin.create_topics([new], operation_timeout=30)[name].result(timeout=30)
+        create_topic(kafka_broker.bootstrap, name, partitions, config=config)
         created.append(name)
-        wait_for_topic(kafka_admin, name, partitions)
         return name
 
     yield create

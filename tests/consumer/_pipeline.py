@@ -31,6 +31,7 @@ import pytest
 
 import shmcache
 from shmcache.consumer import partitioners, wire
+from shmcache.consumer.procs import SupervisorProcess
 from shmcache.consumer.producer import TxmetaProducer
 from shmcache.engine import layout as L
 
@@ -72,8 +73,9 @@ def _kill_tree(procs: list[psutil.Process], timeout: float) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
-class SupervisorProc:
-    """One `python -m shmcache run` process; stdout+stderr go to a log file."""
+class SupervisorProc(SupervisorProcess):
+    """One `python -m shmcache run` process (consumer/procs.py's, run from the log's
+    folder), with what the tests need besides: its descendants by pid, signals, kill."""
 
     def __init__(self, log_path: Path, name: str, bootstrap: str, topic: str, group: str, *,
                  workers: int = 2, fmt: str = "v1", memory: str = "128MiB", commit_interval: float = 0.5,
@@ -81,22 +83,21 @@ class SupervisorProc:
                  config: dict | None = None, args: tuple = ()):
         self.name = name
         self.group = group
-        self.log_path = log_path
-        self.argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap,
-                     "--topic", topic, "--group", group, "--workers", str(workers), "--format", fmt,
-                     "--memory", memory, "--commit-interval", str(commit_interval)]
+        argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap,
+                "--topic", topic, "--group", group, "--workers", str(workers), "--format", fmt,
+                "--memory", memory, "--commit-interval", str(commit_interval)]
         if assignment:
-            self.argv += ["--assignment", assignment]
+            argv += ["--assignment", assignment]
         if max_rate:
-            self.argv += ["--max-rate", str(max_rate)]
+            argv += ["--max-rate", str(max_rate)]
         for s in sets:
-            self.argv += ["--set", s]
-        self.argv += list(args)  # any other flags, as given
+            argv += ["--set", s]
+        argv += list(args)  # any other flags, as given
         if config:  # settings without a flag (e.g. batch_messages), through a TOML file
             path = log_path.with_suffix(".toml")
             path.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items()))
-            self.argv += ["--config", str(path)]
-        self.proc: subprocess.Popen | None = None
+            argv += ["--config", str(path)]
+        super().__init__(argv, log_path)
         self._log = None
         self._seen: dict[int, psutil.Process] = {}  # every descendant ever seen, for cleanup
 
@@ -106,13 +107,6 @@ class SupervisorProc:
                                      stderr=subprocess.STDOUT, cwd=str(self.log_path.parent))
         self._seen[self.proc.pid] = psutil.Process(self.proc.pid)
         return self
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def children(self) -> list[psutil.Process]:
         """The supervisor's live descendants (workers, multiprocessing's resource tracker); remembered."""
