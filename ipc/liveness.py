@@ -62,3 +62,23 @@ def claim_row(words, nrows: int, stride: int, me: int, *, share_own: bool = Fals
                 if cas_word(words, idx, cur, me) == cur:
                     return row
     return -1
+
+
+def stop_processes(procs: list[psutil.Process], timeout: float) -> None:
+    """SIGTERM every live process in `procs`, wait up to `timeout`, SIGKILL the rest (psutil
+    checks each pid still names the process it was: a reused pid is never signalled)."""
+    live = []
+    for p in procs:
+        try:
+            if p.is_running():
+                p.terminate()
+                live.append(p)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(live, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)

@@ -32,7 +32,6 @@ import argparse
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +41,8 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+
+from shmcache.ipc import liveness
 
 STATE = "cluster.json"
 HOST = "127.0.0.1"
@@ -119,18 +120,7 @@ def _stop_pids(records: list[dict], timeout: float) -> None:
             procs += [p] + p.children(recursive=True)
         except psutil.Error:
             procs.append(p)
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    liveness.stop_processes(procs, timeout)
 
 
 def _mnt_ns(pid: int) -> str | None:

@@ -34,6 +34,7 @@ from shmcache.consumer import partitioners, wire
 from shmcache.consumer.procs import SupervisorProcess
 from shmcache.consumer.producer import TxmetaProducer
 from shmcache.engine import layout as L
+from shmcache.ipc import liveness
 
 REPO = Path(__file__).resolve().parents[2]
 ADD, DELETE = wire.ADD, wire.DELETE
@@ -53,24 +54,6 @@ def poll_until(cond, timeout: float, what: str, interval: float = 0.05):
 
 
 # -- processes ---------------------------------------------------------------------------------
-
-def _kill_tree(procs: list[psutil.Process], timeout: float) -> None:
-    """SIGTERM every live process in `procs`, wait, SIGKILL the rest (pid reuse is checked by psutil)."""
-    live = []
-    for p in procs:
-        try:
-            if p.is_running():
-                p.terminate()
-                live.append(p)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(live, timeout=timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
 
 
 class SupervisorProc(SupervisorProcess):
@@ -158,7 +141,7 @@ class SupervisorProc(SupervisorProcess):
     def reap_children(self, timeout: float) -> None:
         """After the supervisor exited: its children should be gone; terminate any that are not."""
         kids = [p for pid, p in self._seen.items() if pid != self.proc.pid]
-        _kill_tree(kids, timeout)
+        liveness.stop_processes(kids, timeout)
 
     def cleanup(self) -> None:
         if self.proc is None:
