@@ -54,7 +54,7 @@ import pytest
 
 import _peers as P  # bench/ is put on sys.path by bench/conftest.py
 import shmcache
-from shmcache.consumer import wire
+from shmcache.consumer import topics, wire
 
 PARTITIONS = 8
 BATCH = 1024  # entries per Kafka message
@@ -262,15 +262,10 @@ def produce_topic(bootstrap: str, name: str, n: int, seed: int = SEED) -> Topic:
 
 @pytest.fixture(scope="module")
 def topic(kafka_broker, kafka_admin):
-    from confluent_kafka.admin import NewTopic
-
     META.update(load_avg_start=os.getloadavg()[0], skipped={})
     name = f"bench-consume-{uuid.uuid4().hex[:12]}"
-    kafka_admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)],
-                              operation_timeout=30)[name].result(timeout=30)
+    topics.create_topic(kafka_broker.bootstrap, name, PARTITIONS)  # and waits for its leaders
     try:
-        kf = sys.modules["_shmcache_bench_kafka_fixtures"]  # loaded by bench/conftest.py
-        kf.wait_for_topic(kafka_admin, name, PARTITIONS)
         yield produce_topic(kafka_broker.bootstrap, name, N)
     finally:
         for fut in kafka_admin.delete_topics([name], operation_timeout=10).values():

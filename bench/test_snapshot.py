@@ -38,6 +38,7 @@ import pytest
 
 import shmcache
 import test_consume as TC  # bench/ is on sys.path (bench/conftest.py): its topic maker
+from shmcache.consumer import topics
 from shmcache.engine import snapshot as S
 
 READ_S = 3.0
@@ -142,13 +143,9 @@ def _reader_rate(name: str, keys_path: Path, snapshot_dir: Path | None) -> float
 
 @pytest.mark.parametrize("n", sizes())
 def test_snapshot_restore_replay(n, kafka_broker, kafka_admin, tmp_path):
-    from confluent_kafka.admin import NewTopic
-
     name = f"bench-{os.getpid()}-snap"
     tname = f"bench-snap-{uuid.uuid4().hex[:12]}"
-    kafka_admin.create_topics([NewTopic(tname, num_partitions=TC.PARTITIONS, replication_factor=1)],
-                              operation_timeout=30)[tname].result(timeout=30)
-    sys.modules["_shmcache_bench_kafka_fixtures"].wait_for_topic(kafka_admin, tname, TC.PARTITIONS)
+    topics.create_topic(kafka_broker.bootstrap, tname, TC.PARTITIONS)  # and waits for its leaders
     snaps = tmp_path / "snaps"
     snaps.mkdir()
     memory = f"{max(256, math.ceil(n * 200 * 1.5 / 2**20))}MiB"

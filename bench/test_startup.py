@@ -29,6 +29,7 @@ import pytest
 
 import _peers as P
 import shmcache
+from shmcache.consumer import topics
 import test_consume as C
 
 ENTRIES = 20_000
@@ -54,13 +55,9 @@ def numba_env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_topic(kafka_broker, kafka_admin):
-    from confluent_kafka.admin import NewTopic
-
     name = f"bench-startup-{uuid.uuid4().hex[:12]}"
-    kafka_admin.create_topics([NewTopic(name, num_partitions=C.PARTITIONS, replication_factor=1)],
-                              operation_timeout=30)[name].result(timeout=30)
+    topics.create_topic(kafka_broker.bootstrap, name, C.PARTITIONS)  # and waits for its leaders
     try:
-        sys.modules["_shmcache_bench_kafka_fixtures"].wait_for_topic(kafka_admin, name, C.PARTITIONS)
         yield C.produce_topic(kafka_broker.bootstrap, name, ENTRIES)
     finally:
         for fut in kafka_admin.delete_topics([name], operation_timeout=10).values():
