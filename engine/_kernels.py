@@ -26,6 +26,10 @@ Invariants these kernels keep (layout in layout.py):
   from shared memory; a lock spin returns to the caller after spin_limit tries.
 - Readers never write (see _lookup.py for the reader's side of these rules).
 
+This file is longer than the package's others on purpose: apply, evict, remove and
+rebuild share the bucket helpers and every rule above; split, each half would have to
+restate them and keep them in step.
+
 The kernels are compiled without numba's reference counting (`_nrt=False`): they
 allocate nothing, and with it every inlined helper taking arrays paid an atomic
 incref/decref pair per array per call (8 per key in the key compare alone,
