@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+PREFIX = "shmcache-warm-"  # + pid + "-" + random: the warm-up's private cache
+
 
 def warm() -> dict:
     """Run every kernel once; returns {"seconds", "compiled", "loaded"} (signatures)."""
@@ -41,7 +43,7 @@ def warm() -> dict:
     values = [bytes(rng.integers(0, 256, 61 + i, np.uint8)) for i in range(n)]
     actions = np.zeros(n, np.uint8)
     actions[-4:] = 1  # a few DELETEs
-    name = f"shmcache-warm-{os.getpid()}-{secrets.token_hex(4)}"
+    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     w = shmcache.create(name, memory="8MiB", max_value=256)  # types, not sizes, pick the signatures
     try:
         with shmcache.attach(name) as r:
@@ -85,6 +87,18 @@ def _cache_counts() -> tuple[int, int]:
     return hits, misses
 
 
+def remove_leftovers(pid: int) -> list[str]:
+    """Remove the private caches a killed warm-up of process `pid` left; returns their names."""
+    import shmcache
+
+    gone = []
+    for name in shmcache.list_caches():
+        if name.startswith(f"{PREFIX}{pid}-"):
+            shmcache.destroy(name, force=True)
+            gone.append(name)
+    return gone
+
+
 def start() -> subprocess.Popen:
     """`python -m shmcache.warm` in a child process, for a supervisor to overlap with its wait
     for the broker: a child cleans its private cache up even if the supervisor is killed."""
@@ -97,9 +111,12 @@ def finish(proc: subprocess.Popen, beat, stopping) -> str:
     if stopping() turns true meanwhile, stop it (by pid) and return ""."""
     while proc.poll() is None:
         if stopping():
-            proc.terminate()
+            # killed, not asked: a child inside a compile would finish it first. Its private
+            # cache is then removed here, by the name it was given (PREFIX + its pid).
+            proc.kill()
             proc.wait()
             proc.stdout.close()
+            remove_leftovers(proc.pid)
             return ""
         beat()
         try:
