@@ -14,6 +14,7 @@ import shmcache
 from shmcache.consumer import snapshots
 
 HELP = "per-partition progress and readiness of a cache"
+SLOW_COMMIT_S = 5.0  # a commit in flight longer than this is shown
 
 
 def add_arguments(su) -> None:
@@ -32,7 +33,9 @@ def run(a) -> int:
     console.print(f"cache [bold]{a.name}[/]: topic {st['topic']!r}, {st['partitions']} partitions, supervisor {sup}, "
                   + ("[green]ready[/]" if st["ready"] else "[yellow]not ready[/]")
                   + (f", [red]waiting for the broker[/] ({st['broker_waiting_s']:.0f} s)"
-                     if st.get("broker") == "waiting for the broker" else ""))
+                     if st.get("broker") == "waiting for the broker" else "")
+                  + (f", [yellow]a commit has waited {st['commit_pending_s']:.0f} s for Kafka[/]"
+                     if (st.get("commit_pending_s") or 0) >= SLOW_COMMIT_S else ""))
     t = Table()
     for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "committed", "caught up"):
         t.add_column(col, justify="right")

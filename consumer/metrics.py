@@ -27,6 +27,7 @@ counted twice and nothing is kept in this process. Every sample carries a
     shmcache_broker_waiting_seconds                   gauge    (how long it has waited; 0 when up)
     shmcache_commits_total                            counter
     shmcache_commit_failures_total                    counter
+    shmcache_commit_pending_seconds                   gauge    (how long the commit in flight has waited)
     shmcache_rebalances_total                         counter
     shmcache_partitions_lost_total                    counter
     shmcache_worker_up                                gauge    worker
@@ -141,6 +142,8 @@ class CacheCollector:
                         st["broker_waiting_s"] or 0.0)
         yield counter("commits", "Offset commits Kafka accepted.", st["commits"])
         yield counter("commit_failures", "Offset commits Kafka refused or that timed out.", st["commit_failures"])
+        yield gauge("commit_pending_seconds", "Seconds the supervisor's offset commit has waited for Kafka's "
+                    "answer (0: none waits).", st["commit_pending_s"] or 0.0)
         yield counter("rebalances", "Completed consumer-group rebalances.", st["rebalances"])
         yield counter("partitions_lost", "Partitions lost without a revoke.", st["partitions_lost"])
         yield gauge("worker_up", "1 while the worker process is alive.", None, ["worker"],

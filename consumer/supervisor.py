@@ -41,9 +41,12 @@ import enum
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 
 from shmcache.consumer import broker as broker_mod
+from shmcache.consumer import commits as commits_mod
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
@@ -54,10 +57,8 @@ from shmcache.errors import ShmcacheError
 log = logging.getLogger("shmcache.supervisor")
 
 KAFKA_TIMEOUT_S = 15.0
+CLOSE_WAIT_S = 15.0  # how long a stop waits for librdkafka's close
 SEGMENT_CHECK_S = 1.0  # how often the supervisor checks that /dev/shm/NAME is still its segment
-REBALANCE_COMMIT_HOLD_S = 30.0  # periodic commits wait at most this long for a rebalance to end
-# a commit refused for these is the group moving to a new generation: retried after it
-_REBALANCE_ERRORS = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "UNKNOWN_MEMBER_ID")
 
 
 class State(enum.Enum):
@@ -80,10 +81,10 @@ class Supervisor:
         self._stop_reason = ""
         self._exit_code = 0
         self._fatal = False  # the consumer hit a fatal error: it can neither commit nor leave
-        self._last_commit = 0.0
         self._segment_id = None  # (st_dev, st_ino) of /dev/shm/NAME when this supervisor opened it
         self._last_segment_check = 0.0
-        self._rebalancing = 0.0  # monotonic time a rebalance was seen starting, 0 if none
+        self.commits = None  # consumer/commits.py Committer, once the cache is open
+        self.close_abandoned = False  # librdkafka's close did not return in time (see _close_consumer)
         self.group_watch = None
         self.snapshots = None  # snapshots_mod.SnapshotPolicy, made in run()
 
@@ -154,8 +155,10 @@ class Supervisor:
         cfg = self.cfg
         warming = warm.start()  # compile (or load) every kernel once, while the broker answers
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
-        self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(),
+        self.commits = commits_mod.Committer(self.cache.control, cfg.topic, self.broker)
+        self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
                                                        **broker_mod.client_settings(self.broker.on_error)))
+        self.commits.consumer = self.consumer
         if not self.cache.control.topic:  # a new cache: name its topic while waiting for the broker
             self.cache.control.set_topic(cfg.topic, 0)
         try:
@@ -195,9 +198,9 @@ class Supervisor:
             w.stop(reason, self.cfg.drain_timeout)
         if self.consumer is not None:
             if not self._fatal:
-                self._commit(list(self.assigned), final=True)
+                self.commits.at_stop(list(self.assigned), self._beat)  # bounded: the broker may be gone
             self._leave()
-            self.consumer.close()  # on_revoke sees STOPPING and only commits
+            self._close_consumer()  # on_revoke sees STOPPING: the final commit is made
         if self.metrics is not None:  # before the cache closes: a scrape reads it
             self.metrics.close()
         if self.cache is not None:
@@ -210,6 +213,24 @@ class Supervisor:
             self.cache.close()
         self.state = State.STOPPED
         log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
+
+    def _close_consumer(self) -> None:
+        """consumer.close(), bounded. Against a broker that accepts connections but does not
+        answer, librdkafka's close waits minutes for its LeaveGroup; a close not done after
+        CLOSE_WAIT_S is left to the process's exit (the group drops this member after its
+        session timeout, as if it had died)."""
+        def close():
+            try:
+                self.consumer.close()
+            except Exception as e:  # noqa: BLE001 - reported; the stop goes on
+                log.warning("closing the Kafka consumer: %s", e)
+        t = threading.Thread(target=close, name="kafka-close", daemon=True)
+        t.start()
+        t.join(CLOSE_WAIT_S)
+        if t.is_alive():
+            self.close_abandoned = True
+            log.warning("the Kafka consumer did not close in %.0f s (the broker does not answer); "
+                        "leaving it to the process's exit", CLOSE_WAIT_S)
 
     def _fenced(self, reason: str) -> None:
         self._fatal = True
@@ -239,8 +260,7 @@ class Supervisor:
             self._assign(consumer, tps)
         finally:
             self.cache.control.set_word(L.H_ASSIGNING, 0)
-        self._rebalancing = 0.0  # the new generation is in place: periodic commits may go again
-        self._last_commit = 0.0  # and the one held back goes now
+        self.commits.assigned()  # the new generation is in place: periodic commits go again
         if self.group_watch is not None:
             self.group_watch.soon()
 
@@ -300,8 +320,8 @@ class Supervisor:
                 if w.alive():
                     w.request(("revoke", ps), "revoked", self.cfg.drain_timeout)
                 w.partitions.difference_update(ps)
-        if commit:
-            self._commit(parts, final=True)
+        if commit and self.state is not State.STOPPING:  # a stop made its final commit already
+            self.commits.in_callback(parts)
         rows = self.cache.control.partitions
         for p in parts:
             rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = rows[p, L.P_CAUGHT_UP] = 0
@@ -310,14 +330,14 @@ class Supervisor:
     def _on_revoke(self, consumer, tps) -> None:
         """Partitions leave: drain their workers, commit what they applied, before returning."""
         log.info("revoked %s", sorted(tp.partition for tp in tps))
-        self._rebalancing = self._rebalancing or time.monotonic()
+        self.commits.hold()
         self._release(tps, commit=True)
         self._unassign(consumer, tps)
 
     def _on_lost(self, consumer, tps) -> None:
         """Partitions are already someone else's: stop them, commit nothing."""
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
-        self._rebalancing = self._rebalancing or time.monotonic()
+        self.commits.hold()
         self.cache.control.count(L.H_PARTITIONS_LOST, len(tps))
         self._release(tps, commit=False)
         self._unassign(consumer, tps)
@@ -341,11 +361,7 @@ class Supervisor:
         for w in self.workers:
             if w.check(now):  # it died and its backoff (consumer/worker_handle.py) is over
                 self._restart(w)
-        if self._rebalancing and now - self._rebalancing > REBALANCE_COMMIT_HOLD_S:
-            self._rebalancing = 0.0  # no new generation came: commit again (and count what fails)
-        if now - self._last_commit >= self.cfg.commit_interval and not self._rebalancing:
-            self._commit(list(self.assigned))
-            self._last_commit = now
+        self.commits.tick(now, list(self.assigned), self.cfg.commit_interval)
         if self.group_watch is None:
             from shmcache.consumer.group import GroupWatch
 
@@ -369,45 +385,16 @@ class Supervisor:
         if items:
             w.request(("assign", items), "assigned", self.cfg.drain_timeout)
 
-    def _commit(self, parts, final: bool = False) -> None:
-        """Commit the applied offsets the workers published (never more)."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        rows = self.cache.control.partitions
-        todo = [(p, int(rows[p, L.P_APPLIED])) for p in parts
-                if rows[p, L.P_APPLIED] >= 0 and rows[p, L.P_APPLIED] != rows[p, L.P_COMMITTED]]
-        if not todo or self.broker.down:  # a commit without a broker blocks for ~45 s; they go later
-            return
-        try:
-            done = self.consumer.commit(offsets=[TopicPartition(self.cfg.topic, p, o) for p, o in todo],
-                                        asynchronous=False)
-            err = next((tp.error for tp in done or () if tp.error is not None), None)
-        except KafkaException as e:
-            err = e.args[0] if e.args else e
-        if err is not None:
-            name = err.name() if hasattr(err, "name") else ""
-            if not final and name in _REBALANCE_ERRORS:
-                # the group is moving to a new generation: this commit went with the old one.
-                # Hold periodic commits until the assignment callback says the move is done
-                # (the revoke callback commits what leaves), then commit these again.
-                self.cache.control.count(L.H_COMMITS_DEFERRED)
-                self._rebalancing = self._rebalancing or time.monotonic()
-                log.info("commit of %s deferred: the group is rebalancing (%s)", dict(todo), name)
-                return
-            self.cache.control.count(L.H_COMMIT_FAILURES)
-            log.warning("commit of %s failed: %s", dict(todo), err)
-            return
-        self.cache.control.count(L.H_COMMITS)
-        for p, o in todo:
-            rows[p, L.P_COMMITTED] = o
-        if final:
-            log.info("committed %s", dict(todo))
-        else:
-            log.debug("committed %s", dict(todo))
-
 
 def run(cfg: RunConfig) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     log.info("shmcache supervisor pid %d", os.getpid())
-    return Supervisor(cfg).run()
+    sup = Supervisor(cfg)
+    code = sup.run()
+    if sup.close_abandoned:  # the interpreter's exit would wait for librdkafka's handle: everything else is shut
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -95,6 +95,11 @@ class ControlView:
         """L.BROKER_*: the broker's state as the supervisor sees it."""
         return int(self._h[L.H_BROKER_STATE])
 
+    def _age(self, word: int, now: int) -> float | None:
+        """Seconds since the time.time_ns() in header word `word`; None if it holds none."""
+        t = int(self._h[word])
+        return max(0.0, (now - t) / 1e9) if t > 0 else None
+
     def counters(self) -> dict:
         """The supervisor's counters since it started (SUPERVISOR_COUNTERS)."""
         return {k: int(self._h[w]) for k, w in SUPERVISOR_COUNTERS.items()}
@@ -266,6 +271,8 @@ class ControlView:
             "assigning": not settled,
             # the last (or current) supervisor's counters, since it started
             **self.counters(),
+            # seconds the live supervisor's commit has waited for Kafka's answer (None: none waits)
+            "commit_pending_s": self._age(L.H_COMMIT_PENDING_SINCE, now) if sup_alive else None,
             "supervisor_started_s": started / 1e9 if started > 0 else None,
             "metrics_port": port if 0 < port <= 65535 else None,
             "damaged": damaged,
@@ -343,7 +350,7 @@ class ControlArea(ControlView):
 
     def set_word(self, h: int, value: int) -> None:
         """Set header word h (an L.H_* index the supervisor owns: H_SUPERVISOR, H_METRICS_PORT,
-        H_ASSIGNING, H_BROKER_STATE, H_BROKER_SINCE, H_WIRE_FORMAT, H_RESTORE_STATE and the
+        H_ASSIGNING, H_BROKER_STATE, H_BROKER_SINCE, H_COMMIT_PENDING_SINCE, H_WIRE_FORMAT, H_RESTORE_STATE and the
         H_SNAPSHOT_* words)."""
         self._h[h] = value
 
@@ -372,6 +379,7 @@ class ControlArea(ControlView):
         for word in SUPERVISOR_COUNTERS.values():
             h[word] = 0
         h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
+        h[L.H_COMMIT_PENDING_SINCE] = 0
         self.set_group(0, [], {})
         h[L.H_WORKER_HANDLES:L.H_WORKER_HANDLES + L.MAX_WORKERS] = 0
         h[L.H_SUPERVISOR_STARTED] = time.time_ns()

@@ -95,6 +95,7 @@ WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
 # Snapshots (engine/snapshot.py, consumer/snapshots.py). These describe the table's content,
 # so they live as long as the segment (a supervisor's start does not zero them).
 H_WIRE_FORMAT = 55  # WIRE_FORMATS index + 1 of the topic's format, set by the supervisor; 0 unknown
+H_COMMIT_PENDING_SINCE = 56  # time.time_ns() the supervisor's commit in flight was sent; 0 none
 WIRE_FORMATS = ("v1", "v2", "kv")
 H_RESTORE_STATE = 400  # RESTORE_* below
 H_RESTORE_ENTRIES = 401  # entries the restore put in the table

@@ -7,6 +7,10 @@ stops and starts again (the session broker stays up for everyone else):
   broker answers; wait_ready() then returns;
 - the broker going away while it runs: status says so, and when the broker is back
   the same workers (no restart) carry on and the table is complete;
+- a broker that stops answering (SIGSTOP: its connections stay open, nothing replies)
+  while a commit is due: the supervisor's loop goes on (heartbeat, status) with the
+  commit shown in flight, the commit lands once the broker answers again, and a stop
+  while it does not answer still ends, its final commit given up after a bound;
 - `--broker-wait S` fails fast: one line naming the bootstrap servers, no
   traceback, exit 2, and the cache removed if this run created it (a cache that
   existed before is kept, with its entries).
@@ -14,6 +18,7 @@ stops and starts again (the session broker stays up for everyone else):
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -140,6 +145,86 @@ def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path, priva
         assert retries, log[-3000:]  # one line per retry: said, not silent
         assert sup.terminate() == 0
         assert shmcache.exists(name)  # a cache that ran stays for its readers
+    finally:
+        h.close()
+
+
+@pytest.fixture
+def freezer(private_broker):
+    """Freeze and thaw the private broker (SIGSTOP / SIGCONT); always thawed at the end."""
+    class Freezer:
+        def __call__(self, frozen: bool) -> None:
+            os.kill(private_broker.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+    f = Freezer()
+    try:
+        yield f
+    finally:
+        if private_broker.pid is not None:
+            try:
+                f(False)
+            except ProcessLookupError:
+                pass
+
+
+def _commit_due_with_the_broker_frozen(h, r, sup, topic, model, freeze) -> None:
+    """Produce, wait until the workers applied it, freeze the broker: repeated until a commit
+    of what they applied is still due (not already made) with the broker frozen."""
+    for _ in range(20):
+        ends = _produce(h, topic, model, 5)
+        wait_applied(r, ends, 120, sup)
+        freeze(True)
+        if any(p["committed"] != p["applied"] for p in r.status()["assigned"]):
+            return
+        freeze(False)
+    raise AssertionError("every commit was made before the broker could be frozen: 20 tries")
+
+
+def _loop_alive_while_the_commit_waits(r, sup) -> dict:
+    """Wait until status shows a commit in flight for 5 s; the supervisor's loop must beat
+    all along (a synchronous commit blocks it: its heartbeat goes stale)."""
+    def waiting():
+        st = r.status()
+        assert sup.running(), sup.log_text()[-3000:]
+        assert st["supervisor_heartbeat_age_s"] < 8, f"the supervisor's loop is blocked: {st}"
+        return st if (st["commit_pending_s"] or 0) >= 5 else None
+    return poll_until(waiting, 60, lambda: f"a commit in flight for 5 s: {r.status()}")
+
+
+def test_a_broker_that_stops_answering_never_stops_the_supervisor(tmp_path, private_broker, freezer):
+    b = private_broker
+    b.start()
+    topic = "t-frozen"
+    _create_topic(b.bootstrap, topic)
+    h = Harness(tmp_path, b.bootstrap)
+    try:
+        name = h.cache_name("frozen")
+        sup = h.supervisor(name, topic, h.group("frozen"), config={"commit_interval": 0.5})
+        r = poll_until(lambda: shmcache.exists(name) and shmcache.attach(name), 60, "the cache to appear")
+        h.readers.append(r)
+        model = Model("v1", PARTITIONS, seed=11)
+
+        _commit_due_with_the_broker_frozen(h, r, sup, topic, model, freezer)
+        st = _loop_alive_while_the_commit_waits(r, sup)
+        assert st["ready"] and st["broker"] == "up"  # the table is whole; only the commit waits
+        status = _cli("status", name)
+        assert "waited" in status.stdout and "for Kafka" in status.stdout, status.stdout
+        freezer(False)
+
+        def committed():
+            st = r.status()
+            done = st["commit_pending_s"] is None and all(p["committed"] == p["applied"] for p in st["assigned"])
+            return st if done else None
+        poll_until(committed, 120, lambda: f"the commit to land once the broker answers: {r.status()}")
+        check_table(r, model.snapshot())
+        assert_no_worker_restarted(r)
+
+        # a stop while the broker does not answer: the final commit is given up, the stop ends
+        _commit_due_with_the_broker_frozen(h, r, sup, topic, model, freezer)
+        assert sup.terminate(timeout=120) == 0, sup.log_text()[-3000:]
+        log = sup.log_text()
+        assert "final commit" in log and ("not confirmed" in log or "skipped" in log), log[-3000:]
+        freezer(False)
+        check_table(r, model.snapshot())  # the cache stays, whole, for its readers
     finally:
         h.close()
 
