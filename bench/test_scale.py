@@ -13,8 +13,11 @@ N entries (32-byte random keys, 61-141-byte values) in batches of 1024; time
 SHMCACHE_BENCH_ROUNDS passes, default 3); report keys/s, the rate relative to the
 first size, creation seconds per GiB and segment bytes per live entry (and "sized":
 the smallest segment holding N mean records over N, by the layout's plan).
-Sizes are run one after the other, each segment destroyed before the next is made;
-a size whose segment does not fit in /dev/shm's free space is skipped and said so.
+Every size's table is built first and kept; the timed passes then go round the sizes
+in turn, so each round's ratio to the first size is taken under the same load (this
+2-core machine's speed drifts by tens of percent over seconds: ratios of sizes timed
+minutes apart meant nothing). The ratio reported is the median of the rounds'. A size
+whose segment does not fit in /dev/shm's free space is skipped and said so.
 Asserted: every live key found, values right; never speed.
 """
 
@@ -49,74 +52,107 @@ def _values(pool: np.ndarray, lens: np.ndarray, s: int, e: int) -> tuple[np.ndar
     return offs, pool[start:start + int(offs[-1])]
 
 
-def test_scale():
-    rows = []
-    rounds = max(1, int(os.environ.get("SHMCACHE_BENCH_ROUNDS", "3")))
-    for n in _sizes():
+class _Table:
+    """One size's cache, filled, and its keys in query order."""
+
+    def __init__(self, n: int, memory: int):
         rng = np.random.default_rng(n)
-        memory = max(64 << 20, int(P.memory_for(n) * HEADROOM))
-        free = shm_free_bytes()
-        if free is not None and memory > free * 0.9:
-            print(f"scale: N={n:,} skipped: a {L.format_bytes(memory)} segment does not fit in /dev/shm "
-                  f"({L.format_bytes(free)} free)", file=sys.stderr)
-            continue
+        self.n = n
         keys = rng.integers(0, 256, (n, P.KEY_SIZE), np.uint8)
-        lens = rng.integers(P.VALUE_MIN, P.VALUE_MAX + 1, n)
-        pool = rng.integers(0, 256, POOL, np.uint8)
-        name = f"bench-{os.getpid()}-scale"
+        self.lens = rng.integers(P.VALUE_MIN, P.VALUE_MAX + 1, n)
+        self.pool = rng.integers(0, 256, POOL, np.uint8)
+        self.name = f"bench-{os.getpid()}-scale-{n}"
         t0 = time.perf_counter()
-        w = shmcache.create(name, memory=memory)
-        create_s = time.perf_counter() - t0
+        self.w = shmcache.create(self.name, memory=memory)
+        self.create_s = time.perf_counter() - t0
+        self.r = None
         try:
-            size = w.geometry.size
             t0 = time.perf_counter()
             for s in range(0, n, P.BATCH):
                 e = min(s + P.BATCH, n)
-                w.set_many(keys[s:e], _values(pool, lens, s, e))
-            fill_s = time.perf_counter() - t0
-            live = w.stats()["entries"]  # a few may be evicted: a bucket fuller than its share
-            perm = rng.permutation(n)
-            qkeys = keys[perm]  # query order, gathered before timing
+                self.w.set_many(keys[s:e], _values(self.pool, self.lens, s, e))
+            self.fill_s = time.perf_counter() - t0
+            self.live = self.w.stats()["entries"]  # a few may be evicted: a bucket fuller than its share
+            self.perm = rng.permutation(n)
+            self.qkeys = keys[self.perm]  # query order, gathered before timing
             del keys
-            with shmcache.attach(name) as r:
-                get = r.get_many_packed
-                for s in range(0, min(n, 64 * P.BATCH), P.BATCH):
-                    get(qkeys[s:s + P.BATCH])  # warm-up
-                times = []
-                gc.collect()
-                gc.disable()
-                try:
-                    for _ in range(rounds):
-                        t0 = time.perf_counter()
-                        for s in range(0, n, P.BATCH):
-                            get(qkeys[s:s + P.BATCH])
-                        times.append(time.perf_counter() - t0)
-                finally:
-                    gc.enable()
-                found = 0
-                for s in range(0, n, P.BATCH):
-                    found += int(np.count_nonzero(get(qkeys[s:s + P.BATCH]).found))
-                assert found == live  # every live key, once
-                for j in rng.integers(0, n, 100).tolist():  # values of a sample, against the formula
-                    i = int(perm[j])
-                    b = (i // P.BATCH) * P.BATCH
-                    offs, data = _values(pool, lens, b, min(b + P.BATCH, n))
-                    p = get(qkeys[j:j + 1])
-                    assert not p.found[0] or bytes(p.data) == bytes(data[offs[i - b]:offs[i - b + 1]])
-            rows.append(dict(n=n, size=size, create_s=create_s, fill_s=fill_s,
-                             rate=n / statistics.median(times), per_entry=size / live, hits=live / n,
-                             tight=L.Geometry.plan(P.memory_for(n), P.KEY_SIZE, L.DEFAULT_MAX_VALUE).size / n,
-                             load=os.getloadavg()[0]))
-        finally:
-            w.close()
-            shmcache.destroy(name)
-        del qkeys
+            self.r = shmcache.attach(self.name)
+            self.check(rng)
+        except BaseException:
+            self.close()
+            raise
+        self.times: list[float] = []
+
+    def check(self, rng) -> None:
+        get, n = self.r.get_many_packed, self.n
+        found = 0
+        for s in range(0, n, P.BATCH):
+            found += int(np.count_nonzero(get(self.qkeys[s:s + P.BATCH]).found))
+        assert found == self.live  # every live key, once
+        for j in rng.integers(0, n, 100).tolist():  # values of a sample, against the formula
+            i = int(self.perm[j])
+            b = (i // P.BATCH) * P.BATCH
+            offs, data = _values(self.pool, self.lens, b, min(b + P.BATCH, n))
+            p = get(self.qkeys[j:j + 1])
+            assert not p.found[0] or bytes(p.data) == bytes(data[offs[i - b]:offs[i - b + 1]])
+
+    def timed_pass(self) -> float:
+        get, q = self.r.get_many_packed, self.qkeys
+        t0 = time.perf_counter()
+        for s in range(0, self.n, P.BATCH):
+            get(q[s:s + P.BATCH])
+        dt = time.perf_counter() - t0
+        self.times.append(dt)
+        return self.n / dt
+
+    def close(self) -> None:
+        if self.r is not None:
+            self.r.close()
+        self.w.close()
+        shmcache.destroy(self.name)
+
+
+def test_scale():
+    rounds = max(1, int(os.environ.get("SHMCACHE_BENCH_ROUNDS", "3")))
+    tables: list[_Table] = []
+    try:
+        for n in _sizes():
+            memory = max(64 << 20, int(P.memory_for(n) * HEADROOM))
+            free = shm_free_bytes()
+            if free is not None and memory > free * 0.9:
+                print(f"scale: N={n:,} skipped: a {L.format_bytes(memory)} segment does not fit in /dev/shm "
+                      f"({L.format_bytes(free)} free)", file=sys.stderr)
+                continue
+            tables.append(_Table(n, memory))
+            gc.collect()
+        for t in tables:
+            t.timed_pass()  # warm-up: pages and kernel
+            t.times.clear()
+        ratios: list[list[float]] = [[] for _ in tables]
         gc.collect()
-    print(f"\nscale: get_many_packed hit, batches of {P.BATCH}, random order, median of {rounds} passes "
-          f"({os.cpu_count()} CPUs shared; load average after each size in the last column)", file=sys.stderr)
+        gc.disable()
+        try:
+            for k in range(rounds):
+                order = tables if k % 2 == 0 else tables[::-1]  # which size goes first alternates
+                rates = {t.n: t.timed_pass() for t in order}
+                for i, t in enumerate(tables):
+                    ratios[i].append(rates[t.n] / rates[tables[0].n])
+        finally:
+            gc.enable()
+        rows = [dict(n=t.n, size=t.w.geometry.size, create_s=t.create_s, fill_s=t.fill_s,
+                     rate=t.n / statistics.median(t.times), vs_first=statistics.median(ratios[i]),
+                     per_entry=t.w.geometry.size / t.live, hits=t.live / t.n,
+                     tight=L.Geometry.plan(P.memory_for(t.n), P.KEY_SIZE, L.DEFAULT_MAX_VALUE).size / t.n)
+                for i, t in enumerate(tables)]
+    finally:
+        for t in tables:
+            t.close()
+    print(f"\nscale: get_many_packed hit, batches of {P.BATCH}, random order, {rounds} rounds over the sizes in turn; "
+          f"'vs first' is the median of the rounds' ratios ({os.cpu_count()} CPUs shared, load average "
+          f"{os.getloadavg()[0]:.1f})", file=sys.stderr)
     print(f"  {'N':>12} {'segment':>10} {'create s/GiB':>12} {'fill keys/s':>12} {'get keys/s':>11} "
-          f"{'vs first':>9} {'hits':>6} {'B/entry':>8} {'sized':>6} {'load':>5}", file=sys.stderr)
+          f"{'vs first':>9} {'hits':>6} {'B/entry':>8} {'sized':>6}", file=sys.stderr)
     for r in rows:
         print(f"  {r['n']:>12,} {L.format_bytes(r['size']):>10} {r['create_s'] / (r['size'] / 2**30):>12.2f} "
               f"{P.fmt_rate(r['n'] / r['fill_s']):>12} {P.fmt_rate(r['rate']):>11} "
-              f"{r['rate'] / rows[0]['rate']:>8.2f}x {r['hits']:>6.3f} {r['per_entry']:>8.0f} {r['tight']:>6.0f} {r['load']:>5.1f}", file=sys.stderr)
+              f"{r['vs_first']:>8.2f}x {r['hits']:>6.3f} {r['per_entry']:>8.0f} {r['tight']:>6.0f}", file=sys.stderr)
