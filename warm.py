@@ -87,21 +87,46 @@ def _cache_counts() -> tuple[int, int]:
     return hits, misses
 
 
+def _private_caches() -> list[str]:
+    """Names in /dev/shm that a warm-up's private cache goes by, whole or not: one killed
+    while it was being created has no magic yet, so shmcache.list_caches skips it."""
+    from shmcache.ipc.segment import SHM_DIR
+
+    try:
+        return sorted(e.name for e in os.scandir(SHM_DIR) if e.name.startswith(PREFIX))
+    except OSError:
+        return []
+
+
 def remove_leftovers(pid: int) -> list[str]:
     """Remove the private caches a killed warm-up of process `pid` left; returns their names."""
     import shmcache
 
     gone = []
-    for name in shmcache.list_caches():
+    for name in _private_caches():
         if name.startswith(f"{PREFIX}{pid}-"):
             shmcache.destroy(name, force=True)
             gone.append(name)
     return gone
 
 
+def remove_orphans() -> list[str]:
+    """Remove the private caches of warm-ups whose process is gone: one SIGKILLed (say, with
+    its supervisor's whole process tree) had no chance to. A live pid's cache is kept."""
+    import psutil
+
+    gone = []
+    for pid in sorted({name[len(PREFIX):].split("-", 1)[0] for name in _private_caches()}):
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            gone += remove_leftovers(int(pid))
+    return gone
+
+
 def start() -> subprocess.Popen:
     """`python -m shmcache.warm` in a child process, for a supervisor to overlap with its wait
-    for the broker: a child cleans its private cache up even if the supervisor is killed."""
+    for the broker: a child cleans its private cache up even if the supervisor is killed
+    (and one killed with it is cleaned up by the next start)."""
+    remove_orphans()
     return subprocess.Popen([sys.executable, "-m", "shmcache.warm"], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -1,8 +1,10 @@
 """A warm-up the supervisor stops (it was asked to stop while the kernels compiled)
-leaves nothing behind: not the child process, not its private cache."""
+leaves nothing behind: not the child process, not its private cache; and one killed
+outright (SIGKILL, as a supervisor's whole tree is) is cleaned up by the next start."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -36,3 +38,35 @@ def test_a_stopped_warm_up_leaves_no_process_and_no_cache():
             proc.wait()
         if shmcache.exists(name):
             shmcache.destroy(name, force=True)
+
+
+def test_a_killed_warm_up_is_cleaned_up_by_the_next_start_a_live_one_kept():
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    dead, live = procs
+    names = [f"{warm.PREFIX}{p.pid}-t" for p in procs]
+    nxt = None
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "made"
+        dead.kill()  # SIGKILL: no finally of its own ran
+        dead.wait()
+        assert names[0] in list(shmcache.list_caches())
+        # and one killed while its file was being made: sized, no magic yet
+        names.append(f"{warm.PREFIX}{dead.pid}-half")
+        with open(f"/dev/shm/{names[-1]}", "wb") as f:
+            f.truncate(8 << 20)
+        nxt = warm.start()
+        assert not [n for n in (names[0], names[2]) if os.path.exists(f"/dev/shm/{n}")]
+        assert names[1] in list(shmcache.list_caches())  # its process lives: not an orphan
+        assert "compiled" in warm.finish(nxt, lambda: None, lambda: False)
+    finally:
+        for p in procs + [nxt]:
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+            if p is not None and p.stdout is not None:
+                p.stdout.close()
+        for name in names:
+            if os.path.exists(f"/dev/shm/{name}"):
+                shmcache.destroy(name, force=True)
