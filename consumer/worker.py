@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import wire
+from shmcache.consumer import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
 from shmcache.engine import layout as L
@@ -58,6 +58,7 @@ class Worker:
         self.cache = shmcache.open(cfg.name)
         self.rows = self.cache.control.partitions
         self.me = self.cache.control.workers[index]
+        self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
         self.me[L.K_OWNER] = liveness.owner_word()
         self.me[L.K_HEARTBEAT] = time.time_ns()
@@ -77,8 +78,11 @@ class Worker:
         """Decode and apply an empty batch of this worker's format: numba loads the decode and
         apply kernels for exactly these argument types (compiled once by `shmcache warm`, which
         the supervisor ran before starting workers; see warm.py); no entry changes."""
-        empty = wire.decode_kv([], []) if self.cfg.format == "kv" else wire.decode(bytes(4))  # v1, count 0
-        apply_batch(self.cache, empty)
+        if self.cfg.format == "kv":
+            apply_batch(self.cache, wire.decode_kv([], []))
+        else:
+            apply_batch(self.cache, wire_batch.decode_many([bytes(4)], self.scratch))  # v1, count 0
+            apply_batch(self.cache, wire.decode(bytes(4)))  # the message-by-message path's kernels
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -194,11 +198,25 @@ class Worker:
         if kv:
             self._apply_kv(good)
         else:
-            for m in good:
-                self._apply_wire(m)
+            self._apply_wire_batch(good)
         self.me[L.K_MESSAGES] += len(good)
         self.prof.messages += len(good)
         self.prof.batches += 1
+
+    def _apply_wire_batch(self, msgs) -> None:
+        """The whole consume() batch as one decode and one apply (consumer/wire_batch.py): the
+        fixed cost of a decode and an apply is paid once per batch, not once per message.
+        Message by message when any of them is not clean, so that damage is found, logged
+        and counted per message, and the entries before it in its message still applied."""
+        batch = wire_batch.decode_many([m.value() for m in msgs], self.scratch, max_value=self.cfg.max_value)
+        if batch is None:
+            for m in msgs:
+                self._apply_wire(m)
+            return
+        self.me[L.K_UNKNOWN] += batch.unknown_actions
+        self.prof.mark("decode")
+        self._apply_batch(batch)
+        self.prof.mark("apply")
 
     def _apply_wire(self, m) -> None:
         value = m.value()
