@@ -1,34 +1,40 @@
-"""Kafka consume benchmark (issue "Kafka into the table"): how fast `shmcache run`
-fills a cache from a pre-filled topic, against a consumer that does nothing (the
-broker's and client's limit) and one that writes the same entries into Redis.
+"""Kafka consume benchmark (issues "Kafka into the table" and 13 part 2): how fast
+`shmcache run` fills a cache from a pre-filled topic, in each wire format, against a
+consumer that does nothing (the broker's and client's limit) and one that writes the
+same entries into Redis; and where the workers' time goes.
 
-    .venv/bin/python -m pytest bench/test_consume.py -q -p no:cacheprovider          # N = 5,000,000
+    SHMCACHE_CONSUME_N=2000000 .venv/bin/python -m pytest bench/test_consume.py -q --benchmark-enable -p no:cacheprovider -s
     CI=true .venv/bin/python -m pytest bench/test_consume.py -p no:cacheprovider     # smoke, N = 100,000
 
-The topic (8 partitions) holds N ADD entries in v1 messages of 1024 entries: random
-32-byte tx hashes, random 61-141-byte values, each message keyed by its first hash
-and partitioned with murmur2_random (as TxmetaProducer does; messages are encoded
-before producing starts, sent uncompressed). Every run reads it from the beginning:
+Three topics of 8 partitions hold the same N ADD entries (bench/_consume_topics.py):
+v1 messages of 1024 entries keyed by their first hash (murmur2_random), v2 messages
+of up to 1024 entries placed by v2_partition (a partition per bucket range), and kv
+(a message per entry). Every run reads a topic from the beginning:
 
-- null: a confluent-kafka Consumer assign()ed to all 8 partitions, consume(500)
-  until every partition reaches its high watermark, counting entries from each
-  message's count header (nothing decoded);
-- shmcache, 1 and 2 workers: `python -m shmcache run` as a subprocess on a fresh
-  segment and consumer group, status() polled every 20 ms;
+- null: a confluent-kafka Consumer assign()ed to all 8 partitions of the v1 topic,
+  consume(500) until every partition reaches its high watermark, counting entries
+  from each message's count header (nothing decoded);
+- shmcache: `python -m shmcache run --format F` with 1 or 2 workers as a subprocess on
+  a fresh segment and consumer group, status() polled every 20 ms;
 - redis: the null consumer plus wire.decode (the workers' decoder) and, per message,
   MSET of its ADDs and DEL of its DELETEs, 8 messages per pipeline(transaction=False),
   into a redis-server on 127.0.0.1 (skipped, with the reason, when redis-server is
-  missing).
+  missing);
+- interleaved: per round, null, v1 and v2 with 2 workers back to back (order
+  rotating); the per-round ratios' medians are printed as notes.
 
 entries/s counts from the first entry applied (shmcache: the first status poll in
 which the workers' `adds` is > 0; the peers: their first message handled, asked
 for with consume(num_messages=1)) to caught up (every partition at its high watermark), over the
 entries applied after that first moment; the time before it (process start, group
-join, spawning workers, first fetch) is reported as "startup". Tests assert
-correctness (every sampled key read back with its value, the entry count, no
-eviction, a clean exit on SIGTERM), never speed.
+join, spawning workers, first fetch) is reported as "startup". Over the same window,
+the CPU cores each process kept busy (psutil), and from each worker's log line
+(consumer/worker_profile.py) its loop's time by phase. Tests assert correctness
+(every sampled key read back with its value, the entry count, no eviction, a clean
+exit on SIGTERM), never speed.
 
-SHMCACHE_CONSUME_N sets N (default 5,000,000; 100,000 when CI=true);
+SHMCACHE_CONSUME_N sets N (else SHMCACHE_BENCH_N; default 5,000,000; 100,000 when CI=true);
+SHMCACHE_CONSUME_SET="key=value,..." passes librdkafka settings to `shmcache run` (--set), to try them;
 SHMCACHE_CONSUME_ROUNDS the runs per consumer with --benchmark-enable (default 3,
 median reported; 1 run each otherwise).
 """
@@ -114,7 +120,7 @@ def _rate_of(key: str, which: str = "entries_per_s") -> float | None:
 
 
 def render() -> str:
-    if not RESULTS:
+    if not RESULTS and not META.get("interleaved"):
         return ""
     from rich import box
     from rich.console import Console
@@ -284,6 +290,8 @@ def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str) ->
     argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap,
             "--topic", topic.name, "--group", f"bench-consume-{uuid.uuid4().hex[:12]}",
             "--workers", str(workers), "--memory", memory, "--format", topic.fmt]
+    for setting in filter(None, os.environ.get("SHMCACHE_CONSUME_SET", "").split(",")):  # librdkafka, to try
+        argv += ["--set", setting]
     log_path = log_dir / f"{name}.log"
     seen: dict[int, psutil.Process] = {}
 
@@ -558,6 +566,15 @@ def test_ratios_interleaved(benchmark, kafka_broker, topic_of, log_dir):
     machine whose speed drifts over minutes weighs on both sides of a ratio alike."""
     order = ["null", "shmcache-2w", "v2-2w"]
     per_round: dict[str, list[float]] = {"v1 2 workers / null": [], "v2 2 workers / v1 2 workers": []}
+    benchmark.pedantic(lambda: _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round),
+                       rounds=1, iterations=1)
+    META["interleaved"] = per_round
+    for label, vals in per_round.items():
+        NOTES.append(f"interleaved, {label}: median {statistics.median(vals):.2f}x over {len(vals)} rounds "
+                     f"({', '.join(f'{v:.2f}' for v in vals)})")
+
+
+def _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round) -> None:
     for i in range(consume_rounds(benchmark)):
         rates = {}
         for key in order[i % 3:] + order[:i % 3]:
@@ -569,7 +586,3 @@ def test_ratios_interleaved(benchmark, kafka_broker, topic_of, log_dir):
         per_round["v1 2 workers / null"].append(rates["shmcache-2w"] / rates["null"])
         per_round["v2 2 workers / v1 2 workers"].append(rates["v2-2w"] / rates["shmcache-2w"])
         print(f"interleaved round {i}: " + ", ".join(f"{k} {P.fmt_rate(v)}" for k, v in rates.items()), file=sys.stderr)
-    META["interleaved"] = per_round
-    for label, vals in per_round.items():
-        NOTES.append(f"interleaved, {label}: median {statistics.median(vals):.2f}x over {len(vals)} rounds "
-                     f"({', '.join(f'{v:.2f}' for v in vals)})")
