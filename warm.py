@@ -33,7 +33,7 @@ def warm() -> dict:
     t0 = time.perf_counter()
     import shmcache
     from shmcache import txmeta
-    from shmcache.consumer import partitioners, wire
+    from shmcache.consumer import partitioners, wire, wire_batch
     from shmcache.consumer.worker import apply_batch
 
     before = _cache_counts()
@@ -54,6 +54,7 @@ def warm() -> dict:
             w.set_many(key_list, values)
             for msg in (wire.encode_v1(keys, actions, values), wire.encode_v2(keys, actions, values)):
                 apply_batch(w, wire.decode(msg))  # as a worker applies them (v2: with its verified hashes)
+                apply_batch(w, wire_batch.decode_many([msg, msg], wire_batch.Scratch()))  # a consume() batch at once
             apply_batch(w, wire.decode_kv(key_list, values))
             w.delete_many(keys[:2])
             w.delete_many(key_list[2:4])

@@ -1,34 +1,40 @@
-"""Kafka consume benchmark (issue "Kafka into the table"): how fast `shmcache run`
-fills a cache from a pre-filled topic, against a consumer that does nothing (the
-broker's and client's limit) and one that writes the same entries into Redis.
+"""Kafka consume benchmark (issues "Kafka into the table" and 13 part 2): how fast
+`shmcache run` fills a cache from a pre-filled topic, in each wire format, against a
+consumer that does nothing (the broker's and client's limit) and one that writes the
+same entries into Redis; and where the workers' time goes.
 
-    .venv/bin/python -m pytest bench/test_consume.py -q -p no:cacheprovider          # N = 5,000,000
+    SHMCACHE_CONSUME_N=2000000 .venv/bin/python -m pytest bench/test_consume.py -q --benchmark-enable -p no:cacheprovider -s
     CI=true .venv/bin/python -m pytest bench/test_consume.py -p no:cacheprovider     # smoke, N = 100,000
 
-The topic (8 partitions) holds N ADD entries in v1 messages of 1024 entries: random
-32-byte tx hashes, random 61-141-byte values, each message keyed by its first hash
-and partitioned with murmur2_random (as TxmetaProducer does; messages are encoded
-before producing starts, sent uncompressed). Every run reads it from the beginning:
+Three topics of 8 partitions hold the same N ADD entries (bench/_consume_topics.py):
+v1 messages of 1024 entries keyed by their first hash (murmur2_random), v2 messages
+of up to 1024 entries placed by v2_partition (a partition per bucket range), and kv
+(a message per entry). Every run reads a topic from the beginning:
 
-- null: a confluent-kafka Consumer assign()ed to all 8 partitions, consume(500)
-  until every partition reaches its high watermark, counting entries from each
-  message's count header (nothing decoded);
-- shmcache, 1 and 2 workers: `python -m shmcache run` as a subprocess on a fresh
-  segment and consumer group, status() polled every 20 ms;
+- null: a confluent-kafka Consumer assign()ed to all 8 partitions of the v1 topic,
+  consume(500) until every partition reaches its high watermark, counting entries
+  from each message's count header (nothing decoded);
+- shmcache: `python -m shmcache run --format F` with 1 or 2 workers as a subprocess on
+  a fresh segment and consumer group, status() polled every 20 ms;
 - redis: the null consumer plus wire.decode (the workers' decoder) and, per message,
   MSET of its ADDs and DEL of its DELETEs, 8 messages per pipeline(transaction=False),
   into a redis-server on 127.0.0.1 (skipped, with the reason, when redis-server is
-  missing).
+  missing);
+- interleaved: per round, null, v1 and v2 with 2 workers back to back (order
+  rotating); the per-round ratios' medians are printed as notes.
 
 entries/s counts from the first entry applied (shmcache: the first status poll in
 which the workers' `adds` is > 0; the peers: their first message handled, asked
 for with consume(num_messages=1)) to caught up (every partition at its high watermark), over the
 entries applied after that first moment; the time before it (process start, group
-join, spawning workers, first fetch) is reported as "startup". Tests assert
-correctness (every sampled key read back with its value, the entry count, no
-eviction, a clean exit on SIGTERM), never speed.
+join, spawning workers, first fetch) is reported as "startup". Over the same window,
+the CPU cores each process kept busy (psutil), and from each worker's log line
+(consumer/worker_profile.py) its loop's time by phase. Tests assert correctness
+(every sampled key read back with its value, the entry count, no eviction, a clean
+exit on SIGTERM), never speed.
 
-SHMCACHE_CONSUME_N sets N (default 5,000,000; 100,000 when CI=true);
+SHMCACHE_CONSUME_N sets N (else SHMCACHE_BENCH_N; default 5,000,000; 100,000 when CI=true);
+SHMCACHE_CONSUME_SET="key=value,..." passes librdkafka settings to `shmcache run` (--set), to try them;
 SHMCACHE_CONSUME_ROUNDS the runs per consumer with --benchmark-enable (default 3,
 median reported; 1 run each otherwise).
 """
@@ -45,31 +51,31 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
-import _peers as P  # bench/ is put on sys.path by bench/conftest.py
+import _consume_profile as CP  # bench/ is put on sys.path by bench/conftest.py
+import _peers as P
 import shmcache
+from _consume_topics import BATCH, Topic, produce_topic
 from shmcache.consumer import topics, wire
 
 PARTITIONS = 8
-BATCH = 1024  # entries per Kafka message
-SAMPLE = 10_000  # keys read back per run
 POLL_S = 0.02  # status poll interval
 CONSUME_BATCH = 500  # peers' consume(num_messages=...)
 REDIS_PIPELINE = 8  # messages per Redis pipeline
-SEED = 20240612
 CI = os.environ.get("CI", "").lower() in ("true", "1")
 
 
 def consume_n() -> int:
-    v = os.environ.get("SHMCACHE_CONSUME_N")
-    if v:
-        return int(v.replace("_", ""))
+    """SHMCACHE_CONSUME_N, else SHMCACHE_BENCH_N, else 5,000,000 (100,000 under CI=true)."""
+    for var in ("SHMCACHE_CONSUME_N", "SHMCACHE_BENCH_N"):
+        v = os.environ.get(var)
+        if v:
+            return int(v.replace("_", ""))
     return 100_000 if CI else 5_000_000
 
 
@@ -87,17 +93,22 @@ def run_timeout() -> float:
 RESULTS: dict[str, dict] = {}  # row label -> figures
 META: dict = {}
 NOTES: list[str] = []
-ROWS = [("null", "null consumer (no decode)"), ("shmcache-1w", "shmcache run, 1 worker"),
-        ("shmcache-2w", "shmcache run, 2 workers"), ("redis", "redis (decode + MSET)")]
+ROWS = [("null", "null consumer, v1 (no decode)"), ("shmcache-1w", "shmcache run v1, 1 worker"),
+        ("shmcache-2w", "shmcache run v1, 2 workers"), ("v2-1w", "shmcache run v2, 1 worker"),
+        ("v2-2w", "shmcache run v2, 2 workers"), ("kv-2w", "shmcache run kv, 2 workers"),
+        ("redis", "redis, v1 (decode + MSET)")]
+FORMAT_OF = {"null": "v1", "redis": "v1", "shmcache-1w": "v1", "shmcache-2w": "v1", "v2-1w": "v2", "v2-2w": "v2",
+             "kv-2w": "kv"}
 BEST = "shmcache (best of 1/2 workers)"
-RATIOS = [  # label, numerator, denominator, target
-    ("shmcache best / null consumer", BEST, "null", 0.5),
-    ("shmcache 1 worker / null consumer", "shmcache-1w", "null", 0.5),
-    ("shmcache 2 workers / null consumer", "shmcache-2w", "null", 0.5),
-    ("shmcache best / redis consumer", BEST, "redis", 5.0),
-    ("shmcache 1 worker / redis consumer", "shmcache-1w", "redis", 5.0),
-    ("shmcache 2 workers / redis consumer", "shmcache-2w", "redis", 5.0),
-    ("shmcache 2 workers / 1 worker", "shmcache-2w", "shmcache-1w", None),
+RATIOS = [  # label, numerator, denominator, target (issue 13: 2 workers >= 0.8x null, v2 >= v1)
+    ("shmcache v1 best / null consumer", BEST, "null", None),
+    ("shmcache v1 1 worker / null consumer", "shmcache-1w", "null", None),
+    ("shmcache v1 2 workers / null consumer", "shmcache-2w", "null", 0.8),
+    ("shmcache v1 best / redis consumer", BEST, "redis", 5.0),
+    ("shmcache v1 2 workers / 1 worker", "shmcache-2w", "shmcache-1w", None),
+    ("v2 1 worker / v1 1 worker", "v2-1w", "shmcache-1w", 1.0),
+    ("v2 2 workers / v1 2 workers", "v2-2w", "shmcache-2w", 1.0),
+    ("kv 2 workers / v1 2 workers", "kv-2w", "shmcache-2w", None),
 ]
 
 
@@ -109,17 +120,19 @@ def _rate_of(key: str, which: str = "entries_per_s") -> float | None:
 
 
 def render() -> str:
-    if not RESULTS:
+    if not RESULTS and not META.get("interleaved"):
         return ""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     buf = io.StringIO()
-    con = Console(file=buf, width=120, force_terminal=False, color_system=None)
-    title = (f"Kafka -> table: N={META['n']:,} entries in {META['messages']:,} v1 messages of {BATCH} "
-             f"({META['topic_mb']:.0f} MB), {PARTITIONS} partitions, {META.get('mode', '')}, "
-             f"{os.cpu_count()} CPUs\nentries/s from the first applied entry to caught up, higher is better")
+    con = Console(file=buf, width=140, force_terminal=False, color_system=None)
+    tops = META.get("topics", {})
+    shape = "; ".join(f"{f}: {t['messages']:,} messages, {t['topic_mb']:.0f} MB" for f, t in tops.items())
+    title = (f"Kafka -> table: the same N={META['n']:,} entries per format ({shape}), {PARTITIONS} partitions, "
+             f"{META.get('mode', '')}, {os.cpu_count()} CPUs\nentries/s from the first applied entry to caught up, "
+             "higher is better")
     t = Table(title=title, title_justify="left", box=box.ASCII2)
     for c in ("consumer", "entries/s", "best round", "MB/s", "catch-up s", "startup s", "load avg", "note"):
         t.add_column(c, justify="left" if c in ("consumer", "note") else "right")
@@ -128,11 +141,12 @@ def render() -> str:
         if r is None:
             t.add_row(label, "-", "", "", "", "", "", "skipped" if key in META.get("skipped", {}) else "not run")
             continue
+        per_entry = tops.get(FORMAT_OF[key], {}).get("bytes_per_entry", 0)
         t.add_row(label, P.fmt_rate(r["entries_per_s"]), P.fmt_rate(r["best_entries_per_s"]),
-                  f"{r['entries_per_s'] * META['bytes_per_entry'] / 1e6:.0f}", f"{r['catch_up_s']:.2f}",
+                  f"{r['entries_per_s'] * per_entry / 1e6:.0f}", f"{r['catch_up_s']:.2f}",
                   f"{r['startup_s']:.2f}", f"{r['load_avg']:.2f}", r.get("note", ""))
     con.print(t)
-    t = Table(title="ratios (targets from the issue; never asserted)", title_justify="left", box=box.ASCII2)
+    t = Table(title="ratios (targets from the issues; never asserted)", title_justify="left", box=box.ASCII2)
     for c in ("ratio", "median rounds", "best rounds", "target", "met (median)"):
         t.add_column(c, justify="left" if c == "ratio" else "right")
     for label, num, den, target in RATIOS:
@@ -145,12 +159,48 @@ def render() -> str:
         best = _rate_of(num, "best_entries_per_s") / _rate_of(den, "best_entries_per_s")
         t.add_row(label, f"{v:.2f}x", f"{best:.2f}x", want, "" if target is None else ("yes" if v >= target else "NO"))
     con.print(t)
-    con.print(f"producing the topic: {META['encode_s']:.1f} s to generate and encode, {META['produce_s']:.1f} s to "
-              f"produce ({META['n'] / META['produce_s'] / 1e6:.2f} M entries/s); load average (1 min) at start "
-              f"{META['load_avg_start']:.2f}, at end {os.getloadavg()[0]:.2f} (other processes skew the figures)")
+    _render_profile(con)
+    for f, m in tops.items():
+        con.print(f"producing the {f} topic: {m['encode_s']:.1f} s to generate and encode, {m['produce_s']:.1f} s to "
+                  f"produce ({META['n'] / m['produce_s'] / 1e6:.2f} M entries/s)")
+    con.print(f"load average (1 min) at start {META['load_avg_start']:.2f}, at end {os.getloadavg()[0]:.2f} "
+              "(other processes skew the figures)")
     for note in NOTES:
         con.print(f"note: {note}")
     return buf.getvalue()
+
+
+PROFILE_COLUMNS = [  # column, the cores entries it sums (bench/_consume_profile.py cpu_snapshot roles)
+    ("workers py", ("workers main",)), ("workers rdkafka", ("workers threads",)),
+    ("supervisor", ("supervisor main", "supervisor threads")), ("broker", ("broker main", "broker threads")),
+    ("bench process", ("bench process main", "bench process threads"))]
+
+
+def _render_profile(con) -> None:
+    """Where the time went, for the median run of each consumer (bench/_consume_profile.py)."""
+    from rich import box
+    from rich.table import Table
+
+    rows = [(key, RESULTS[key]["mid"]) for key, _ in ROWS if key in RESULTS]
+    if not rows:
+        return
+    t = Table(title="where the time goes (median run): the workers' busy loop by phase (summed over workers), "
+              "us per message; CPU cores busy from the first entry to caught up (workers py: their main "
+              "threads; rdkafka: librdkafka's threads)", title_justify="left", box=box.ASCII2)
+    for c in ("consumer", "fetch", "decode", "apply", "publish", "us/msg", *(c for c, _ in PROFILE_COLUMNS), "total"):
+        t.add_column(c, justify="left" if c == "consumer" else "right")
+    for key, r in rows:
+        prof, cores = r.get("profile"), r.get("cores", {})
+        if prof:
+            sh = CP.phase_shares(prof)
+            busy = sum(prof[p] for p in sh)
+            phases = [f"{sh[p]:.0%}" for p in ("fetch", "decode", "apply", "publish")]
+            per_msg = f"{busy / max(prof['messages'], 1) * 1e6:.0f}"
+        else:
+            phases, per_msg = [""] * 4, ""
+        cols = [f"{sum(cores[k] for k in ks):.2f}" if all(k in cores for k in ks) else "" for _, ks in PROFILE_COLUMNS]
+        t.add_row(key, *phases, per_msg, *cols, f"{sum(cores.values()):.2f}" if cores else "")
+    con.print(t)
 
 
 def save(directory: Path) -> Path | None:
@@ -174,105 +224,32 @@ P.SUMMARIES.append(("shmcache Kafka consume benchmark summary", render, save))
 # -- the topic -----------------------------------------------------------------------------------
 
 
-@dataclass
-class Topic:
-    name: str
-    n: int
-    messages: int
-    high: dict[int, int]  # partition -> high watermark (low is 0: a fresh topic)
-    sample_keys: np.ndarray  # (k, 32) uint8
-    sample_offsets: np.ndarray  # (k + 1,) int64
-    sample_data: np.ndarray  # uint8
-    sample_list: list[bytes] = field(default_factory=list)  # the sampled keys as bytes
-    sample_values: list[bytes] = field(default_factory=list)
-
-
-def produce_topic(bootstrap: str, name: str, n: int, seed: int = SEED) -> Topic:
-    """Generate, encode (all messages first), produce and flush; record the times."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    rng = np.random.default_rng(seed)
-    sample = np.sort(rng.choice(n, min(SAMPLE, n), replace=False))
-    skeys, svals, messages = [], [], []
-    actions = np.zeros(BATCH, np.uint8)  # all ADD
-    chunk = 64 * BATCH
-    t0 = time.perf_counter()
-    for c0 in range(0, n, chunk):
-        m = min(chunk, n - c0)
-        keys = np.frombuffer(rng.bytes(m * wire.KEY_SIZE), np.uint8).reshape(m, wire.KEY_SIZE)
-        offsets = np.zeros(m + 1, np.int64)
-        np.cumsum(rng.integers(P.VALUE_MIN, P.VALUE_MAX + 1, m), out=offsets[1:])
-        data = np.frombuffer(rng.bytes(int(offsets[-1])), np.uint8)
-        for i in (sample[(sample >= c0) & (sample < c0 + m)] - c0).tolist():
-            skeys.append(keys[i].tobytes())
-            svals.append(data[offsets[i]:offsets[i + 1]].tobytes())
-        for s in range(0, m, BATCH):
-            e = min(s + BATCH, m)
-            msg = wire.encode_v1(keys[s:e], actions[: e - s],
-                                 (offsets[s:e + 1] - offsets[s], data[offsets[s]:offsets[e]]))
-            messages.append((keys[s].tobytes(), msg))
-    encode_s = time.perf_counter() - t0
-    topic_bytes = sum(len(m) for _, m in messages)
-
-    errors: list[str] = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append(f"[{msg.partition()}]: {err}")
-
-    # TxmetaProducer's settings, without compression (random bytes do not compress)
-    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5,
-                  "enable.idempotence": True, "compression.type": "none"})
-    t0 = time.perf_counter()
-    for key, msg in messages:
-        while True:
-            try:
-                p.produce(name, msg, key, on_delivery=on_delivery)
-                break
-            except BufferError:  # local queue full: let deliveries drain
-                p.poll(0.05)
-        p.poll(0)
-    left = p.flush(run_timeout())
-    produce_s = time.perf_counter() - t0
-    assert left == 0 and not errors, f"{left} messages not delivered; errors: {errors[:3]}"
-    nmsg = len(messages)
-    del messages
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-consume-probe-{uuid.uuid4().hex[:8]}"})
-    try:
-        high = {}
-        for part in range(PARTITIONS):
-            lo, hi = c.get_watermark_offsets(TopicPartition(name, part), timeout=15)
-            assert lo == 0
-            high[part] = hi
-    finally:
-        c.close()
-    assert sum(high.values()) == nmsg, (high, nmsg)
-
-    offs = np.zeros(len(svals) + 1, np.int64)
-    np.cumsum([len(v) for v in svals], out=offs[1:])
-    META.update(n=n, messages=nmsg, topic_mb=topic_bytes / 1e6, bytes_per_entry=topic_bytes / n,
-                encode_s=encode_s, produce_s=produce_s, per_partition=high)
-    print(f"\nproduced {n:,} entries in {nmsg:,} messages ({topic_bytes / 1e6:.0f} MB) to {name}: "
-          f"{encode_s:.1f} s encoding, {produce_s:.1f} s producing; per partition {high}", file=sys.stderr)
-    return Topic(name, n, nmsg, high,
-                 np.frombuffer(b"".join(skeys), np.uint8).reshape(len(skeys), wire.KEY_SIZE),
-                 offs, np.frombuffer(b"".join(svals), np.uint8), skeys, svals)
-
-
 @pytest.fixture(scope="module")
-def topic(kafka_broker, kafka_admin):
-    META.update(load_avg_start=os.getloadavg()[0], skipped={})
-    name = f"bench-consume-{uuid.uuid4().hex[:12]}"
-    topics.create_topic(kafka_broker.bootstrap, name, PARTITIONS)  # and waits for its leaders
+def topic_of(kafka_broker, kafka_admin):
+    """topic_of(fmt) -> the N entries as a topic in wire format fmt (bench/_consume_topics.py),
+    made on first use, the same entries for every format; deleted at the end."""
+    META.update(load_avg_start=os.getloadavg()[0], skipped={}, n=N)
+    made: dict[str, Topic] = {}
+    names: list[str] = []
+
+    def get(fmt: str) -> Topic:
+        if fmt not in made:
+            name = f"bench-consume-{fmt}-{uuid.uuid4().hex[:12]}"
+            names.append(name)
+            topics.create_topic(kafka_broker.bootstrap, name, PARTITIONS)  # and waits for its leaders
+            made[fmt] = produce_topic(kafka_broker.bootstrap, name, fmt, N, PARTITIONS, run_timeout())
+            META.setdefault("topics", {})[fmt] = made[fmt].meta
+        return made[fmt]
+
     try:
-        yield produce_topic(kafka_broker.bootstrap, name, N)
+        yield get
     finally:
-        for fut in kafka_admin.delete_topics([name], operation_timeout=10).values():
-            try:
-                fut.result(timeout=15)
-            except Exception:
-                pass
+        if names:
+            for fut in kafka_admin.delete_topics(names, operation_timeout=10).values():
+                try:
+                    fut.result(timeout=15)
+                except Exception:
+                    pass
         # a segment of ours left behind by a failed run (each run destroys its own)
         for cache in shmcache.list_caches():
             if cache.startswith(f"bench-{os.getpid()}-consume"):
@@ -303,14 +280,18 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def run_shmcache(topic: Topic, bootstrap: str, workers: int, log_dir: Path, tag: str) -> dict:
+def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str) -> dict:
     """`shmcache run` on a fresh segment and group until caught up; check the table;
-    SIGTERM (exit 0); destroy the segment. Every process it started is gone after."""
+    SIGTERM (exit 0); destroy the segment. Every process it started is gone after.
+    Also: the CPU each process used while catching up, and the workers' profiles."""
+    bootstrap = broker.bootstrap
     name = f"bench-{os.getpid()}-consume-{tag}"
     memory = f"{max(256, math.ceil(topic.n * 200 * 1.5 / 2**20))}MiB"
     argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap,
             "--topic", topic.name, "--group", f"bench-consume-{uuid.uuid4().hex[:12]}",
-            "--workers", str(workers), "--memory", memory]
+            "--workers", str(workers), "--memory", memory, "--format", topic.fmt]
+    for setting in filter(None, os.environ.get("SHMCACHE_CONSUME_SET", "").split(",")):  # librdkafka, to try
+        argv += ["--set", setting]
     log_path = log_dir / f"{name}.log"
     seen: dict[int, psutil.Process] = {}
 
@@ -349,11 +330,15 @@ def run_shmcache(topic: Topic, bootstrap: str, workers: int, log_dir: Path, tag:
                     if adds > 0:
                         t_first, e_first = now, adds
                         remember()
+                        roles = {"workers": [q for pid, q in seen.items() if pid != proc.pid],
+                                 "supervisor": [seen[proc.pid]], "broker": [psutil.Process(broker.pid)]}
+                        cpu0 = CP.cpu_snapshot(roles)
                     else:
                         t_before = now
                 parts = st["assigned"]
                 if st["ready"] and len(parts) == PARTITIONS and all(p["caught_up"] for p in parts):
                     t_done = now
+                    cpu1 = CP.cpu_snapshot(roles)
                     break
                 alive_or_fail("before catching up")
                 assert now < deadline, f"not caught up after {run_timeout():.0f} s: {parts}"
@@ -380,6 +365,8 @@ def run_shmcache(topic: Topic, bootstrap: str, workers: int, log_dir: Path, tag:
                 rc = None
             stop_s = time.perf_counter() - t_stop
             assert rc == 0, f"shmcache run exited with {rc} on SIGTERM; log:\n{_tail(log_path)}"
+            logf.flush()
+            profile = CP.parse_profiles(log_path.read_text(errors="replace"))
         finally:
             for p in [seen[proc.pid], *[q for pid, q in seen.items() if pid != proc.pid]]:
                 try:
@@ -398,7 +385,8 @@ def run_shmcache(topic: Topic, bootstrap: str, workers: int, log_dir: Path, tag:
                 pass
     return {"entries_per_s": _rate(topic.n, t_before, t_first, e_first, t_done),
             "catch_up_s": t_done - t_first, "startup_s": t_first - t0, "stop_s": stop_s,
-            "first_seen": e_first, "workers": workers}
+            "first_seen": e_first, "workers": workers, "profile": profile,
+            "cores": CP.cores(cpu0, cpu1, t_done - t_first)}
 
 
 class RedisTarget:
@@ -452,13 +440,15 @@ class RedisTarget:
             self.server.stop()
 
 
-def run_plain(topic: Topic, bootstrap: str, target: RedisTarget | None = None) -> dict:
+def run_plain(topic: Topic, broker, target: RedisTarget | None = None) -> dict:
     """A plain confluent-kafka consumer over all partitions from the beginning until
     every one reaches its high watermark; entries counted from the count headers."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     if target is not None:
         target.client.flushall()
+    bootstrap = broker.bootstrap
+    roles = {"bench process": [psutil.Process()], "broker": [psutil.Process(broker.pid)]}
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-consume-plain-{uuid.uuid4().hex[:12]}",
                   "enable.auto.commit": False, "enable.auto.offset.store": False,
                   "enable.partition.eof": False, "auto.offset.reset": "earliest"})
@@ -488,8 +478,10 @@ def run_plain(topic: Topic, bootstrap: str, target: RedisTarget | None = None) -
             left -= len(msgs)
             if msgs and t_first is None:
                 t_first, e_first, t_before = time.perf_counter(), entries, t_call
+                cpu0 = CP.cpu_snapshot(roles)
             assert time.perf_counter() < deadline, f"not caught up after {run_timeout():.0f} s: {nxt}"
         t_done = time.perf_counter()
+        cpu1 = CP.cpu_snapshot(roles)
     finally:
         c.close()
     assert nxt == topic.high
@@ -497,7 +489,8 @@ def run_plain(topic: Topic, bootstrap: str, target: RedisTarget | None = None) -
     if target is not None:
         target.check(topic)
     return {"entries_per_s": _rate(topic.n, t_before, t_first, e_first, t_done),
-            "catch_up_s": t_done - t_first, "startup_s": t_first - t0, "first_seen": e_first}
+            "catch_up_s": t_done - t_first, "startup_s": t_first - t0, "first_seen": e_first,
+            "cores": CP.cores(cpu0, cpu1, t_done - t_first)}
 
 
 # -- the tests ---------------------------------------------------------------------------------------
@@ -524,7 +517,7 @@ def redis_target():
 def measure(benchmark, key: str, one_run) -> None:
     """Run one_run() once (benchmarks disabled) or SHMCACHE_CONSUME_ROUNDS times
     through benchmark.pedantic; record the median and best entries/s of the runs."""
-    rounds = int(os.environ.get("SHMCACHE_CONSUME_ROUNDS", "3")) if benchmark.enabled else 1
+    rounds = consume_rounds(benchmark)
     META.update(enabled=benchmark.enabled,
                 mode=f"median of {rounds} runs" if benchmark.enabled else "1 run each (benchmarks disabled)")
     runs: list[dict] = []
@@ -535,24 +528,61 @@ def measure(benchmark, key: str, one_run) -> None:
     mid = min(runs, key=lambda r: abs(r["entries_per_s"] - med))
     RESULTS[key] = {"entries_per_s": med, "best_entries_per_s": max(rates), "catch_up_s": mid["catch_up_s"],
                     "startup_s": statistics.median(r["startup_s"] for r in runs), "load_avg": load,
-                    "runs": runs}
+                    "runs": runs, "mid": mid}
     benchmark.extra_info.update(entries_per_s=med, best_entries_per_s=max(rates), n=N, runs=runs)
     print(f"{key}: {P.fmt_rate(med)} entries/s (runs: {', '.join(P.fmt_rate(x) for x in rates)}), "
           f"startup {RESULTS[key]['startup_s']:.2f} s", file=sys.stderr)
 
 
-def test_null_consumer(benchmark, kafka_broker, topic):
-    measure(benchmark, "null", lambda i: run_plain(topic, kafka_broker.bootstrap))
+def consume_rounds(benchmark) -> int:
+    return int(os.environ.get("SHMCACHE_CONSUME_ROUNDS", "3")) if benchmark.enabled else 1
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["1w", "2w"])
-def test_shmcache(benchmark, kafka_broker, topic, log_dir, workers):
-    key = f"shmcache-{workers}w"
-    measure(benchmark, key, lambda i: run_shmcache(topic, kafka_broker.bootstrap, workers, log_dir, f"{workers}w-{i}"))
+SHMCACHE_RUNS = {"shmcache-1w": ("v1", 1), "shmcache-2w": ("v1", 2), "v2-1w": ("v2", 1), "v2-2w": ("v2", 2),
+                 "kv-2w": ("kv", 2)}
+
+
+def test_null_consumer(benchmark, kafka_broker, topic_of):
+    measure(benchmark, "null", lambda i: run_plain(topic_of("v1"), kafka_broker))
+
+
+@pytest.mark.parametrize("key", list(SHMCACHE_RUNS))
+def test_shmcache(benchmark, kafka_broker, topic_of, log_dir, key):
+    fmt, workers = SHMCACHE_RUNS[key]
+    topic = topic_of(fmt)
+    measure(benchmark, key, lambda i: run_shmcache(topic, kafka_broker, workers, log_dir, f"{key}-{i}"))
     RESULTS[key]["note"] = f"stop on SIGTERM {statistics.median(r['stop_s'] for r in RESULTS[key]['runs']):.1f} s"
 
 
-def test_redis_consumer(benchmark, kafka_broker, topic, redis_target):
+def test_redis_consumer(benchmark, kafka_broker, topic_of, redis_target):
     if isinstance(redis_target, str):
         pytest.skip(redis_target)
-    measure(benchmark, "redis", lambda i: run_plain(topic, kafka_broker.bootstrap, redis_target))
+    measure(benchmark, "redis", lambda i: run_plain(topic_of("v1"), kafka_broker, redis_target))
+
+
+def test_ratios_interleaved(benchmark, kafka_broker, topic_of, log_dir):
+    """The issue's ratios a second way: each round runs the null consumer, v1 and v2 with
+    2 workers back to back (the order rotating), and keeps each round's ratios, so a
+    machine whose speed drifts over minutes weighs on both sides of a ratio alike."""
+    order = ["null", "shmcache-2w", "v2-2w"]
+    per_round: dict[str, list[float]] = {"v1 2 workers / null": [], "v2 2 workers / v1 2 workers": []}
+    benchmark.pedantic(lambda: _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round),
+                       rounds=1, iterations=1)
+    META["interleaved"] = per_round
+    for label, vals in per_round.items():
+        NOTES.append(f"interleaved, {label}: median {statistics.median(vals):.2f}x over {len(vals)} rounds "
+                     f"({', '.join(f'{v:.2f}' for v in vals)})")
+
+
+def _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round) -> None:
+    for i in range(consume_rounds(benchmark)):
+        rates = {}
+        for key in order[i % 3:] + order[:i % 3]:
+            if key == "null":
+                rates[key] = run_plain(topic_of("v1"), kafka_broker)["entries_per_s"]
+            else:
+                fmt, workers = SHMCACHE_RUNS[key]
+                rates[key] = run_shmcache(topic_of(fmt), kafka_broker, workers, log_dir, f"il-{key}-{i}")["entries_per_s"]
+        per_round["v1 2 workers / null"].append(rates["shmcache-2w"] / rates["null"])
+        per_round["v2 2 workers / v1 2 workers"].append(rates["v2-2w"] / rates["shmcache-2w"])
+        print(f"interleaved round {i}: " + ", ".join(f"{k} {P.fmt_rate(v)}" for k, v in rates.items()), file=sys.stderr)

@@ -156,7 +156,7 @@ def decode(buf, *, key_size: int = KEY_SIZE, max_value: int = MAX_VALUE) -> Batc
         raise ValueError(
             f"key_size must be {KEY_SIZE} for the txmeta wire format, got {key_size!r} "
             "(use decode_kv for other key sizes)")
-    _check_max_value(max_value)
+    check_max_value(max_value)
     data = _as_u8(buf)
     n = data.shape[0]
     if n < V1_HEADER:
@@ -233,7 +233,7 @@ def decode_kv(keys, values, *, key_size: int = KEY_SIZE,
     """
     if not isinstance(key_size, int) or key_size <= 0:
         raise ValueError(f"key_size must be a positive int, got {key_size!r}")
-    _check_max_value(max_value)
+    check_max_value(max_value)
     if len(keys) != len(values):
         raise ValueError(f"values has {len(values)} items but keys has {len(keys)}")
     good_keys, good_values, actions, skipped = [], [], [], []
@@ -301,7 +301,7 @@ def _as_u8(buf) -> np.ndarray:
     return arr
 
 
-def _check_max_value(max_value) -> None:
+def check_max_value(max_value) -> None:
     if not isinstance(max_value, int) or not 0 <= max_value <= _MAX_VALUE_LIMIT:
         raise ValueError(f"max_value must be an int in 0..{_MAX_VALUE_LIMIT}, got {max_value!r}")
 

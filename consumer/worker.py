@@ -37,8 +37,9 @@ import time
 import numpy as np
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import wire
+from shmcache.consumer import wire, wire_batch
 from shmcache.consumer.config import RunConfig
+from shmcache.consumer.worker_profile import Profile
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
 
@@ -57,6 +58,7 @@ class Worker:
         self.cache = shmcache.open(cfg.name)
         self.rows = self.cache.control.partitions
         self.me = self.cache.control.workers[index]
+        self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
         self.me[L.K_OWNER] = liveness.owner_word()
         self.me[L.K_HEARTBEAT] = time.time_ns()
@@ -70,13 +72,17 @@ class Worker:
         self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
         self.window_start = time.monotonic()
         self.window_entries = 0
+        self.prof = Profile()  # where the loop's time goes, logged at exit (consumer/worker_profile.py)
 
     def _load_kernels(self) -> None:
         """Decode and apply an empty batch of this worker's format: numba loads the decode and
         apply kernels for exactly these argument types (compiled once by `shmcache warm`, which
         the supervisor ran before starting workers; see warm.py); no entry changes."""
-        empty = wire.decode_kv([], []) if self.cfg.format == "kv" else wire.decode(bytes(4))  # v1, count 0
-        apply_batch(self.cache, empty)
+        if self.cfg.format == "kv":
+            apply_batch(self.cache, wire.decode_kv([], []))
+        else:
+            apply_batch(self.cache, wire_batch.decode_many([bytes(4)], self.scratch))  # v1, count 0
+            apply_batch(self.cache, wire.decode(bytes(4)))  # the message-by-message path's kernels
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -130,9 +136,12 @@ class Worker:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
+        prof = self.prof
         try:
             while not self.stopping:
-                self._commands(0 if self.owned else 0.1)
+                wait = 0 if self.owned else 0.1
+                self._commands(wait)
+                prof.mark("idle" if wait else "publish")
                 if self.stopping:
                     break
                 if self.orphaned or os.getppid() != self.parent:
@@ -142,12 +151,15 @@ class Worker:
                     return
                 if self.owned:
                     msgs = self.consumer.consume(num_messages=self.cfg.batch_messages, timeout=0.05)
+                    prof.mark("fetch" if msgs else "idle")
                     if msgs:
                         self._apply(msgs)
                     self._publish()
                     self._flow_control()
                 self.me[L.K_HEARTBEAT] = time.time_ns()
+                prof.mark("publish")
         finally:
+            prof.report(self.index)
             self.consumer.close()
             self.me[L.K_OWNER] = 0
             del self.me, self.rows  # views of the mapping
@@ -186,9 +198,25 @@ class Worker:
         if kv:
             self._apply_kv(good)
         else:
-            for m in good:
-                self._apply_wire(m)
+            self._apply_wire_batch(good)
         self.me[L.K_MESSAGES] += len(good)
+        self.prof.messages += len(good)
+        self.prof.batches += 1
+
+    def _apply_wire_batch(self, msgs) -> None:
+        """The whole consume() batch as one decode and one apply (consumer/wire_batch.py): the
+        fixed cost of a decode and an apply is paid once per batch, not once per message.
+        Message by message when any of them is not clean, so that damage is found, logged
+        and counted per message, and the entries before it in its message still applied."""
+        batch = wire_batch.decode_many([m.value() for m in msgs], self.scratch, max_value=self.cfg.max_value)
+        if batch is None:
+            for m in msgs:
+                self._apply_wire(m)
+            return
+        self.me[L.K_UNKNOWN] += batch.unknown_actions
+        self.prof.mark("decode")
+        self._apply_batch(batch)
+        self.prof.mark("apply")
 
     def _apply_wire(self, m) -> None:
         value = m.value()
@@ -198,7 +226,9 @@ class Worker:
             log.warning("malformed message %s [%d] @ %d: %s; applied the %d entries before the damage",
                         m.topic(), m.partition(), m.offset(), batch.error, len(batch.actions))
         self.me[L.K_UNKNOWN] += batch.unknown_actions
+        self.prof.mark("decode")
         self._apply_batch(batch)
+        self.prof.mark("apply")
 
     def _apply_kv(self, msgs) -> None:
         batch = wire.decode_kv([m.key() for m in msgs], [m.value() for m in msgs],
@@ -208,7 +238,9 @@ class Worker:
             self.me[L.K_MALFORMED] += 1
             log.warning("malformed message %s [%d] @ %d: key of %s bytes or value over %d bytes; skipped",
                         m.topic(), m.partition(), m.offset(), len(m.key() or b""), self.cfg.max_value)
+        self.prof.mark("decode")
         self._apply_batch(batch)
+        self.prof.mark("apply")
 
     def _apply_batch(self, batch) -> None:
         n = len(batch.actions)
@@ -218,6 +250,7 @@ class Worker:
             self.me[L.K_DELETES] += deletes
             self.me[L.K_ADDS] += n - deletes
             self.window_entries += n
+            self.prof.entries += n
 
     def _publish(self) -> None:
         """Publish each owned partition's position (every message before it has been applied)

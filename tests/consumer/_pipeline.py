@@ -406,6 +406,18 @@ class KafkaProbe:
         self.consumer.close()
 
 
+def produce_and_wait(harness, topic: str, model: "Model", partitions: int, **kw) -> list[int]:
+    """Run a producer of `model` batches to its end (`max_batches` in kw) and return the
+    topic's end offsets then, per partition."""
+    prod = harness.producer(topic, model, **kw)
+    prod.start()
+    prod.finish()
+    probe = KafkaProbe(harness.bootstrap, topic, partitions)
+    ends = probe.end_offsets()
+    probe.close()
+    return ends
+
+
 def applied(r, partitions: int) -> list[int]:
     """Applied offsets from the segment's control area (valid after the supervisor exits too)."""
     rows = r.control.partitions

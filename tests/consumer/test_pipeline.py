@@ -23,7 +23,7 @@ from shmcache.consumer import wire
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import (ADD, DELETE, KafkaProbe, Model, applied, assert_no_worker_restarted,  # noqa: E402,F401
-                       check_table, harness, poll_until, wait_applied)
+                       check_table, harness, poll_until, produce_and_wait, wait_applied)
 
 PARTITIONS = 4
 
@@ -41,13 +41,7 @@ def test_table_equals_model(harness, kafka_topic, fmt):
     name = harness.cache_name(f"model-{fmt}")
     sup = harness.supervisor(name, topic, harness.group("model"), fmt=fmt)
     r = harness.attach(name, sup=sup)
-    live = harness.producer(topic, model, rate=100, max_batches=60)
-    live.start()
-    live.finish()
-
-    probe = KafkaProbe(harness.bootstrap, topic, PARTITIONS)
-    ends = probe.end_offsets()
-    probe.close()
+    ends = produce_and_wait(harness, topic, model, PARTITIONS, rate=100, max_batches=60)
     assert all(e > 0 for e in ends), ends  # every partition got messages
     wait_applied(r, ends, 60, sup)
 
@@ -62,6 +56,28 @@ def test_table_equals_model(harness, kafka_topic, fmt):
     assert sum(w["malformed"] for w in st["workers"]) == 0
     assert sum(w["deletes"] for w in st["workers"]) > 0
     assert sup.running()
+    assert sup.terminate() == 0
+
+
+@pytest.mark.parametrize("fmt", ["v1", "v2"])
+def test_a_backlog_is_applied_a_consume_batch_at_a_time(harness, kafka_topic, fmt):
+    """A backlog of messages is decoded and applied a whole consume() call at a time
+    (consumer/wire_batch.py), not one table batch per message, and still gives the
+    model's table. Before: one `apply` per message, so the writers' batch count was at
+    least the number of messages."""
+    topic = kafka_topic(PARTITIONS)
+    model = Model(fmt, PARTITIONS, seed=11)
+    ends = produce_and_wait(harness, topic, model, PARTITIONS, rate=1000, max_batches=150)
+    messages = sum(ends)
+    assert messages >= 150
+    name = harness.cache_name(f"backlog-{fmt}")
+    sup = harness.supervisor(name, topic, harness.group("backlog"), fmt=fmt, workers=1)
+    r = harness.attach(name, sup=sup)
+    wait_applied(r, ends, 60, sup)
+    check_table(r, model.snapshot())
+    assert sum(w["messages"] for w in r.status()["workers"]) == messages
+    # every consume() call of a backlog brings many messages: far fewer table batches
+    assert r.stats()["write_batches"] <= messages // 2, (r.stats()["write_batches"], messages)
     assert sup.terminate() == 0
 
 
