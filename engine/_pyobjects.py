@@ -98,6 +98,16 @@ def _copy_from(typingctx, dst, d, addr, n):
     return sig, codegen
 
 
+@njit(inline="always")
+def _prefetch_span(obj, ln):
+    """Prefetch the lines of a bytes object's data beyond its first (which lengths() read)."""
+    p = (obj & ~63) + 64
+    end = obj + _BYTES + min(max(ln, 0), 1 << 16)  # a hint: bounded whatever the length says
+    while p < end:
+        _prefetch_at(p)
+        p += 64
+
+
 @njit(cache=True, _nrt=False)  # holds the GIL: the list cannot change under it
 def gather_fixed(list_addr, n, bytes_type, size, stride, out):
     """Copy item i of the list at list_addr (n items, each exactly `bytes` of `size`
@@ -140,13 +150,17 @@ def lengths(list_addr, n, bytes_type, lens):
 @njit(cache=True, _nrt=False)
 def gather_var(list_addr, n, bytes_type, lens, out):
     """After lengths(): copy the items back to back into out (len(out) == sum(lens)),
-    checking again that each is the bytes object of the length lengths() saw. Returns
+    their data prefetched ahead (lengths() brought in only each object's first line), checking again that each is the bytes object of the length lengths() saw. Returns
     -1, or the index of the first item that changed."""
     if _peek(list_addr + _SIZE) != n or lens.shape[0] < n:
         return 0
     items = _peek(list_addr + _ITEMS)
+    for j in range(min(n, AHEAD)):
+        _prefetch_span(_peek(items + 8 * j), lens[j])
     p = 0
     for i in range(n):
+        if i + AHEAD < n:
+            _prefetch_span(_peek(items + 8 * (i + AHEAD)), lens[i + AHEAD])
         obj = _peek(items + 8 * i)
         ln = lens[i]
         if _peek(obj + _TYPE) != bytes_type or _peek(obj + _SIZE) != ln or ln < 0 or p + ln > out.shape[0]:
