@@ -56,6 +56,13 @@ def test_compiled_path_reads_lists_of_bytes_as_join_does():
     assert isinstance(joined, np.ndarray)  # the compiled path, not b"".join
     assert lens.tolist() == [len(v) for v in values] and joined.tobytes() == b"".join(values)
     assert _keylist.fixed([], 32).shape == (0, 32)
+    # values longer than the buffer's first guess (it grows mid-list), and a list long enough
+    # that the guess comes from its first items (which are short here, the rest long)
+    for values in ([bytes([i % 256]) * (500 + i) for i in range(300)],
+                   [b"s"] * 5000 + [bytes([i % 256]) * 4096 for i in range(200)]):
+        lens, joined = _keylist.join_bytes(values)
+        assert isinstance(joined, np.ndarray) and lens.tolist() == [len(v) for v in values]
+        assert joined.tobytes() == b"".join(values)
 
 
 @pytest.mark.parametrize("where", [0, 500, 999])
