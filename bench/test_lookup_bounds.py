@@ -25,10 +25,8 @@ remains when no line comes from memory. Asserts only that the variants were buil
 from __future__ import annotations
 
 import gc
-import importlib
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -54,15 +52,7 @@ def _variant(label: str):
     for old, new in VARIANTS[label]:
         assert old in src, f"variant {label!r}: {old!r} is no longer in engine/_lookup.py"
         src = src.replace(old, new)
-    d = Path(tempfile.gettempdir()) / "shmcache-bench-lookup-bounds"  # numba's cache lives beside it
-    d.mkdir(exist_ok=True)
-    module = "_lookup_" + label.replace(" ", "_")
-    path = d / f"{module}.py"
-    if not path.exists() or path.read_text() != src:
-        path.write_text(src)
-    if str(d) not in sys.path:  # importable by name: numba's cache loader imports it again
-        sys.path.insert(0, str(d))
-    return importlib.import_module(module)
+    return P.import_source(src, "_lookup_" + label.replace(" ", "_"), "shmcache-bench-lookup-bounds")
 
 
 def _table(n: int):
