@@ -8,7 +8,7 @@ what table._join_bytes did up to commit 4caa28e (np.fromiter(map(len, items)) an
 b"".join), "previous" the one-pass proof of one length (set(map(len, items)) and
 b"".join) that engine/_keylist.py held up to commit b119198, both copied here; "now"
 engine/_keylist.fixed (keys) and join_bytes (values), the compiled pass of
-engine/_pyobjects.py. The items are taken from a pool of 1,000,000 in a random order,
+engine/_pyobjects.py. The items are taken from a pool of 1,000,000 (SHMCACHE_BENCH_N, at least 100,000) in a random order,
 so that they lie scattered over the heap as a caller's objects do (items made one
 after the other sit side by side and hide the cache misses). Also get_many_packed of
 1024 keys from a 200,000-entry cache with the keys as an (n, 32) array and as a list
@@ -70,7 +70,7 @@ def _interleaved(a, b, arg) -> tuple[float, float, float]:
 
 def test_keylist():
     rng = np.random.default_rng(7)
-    pool = 1_000_000  # scattered objects: a batch drawn at random from many
+    pool = max(100_000, min(1_000_000, P.bench_n()))  # scattered objects: a batch drawn at random from many
     key_pool = [bytes(k) for k in rng.integers(0, 256, (pool, P.KEY_SIZE), np.uint8)]
     value_pool = [bytes(rng.integers(0, 256, int(n), np.uint8))
                   for n in rng.integers(P.VALUE_MIN, P.VALUE_MAX + 1, pool // 10)]

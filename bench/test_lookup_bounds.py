@@ -55,23 +55,24 @@ def _variant(label: str):
     return P.import_source(src, "_lookup_" + label.replace(" ", "_"), "shmcache-bench-lookup-bounds")
 
 
-def _table(n: int):
+def _table(n: int, tables: list) -> tuple:
+    """A filled table of n entries, appended to tables (destroyed by the caller) as soon as it exists."""
     import shmcache
     from shmcache.engine import _input
 
     ds = P.make_dataset(n, with_bytes=False)
-    name = f"bench-{os.getpid()}-bounds-{n}"
+    name = f"bench-{os.getpid()}-bounds-{len(tables)}"
     w = shmcache.create(name, memory=P.cache_memory(n))
+    tables.append((name, w, []))
     for s in range(0, n, P.BATCH):
         e = min(s + P.BATCH, n)
         w.set_many(ds.keys[s:e], (ds.offsets[s:e + 1] - ds.offsets[s], ds.data[ds.offsets[s]:ds.offsets[e]]))
-    batches = []
     for keys in ds.hit_batches:
         k8, k64 = _input.words(keys, w.segment_arrays().geo[5])
         m = len(keys)
-        batches.append((k8, k64, np.empty(m, np.int64), np.zeros(m, np.bool_), np.zeros(m + 1, np.int64),
-                        np.empty(m * 200, np.uint8)))
-    return name, w, batches
+        tables[-1][2].append((k8, k64, np.empty(m, np.int64), np.zeros(m, np.bool_), np.zeros(m + 1, np.int64),
+                              np.empty(m * 200, np.uint8)))
+    return tables[-1]
 
 
 def test_lookup_bounds():
@@ -84,8 +85,10 @@ def test_lookup_bounds():
     n = P.bench_n()
     rounds = P.bench_rounds()
     counts = np.zeros(2, np.int64)
-    tables = [_table(n), _table(min(n, 20_000))]
+    tables: list = []
     try:
+        _table(n, tables)
+        _table(min(n, 20_000), tables)
         def run(kernel, table, lo, hi) -> int:
             arrays = table[1].segment_arrays()
             args = (arrays.meta, arrays.index, arrays.ring8, arrays.ring64, arrays.geo)
