@@ -99,6 +99,23 @@ def make_dataset(n: int, seed: int = SEED, with_bytes: bool = True) -> Dataset:
     return ds
 
 
+def import_source(src: str, module: str, folder: str):
+    """Import Python source as module `module` from a file in tempdir/folder: kernels of
+    another version (bench/test_checks_cost.py) or edited copies (test_lookup_bounds.py).
+    A file, not exec: numba's cache lives beside it and its loader imports it by name."""
+    import importlib
+    from pathlib import Path
+
+    d = Path(tempfile.gettempdir()) / folder
+    d.mkdir(exist_ok=True)
+    path = d / f"{module}.py"
+    if not path.exists() or path.read_text() != src:
+        path.write_text(src)
+    if str(d) not in sys.path:
+        sys.path.insert(0, str(d))
+    return importlib.import_module(module)
+
+
 def cache_memory(n: int) -> int:
     """Segment size: ~3 full rounds of records fit in the rings, so re-setting every
     key never evicts a live one (a record is ~160 B at these sizes)."""

@@ -21,11 +21,9 @@ of the method on the machine of the day. Skipped where git or the BASE commit is
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,14 +42,7 @@ def _base_kernels(module: str = "_kernels_base"):
                              check=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         pytest.skip(f"the base kernels ({BASE}) are not in git here: {e}")
-    d = Path(tempfile.gettempdir()) / f"shmcache-bench-base-{BASE}"  # numba's cache lives beside it
-    d.mkdir(exist_ok=True)
-    path = d / f"{module}.py"
-    if not path.exists() or path.read_text() != src:
-        path.write_text(src)
-    if str(d) not in sys.path:  # importable by name: numba's cache loader imports it again
-        sys.path.insert(0, str(d))
-    return importlib.import_module(module)
+    return P.import_source(src, module, f"shmcache-bench-base-{BASE}")
 
 
 def test_checks_cost_interleaved():

@@ -154,6 +154,8 @@ INTERLEAVED = [
     ("get_many_packed hit / dict get", ("shmcache", "get_pass", "hit"), ("dict", "get_pass", "hit")),
     ("get_many_packed hit / LMDB get", ("shmcache", "get_pass", "hit"), ("lmdb", "get_pass", "hit")),
     ("set_many (offsets, data) / dict update", ("shmcache", "set_pass", None), ("dict", "set_pass", None)),
+    ("get_many_packed, keys a list / dict get", ("shmcache", "get_keylist_pass", "hit"), ("dict", "get_pass", "hit")),
+    ("set_many, keys and values lists / dict update", ("shmcache", "set_keylist_pass", None), ("dict", "set_pass", None)),
     ("get_many_packed hit: keys list / array", ("shmcache", "get_keylist_pass", "hit"), ("shmcache", "get_pass", "hit")),
     ("set_many: lists / (offsets, data) arrays", ("shmcache", "set_keylist_pass", None), ("shmcache", "set_pass", None)),
 ]

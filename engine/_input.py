@@ -38,6 +38,9 @@ def keys(name: str, ks: int, keys) -> np.ndarray:
     if isinstance(keys, (bytes, bytearray, memoryview, str)):
         raise TypeError(f"cache {name!r}: keys must be a sequence of keys; for one key use get/set/delete")
     keys = keys if isinstance(keys, list) else list(keys)
+    arr = _keylist.fixed(keys, ks)  # every key a bytes object of ks bytes: one compiled pass
+    if arr is not None:
+        return arr
     packed = _join_bytes(keys)
     if packed is None or (packed[0] != ks).any():  # the loop only words the error
         for i, k in enumerate(keys):

@@ -1,13 +1,18 @@
-"""engine/_keylist.join_bytes: the one-pass proof that all items share one length must never
-accept a list whose lengths only sum right, nor count a multi-byte memoryview by items."""
+"""engine/_keylist: the one-pass proof that all items share one length must never accept a
+list whose lengths only sum right, nor count a multi-byte memoryview by items; the compiled
+path (engine/_pyobjects.py) reads lists of bytes exactly as b"".join would, and hands
+anything else to the general path."""
 
 from __future__ import annotations
 
 import array
 
 import numpy as np
+import pytest
 
-from shmcache.engine import _keylist
+import shmcache
+from shmcache.engine import _keylist, _pyobjects
+from shmcache.errors import KeySizeError
 
 
 def test_lengths_that_only_sum_right_are_not_one_size():
@@ -32,5 +37,57 @@ def test_not_bytes_is_none_and_strided_views_are_copied():
     lens, joined = _keylist.join_bytes([strided, b"q" * 32])
     assert lens.tolist() == [32, 32] and joined[:32] == bytes(range(0, 64, 2))
     lens, joined = _keylist.join_bytes([])
-    assert len(lens) == 0 and joined == b""
+    assert len(lens) == 0 and bytes(joined) == b""
     assert isinstance(_keylist.join_bytes([b"k" * 8] * 3)[0], np.ndarray)
+
+
+class _Bytes(bytes):
+    pass
+
+
+def test_compiled_path_reads_lists_of_bytes_as_join_does():
+    assert _pyobjects.available()  # CPython 3.11-3.13 with the GIL: the path this repo runs
+    rng = np.random.default_rng(3)
+    keys = [bytes(k) for k in rng.integers(0, 256, (1000, 32), np.uint8)]
+    got = _keylist.fixed(keys, 32)
+    assert isinstance(got, np.ndarray) and got.shape == (1000, 32) and got.tobytes() == b"".join(keys)
+    values = [bytes(rng.integers(0, 256, int(n), np.uint8)) for n in rng.integers(0, 300, 1000)]
+    lens, joined = _keylist.join_bytes(values)
+    assert isinstance(joined, np.ndarray)  # the compiled path, not b"".join
+    assert lens.tolist() == [len(v) for v in values] and joined.tobytes() == b"".join(values)
+    assert _keylist.fixed([], 32).shape == (0, 32)
+    # values longer than the buffer's first guess (it grows mid-list), and a list long enough
+    # that the guess comes from its first items (which are short here, the rest long)
+    for values in ([bytes([i % 256]) * (500 + i) for i in range(300)],
+                   [b"s"] * 5000 + [bytes([i % 256]) * 4096 for i in range(200)]):
+        lens, joined = _keylist.join_bytes(values)
+        assert isinstance(joined, np.ndarray) and lens.tolist() == [len(v) for v in values]
+        assert joined.tobytes() == b"".join(values)
+
+
+@pytest.mark.parametrize("where", [0, 500, 999])
+@pytest.mark.parametrize("odd", [b"s" * 31, b"l" * 33, b"", bytearray(b"b" * 32), _Bytes(b"u" * 32),
+                                 memoryview(b"m" * 32), "s" * 32, None])
+def test_compiled_path_hands_anything_else_to_the_general_path(where, odd):
+    keys = [bytes([i % 256]) * 32 for i in range(1000)]
+    keys[where] = odd
+    assert _keylist.fixed(keys, 32) is None
+    assert _keylist.fixed(tuple(k for k in keys if k is not odd), 32) is None  # not a list: general path
+    packed = _keylist.join_bytes(keys)
+    if not isinstance(odd, (bytes, bytearray, memoryview)):
+        assert packed is None
+    else:
+        assert packed[0][where] == len(odd) and bytes(packed[1]) == b"".join(keys)
+
+
+def test_wrong_key_in_a_list_names_it(cache_name):
+    with shmcache.create(cache_name, memory=64 << 20) as w:
+        keys = [bytes([i]) * 32 for i in range(200)]
+        w.set_many(keys, [b"v" * (i % 50) for i in range(200)])
+        assert w.get_many_packed(keys).found.all() and w.get_many(keys)[7] == b"v" * 7
+        for bad, what in ((b"x" * 31, "31 bytes"), (b"x" * 33, "33 bytes"), ("x" * 32, "str")):
+            keys[123] = bad
+            with pytest.raises(KeySizeError, match=f"key 123 is {what}; this cache's keys are 32 bytes"):
+                w.get_many_packed(keys)
+            with pytest.raises(KeySizeError, match=f"key 123 is {what}"):
+                w.set_many(keys, [b"v"] * 200)
