@@ -2,4 +2,4 @@
 
 from shmcache.engine import _jitcache
 
-_jitcache.install()  # before any kernel is decorated: numba's cache stamped with the package's sources
+_jitcache.install()  # before any kernel is decorated: numba's cache stamped with the sources each kernel imports

@@ -1,13 +1,15 @@
-"""numba's on-disk cache of shmcache's kernels, stamped with the whole package's sources.
+"""numba's on-disk cache of shmcache's kernels, stamped with the sources they depend on.
 
 numba's `cache=True` keeps a function's machine code keyed by a hash of the one
-file the function is written in. The kernels inline helpers from other modules
-(atomics, prefetch, xxh64, layout's constants), so an edit there left stale code in
-the cache. Here every `cache=True` function of this package gets, instead of its
-own file's hash, one stamp: a digest of every source file of the package (the
-root's modules and every subpackage, found by walking the tree, not listed by
-hand). Any change to any of them makes every cached kernel stale, and numba then
-compiles it again and overwrites its cache entry; nothing is deleted.
+file the function is written in. The kernels inline helpers and constants from other
+modules (atomics, prefetch, xxh64, layout's constants), so an edit there left stale
+code in the cache. Here every `cache=True` function of this package gets, instead of
+its own file's hash, a stamp over the file it is written in and every module of the
+package that file imports, transitively (found by reading the files' import
+statements with `ast`, not listed by hand). Any change to one of them makes the
+kernels that depend on it stale, and numba then compiles them again and overwrites
+their cache entries; nothing is deleted. An edit elsewhere (spark/, the command
+line) recompiles nothing.
 
 Where the cache lives is numba's choice, unchanged: NUMBA_CACHE_DIR if set, else
 `__pycache__` beside the module when writable, else the user's cache directory
@@ -16,13 +18,14 @@ entry by its own version, the Python version and the CPU, so a cache copied to
 another machine is not used there.
 
 `install()` only puts the locators in numba's list (no file is read or written);
-the stamp is computed when the first `cache=True` function of the package is
-decorated. Compiling happens on first use, or ahead of it with `shmcache warm`
-(engine/warm.py), which scripts/setup and the supervisor run.
+a stamp is computed when a `cache=True` function of the package is decorated.
+Compiling happens on first use, or ahead of it with `shmcache warm` (warm.py),
+which scripts/setup and the supervisor run.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import os
@@ -30,20 +33,70 @@ import os
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's root directory
 
 
-@functools.lru_cache(maxsize=1)
-def package_stamp() -> str:
-    """sha256 over the relative path and bytes of every .py file of the package: the
-    root directory's own files and every subdirectory holding an __init__.py (so
-    tests/, bench/ and a .venv inside the repo are not part of it)."""
+_PACKAGE = "shmcache"  # the import name of the directory _ROOT
+
+
+@functools.lru_cache(maxsize=None)
+def source_stamp(py_file: str) -> str:
+    """sha256 over the relative path and bytes of `py_file` and of every package module it
+    imports, transitively."""
     digest = hashlib.sha256()
-    for path in sorted(_sources(_ROOT)):
+    for path in sorted(_closure(os.path.abspath(py_file))):
         with open(path, "rb") as f:
             data = f.read()
         digest.update(os.path.relpath(path, _ROOT).encode() + b"\0" + len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()
 
 
+def _closure(path: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [path]
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo.extend(_imports(p))
+    return seen
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(path: str) -> tuple[str, ...]:
+    """The package's source files that `path` imports anything from (any statement, at any
+    depth: a function's own imports count too)."""
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read(), path)
+    here = os.path.relpath(os.path.dirname(path), _ROOT).split(os.sep)
+    here = [] if here == ["."] else here
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                found.append(_module_file(a.name.split(".")))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[:len(here) - node.level + 1] if node.level > 1 else here
+                parts = [_PACKAGE, *base, *(node.module.split(".") if node.module else [])]
+            else:
+                parts = (node.module or "").split(".")
+            for a in node.names:  # `from P import n`: n's own file if n is a module, else P's
+                found.append(_module_file(parts + [a.name]) or _module_file(parts))
+    return tuple(sorted({f for f in found if f}))
+
+
+def _module_file(parts: list[str]) -> str | None:
+    """The file of module `a.b.c` inside this package, or None (outside it, or no module)."""
+    if not parts or parts[0] != _PACKAGE:
+        return None
+    base = os.path.join(_ROOT, *parts[1:])
+    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def _sources(top: str):
+    """Every .py file of the package: the root's own and every subpackage's (tests/, bench/
+    and a .venv inside the repo hold no __init__.py and are not part of it)."""
     for entry in os.scandir(top):
         if entry.is_file() and entry.name.endswith(".py"):
             yield entry.path
@@ -58,7 +111,7 @@ def _in_package(py_file: str) -> bool:
 def _stamped(base):
     class Locator(base):
         def get_source_stamp(self):
-            return package_stamp()
+            return source_stamp(self._py_file)
 
         @classmethod
         def from_function(cls, py_func, py_file):

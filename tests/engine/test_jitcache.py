@@ -100,3 +100,30 @@ def test_after_warm_nothing_compiles(tmp_path):
     """, dict(os.environ))
     got = json.loads(out.strip().splitlines()[-1])
     assert got["compiled"] == 0 and got["loaded"] > 0, got
+
+
+def test_a_kernels_stamp_covers_what_it_imports_and_nothing_else(tmp_path):
+    """The stamp of a kernel's file changes with any module it imports, transitively
+    (layout.py, inlined by the apply kernel through its imports), and not with the rest of
+    the package (spark/, the command line): an edit there recompiles nothing."""
+    pkg = _copy_package(tmp_path)
+    code = """
+        import os, shmcache
+        from shmcache.engine import _jitcache
+        root = os.path.dirname(shmcache.__file__)
+        print(_jitcache.source_stamp(os.path.join(root, "engine", "_lookup.py")))
+    """
+    env = _env(str(tmp_path))
+    first = _run(code, env)
+
+    def edit(rel):
+        with open(os.path.join(pkg, rel), "a") as f:
+            f.write("\n# edited\n")
+    for rel in (os.path.join("spark", "audit.py"), os.path.join("cli", "status.py"), "warm.py"):
+        edit(rel)
+    assert _run(code, env) == first
+    edit(os.path.join("engine", "layout.py"))  # imported by _kernels.py, which _lookup.py imports
+    second = _run(code, env)
+    assert second != first
+    edit(os.path.join("ipc", "atomics.py"))  # two imports away
+    assert _run(code, env) != second
