@@ -51,6 +51,7 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 START_TIMEOUT_S = 180.0
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
+WARM_TIMEOUT_S = 900.0  # compiling every kernel after any edit of the package took > 180 s at load 10
 
 
 class ClusterError(RuntimeError):
@@ -372,9 +373,18 @@ def _warm(d: Path) -> None:
     machines' supervisors start: each runs the same warm-up, and N of them compiling the
     same kernels at once on a busy host could outlast READY_TIMEOUT_S (a no-op when the
     cache is warm; the cache is a directory, not in /dev/shm, so every machine sees it)."""
+    from shmcache import warm
+
     with open(d / "warm.log", "ab") as log:
-        p = subprocess.run([sys.executable, "-m", "shmcache", "warm"], stdin=subprocess.DEVNULL, stdout=log,
-                           stderr=subprocess.STDOUT, timeout=READY_TIMEOUT_S)
+        p = subprocess.Popen([sys.executable, "-m", "shmcache", "warm"], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT)
+    try:
+        p.wait(WARM_TIMEOUT_S)
+    finally:
+        if p.poll() is None:  # timed out or interrupted: stop it by pid, remove its private cache
+            liveness.stop_processes([psutil.Process(p.pid)], 10)
+            p.wait()
+            warm.remove_leftovers(p.pid)
     if p.returncode:
         raise ClusterError(f"shmcache warm failed (exit {p.returncode}; see {d / 'warm.log'})")
 
