@@ -1,16 +1,16 @@
 """Cluster benchmark (issue 14): `lookup` against a broadcast join and the no-op `mapInArrow`s
-of bench/_spark_ways.py (noop, columns) on a real Spark standalone cluster of 2 machines on this host (scripts/cluster), each
-machine with its own replica of the same N entries, 10 * N keys looked up (all hits).
+of bench/_spark_ways.py (noop, columns) on a real Spark standalone cluster of 2 machines on
+this host (scripts/cluster), each machine with its own replica of the same N entries, 10 * N keys looked up (all hits).
 
     SHMCACHE_CLUSTER_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider -s
     SHMCACHE_CLUSTER_BENCH_N=5000000 SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY=2g ... (as memory allows)
     CI=true .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider    # smoke, N = 20,000
 
 The driver is a child process (bench/_cluster_run.py; bench/_spark_ways.py says what each way
-does). Asserted: lookup and the no-ops return every row (and lookup every value byte); the join may fail
-(that is a finding, printed with its error), but when it runs it returns the same bytes;
-never speed. Printed: rows/s of each way, lookup / noop, lookup / columns and lookup / join. Needs root
-(the machines' private /dev/shm); skipped otherwise.
+does). Asserted: lookup and the no-ops return every row (and lookup every value byte); the
+join may fail (that is a finding, printed with its error), but when it runs it returns the same bytes;
+never speed. Printed: rows/s of each way, lookup / noop, lookup / columns and lookup / join.
+Needs root (the machines' private /dev/shm); skipped otherwise.
 """
 
 import json
