@@ -5,15 +5,10 @@ Spark driver of its own, whatever session the pytest process holds).
 
 Starts scripts/cluster's 2 machines (spark/cluster.py, no Kafka), fills each machine's
 replica with the same N entries (sha256 of the index -> txmeta values, as
-bench/test_spark.py), writes the same data as Parquet (tx_hash, value), and times three
-Spark actions over 10 * N keys (each key 10 times, scattered), persisted on the executors
-first, each a full pass that consumes every row:
-
-- noop: `mapInArrow` that yields its batches unchanged (Spark's own cost of shipping
-  the batches to Python and back), then count and sum(length(tx_hash));
-- lookup: `shmcache.spark.lookup`, then count(found) and sum(length(value));
-- join: `query.join(broadcast(values), "tx_hash", "left")`, then count(value) and
-  sum(length(value)).
+bench/test_spark.py), writes the same data as Parquet (tx_hash, value), and times the
+ways of bench/_spark_ways.py (noop, columns, lookup, join) over 10 * N keys (each key
+10 times, scattered), persisted on the executors first, each a full pass that consumes
+every row; with --rounds > 1 the ways take turns in each round (the order alternating).
 
 A way that fails (e.g. the broadcast does not fit) is reported with its error, not
 raised. Prints one line of JSON; everything it started is stopped by pid.
@@ -34,6 +29,8 @@ import uuid
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # _peers, _spark_ways
+import _spark_ways as ways  # noqa: E402
 REPEAT = 10
 STRIDE = 7919
 
@@ -54,7 +51,6 @@ def fill(name: str, n: int) -> None:
     """In a machine's namespace: create cache `name` and write the N entries."""
     import shmcache
 
-    sys.path.insert(0, HERE)
     import _peers as P
 
     keys, offsets, values = data(n)
@@ -63,8 +59,10 @@ def fill(name: str, n: int) -> None:
         assert w.stats()["entries"] == n
 
 
-def _noop(batches):
-    yield from batches
+def _short(e: Exception) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: " + next((ln for ln in msg if "Exception" in ln or "Error" in ln),
+                                          msg[0] if msg else "")[:400]
 
 
 def main(argv=None) -> int:
@@ -108,12 +106,13 @@ def main(argv=None) -> int:
                 np.arange(0, 32 * (n + 1), 32, dtype=np.int32)), pa.py_buffer(keys)]),
             "value": pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
                                                             pa.py_buffer(values)])}), vpath)
+        offsets_pool, values_pool = offsets[: ways.POOL + 1].copy(), values[: int(offsets[min(ways.POOL, n)])].copy()
         del keys, offsets, values
         out["fill_s"] = time.perf_counter() - t0
 
         from pyspark.sql import functions as F
 
-        from shmcache.spark import lookup, session
+        from shmcache.spark import session
 
         cl.driver_env()
         conf = {**cl.spark_conf(c), "spark.executor.memory": a.executor_memory,
@@ -125,39 +124,32 @@ def main(argv=None) -> int:
         vals = spark.read.parquet(vpath)
         assert query.count() == q
 
-        def run(way, limit=None):
-            qq = query if limit is None else query.limit(limit)
-            if way == "noop":
-                agg = qq.mapInArrow(_noop, qq.schema).agg(F.count("*").alias("found"),
-                                                          F.sum(F.length("tx_hash")).alias("bytes"))
-            elif way == "lookup":
-                agg = lookup(qq, cache=name).agg(F.count(F.when(F.col("found"), 1)).alias("found"),
-                                                 F.sum(F.length("value")).alias("bytes"))
-            else:
-                agg = qq.join(F.broadcast(vals), "tx_hash", "left").agg(F.count("value").alias("found"),
-                                                                        F.sum(F.length("value")).alias("bytes"))
-            row = agg.collect()[0]
-            return int(row.found), int(row.bytes or 0)
-
-        for way in ("noop", "lookup", "join"):
-            res = {"runs": [], "error": None}
-            out["results"][way] = res
+        pool = (offsets_pool.astype(np.int32), values_pool)
+        order = ["noop", "columns", "lookup", "join"]
+        for way in order:
+            out["results"][way] = {"runs": [], "error": None}
             try:
-                run(way, limit=min(q, 20_000))  # warm-up: Python workers, kernels, codegen
-                for _ in range(a.rounds):
-                    t0 = time.perf_counter()
-                    found, nbytes = run(way)
-                    res["runs"].append(q / (time.perf_counter() - t0))
-                    want = (q, 32 * q) if way == "noop" else (q, value_bytes)
-                    if (found, nbytes) != want:
-                        raise AssertionError(f"{way}: got {(found, nbytes)}, expected {want}")
-                res["rows_per_s"] = statistics.median(res["runs"])
+                ways.run(way, query.limit(min(q, 20_000)), cache=name, values=vals, pool=pool)  # warm-up
             except Exception as e:  # noqa: BLE001 - the benchmark reports where a way fails
-                msg = str(e).strip().splitlines()
-                res["error"] = f"{type(e).__name__}: " + next((ln for ln in msg if "Exception" in ln or "Error" in ln),
-                                                              msg[0] if msg else "")[:400]
-                if isinstance(e, AssertionError):
-                    raise
+                out["results"][way]["error"] = _short(e)
+        for i in range(a.rounds):
+            for way in (order if i % 2 == 0 else order[::-1]):
+                res = out["results"][way]
+                if res["error"] is not None:
+                    continue
+                try:
+                    t0 = time.perf_counter()
+                    found, nbytes = ways.run(way, query, cache=name, values=vals, pool=pool)
+                    res["runs"].append(q / (time.perf_counter() - t0))
+                except Exception as e:  # noqa: BLE001
+                    res["error"] = _short(e)
+                    continue
+                want = {"noop": (q, 32 * q), "columns": (q, nbytes)}.get(way, (q, value_bytes))
+                if (found, nbytes) != want:
+                    raise AssertionError(f"{way}: got {(found, nbytes)}, expected {want}")
+        for res in out["results"].values():
+            if res["runs"]:
+                res["rows_per_s"] = statistics.median(res["runs"])
     except Exception:  # noqa: BLE001
         out["error"] = traceback.format_exc()[-3000:]
     finally:

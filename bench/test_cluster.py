@@ -1,16 +1,16 @@
-"""Cluster benchmark (issue 14): `lookup` against a broadcast join and a no-op `mapInArrow`
-on a real Spark standalone cluster of 2 machines on this host (scripts/cluster), each
-machine with its own replica of the same N entries, 10 * N keys looked up (all hits).
+"""Cluster benchmark (issue 14): `lookup` against a broadcast join and the no-op `mapInArrow`s
+of bench/_spark_ways.py (noop, columns) on a real Spark standalone cluster of 2 machines on
+this host (scripts/cluster), each machine with its own replica of the same N entries, 10 * N keys looked up (all hits).
 
     SHMCACHE_CLUSTER_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider -s
     SHMCACHE_CLUSTER_BENCH_N=5000000 SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY=2g ... (as memory allows)
     CI=true .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider    # smoke, N = 20,000
 
-The driver is a child process (bench/_cluster_run.py: it says what each way does). Asserted:
-lookup and the no-op return every row (and lookup every value byte); the join may fail
-(that is a finding, printed with its error), but when it runs it returns the same bytes;
-never speed. Printed: rows/s of each way, lookup / no-op and lookup / join. Needs root
-(the machines' private /dev/shm); skipped otherwise.
+The driver is a child process (bench/_cluster_run.py; bench/_spark_ways.py says what each way
+does). Asserted: lookup and the no-ops return every row (and lookup every value byte); the
+join may fail (that is a finding, printed with its error), but when it runs it returns the same bytes;
+never speed. Printed: rows/s of each way, lookup / noop, lookup / columns and lookup / join.
+Needs root (the machines' private /dev/shm); skipped otherwise.
 """
 
 import json
@@ -36,12 +36,13 @@ def test_cluster_lookup_vs_broadcast_join(tmp_path):
     out = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else {"error": p.stderr[-3000:]}
     assert p.returncode == 0 and not out.get("error"), out.get("error")
     r = out["results"]
-    assert r["lookup"]["error"] is None and r["noop"]["error"] is None, r
+    assert all(r[w]["error"] is None for w in ("noop", "columns", "lookup")), r
+    rate = {w: r[w].get("rows_per_s") for w in r}
     line = (f"cluster, 2 machines x 1 core, executors {out['executor_memory']}: {out['queries']:,} keys against "
-            f"{out['n']:,} entries; noop {r['noop']['rows_per_s']:,.0f} rows/s, lookup {r['lookup']['rows_per_s']:,.0f}"
-            f" rows/s (lookup/noop {r['lookup']['rows_per_s'] / r['noop']['rows_per_s']:.2f}x), join "
-            + (f"{r['join']['rows_per_s']:,.0f} rows/s (lookup/join "
-               f"{r['lookup']['rows_per_s'] / r['join']['rows_per_s']:.2f}x)" if r["join"]["error"] is None
+            f"{out['n']:,} entries; noop {rate['noop']:,.0f} rows/s, columns {rate['columns']:,.0f}, lookup "
+            f"{rate['lookup']:,.0f} (lookup/noop {rate['lookup'] / rate['noop']:.2f}x, lookup/columns "
+            f"{rate['lookup'] / rate['columns']:.2f}x), join "
+            + (f"{rate['join']:,.0f} rows/s (lookup/join {rate['lookup'] / rate['join']:.2f}x)" if r["join"]["error"] is None
                else f"FAILED: {r['join']['error']}")
             + f"; load average {out['load_avg_start']:.1f} -> {out['load_avg_end']:.1f}")
     print(line, file=sys.stderr)

@@ -42,8 +42,13 @@ def from_arrow(arr, key_size: int, column: str, who: str) -> tuple[np.ndarray, n
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     n = len(arr)
-    valid = np.ones(n, np.bool_) if arr.null_count == 0 else ~arr.is_null().to_numpy(zero_copy_only=False)
     t = arr.type
+    if arr.null_count == 0 and t == pa.binary():  # what Spark sends for a binary column: a view, no copy
+        offsets = np.frombuffer(arr.buffers()[1], np.int32, n + 1, arr.offset * 4)
+        if n and offsets[-1] - offsets[0] == n * key_size and (offsets[1:] - offsets[:-1] == key_size).all():
+            data = np.frombuffer(arr.buffers()[2], np.uint8, n * key_size, int(offsets[0]))
+            return data.reshape(n, key_size), np.ones(n, np.bool_)
+    valid = np.ones(n, np.bool_) if arr.null_count == 0 else ~arr.is_null().to_numpy(zero_copy_only=False)
     if pa.types.is_fixed_size_binary(t):
         if t.byte_width != key_size:
             raise KeySizeError(f"{who}: key column {column!r} holds {t.byte_width}-byte keys; "

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 WHO = "shmcache.spark.lookup"
 DECODERS = (None, "txmeta")
 
@@ -76,25 +78,33 @@ def decoded_fields():
 
 def lookup_batches(batches, *, cache: str, key_col: str, decode: str | None, value_col: str | None,
                    found_col: str):
-    """mapInArrow's function: each RecordBatch with the lookup's columns appended."""
+    """mapInArrow's function: each RecordBatch with the lookup's columns appended.
+
+    Per batch, no per-row Python object: the key column's buffer viewed as (n, key_size)
+    bytes (_keys.py), one get_many_packed, and the new columns built over the buffers it
+    returns (pa.Array.from_buffers: the found bits, the values' offsets and bytes)."""
     import pyarrow as pa
 
     from shmcache.spark import _executor
 
+    names = None
     for batch in batches:
         r = _executor.reader(cache, WHO)  # per batch: notices a re-created cache
         packed = packed_lookup(r, batch.column(key_col), key_col)
-        names = list(batch.schema.names) + [found_col]
-        cols = list(batch.columns) + [pa.array(packed.found, pa.bool_())]
+        n = len(packed.found)
+        cols = batch.columns
+        cols.append(pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.packbits(packed.found,
+                                                                                       bitorder="little"))]))
         if value_col is not None:
-            names.append(value_col)
             cols.append(packed.to_arrow())
         if decode == "txmeta":
             from shmcache import txmeta
 
             fields = txmeta.to_arrow(txmeta.decode(packed.offsets, packed.data, packed.found))
-            names += list(fields)
             cols += list(fields.values())
+        if names is None:
+            names = batch.schema.names + [found_col] + ([value_col] if value_col is not None else [])
+            names += list(fields) if decode == "txmeta" else []
         yield pa.RecordBatch.from_arrays(cols, names=names)
 
 

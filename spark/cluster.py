@@ -51,6 +51,7 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 START_TIMEOUT_S = 180.0
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
+WARM_TIMEOUT_S = 900.0  # compiling every kernel after any edit of the package took > 180 s at load 10
 
 
 class ClusterError(RuntimeError):
@@ -180,8 +181,13 @@ class Cluster:
         (self.dir / STATE).write_text(json.dumps(self.state, indent=1))
 
     def master_json(self) -> dict:
+        """The master's /json/ state; {} while it does not answer it (a master still starting
+        can answer 200 with a page that is not its JSON yet)."""
         code, body = http_get(f"http://{HOST}:{self.state['master_webui_port']}/json/")
-        return json.loads(body) if code == 200 else {}
+        try:
+            return json.loads(body) if code == 200 else {}
+        except ValueError:
+            return {}
 
     def alive_workers(self) -> list[dict]:
         return [w for w in self.master_json().get("workers", []) if w.get("state") == "ALIVE"]
@@ -237,6 +243,18 @@ class Cluster:
         if not port:
             return 0, "no shmcache run on this machine"
         return http_get(f"http://{HOST}:{port}/ready")
+
+    def applied(self, machine: str) -> dict[int, int] | None:
+        """Next offset to apply per partition of `machine`'s replica, from its supervisor's
+        /metrics (an HTTP GET: no process started per poll); None when it does not answer."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        port = self.state["machines"][machine].get("metrics_port")
+        code, body = http_get(f"http://{HOST}:{port}/metrics") if port else (0, "")
+        if code != 200:
+            return None
+        return {int(smp.labels["partition"]): int(smp.value) for fam in text_string_to_metric_families(body)
+                if fam.name == "shmcache_partition_applied_offset" for smp in fam.samples}
 
     def wait_ready(self, machines: list[str] | None = None, timeout: float = READY_TIMEOUT_S) -> None:
         todo = machines or self.machines
@@ -340,6 +358,7 @@ def start(d, *, workers: int = 2, cores: int = 1, memory: str = "1g", shm: str =
         wait_for(lambda: len(c.alive_workers()) >= workers, START_TIMEOUT_S,
                  lambda: f"{workers} workers ALIVE at the master (have {len(c.alive_workers())}; logs in {d}/m*/)")
         if run:
+            _warm(d)
             for name in c.machines:
                 c.start_run(name)
             c.wait_ready()
@@ -347,6 +366,27 @@ def start(d, *, workers: int = 2, cores: int = 1, memory: str = "1g", shm: str =
     except BaseException:
         c.stop()
         raise
+
+
+def _warm(d: Path) -> None:
+    """Compile the kernels into numba's on-disk cache once, on the host, before the
+    machines' supervisors start: each runs the same warm-up, and N of them compiling the
+    same kernels at once on a busy host could outlast READY_TIMEOUT_S (a no-op when the
+    cache is warm; the cache is a directory, not in /dev/shm, so every machine sees it)."""
+    from shmcache import warm
+
+    with open(d / "warm.log", "ab") as log:
+        p = subprocess.Popen([sys.executable, "-m", "shmcache", "warm"], stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT)
+    try:
+        p.wait(WARM_TIMEOUT_S)
+    finally:
+        if p.poll() is None:  # timed out or interrupted: stop it by pid, remove its private cache
+            liveness.stop_processes([psutil.Process(p.pid)], 10)
+            p.wait()
+            warm.remove_leftovers(p.pid)
+    if p.returncode:
+        raise ClusterError(f"shmcache warm failed (exit {p.returncode}; see {d / 'warm.log'})")
 
 
 def driver_env() -> None:

@@ -140,10 +140,9 @@ class ClusterDemo:
             c.close()
 
         def behind(m):
-            p = self.cluster.shmcache(m, "status", self.name, "--json")
-            if p.returncode != 0:
-                return f"{m}: {p.stderr.strip()}"
-            got = {r["partition"]: r["applied"] for r in json.loads(p.stdout)["assigned"]}
+            got = self.cluster.applied(m)
+            if got is None:
+                return f"{m}: its supervisor's /metrics does not answer"
             late = [i for i in range(self.partitions) if got.get(i, -1) < ends[i]]
             return f"{m}: partitions {late} behind {ends}" if late else None
 
@@ -161,10 +160,14 @@ class ClusterDemo:
         tagged = out.mapInArrow(_tag_machine, StructType(list(out.schema.fields)
                                                           + [StructField(MACHINE_COL, StringType())]))
         path = self.dir / f"lookup-{step}"
-        tagged.write.mode("overwrite").parquet(str(path))
-        t = self.spark.read.parquet(str(path))
-        by = {r[MACHINE_COL]: r["n"] for r in t.groupBy(MACHINE_COL).count().withColumnRenamed("count", "n").collect()}
-        found = t.filter("found").count()
+        tagged.write.mode("overwrite").parquet(str(path))  # the one Spark job of this step
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(path)  # checked here, on the driver: the output is small
+        vc = pc.value_counts(t.column(MACHINE_COL))
+        by = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
+        found = int(pc.sum(t.column("found")).as_py() or 0)
         equal = self._equal_to_source(path)
         self.report[f"lookup_{step}"] = {"path": str(path), "rows_by_machine": by, "found": found, "equal": equal}
         self.say(f"lookup ({step}): rows by machine {by}, {found:,} found, equal to the source: {equal}")

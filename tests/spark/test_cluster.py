@@ -24,7 +24,7 @@ import pytest
 
 from shmcache import txmeta
 
-ROWS = 3000
+ROWS = 1000
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
@@ -86,3 +86,39 @@ def test_two_machines_each_with_its_own_replica(kafka_broker, kafka_admin, tmp_p
         except OSError:
             pass
     assert not os.path.exists(f"/dev/shm/{name}")  # the replicas lived only in the machines' /dev/shm
+
+
+def test_master_json_of_a_master_still_starting(tmp_path):
+    """A master starting up can answer its /json/ with 200 and a page that is not JSON yet:
+    that is "not up yet" ({}), polled again, not an error that ends the cluster's start
+    (it ended `shmcache demo --cluster` with a JSONDecodeError)."""
+    import http.server
+    import threading
+
+    from shmcache.spark import cluster as cl
+
+    pages = [b"<html>starting</html>", b'{"status": "ALIVE", "workers": []}']
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = pages[0] if len(pages) > 1 else pages[-1]
+            if len(pages) > 1:
+                pages.pop(0)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        c = cl.Cluster({"dir": str(tmp_path), "master_webui_port": srv.server_address[1]})
+        assert c.master_json() == {}
+        assert c.master_json()["status"] == "ALIVE"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join(10)
