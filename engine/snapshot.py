@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass
 
@@ -127,10 +129,12 @@ class _Buffers:
 # -- writing ---------------------------------------------------------------------------------
 
 
-def write(handle, path: str, *, progress=None) -> SnapshotInfo:
+def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     """Write a snapshot of the cache `handle` maps (a Reader or a Writer) to `path`.
 
-    progress(buckets done, buckets in all, bytes written) is called after each chunk."""
+    rate: bytes of file per second at most (0: as fast as it goes); see _Out for what
+    else keeps a snapshot light on the readers beside it. progress(buckets done,
+    buckets in all, bytes written) is called after each chunk."""
     path = os.fspath(path)
     header, parts, meta, index, ring8 = handle.segment_arrays()[:5]
     geo = handle.geometry
@@ -152,33 +156,32 @@ def write(handle, path: str, *, progress=None) -> SnapshotInfo:
     buf = _Buffers(geo, nb)
     counts = np.zeros(2, np.int64)
     sums = xxhash.xxh3_64()
-    written = 0
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    out = _Out(tmp, rate)
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
-            f.write(_HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
-            for b0 in range(0, L.NBUCKETS, nb):
-                _copy_chunk(handle.name, meta, index, ring8, geo, b0, nb, buf, counts)
-                n = int(buf.lens.sum())
-                views = (buf.meta, buf.index, buf.lens, buf.ring[:n])
-                h = xxhash.xxh3_64()
-                for v in views:
-                    h.update(v)
-                digest = h.intdigest()
-                sums.update(struct.pack("<Q", digest))
-                f.write(_CHUNK.pack(CHUNK_MAGIC, b0, nb, 0, buf.fixed(nb) + n, digest))
-                for v in views:
-                    f.write(memoryview(v).cast("B"))
-                written = b0 + nb
-                if progress is not None:
-                    progress(written, L.NBUCKETS, f.tell())
-            f.write(_END.pack(END_MAGIC, L.NBUCKETS // nb, 0, entries, sums.intdigest()))
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
+        out.write(_HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
+        for b0 in range(0, L.NBUCKETS, nb):
+            _copy_chunk(handle.name, meta, index, ring8, geo, b0, nb, buf, counts)
+            n = int(buf.lens.sum())
+            views = (buf.meta, buf.index, buf.lens, buf.ring[:n])
+            h = xxhash.xxh3_64()
+            for v in views:
+                h.update(v)
+            digest = h.intdigest()
+            sums.update(struct.pack("<Q", digest))
+            out.write(_CHUNK.pack(CHUNK_MAGIC, b0, nb, 0, buf.fixed(nb) + n, digest))
+            for v in views:
+                out.write(v)
+            out.chunk_done()
+            if progress is not None:
+                progress(b0 + nb, L.NBUCKETS, out.size)
+        out.write(_END.pack(END_MAGIC, L.NBUCKETS // nb, 0, entries, sums.intdigest()))
+        out.finish()
+        size = out.size
+        out.close()
         os.rename(tmp, path)
         _fsync_dir(path)
     except BaseException:
+        out.close()
         try:
             os.unlink(tmp)
         except OSError:
@@ -192,6 +195,106 @@ def write(handle, path: str, *, progress=None) -> SnapshotInfo:
              L.format_bytes(size), dt, size / max(dt, 1e-9) / 1e9)
     return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
                         handle.name, size)
+
+
+class _Out:
+    """The snapshot file, written so that the readers beside it lose little:
+    - with O_DIRECT where the file system takes it: the bytes go from this process's
+      buffer to the disk, with no page cache to fill, write back (the kernel's flusher
+      threads run at normal priority, whatever this thread's) and reclaim. The stream
+      goes through an aligned staging buffer of PIECE bytes; the last piece is padded to
+      a block and the file cut back to its size. Where O_DIRECT is refused, plain
+      writes, each chunk flushed (fdatasync) and dropped from the page cache
+      (POSIX_FADV_DONTNEED) once written, so dirty pages never pile up and a snapshot
+      as large as the cache does not push others' page cache out;
+    - paced to `rate` bytes/s when asked, a PIECE at a time (the copy, the checksum and
+      the write then take that share of a core and of the memory bandwidth);
+    - durable when closed (fdatasync), before the caller's rename."""
+
+    PIECE = 4 << 20
+    BLOCK = 4096
+    DIRECT = True  # False: plain writes only (what happens where O_DIRECT is refused)
+
+    def __init__(self, path: str, rate: int):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            if not self.DIRECT:
+                raise OSError("plain writes asked for")
+            self.fd = os.open(path, flags | os.O_DIRECT, 0o600)
+            self.stage = mmap.mmap(-1, self.PIECE)  # page-aligned, as O_DIRECT wants
+        except (OSError, AttributeError):  # tmpfs before Linux 6.6, some FUSE file systems
+            self.fd = os.open(path, flags, 0o600)
+            self.stage = None
+        self.rate = max(int(rate), 0)
+        self.size = self.staged = self.flushed = 0
+        self.t0 = time.monotonic()
+
+    def write(self, data) -> None:
+        mv = memoryview(data).cast("B")
+        while len(mv):
+            if self.stage is None:
+                n = min(len(mv), self.PIECE)
+                self._write_all(mv[:n])
+            else:
+                n = min(len(mv), self.PIECE - self.staged)
+                self.stage[self.staged:self.staged + n] = mv[:n]
+                self.staged += n
+                if self.staged == self.PIECE:
+                    self._write_all(memoryview(self.stage))
+                    self.staged = 0
+            mv = mv[n:]
+            self.size += n
+            if self.rate:
+                ahead = self.size / self.rate - (time.monotonic() - self.t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+    def _write_all(self, mv) -> None:
+        while len(mv):
+            mv = mv[os.write(self.fd, mv):]
+
+    def chunk_done(self) -> None:
+        if self.stage is None:
+            os.fdatasync(self.fd)
+            os.posix_fadvise(self.fd, self.flushed, self.size - self.flushed, os.POSIX_FADV_DONTNEED)
+            self.flushed = self.size
+
+    def finish(self) -> None:
+        """The tail written, the file its size and on the disk."""
+        if self.stage is not None and self.staged:
+            whole = -(-self.staged // self.BLOCK) * self.BLOCK
+            self.stage[self.staged:whole] = bytes(whole - self.staged)
+            self._write_all(memoryview(self.stage)[:whole])
+            os.ftruncate(self.fd, self.size)
+            self.staged = 0
+        self.chunk_done()
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.stage is not None:
+            self.stage.close()
+            self.stage = None
+
+
+def lower_priority() -> str:
+    """The calling thread (only it) to SCHED_IDLE: it runs on a core nothing else wants,
+    so a snapshot never takes the CPU from a reader or a worker. Where that is refused,
+    nice 19. For a thread that does nothing else afterwards (an unprivileged thread
+    cannot come back). Returns what it got."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread (Linux)
+        return "SCHED_IDLE"
+    except (OSError, AttributeError):
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # a thread id: that thread only (Linux)
+        return "nice 19"
+    except OSError as e:
+        log.warning("could not lower the snapshot thread's priority: %s", e)
+        return "unchanged"
 
 
 def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts) -> None:
