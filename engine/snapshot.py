@@ -38,6 +38,7 @@ import os
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -385,29 +386,48 @@ def read_header(path) -> SnapshotInfo:
         return _header(f, path)
 
 
+def _read_chunk(f, path: str, k: int, b0: int, nb: int, fixed: int, raw) -> tuple[int, int]:
+    """Read chunk k (its header and payload, into raw); (payload bytes, checksum)."""
+    magic, first, n, _, plen, digest = _CHUNK.unpack(_read_exact(f, _CHUNK.size, path, f"chunk {k}"))
+    if magic != CHUNK_MAGIC or first != b0 or n != nb or not fixed <= plen <= len(raw):
+        raise _bad(path, f"chunk {k} header is damaged (bucket {first}, {n} buckets, {plen} bytes; "
+                         f"expected bucket {b0}, {nb} buckets)")
+    _read_exact(f, plen, path, f"chunk {k}", into=raw[:plen])
+    try:  # what was read and used goes from the page cache: a restore does not fill it with a copy of the cache
+        os.posix_fadvise(f.fileno(), 0, f.tell(), os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+    return plen, digest
+
+
 def _chunks(f, info: SnapshotInfo, buf: _Buffers, nb: int):
-    """Yield each chunk's first bucket, checked against its checksum, into buf."""
+    """Yield each chunk's first bucket, checked against its checksum, into buf. A thread
+    reads the next chunk into a second buffer while the caller uses this one (the reads
+    release the GIL): reading the file overlaps checking and copying it."""
     path, geo = info.path, info.geometry
     sums = xxhash.xxh3_64()
-    raw = memoryview(np.zeros(buf.fixed(nb) + nb * geo.ring, np.uint8))
-    for b0 in range(0, L.NBUCKETS, nb):
-        magic, first, n, _, plen, digest = _CHUNK.unpack(_read_exact(f, _CHUNK.size, path, f"chunk {b0 // nb}"))
-        if magic != CHUNK_MAGIC or first != b0 or n != nb or not buf.fixed(nb) <= plen <= len(raw):
-            raise _bad(path, f"chunk {b0 // nb} header is damaged (bucket {first}, {n} buckets, {plen} bytes; "
-                             f"expected bucket {b0}, {nb} buckets)")
-        _read_exact(f, plen, path, f"chunk {b0 // nb}", into=raw[:plen])
-        if xxhash.xxh3_64_intdigest(raw[:plen]) != digest:
-            raise _bad(path, f"checksum mismatch in chunk {b0 // nb} (buckets {b0}..{b0 + nb - 1})")
-        sums.update(struct.pack("<Q", digest))
-        a = np.frombuffer(raw, np.int64, buf.fixed(nb) // L.WORD)
-        m, s = nb * L.ROW_WORDS, nb * geo.slots
-        span = plen - buf.fixed(nb)
-        # views of the chunk just read (no copy); valid until the next chunk is read
-        buf.meta, buf.index, buf.lens = a[:m], a[m:m + s], a[m + s:m + s + nb]
-        buf.ring = np.frombuffer(raw, np.uint8, span, buf.fixed(nb))
-        if (buf.lens < 0).any() or (buf.lens > geo.ring).any() or int(buf.lens.sum()) != span:
-            raise _bad(path, f"chunk {b0 // nb} ring lengths do not add up")
-        yield b0
+    fixed = buf.fixed(nb)
+    raws = [memoryview(np.zeros(fixed + nb * geo.ring, np.uint8)) for _ in range(2)]
+    starts = list(range(0, L.NBUCKETS, nb))
+    with ThreadPoolExecutor(1, thread_name_prefix="shmcache-snapshot-read") as pool:
+        ahead = pool.submit(_read_chunk, f, path, 0, 0, nb, fixed, raws[0])
+        for k, b0 in enumerate(starts):
+            plen, digest = ahead.result()
+            raw = raws[k % 2]
+            if k + 1 < len(starts):
+                ahead = pool.submit(_read_chunk, f, path, k + 1, starts[k + 1], nb, fixed, raws[(k + 1) % 2])
+            if xxhash.xxh3_64_intdigest(raw[:plen]) != digest:
+                raise _bad(path, f"checksum mismatch in chunk {k} (buckets {b0}..{b0 + nb - 1})")
+            sums.update(struct.pack("<Q", digest))
+            a = np.frombuffer(raw, np.int64, fixed // L.WORD)
+            m, s = nb * L.ROW_WORDS, nb * geo.slots
+            span = plen - fixed
+            # views of the chunk read (no copy); valid until the next chunk is asked for
+            buf.meta, buf.index, buf.lens = a[:m], a[m:m + s], a[m + s:m + s + nb]
+            buf.ring = np.frombuffer(raw, np.uint8, span, fixed)
+            if (buf.lens < 0).any() or (buf.lens > geo.ring).any() or int(buf.lens.sum()) != span:
+                raise _bad(path, f"chunk {k} ring lengths do not add up")
+            yield b0
     magic, chunks, _, entries, digest = _END.unpack(_read_exact(f, _END.size, path, "the trailer"))
     if magic != END_MAGIC or chunks != L.NBUCKETS // nb or digest != sums.intdigest():
         raise _bad(path, "trailer is damaged or does not match the chunks")
@@ -467,9 +487,10 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
             nb = buckets_per_chunk(src)
             buf = _Buffers(src, nb, allocate=False)
             dropped = 0
+            me = liveness.owner_word()
             for b0 in _chunks(f, info, buf, nb):
                 if same:
-                    _copy_in(w, b0, nb, buf)
+                    _copy_in(w, b0, nb, buf, me)
                 else:
                     dropped += _reinsert(w, src, nb, buf)
                 if progress is not None:
@@ -495,19 +516,18 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
     return out
 
 
-def _copy_in(w, b0: int, nb: int, buf: _Buffers) -> None:
+def _copy_in(w, b0: int, nb: int, buf: _Buffers, me: int) -> None:
     a = w.segment_arrays()
     meta, index, ring8 = a.meta, a.index, a.ring8
     geo = w.geometry
-    bad = SK.copy_in(meta, index, ring8, geo.slots, geo.ring, b0, nb, buf.meta, buf.index, buf.lens, buf.ring,
-                     liveness.owner_word())
+    bad = SK.copy_in(meta, index, ring8, geo.slots, geo.ring, b0, nb, buf.meta, buf.index, buf.lens, buf.ring, me)
     if bad >= 0:
         raise SnapshotCorruptError(f"cache {w.name!r}: bucket {bad} of the snapshot does not fit the geometry it "
                                    "claims (or another process writes the cache being restored)")
     odd = np.flatnonzero(buf.meta[L.M_VERSION::L.ROW_WORDS] & 1)
     for i in odd.tolist():  # copied mid-write (its writer had died): rebuild it from its ring
         b = b0 + i
-        if cas_word(meta, b * L.ROW_WORDS + L.M_LOCK, 0, liveness.owner_word()) == 0:
+        if cas_word(meta, b * L.ROW_WORDS + L.M_LOCK, 0, me) == 0:
             K.repair_bucket(meta, index, ring8, a.ring64, a.geo, b)
 
 
