@@ -49,7 +49,7 @@ from shmcache.consumer.config import RunConfig
 from shmcache.engine import layout as L
 from shmcache.engine import snapshot as S
 
-WINDOWS = 4  # pairs of windows (without, then with a snapshot) per way of snapshotting
+WINDOWS = int(os.environ.get("SHMCACHE_BENCH_WINDOWS", "6"))  # pairs of windows (without, with a snapshot) per way
 READER = r"""
 import signal, sys, time, numpy as np, shmcache
 name, keys_path, out_path = sys.argv[1:4]
@@ -120,7 +120,8 @@ def _reader_cost(name: str, keys_path: Path, out_dir: Path, how: str, rate: int)
     beside = [_rate_in(at, b, c) for _, b, c in windows]
     costs = [1 - y / x for x, y in zip(idle, beside)]
     return {"idle_per_s": float(np.median(idle)), "beside_per_s": float(np.median(beside)),
-            "cost": float(np.median(costs)), "costs": [round(c, 3) for c in costs],
+            "cost": float(np.median(costs)), "costs": [round(float(c), 3) for c in costs],
+            "cost_of_means": float(1 - np.mean(beside) / np.mean(idle)), "load": os.getloadavg()[0],
             "snapshot_s": float(np.median([c - b for _, b, c in windows]))}
 
 

@@ -62,6 +62,7 @@ CHUNK_BYTES = 32 << 20  # bucket bytes per chunk at most: the memory a snapshot 
 SPIN_LIMIT = 2000  # copy tries of one bucket before Python yields the CPU
 STUCK_S = 1.0  # a bucket mid-write this long under a dead (or no) lock holder is copied as it stands
 HEADER_MAX = 1 << 20
+READ_AHEAD = 512 << 20  # bytes of the file a restore asks the kernel to read while it creates the segment
 
 _HEAD = struct.Struct("<8sII")
 _CHUNK = struct.Struct("<4sIIIQQ")
@@ -409,6 +410,10 @@ def _chunks(f, info: SnapshotInfo, buf: _Buffers, nb: int):
     fixed = buf.fixed(nb)
     raws = [memoryview(np.zeros(fixed + nb * geo.ring, np.uint8)) for _ in range(2)]
     starts = list(range(0, L.NBUCKETS, nb))
+    try:  # a larger read-ahead: a cold file read 2-3x faster here (0.22-0.5 GB/s without)
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    except OSError:
+        pass
     with ThreadPoolExecutor(1, thread_name_prefix="shmcache-snapshot-read") as pool:
         ahead = pool.submit(_read_chunk, f, path, 0, 0, nb, fixed, raws[0])
         for k, b0 in enumerate(starts):
@@ -480,6 +485,10 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
             memory = src.size
         target = L.Geometry.plan(L.parse_bytes(memory), src.key_size, maxv)
         same = target == src and info.layout_version == L.LAYOUT_VERSION
+        try:  # the kernel reads the file's start while the segment is made (its 2 MiB pages zeroed)
+            os.posix_fadvise(f.fileno(), 0, min(info.bytes, READ_AHEAD), os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
         w = table.create(name, memory=memory, key_size=src.key_size, max_value=maxv, mode=mode)
         try:
             ctl = w.control
