@@ -32,6 +32,8 @@ def add_arguments(rn) -> None:
     rn.add_argument("--snapshot-dir", metavar="DIR", help="snapshot the cache here; restore the newest at start")
     rn.add_argument("--snapshot-interval", type=float, metavar="SECONDS", help="seconds between snapshots (default 300)")
     rn.add_argument("--snapshot-keep", type=int, metavar="K", help="snapshots kept (default 3)")
+    rn.add_argument("--snapshot-rate", metavar="BYTES", help="bytes/s a periodic snapshot writes at most, e.g. "
+                                                             "64MiB (default 128MiB; 0 = unlimited)")
 
 
 def run(a) -> int:
@@ -41,7 +43,7 @@ def run(a) -> int:
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
                                         "metrics_host", "broker_wait", "machine", "snapshot_dir", "snapshot_interval",
-                                        "snapshot_keep")}
+                                        "snapshot_keep", "snapshot_rate")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)

@@ -56,6 +56,9 @@ HELP = "write a snapshot of a live cache to a file"
 def add_arguments(p) -> None:
     p.add_argument("name", help="the cache")
     p.add_argument("path", help="the snapshot file to write (written as PATH.tmp, then renamed)")
+    p.add_argument("--rate", metavar="BYTES", help="bytes/s to write at most, e.g. 128MiB (default: unlimited)")
+    p.add_argument("--idle", action="store_true",
+                   help="run at SCHED_IDLE (only on CPU time nothing else wants), as shmcache run's snapshots do")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -65,10 +68,13 @@ def run(a) -> int:
 
     if a.path.endswith(".tmp"):
         raise ValueError(f"snapshot path {a.path!r}: a name ending in .tmp is what an unfinished snapshot is called")
+    rate = 0 if a.rate in (None, "0") else L.parse_bytes(a.rate, what="--rate")
+    if a.idle:
+        snapshot.lower_priority()  # this process does nothing else
     console = Console(stderr=a.json)
     t0 = time.monotonic()
     with shmcache.attach(a.name) as r, BucketProgress(console, f"snapshot {a.name}") as bar:
-        info = snapshot.write(r, a.path, progress=bar)
+        info = snapshot.write(r, a.path, progress=bar, rate=rate)
     dt = time.monotonic() - t0
     if a.json:
         print(json.dumps({**info.to_dict(), "seconds": dt}))

@@ -60,6 +60,9 @@ class RunConfig:
     snapshot_dir: str = ""  # write snapshots here and restore from them at start (consumer/snapshots.py); "" = none
     snapshot_interval: float = 300.0  # seconds between snapshots while running
     snapshot_keep: int = 3  # snapshots kept in snapshot_dir
+    # bytes/s a periodic snapshot writes at most ("128MiB" a second; 0 = unlimited); it also
+    # runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/snapshots.py)
+    snapshot_rate: int | str = "128MiB"
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
 
     def __post_init__(self) -> None:
@@ -94,6 +97,7 @@ class RunConfig:
         if not self.snapshot_interval > 0 or self.snapshot_keep < 1:
             raise ValueError(f"snapshot_interval={self.snapshot_interval}, snapshot_keep={self.snapshot_keep}: the "
                              "interval must be positive seconds and at least 1 snapshot kept")
+        self.snapshot_rate_bytes  # a clear ValueError for a rate that is no size
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.format != "kv" and self.key_size != 32:
@@ -101,6 +105,13 @@ class RunConfig:
         bad = RESERVED_KAFKA & set(self.kafka)
         if bad:
             raise ValueError(f"kafka settings {sorted(bad)} are set by shmcache itself; use the matching option instead")
+
+    @property
+    def snapshot_rate_bytes(self) -> int:
+        """snapshot_rate in bytes/s, 0 = unlimited."""
+        if self.snapshot_rate in (0, "0"):
+            return 0
+        return L.parse_bytes(self.snapshot_rate, what="snapshot_rate")
 
     @property
     def cooperative(self) -> bool:

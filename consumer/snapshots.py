@@ -10,9 +10,12 @@ snapshots while running and at a clean stop, and retention gaps.
   offset if that is lower: re-applying is safe, skipping is not).
 - While running: every `snapshot_interval` seconds once the cache was ready, a
   snapshot is written by a thread (the copy kernel and the file writes release the
-  GIL, so the supervisor's loop goes on); at a clean stop, after the workers drained
-  and the final commit, one more. The `snapshot_keep` newest are kept. A snapshot
-  that fails (disk full) is logged and counted; the previous ones stay.
+  GIL, so the supervisor's loop goes on) that runs at SCHED_IDLE and writes at most
+  `snapshot_rate` bytes/s (engine/snapshot.py, lower_priority and _Out): the readers
+  beside it keep their rate (bench/README.md, Snapshots). At a clean stop, after the
+  workers drained and the final commit, one more, at full speed and priority (a stop
+  is waited for). The `snapshot_keep` newest are kept. A snapshot that fails (disk
+  full) is logged and counted; the previous ones stay.
 - Gaps: when a partition is assigned, the offset the table needs next (its applied
   offset, or 0 for a table without one) is compared with the topic's log start; if
   retention deleted messages the table never had, the partition is flagged in the
@@ -132,8 +135,14 @@ class SnapshotPolicy:
         self._was_ready = self._was_ready or ready()
         if not self._was_ready:  # a snapshot of a table still filling would only push a better one out
             return
-        self._thread = threading.Thread(target=self.take, name="shmcache-snapshot", daemon=True)
+        self._thread = threading.Thread(target=self._periodic, name="shmcache-snapshot", daemon=True)
         self._thread.start()
+
+    def _periodic(self) -> None:
+        how = snapshot.lower_priority()  # this thread only, and it ends with the snapshot
+        log.debug("periodic snapshot thread at %s, %s", how,
+                  f"{L.format_bytes(self.cfg.snapshot_rate_bytes)}/s" if self.cfg.snapshot_rate_bytes else "unlimited")
+        self.take(rate=self.cfg.snapshot_rate_bytes)
 
     def at_stop(self, clean: bool) -> None:
         """Before the cache closes: wait for a running snapshot; after a clean stop (the
@@ -144,14 +153,14 @@ class SnapshotPolicy:
         if self.dir and clean and self.cache is not None and (self._was_ready or _entries(self.cache)):
             self.take()
 
-    def take(self) -> Path | None:
+    def take(self, rate: int = 0) -> Path | None:
         cache = self.cache
         ctl = cache.control
         Path(self.dir).mkdir(parents=True, exist_ok=True)
         path = path_for(self.dir, self.cfg.name, time.time_ns())
         t0 = time.monotonic()
         try:
-            info = snapshot.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"))
+            info = snapshot.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"), rate=rate)
         except (OSError, SnapshotError) as e:
             ctl.count(L.H_SNAPSHOT_FAILURES)
             log.error("cache %r: snapshot to %s failed: %s (the previous snapshots stay)", self.cfg.name, path, e)

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
 
+import pytest
 import xxhash
 
 import shmcache
 from shmcache.consumer import snapshots as policy
 from shmcache.engine import snapshot as S
+from shmcache.errors import SnapshotCorruptError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import KafkaProbe, Model, applied, check_table, harness, poll_until, wait_applied  # noqa: E402,F401
@@ -187,3 +190,56 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     assert r3.stats()["entries"] == 0
     status_text = _cli("status", bare)
     assert "retention gap" in status_text
+
+
+def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafka_topic):
+    """The supervisor SIGKILLed while its periodic snapshot is being written (slowed by
+    --snapshot-rate so that the kill lands mid-file): the previous snapshot is intact,
+    byte for byte; the .tmp left behind is never taken for a snapshot (not listed,
+    refused by name); the next start on a lost segment restores the previous snapshot,
+    removes the .tmp and resumes from that snapshot's offsets to the model's table."""
+    h = harness
+    topic = kafka_topic(PARTS)
+    model = Model("v1", PARTS, seed=14)
+    name = h.cache_name("kill")
+    group = h.group("kill")
+    snaps = h.tmp_path / "snaps"
+    args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600")
+    first = _fill_stop_remove(h, name, topic, group, model, 120, args)
+    (previous,) = policy.files(snaps, name)  # written at the clean stop
+    before = previous.read_bytes()
+    slow = ("--snapshot-dir", str(snaps), "--snapshot-interval", "0.2", "--snapshot-rate", "1MiB")
+    sup = h.supervisor(name, topic, group, args=slow)
+    r = h.attach(name, sup=sup)
+    _ready(h, r, sup)
+
+    def tmps():
+        return [p for p in snaps.glob(f"{name}-*.snap.tmp") if p.stat().st_size > 0]
+
+    poll_until(lambda: (sup.running() or _died(sup)) and tmps(), 120, "the periodic snapshot's .tmp to be written")
+    sup.signal(signal.SIGKILL)
+    assert sup.wait(30) == -signal.SIGKILL
+    sup.kill()  # and its workers, as a machine that went down would
+    (tmp,) = tmps()
+    assert previous.read_bytes() == before
+    assert policy.files(snaps, name) == [previous]
+    assert S.verify(previous).offsets == tuple(first)
+    with pytest.raises(SnapshotCorruptError, match=r"\.tmp"):
+        S.verify(tmp)
+    r.close()
+    h.readers.remove(r)
+    shmcache.destroy(name)  # the reboot
+    prod = h.producer(topic, model, rate=200.0, max_batches=30)
+    prod.start()
+    prod.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTS)
+    ends = probe.end_offsets()
+    probe.close()
+    sup2 = h.supervisor(name, topic, group, args=args)
+    r2 = h.attach(name, sup=sup2)
+    wait_applied(r2, ends, 120, sup2)
+    check_table(r2, model.snapshot())
+    st = r2.status()
+    assert st["restore"]["state"] == "restored"
+    assert _messages(r2) == sum(ends) - sum(first)  # resumed at the previous snapshot's offsets
+    assert not tmp.exists()  # removed at start, never read
