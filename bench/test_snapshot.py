@@ -199,7 +199,7 @@ def test_snapshot_restore_replay(n, kafka_broker, kafka_admin, tmp_path):
     procs = []
     f = {"n": n, "memory": memory}
     try:
-        topic = TC.produce_topic(kafka_broker.bootstrap, tname, n)
+        topic = TC.produce_topic(kafka_broker.bootstrap, tname, "v1", n, TC.PARTITIONS, TC.run_timeout())
         proc, f["replay_s"] = _run(name, topic, kafka_broker.bootstrap, memory, tmp_path / "run.log", snaps)
         procs.append(proc)
         _check(name, topic)

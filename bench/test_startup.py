@@ -58,7 +58,7 @@ def small_topic(kafka_broker, kafka_admin):
     name = f"bench-startup-{uuid.uuid4().hex[:12]}"
     topics.create_topic(kafka_broker.bootstrap, name, C.PARTITIONS)  # and waits for its leaders
     try:
-        yield C.produce_topic(kafka_broker.bootstrap, name, ENTRIES)
+        yield C.produce_topic(kafka_broker.bootstrap, name, "v1", ENTRIES, C.PARTITIONS, C.run_timeout())
     finally:
         for fut in kafka_admin.delete_topics([name], operation_timeout=10).values():
             try:
@@ -71,7 +71,7 @@ def small_topic(kafka_broker, kafka_admin):
 def test_run_to_first_entry(mode, numba_env, small_topic, kafka_broker, tmp_path, monkeypatch):
     if mode == "cold":  # inherited by the supervisor, its warm-up child and its workers
         monkeypatch.setenv("NUMBA_CACHE_DIR", numba_env["cold"]["NUMBA_CACHE_DIR"])
-    r = C.run_shmcache(small_topic, kafka_broker.bootstrap, 2, tmp_path, f"startup-{mode}")
+    r = C.run_shmcache(small_topic, kafka_broker, 2, tmp_path, f"startup-{mode}")
     FIGURES[f"shmcache run ({mode})"] = {"to first applied entry": r["startup_s"], "caught up after": r["catch_up_s"]}
 
 
