@@ -11,7 +11,7 @@ snapshots while running and at a clean stop, and retention gaps.
 - While running: every `snapshot_interval` seconds once the cache was ready, a
   snapshot is written by a thread (the copy kernel and the file writes release the
   GIL, so the supervisor's loop goes on) that runs at SCHED_IDLE and writes at most
-  `snapshot_rate` bytes/s (engine/snapshot.py, lower_priority and _Out): the readers
+  `snapshot_rate` bytes/s (engine/_snapshot_io.py, lower_priority and SnapshotOut): the readers
   beside it keep their rate (bench/README.md, Snapshots). At a clean stop, after the
   workers drained and the final commit, one more, at full speed and priority (a stop
   is waited for). The `snapshot_keep` newest are kept. A snapshot that fails (disk

@@ -1,18 +1,10 @@
 """Snapshots: a live cache to a file, and a new cache from that file.
 
-The file (format version 1, all integers little-endian):
-
-    "SHMSNAP1"  u32 format version  u32 n      header: n bytes of JSON, then its u64 xxh3-64
-    { "layout_version", "nbuckets", "key_size", "max_value", "slots", "ring", "size",
-      "topic", "wire_format" (v1 | v2 | kv | ""), "partitions", "offsets": [next offset
-      to apply, per partition, -1 none], "taken_ns", "name", "creation_id", "entries" }
-    chunk*      "CHNK" u32 first bucket  u32 buckets  u32 0  u64 payload bytes  u64 xxh3-64 of the payload
-                payload: the buckets' meta rows, index slots, ring span lengths (int64s) and the
-                ring spans (each bucket's live records, tail to head) back to back
-    "SNAPEND1"  u32 chunks  u32 0  u64 entries  u64 xxh3-64 of the chunks' checksums
+The file's format, and reading it back checked: engine/snapshot_format.py. How the
+file is written light on the readers beside it: engine/_snapshot_io.py.
 
 Writing (`write`): the partitions' applied offsets are read first, then the buckets
-are copied a chunk at a time (bounded memory, CHUNK_BYTES), each bucket under its
+are copied a chunk at a time (bounded memory, snapshot_format.CHUNK_BYTES), each bucket under its
 seqlock as a reader reads it (_snapshot_kernels.copy_out: never torn, and no writer
 waits); the file is written to PATH.tmp, fsynced, renamed to PATH and its directory
 fsynced, so PATH is always a whole snapshot or the previous one. Why replaying from
@@ -33,13 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
 import os
 import struct
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import xxhash
@@ -47,85 +35,22 @@ import xxhash
 from shmcache.engine import _kernels as K
 from shmcache.engine import _snapshot_kernels as SK
 from shmcache.engine import layout as L
+from shmcache.engine._snapshot_io import SnapshotOut, fsync_dir
+from shmcache.engine._snapshot_io import lower_priority  # noqa: F401 - part of this module's API
 from shmcache.engine.lifecycle import destroy
-from shmcache.errors import SnapshotCorruptError, SnapshotMismatchError
+from shmcache.engine.snapshot_format import (CHUNK, CHUNK_MAGIC, END, END_MAGIC, FORMAT_VERSION, HEAD, MAGIC, Buffers,
+                                             SnapshotInfo, buckets_per_chunk, check_expected, chunks, exact_memory,
+                                             format_of, parse_header, topic_of)
+from shmcache.engine.snapshot_format import read_header, verify  # noqa: F401 - part of this module's API
+from shmcache.errors import SnapshotCorruptError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word
 
 log = logging.getLogger("shmcache.snapshot")
 
-MAGIC = b"SHMSNAP1"
-FORMAT_VERSION = 1
-CHUNK_MAGIC = b"CHNK"
-END_MAGIC = b"SNAPEND1"
-CHUNK_BYTES = 32 << 20  # bucket bytes per chunk at most: the memory a snapshot or restore holds
 SPIN_LIMIT = 2000  # copy tries of one bucket before Python yields the CPU
 STUCK_S = 1.0  # a bucket mid-write this long under a dead (or no) lock holder is copied as it stands
-HEADER_MAX = 1 << 20
 READ_AHEAD = 512 << 20  # bytes of the file a restore asks the kernel to read while it creates the segment
-
-_HEAD = struct.Struct("<8sII")
-_CHUNK = struct.Struct("<4sIIIQQ")
-_END = struct.Struct("<8sIIQQ")
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    path: str
-    geometry: L.Geometry
-    layout_version: int
-    topic: str
-    wire_format: str
-    offsets: tuple[int, ...]
-    taken_ns: int
-    entries: int
-    name: str
-    bytes: int = 0  # the file's size
-
-    def to_dict(self) -> dict:
-        return {"path": self.path, "topic": self.topic, "wire_format": self.wire_format,
-                "offsets": list(self.offsets), "taken_ns": self.taken_ns, "entries": self.entries,
-                "name": self.name, "bytes": self.bytes, "layout_version": self.layout_version,
-                "memory": self.geometry.size, "key_size": self.geometry.key_size,
-                "max_value": self.geometry.max_value}
-
-
-def _topic_of(header) -> str:
-    n = min(max(int(header[L.H_TOPIC_LEN]), 0), L.TOPIC_MAX)
-    return header[L.H_TOPIC:L.H_TOPIC + L.TOPIC_MAX // L.WORD].tobytes()[:n].decode("utf-8", "replace")
-
-
-def _format_of(header) -> str:
-    code = int(header[L.H_WIRE_FORMAT])
-    return L.WIRE_FORMATS[code - 1] if 1 <= code <= len(L.WIRE_FORMATS) else ""
-
-
-def buckets_per_chunk(geo: L.Geometry) -> int:
-    per = L.ROW_WORDS * L.WORD + geo.slots * L.WORD + L.WORD + geo.ring
-    nb = 1
-    while nb < L.NBUCKETS and 2 * nb * per <= CHUNK_BYTES:
-        nb *= 2
-    return nb
-
-
-def exact_memory(geo: L.Geometry) -> int:
-    """A memory= that create() plans into exactly this geometry (or 0 if none does)."""
-    m = L.FIXED_BYTES + L.PAGE + L.NBUCKETS * (geo.slots * L.WORD + geo.ring)
-    return m if L.Geometry.plan(m, geo.key_size, geo.max_value) == geo else 0
-
-
-class _Buffers:
-    """One chunk's arrays: allocated once per snapshot; a reader points them into the chunk it read."""
-
-    def __init__(self, geo: L.Geometry, nb: int, allocate: bool = True):
-        self.meta = np.zeros(nb * L.ROW_WORDS if allocate else 0, np.int64)
-        self.index = np.zeros(nb * geo.slots if allocate else 0, np.int64)
-        self.lens = np.zeros(nb, np.int64)
-        self.ring = np.zeros(nb * geo.ring if allocate else 0, np.uint8)
-        self.slots = geo.slots
-
-    def fixed(self, nb: int) -> int:
-        return nb * (L.ROW_WORDS + self.slots + 1) * L.WORD
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -134,7 +59,7 @@ class _Buffers:
 def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     """Write a snapshot of the cache `handle` maps (a Reader or a Writer) to `path`.
 
-    rate: bytes of file per second at most (0: as fast as it goes); see _Out for what
+    rate: bytes of file per second at most (0: as fast as it goes); see engine/_snapshot_io.py for what
     else keeps a snapshot light on the readers beside it. progress(buckets done,
     buckets in all, bytes written) is called after each chunk."""
     path = os.fspath(path)
@@ -149,18 +74,18 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     entries = int(meta.reshape(L.NBUCKETS, L.ROW_WORDS)[:, L.M_LIVE].sum())
     head = {"layout_version": L.LAYOUT_VERSION, "nbuckets": L.NBUCKETS, "key_size": geo.key_size,
             "max_value": geo.max_value, "slots": geo.slots, "ring": geo.ring, "size": geo.size,
-            "topic": _topic_of(header), "wire_format": _format_of(header), "partitions": nparts,
+            "topic": topic_of(header), "wire_format": format_of(header), "partitions": nparts,
             "offsets": list(offsets), "taken_ns": taken, "name": handle.name,
             "creation_id": int(header[L.H_CREATION_ID]), "entries": entries}
     raw = json.dumps(head, separators=(",", ":")).encode()
     tmp = path + ".tmp"
     nb = buckets_per_chunk(geo)
-    buf = _Buffers(geo, nb)
+    buf = Buffers(geo, nb)
     counts = np.zeros(2, np.int64)
     sums = xxhash.xxh3_64()
-    out = _Out(tmp, rate)
+    out = SnapshotOut(tmp, rate)
     try:
-        out.write(_HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
+        out.write(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
         for b0 in range(0, L.NBUCKETS, nb):
             _copy_chunk(handle.name, meta, index, ring8, geo, b0, nb, buf, counts)
             n = int(buf.lens.sum())
@@ -170,18 +95,18 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
                 h.update(v)
             digest = h.intdigest()
             sums.update(struct.pack("<Q", digest))
-            out.write(_CHUNK.pack(CHUNK_MAGIC, b0, nb, 0, buf.fixed(nb) + n, digest))
+            out.write(CHUNK.pack(CHUNK_MAGIC, b0, nb, 0, buf.fixed(nb) + n, digest))
             for v in views:
                 out.write(v)
             out.chunk_done()
             if progress is not None:
                 progress(b0 + nb, L.NBUCKETS, out.size)
-        out.write(_END.pack(END_MAGIC, L.NBUCKETS // nb, 0, entries, sums.intdigest()))
+        out.write(END.pack(END_MAGIC, L.NBUCKETS // nb, 0, entries, sums.intdigest()))
         out.finish()
         size = out.size
         out.close()
         os.rename(tmp, path)
-        _fsync_dir(path)
+        fsync_dir(path)
     except BaseException:
         out.close()
         try:
@@ -197,106 +122,6 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
              L.format_bytes(size), dt, size / max(dt, 1e-9) / 1e9)
     return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
                         handle.name, size)
-
-
-class _Out:
-    """The snapshot file, written so that the readers beside it lose little:
-    - with O_DIRECT where the file system takes it: the bytes go from this process's
-      buffer to the disk, with no page cache to fill, write back (the kernel's flusher
-      threads run at normal priority, whatever this thread's) and reclaim. The stream
-      goes through an aligned staging buffer of PIECE bytes; the last piece is padded to
-      a block and the file cut back to its size. Where O_DIRECT is refused, plain
-      writes, each chunk flushed (fdatasync) and dropped from the page cache
-      (POSIX_FADV_DONTNEED) once written, so dirty pages never pile up and a snapshot
-      as large as the cache does not push others' page cache out;
-    - paced to `rate` bytes/s when asked, a PIECE at a time (the copy, the checksum and
-      the write then take that share of a core and of the memory bandwidth);
-    - durable when closed (fdatasync), before the caller's rename."""
-
-    PIECE = 4 << 20
-    BLOCK = 4096
-    DIRECT = True  # False: plain writes only (what happens where O_DIRECT is refused)
-
-    def __init__(self, path: str, rate: int):
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            if not self.DIRECT:
-                raise OSError("plain writes asked for")
-            self.fd = os.open(path, flags | os.O_DIRECT, 0o600)
-            self.stage = mmap.mmap(-1, self.PIECE)  # page-aligned, as O_DIRECT wants
-        except (OSError, AttributeError):  # tmpfs before Linux 6.6, some FUSE file systems
-            self.fd = os.open(path, flags, 0o600)
-            self.stage = None
-        self.rate = max(int(rate), 0)
-        self.size = self.staged = self.flushed = 0
-        self.t0 = time.monotonic()
-
-    def write(self, data) -> None:
-        mv = memoryview(data).cast("B")
-        while len(mv):
-            if self.stage is None:
-                n = min(len(mv), self.PIECE)
-                self._write_all(mv[:n])
-            else:
-                n = min(len(mv), self.PIECE - self.staged)
-                self.stage[self.staged:self.staged + n] = mv[:n]
-                self.staged += n
-                if self.staged == self.PIECE:
-                    self._write_all(memoryview(self.stage))
-                    self.staged = 0
-            mv = mv[n:]
-            self.size += n
-            if self.rate:
-                ahead = self.size / self.rate - (time.monotonic() - self.t0)
-                if ahead > 0:
-                    time.sleep(ahead)
-
-    def _write_all(self, mv) -> None:
-        while len(mv):
-            mv = mv[os.write(self.fd, mv):]
-
-    def chunk_done(self) -> None:
-        if self.stage is None:
-            os.fdatasync(self.fd)
-            os.posix_fadvise(self.fd, self.flushed, self.size - self.flushed, os.POSIX_FADV_DONTNEED)
-            self.flushed = self.size
-
-    def finish(self) -> None:
-        """The tail written, the file its size and on the disk."""
-        if self.stage is not None and self.staged:
-            whole = -(-self.staged // self.BLOCK) * self.BLOCK
-            self.stage[self.staged:whole] = bytes(whole - self.staged)
-            self._write_all(memoryview(self.stage)[:whole])
-            os.ftruncate(self.fd, self.size)
-            self.staged = 0
-        self.chunk_done()
-        os.fdatasync(self.fd)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self.stage is not None:
-            self.stage.close()
-            self.stage = None
-
-
-def lower_priority() -> str:
-    """The calling thread (only it) to SCHED_IDLE: it runs on a core nothing else wants,
-    so a snapshot never takes the CPU from a reader or a worker. Where that is refused,
-    nice 19. For a thread that does nothing else afterwards (an unprivileged thread
-    cannot come back). Returns what it got."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread (Linux)
-        return "SCHED_IDLE"
-    except (OSError, AttributeError):
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # a thread id: that thread only (Linux)
-        return "nice 19"
-    except OSError as e:
-        log.warning("could not lower the snapshot thread's priority: %s", e)
-        return "unchanged"
 
 
 def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts) -> None:
@@ -320,147 +145,6 @@ def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts) -> None:
             os.sched_yield()
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# -- reading ---------------------------------------------------------------------------------
-
-
-def _bad(path: str, what: str) -> SnapshotCorruptError:
-    return SnapshotCorruptError(f"snapshot {path}: {what}; it cannot be used (an older snapshot, or a replay "
-                                "of the topic, can)")
-
-
-def _read_exact(f, n: int, path: str, what: str, into=None):
-    if into is not None:
-        got = f.readinto(into)
-        if got != n:
-            raise _bad(path, f"truncated in {what} ({got} of {n} bytes)")
-        return into
-    data = f.read(n)
-    if len(data) != n:
-        raise _bad(path, f"truncated in {what} ({len(data)} of {n} bytes)")
-    return data
-
-
-def _header(f, path: str) -> SnapshotInfo:
-    if path.endswith(".tmp"):
-        raise _bad(path, "is a snapshot being written (.tmp), never a finished one")
-    magic, version, n = _HEAD.unpack(_read_exact(f, _HEAD.size, path, "the header"))
-    if magic != MAGIC:
-        raise _bad(path, f"does not start with {MAGIC!r} (not a shmcache snapshot)")
-    if version != FORMAT_VERSION:
-        raise _bad(path, f"has format version {version}; this shmcache reads version {FORMAT_VERSION}")
-    if not 0 < n <= HEADER_MAX:
-        raise _bad(path, f"header length {n} is not 1..{HEADER_MAX}")
-    raw = _read_exact(f, n, path, "the header")
-    (digest,) = struct.unpack("<Q", _read_exact(f, 8, path, "the header checksum"))
-    if digest != xxhash.xxh3_64_intdigest(raw):
-        raise _bad(path, "header checksum mismatch")
-    try:
-        h = json.loads(raw)
-        ks, maxv, slots, ring, size = (int(h[k]) for k in ("key_size", "max_value", "slots", "ring", "size"))
-        offsets = tuple(int(x) for x in h["offsets"])
-        info = SnapshotInfo(path, L.Geometry(size, ks, maxv, slots, ring), int(h["layout_version"]), str(h["topic"]),
-                            str(h["wire_format"]), offsets, int(h["taken_ns"]), int(h["entries"]), str(h["name"]),
-                            os.fstat(f.fileno()).st_size)
-        nbuckets = int(h["nbuckets"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise _bad(path, f"header is not what format version {FORMAT_VERSION} writes ({e})") from None
-    g = info.geometry
-    if (nbuckets != L.NBUCKETS or not 1 <= ks <= L.MAX_KEY_SIZE or slots < L.MIN_SLOTS or slots & (slots - 1)
-            or ring <= 0 or ring % L.RECORD_ALIGN or ring > L.POS_MASK or not 0 <= maxv <= 0xFFFFFFFF
-            or len(offsets) > L.MAX_PARTITIONS or g.size > 1 << 50):
-        raise _bad(path, f"header geometry is impossible ({h})")
-    return info
-
-
-def read_header(path) -> SnapshotInfo:
-    """The snapshot's header, checked (the chunks are checked as they are read)."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        return _header(f, path)
-
-
-def _read_chunk(f, path: str, k: int, b0: int, nb: int, fixed: int, raw) -> tuple[int, int]:
-    """Read chunk k (its header and payload, into raw); (payload bytes, checksum)."""
-    magic, first, n, _, plen, digest = _CHUNK.unpack(_read_exact(f, _CHUNK.size, path, f"chunk {k}"))
-    if magic != CHUNK_MAGIC or first != b0 or n != nb or not fixed <= plen <= len(raw):
-        raise _bad(path, f"chunk {k} header is damaged (bucket {first}, {n} buckets, {plen} bytes; "
-                         f"expected bucket {b0}, {nb} buckets)")
-    _read_exact(f, plen, path, f"chunk {k}", into=raw[:plen])
-    try:  # what was read and used goes from the page cache: a restore does not fill it with a copy of the cache
-        os.posix_fadvise(f.fileno(), 0, f.tell(), os.POSIX_FADV_DONTNEED)
-    except OSError:
-        pass
-    return plen, digest
-
-
-def _chunks(f, info: SnapshotInfo, buf: _Buffers, nb: int):
-    """Yield each chunk's first bucket, checked against its checksum, into buf. A thread
-    reads the next chunk into a second buffer while the caller uses this one (the reads
-    release the GIL): reading the file overlaps checking and copying it."""
-    path, geo = info.path, info.geometry
-    sums = xxhash.xxh3_64()
-    fixed = buf.fixed(nb)
-    raws = [memoryview(np.zeros(fixed + nb * geo.ring, np.uint8)) for _ in range(2)]
-    starts = list(range(0, L.NBUCKETS, nb))
-    try:  # a larger read-ahead: a cold file read 2-3x faster here (0.22-0.5 GB/s without)
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-    except OSError:
-        pass
-    with ThreadPoolExecutor(1, thread_name_prefix="shmcache-snapshot-read") as pool:
-        ahead = pool.submit(_read_chunk, f, path, 0, 0, nb, fixed, raws[0])
-        for k, b0 in enumerate(starts):
-            plen, digest = ahead.result()
-            raw = raws[k % 2]
-            if k + 1 < len(starts):
-                ahead = pool.submit(_read_chunk, f, path, k + 1, starts[k + 1], nb, fixed, raws[(k + 1) % 2])
-            if xxhash.xxh3_64_intdigest(raw[:plen]) != digest:
-                raise _bad(path, f"checksum mismatch in chunk {k} (buckets {b0}..{b0 + nb - 1})")
-            sums.update(struct.pack("<Q", digest))
-            a = np.frombuffer(raw, np.int64, fixed // L.WORD)
-            m, s = nb * L.ROW_WORDS, nb * geo.slots
-            span = plen - fixed
-            # views of the chunk read (no copy); valid until the next chunk is asked for
-            buf.meta, buf.index, buf.lens = a[:m], a[m:m + s], a[m + s:m + s + nb]
-            buf.ring = np.frombuffer(raw, np.uint8, span, fixed)
-            if (buf.lens < 0).any() or (buf.lens > geo.ring).any() or int(buf.lens.sum()) != span:
-                raise _bad(path, f"chunk {k} ring lengths do not add up")
-            yield b0
-    magic, chunks, _, entries, digest = _END.unpack(_read_exact(f, _END.size, path, "the trailer"))
-    if magic != END_MAGIC or chunks != L.NBUCKETS // nb or digest != sums.intdigest():
-        raise _bad(path, "trailer is damaged or does not match the chunks")
-    if f.read(1):
-        raise _bad(path, "has bytes after its trailer")
-
-
-def verify(path) -> SnapshotInfo:
-    """Read the whole file and check every checksum; the header's info if it is whole."""
-    path = os.fspath(path)
-    with open(path, "rb", buffering=0) as f:
-        info = _header(f, path)
-        nb = buckets_per_chunk(info.geometry)
-        for _ in _chunks(f, info, _Buffers(info.geometry, nb, allocate=False), nb):
-            pass
-    return info
-
-
-def check_expected(info: SnapshotInfo, *, topic: str | None = None, wire_format: str | None = None,
-                   key_size: int | None = None) -> None:
-    """SnapshotMismatchError if the snapshot is of another topic, format or key size."""
-    for what, want, have in (("topic", topic, info.topic), ("wire format", wire_format, info.wire_format),
-                             ("key size", key_size, info.geometry.key_size)):
-        if want is not None and have != want and not (what == "wire format" and have == ""):
-            raise SnapshotMismatchError(f"snapshot {info.path} is of {what} {have!r}; this cache's {what} is "
-                                        f"{want!r}")
-
-
 # -- restoring -------------------------------------------------------------------------------
 
 
@@ -475,7 +159,7 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
     path = os.fspath(path)
     t0 = time.monotonic()
     with open(path, "rb", buffering=0) as f:
-        info = _header(f, path)
+        info = parse_header(f, path)
         check_expected(info, topic=topic, wire_format=wire_format, key_size=key_size)
         src = info.geometry
         maxv = src.max_value if max_value is None else max_value
@@ -494,10 +178,10 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
             ctl = w.control
             ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_RUNNING)
             nb = buckets_per_chunk(src)
-            buf = _Buffers(src, nb, allocate=False)
+            buf = Buffers(src, nb, allocate=False)
             dropped = 0
             me = liveness.owner_word()
-            for b0 in _chunks(f, info, buf, nb):
+            for b0 in chunks(f, info, buf, nb):
                 if same:
                     _copy_in(w, b0, nb, buf, me)
                 else:
@@ -525,7 +209,7 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
     return out
 
 
-def _copy_in(w, b0: int, nb: int, buf: _Buffers, me: int) -> None:
+def _copy_in(w, b0: int, nb: int, buf: Buffers, me: int) -> None:
     a = w.segment_arrays()
     meta, index, ring8 = a.meta, a.index, a.ring8
     geo = w.geometry
@@ -540,7 +224,7 @@ def _copy_in(w, b0: int, nb: int, buf: _Buffers, me: int) -> None:
             K.repair_bucket(meta, index, ring8, a.ring64, a.geo, b)
 
 
-def _reinsert(w, src: L.Geometry, nb: int, buf: _Buffers) -> int:
+def _reinsert(w, src: L.Geometry, nb: int, buf: Buffers) -> int:
     """Apply the chunk's live records through the writer (another geometry); returns how
     many were dropped for a value over the new max_value."""
     most = int(buf.lens.sum()) // L.record_size(src.key_size, 0) + 1

@@ -1,0 +1,121 @@
+"""How a snapshot file is written so that the readers beside it lose little (the
+writer's side of engine/snapshot.py): O_DIRECT or flushed-and-dropped writes, a rate,
+a thread at SCHED_IDLE, and a directory fsync after the rename."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+
+log = logging.getLogger("shmcache.snapshot")
+
+
+class SnapshotOut:
+    """The snapshot file, written so that the readers beside it lose little:
+    - with O_DIRECT where the file system takes it: the bytes go from this process's
+      buffer to the disk, with no page cache to fill, write back (the kernel's flusher
+      threads run at normal priority, whatever this thread's) and reclaim. The stream
+      goes through an aligned staging buffer of PIECE bytes; the last piece is padded to
+      a block and the file cut back to its size. Where O_DIRECT is refused, plain
+      writes, each chunk flushed (fdatasync) and dropped from the page cache
+      (POSIX_FADV_DONTNEED) once written, so dirty pages never pile up and a snapshot
+      as large as the cache does not push others' page cache out;
+    - paced to `rate` bytes/s when asked, a PIECE at a time (the copy, the checksum and
+      the write then take that share of a core and of the memory bandwidth);
+    - durable when closed (fdatasync), before the caller's rename."""
+
+    PIECE = 4 << 20
+    BLOCK = 4096
+    DIRECT = True  # False: plain writes only (what happens where O_DIRECT is refused)
+
+    def __init__(self, path: str, rate: int):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            if not self.DIRECT:
+                raise OSError("plain writes asked for")
+            self.fd = os.open(path, flags | os.O_DIRECT, 0o600)
+            self.stage = mmap.mmap(-1, self.PIECE)  # page-aligned, as O_DIRECT wants
+        except (OSError, AttributeError):  # tmpfs before Linux 6.6, some FUSE file systems
+            self.fd = os.open(path, flags, 0o600)
+            self.stage = None
+        self.rate = max(int(rate), 0)
+        self.size = self.staged = self.flushed = 0
+        self.t0 = time.monotonic()
+
+    def write(self, data) -> None:
+        mv = memoryview(data).cast("B")
+        while len(mv):
+            if self.stage is None:
+                n = min(len(mv), self.PIECE)
+                self._write_all(mv[:n])
+            else:
+                n = min(len(mv), self.PIECE - self.staged)
+                self.stage[self.staged:self.staged + n] = mv[:n]
+                self.staged += n
+                if self.staged == self.PIECE:
+                    self._write_all(memoryview(self.stage))
+                    self.staged = 0
+            mv = mv[n:]
+            self.size += n
+            if self.rate:
+                ahead = self.size / self.rate - (time.monotonic() - self.t0)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+    def _write_all(self, mv) -> None:
+        while len(mv):
+            mv = mv[os.write(self.fd, mv):]
+
+    def chunk_done(self) -> None:
+        if self.stage is None:
+            os.fdatasync(self.fd)
+            os.posix_fadvise(self.fd, self.flushed, self.size - self.flushed, os.POSIX_FADV_DONTNEED)
+            self.flushed = self.size
+
+    def finish(self) -> None:
+        """The tail written, the file its size and on the disk."""
+        if self.stage is not None and self.staged:
+            whole = -(-self.staged // self.BLOCK) * self.BLOCK
+            self.stage[self.staged:whole] = bytes(whole - self.staged)
+            self._write_all(memoryview(self.stage)[:whole])
+            os.ftruncate(self.fd, self.size)
+            self.staged = 0
+        self.chunk_done()
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.stage is not None:
+            self.stage.close()
+            self.stage = None
+
+
+def lower_priority() -> str:
+    """The calling thread (only it) to SCHED_IDLE: it runs on a core nothing else wants,
+    so a snapshot never takes the CPU from a reader or a worker. Where that is refused,
+    nice 19. For a thread that does nothing else afterwards (an unprivileged thread
+    cannot come back). Returns what it got."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: the calling thread (Linux)
+        return "SCHED_IDLE"
+    except (OSError, AttributeError):
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # a thread id: that thread only (Linux)
+        return "nice 19"
+    except OSError as e:
+        log.warning("could not lower the snapshot thread's priority: %s", e)
+        return "unchanged"
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
