@@ -53,12 +53,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def run_demo(args: list[str], timeout: float, script: bool = True) -> DemoRun:
+def run_demo(args: list[str], timeout: float, script: bool = True, tmpdir: Path | None = None) -> DemoRun:
     """Run the demo in its own session; on timeout kill that session (the broker's
-    watchdog stops the broker once the demo is gone) and fail."""
+    watchdog stops the broker once the demo is gone) and fail. `tmpdir`: the demo's
+    TMPDIR, where it makes its temporary directory (a test's own, so another run on
+    the machine cannot be mistaken for a leftover of this one)."""
     argv = [str(REPO / "scripts" / "demo")] if script else [sys.executable, "-m", "shmcache", "demo"]
     p = subprocess.Popen(argv + args, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, env=ENV, start_new_session=True)
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                         env={**ENV, "TMPDIR": str(tmpdir)} if tmpdir is not None else ENV)
     try:
         out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -68,11 +71,9 @@ def run_demo(args: list[str], timeout: float, script: bool = True) -> DemoRun:
     return DemoRun(p.returncode, out)
 
 
-def demo_tmp_dirs() -> set[str]:
-    import tempfile
-
-    tmp = Path(tempfile.gettempdir())
-    return {str(d) for d in tmp.glob("shmcache-demo-*")}
+def demo_tmp_dirs(where: Path) -> set[str]:
+    """The demo's temporary directories under `where` (the TMPDIR run_demo gave it)."""
+    return {str(d) for d in where.glob("shmcache-demo-*")}
 
 
 def assert_nothing_left(run: DemoRun, kept: bool = False) -> None:
