@@ -63,6 +63,9 @@ class RunConfig:
     # bytes/s a periodic snapshot writes at most ("128MiB" a second; 0 = unlimited); it also
     # runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/snapshots.py)
     snapshot_rate: int | str = "128MiB"
+    # a table that lacks offsets the topic's retention deleted before it had them (a gap) is
+    # not ready unless this is set: the operator says the cache may serve it as it is
+    accept_gaps: bool = False
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
 
     def __post_init__(self) -> None:
@@ -98,6 +101,8 @@ class RunConfig:
             raise ValueError(f"snapshot_interval={self.snapshot_interval}, snapshot_keep={self.snapshot_keep}: the "
                              "interval must be positive seconds and at least 1 snapshot kept")
         self.snapshot_rate_bytes  # a clear ValueError for a rate that is no size
+        if not isinstance(self.accept_gaps, bool):
+            raise ValueError(f"accept_gaps={self.accept_gaps!r}: expected true or false")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.format != "kv" and self.key_size != 32:

@@ -127,7 +127,7 @@ class CacheCollector:
                     ["partition"], [((p["partition"],), p["committed"]) for p in parts])
         yield gauge("ready", "1 when every partition of the topic is assigned to this cache by a live supervisor "
                     "that reaches the broker, "
-                    "and caught up.", int(st["ready"]))
+                    "and caught up, with no retention gap (or gaps accepted: run --accept-gaps).", int(st["ready"]))
         yield gauge("partitions_unassigned", "Partitions of the topic not assigned to this cache.",
                     len(st["unassigned"]))
         others = (st["group_members"] - 1) if st["group_members"] else len(st["group_others"])

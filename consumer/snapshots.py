@@ -8,7 +8,7 @@ snapshots while running and at a clean stop, and retention gaps.
   as without snapshots. The restored control area holds the snapshot's offsets, so
   the supervisor resumes each partition from there (or from the group's committed
   offset if that is lower: re-applying is safe, skipping is not).
-- While running: every `snapshot_interval` seconds once the cache was ready, a
+- While running: every `snapshot_interval` seconds once the cache was caught up, a
   snapshot is written by a thread (the copy kernel and the file writes release the
   GIL, so the supervisor's loop goes on) that runs at SCHED_IDLE and writes at most
   `snapshot_rate` bytes/s (engine/_snapshot_io.py, lower_priority and SnapshotOut): the readers
@@ -19,7 +19,10 @@ snapshots while running and at a clean stop, and retention gaps.
 - Gaps: when a partition is assigned, the offset the table needs next (its applied
   offset, or 0 for a table without one) is compared with the topic's log start; if
   retention deleted messages the table never had, the partition is flagged in the
-  segment (H_GAP_BITS, H_GAP_OFFSETS) and shown by status(), top and the metrics.
+  segment (H_GAP_BITS, H_GAP_OFFSETS) and shown by status(), top and the metrics. Such
+  a cache is caught up but not ready (ready promises the whole topic), unless the
+  supervisor runs with `accept_gaps` (`run --accept-gaps`), the operator's word that
+  it may serve the table as it is. Snapshots go on either way: they keep what it has.
 
 Files: DIR/NAME-<taken ns, 20 digits>.snap; a NAME-*.snap.tmp is a snapshot being
 written (or one a killed writer left) and is never read; a later write replaces it.
@@ -124,15 +127,16 @@ class SnapshotPolicy:
 
     # -- while running -------------------------------------------------------------------
 
-    def tick(self, ready) -> None:
+    def tick(self, caught_up) -> None:
         """From the supervisor's loop: start a periodic snapshot when one is due.
-        `ready()` says whether the cache is ready (asked only when one is due)."""
+        `caught_up()` says whether the cache is caught up: ready, or ready but for a retention
+        gap (asked only when one is due)."""
         if not self.dir or self.cache is None or time.monotonic() < self._next:
             return
         if self._thread is not None and self._thread.is_alive():
             return
         self._next = time.monotonic() + self.cfg.snapshot_interval
-        self._was_ready = self._was_ready or ready()
+        self._was_ready = self._was_ready or caught_up()
         if not self._was_ready:  # a snapshot of a table still filling would only push a better one out
             return
         self._thread = threading.Thread(target=self._periodic, name="shmcache-snapshot", daemon=True)
@@ -193,7 +197,8 @@ def note_start(cache, topic: str, partition: int, have: int, log_start: int) -> 
         return
     cache.control.flag_gap(partition, log_start - want)
     log.warning("topic %r partition %d: offsets %d..%d were deleted by the topic's retention before this cache "
-                "had them: the table lacks what they held (a gap; a snapshot taken before would have kept them)",
+                "had them: the table lacks what they held (a gap; a snapshot taken before would have kept them); "
+                "the cache is not ready unless the supervisor runs with --accept-gaps",
                 topic, partition, want, log_start - 1)
 
 
@@ -213,14 +218,18 @@ def metric_families(st: dict, gauge, counter):
     yield gauge("partition_gap", "1 when retention deleted offsets of the partition before this table had them.",
                 None, ["partition"], [((p,), 1) for p in st["gap_partitions"]])
     yield gauge("gap_offsets", "Offsets deleted by retention before this table had them, summed.", st["gap_offsets"])
+    yield gauge("gaps_accepted", "1 when the supervisor serves a table with gaps as ready (run --accept-gaps).",
+                int(st["gaps_accepted"]))
 
 
 def warning_lines(st: dict) -> list[str]:
     """What status and top say in red about gaps."""
     if not st.get("gap_partitions"):
         return []
+    served = ("served as it is (--accept-gaps)" if st.get("gaps_accepted")
+              else "not ready until a supervisor runs with --accept-gaps")
     return [f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
-            f"{st['gap_partitions'][:32]} before this cache had them; the table lacks what they held"]
+            f"{st['gap_partitions'][:32]} before this cache had them; the table lacks what they held; {served}"]
 
 
 def summary_rows(st: dict) -> list[tuple[str, str, str]]:

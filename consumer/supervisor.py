@@ -368,7 +368,7 @@ class Supervisor:
             self.group_watch = GroupWatch(self.cfg, self.cache, self.consumer, on_fenced=self._fenced)
         if not self.broker.down:  # its look at the group would only time out
             self.group_watch.tick()
-        self.snapshots.tick(lambda: self.cache.control.status()["ready"])
+        self.snapshots.tick(lambda: self.cache.control.status()["caught_up"])
 
     def _restart(self, w: WorkerHandle) -> None:
         """A worker died: repair what it left locked, start a new one from its applied offsets."""

@@ -248,6 +248,10 @@ class ControlView:
         # while the broker does not answer, nobody can say where the topic ends: not ready
         broker = self.broker() if sup_alive else {"broker": None, "broker_waiting_s": None}
         port = int(h[L.H_METRICS_PORT])
+        caught_up = (settled and sup_alive and whole and broker["broker"] != "waiting for the broker"
+                     and all(p["caught_up"] for p in parts))
+        gaps = any(p["gap"] for p in parts)
+        accepted = sup_alive and bool(h[L.H_ACCEPT_GAPS])
         return {
             "name": self.name,
             "topic": self.topic,
@@ -266,8 +270,12 @@ class ControlView:
             "group_others": group["others"],
             "shared_group": bool(group["others"]) or (group["members"] or 0) > 1,
             "workers": ws,
-            "ready": (settled and sup_alive and whole and broker["broker"] != "waiting for the broker"
-                      and all(p["caught_up"] for p in parts)),
+            # applied up to the high watermark everywhere, by the live supervisor, the broker answering
+            "caught_up": caught_up,
+            # ...and nothing the topic's retention deleted before this table had it, unless the
+            # live supervisor was told to serve such a table (`run --accept-gaps`)
+            "ready": caught_up and (not gaps or accepted),
+            "gaps_accepted": accepted,
             "assigning": not settled,
             # the last (or current) supervisor's counters, since it started
             **self.counters(),
@@ -340,6 +348,10 @@ def _why(st: dict) -> str:
             why += f" ({len(st['elsewhere'])} held by another member of the group: {who})"
         return why
     lagging = [f"{p['partition']} (lag {p['lag']})" for p in st["assigned"] if not p["caught_up"]]
+    if not lagging and st["gap_partitions"]:
+        return (f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
+                f"{st['gap_partitions'][:32]} before this cache had them, so the table lacks what they held; "
+                "restore a snapshot taken before, or start the supervisor with --accept-gaps to serve it as it is")
     return "partitions not caught up: " + ", ".join(lagging[:20])
 
 
@@ -373,9 +385,11 @@ class ControlArea(ControlView):
         h[L.H_TOPIC_LEN] = len(raw)
         h[L.H_PARTITIONS] = npartitions
 
-    def reset_supervisor(self, metrics_port: int = 0) -> None:
-        """A supervisor starts: its counters count from zero (as the worker rows do)."""
+    def reset_supervisor(self, metrics_port: int = 0, accept_gaps: bool = False) -> None:
+        """A supervisor starts: its counters count from zero (as the worker rows do), and
+        whether it serves a table with retention gaps as ready is its own say."""
         h = self._h
+        h[L.H_ACCEPT_GAPS] = int(accept_gaps)
         for word in SUPERVISOR_COUNTERS.values():
             h[word] = 0
         h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set

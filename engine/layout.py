@@ -96,6 +96,9 @@ WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
 # so they live as long as the segment (a supervisor's start does not zero them).
 H_WIRE_FORMAT = 55  # WIRE_FORMATS index + 1 of the topic's format, set by the supervisor; 0 unknown
 H_COMMIT_PENDING_SINCE = 56  # time.time_ns() the supervisor's commit in flight was sent; 0 none
+# 1 when the live supervisor was told to serve a table with retention gaps as ready
+# (`run --accept-gaps`); written at its start, so it is the supervisor alive now that says so
+H_ACCEPT_GAPS = 57
 WIRE_FORMATS = ("v1", "v2", "kv")
 H_RESTORE_STATE = 400  # RESTORE_* below
 H_RESTORE_ENTRIES = 401  # entries the restore put in the table

@@ -121,6 +121,17 @@ def test_machine_identity_names_group_and_instance(monkeypatch):
     assert c.group_settings()["client.id"] == "shmcache-tx@m7"
     c = RunConfig.from_toml(str(DEPLOY / "shmcache.toml"), machine="m9", name="tx2")
     assert (c.group, c.instance_id, c.name, c.metrics_port) == ("shmcache-m9-tx2", "shmcache-m9-tx2", "tx2", 9464)
+    assert c.accept_gaps is False  # commented out in the example: a gap keeps the cache not ready
+
+
+def test_accept_gaps_takes_a_boolean_only(tmp_path):
+    """`accept_gaps = "no"` in a TOML file would be truthy: refused by name instead."""
+    f = tmp_path / "gaps.toml"
+    f.write_text('name = "tx"\nbootstrap = "b:1"\ntopic = "t"\naccept_gaps = "no"\n')
+    with pytest.raises(ValueError, match="accept_gaps='no': expected true or false"):
+        RunConfig.from_toml(str(f))
+    f.write_text('name = "tx"\nbootstrap = "b:1"\ntopic = "t"\naccept_gaps = true\n')
+    assert RunConfig.from_toml(str(f)).accept_gaps is True
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")

@@ -154,8 +154,10 @@ def test_reboot_restores_from_the_newest_valid_snapshot(harness, kafka_topic):
 
 def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, kafka_topic, kafka_admin):
     """Records deleted from the topic's start after a snapshot (AdminClient.delete_records):
-    the cache restored from the snapshot still holds them and has no gap; a cache filled
-    without a snapshot lacks them and its status names the gap."""
+    the cache restored from the snapshot still holds them, has no gap and is ready; a
+    cache filled without a snapshot lacks them, its status names the gap, and it is caught
+    up but never ready (ready promises the whole topic) until a supervisor started with
+    --accept-gaps serves it as it is; the gap stays on record across that restart."""
     from confluent_kafka import TopicPartition
 
     h = harness
@@ -179,17 +181,30 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     sup3 = h.supervisor(bare, topic, h.group("bare"),
                         args=("--snapshot-dir", str(bare_snaps), "--snapshot-interval", "0.5", "--snapshot-keep", "2"))
     r3 = h.attach(bare, sup=sup3)
-    _ready(h, r3, sup3)
-    poll_until(lambda: r3.status()["snapshot"]["count"] >= 3, 120, lambda: f"3 snapshots: {r3.status()['snapshot']}")
+    # caught up (snapshots are taken of a caught-up table, gap or not), but not ready
+    poll_until(lambda: (sup3.running() or _died(sup3)) and r3.status()["snapshot"]["count"] >= 3, 120,
+               lambda: f"3 snapshots: {r3.status()}")
     assert len(policy.files(bare_snaps, bare)) <= 2
     st = r3.status()
+    assert st["caught_up"] and not st["ready"] and not st["gaps_accepted"], st
     assert st["restore"]["state"] == "no valid snapshot" and st["snapshot"]["failures"] == 0
-    assert st["gap_partitions"] == [p for p in range(PARTS) if ends[p] > 0]
+    gaps = [p for p in range(PARTS) if ends[p] > 0]
+    assert gaps and st["gap_partitions"] == gaps
     assert st["gap_offsets"] == sum(ends)
     assert all(p["gap"] == (ends[p["partition"]] > 0) for p in st["assigned"])
     assert r3.stats()["entries"] == 0
+    with pytest.raises(shmcache.CacheNotReadyError, match="retention gap.*--accept-gaps"):
+        r3.wait_ready(timeout=0)
     status_text = _cli("status", bare)
-    assert "retention gap" in status_text
+    assert "retention gap" in status_text and "not ready until" in status_text
+    # the operator's word: served as it is; the gap stays on record in the segment
+    assert sup3.terminate() == 0
+    sup4 = h.supervisor(bare, topic, h.group("bare"), args=("--accept-gaps",))
+    _ready(h, r3, sup4)
+    st = r3.status()
+    assert st["gaps_accepted"] and st["gap_partitions"] == gaps and st["gap_offsets"] == sum(ends), st
+    assert r3.wait_ready(timeout=0)["ready"]
+    assert "served as it is" in _cli("status", bare)
 
 
 def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafka_topic):
