@@ -73,6 +73,66 @@ def warm() -> dict:
     return {"seconds": time.perf_counter() - t0, "compiled": after[1] - before[1], "loaded": after[0] - before[0]}
 
 
+def package_stamp() -> str:
+    """sha256 over every source file of the package (as engine/_jitcache.py walks them), and
+    the Python and numba versions: what a warm-up warmed the kernel cache for. Any edit to
+    the package, or an upgrade, gives another stamp (reading ~100 small files: milliseconds)."""
+    import hashlib
+
+    import numba
+
+    from shmcache.engine import _jitcache
+
+    digest = hashlib.sha256(f"{sys.version}\0{numba.__version__}\0".encode())
+    for path in sorted(_jitcache._sources(_jitcache._ROOT)):
+        with open(path, "rb") as f:
+            data = f.read()
+        digest.update(os.path.relpath(path, _jitcache._ROOT).encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
+
+
+MARKER = "shmcache-warmed-"  # + the package stamp: a file beside the apply kernel's cache entries
+
+
+def _marker_dir() -> str | None:
+    """Where numba keeps the apply kernel's cache (beside the sources, NUMBA_CACHE_DIR or
+    the user's cache directory: numba's choice); None if this numba does not say."""
+    from shmcache.engine import _kernels
+
+    return getattr(getattr(_kernels.apply_entries, "_cache", None), "_cache_path", None)
+
+
+def is_warm() -> bool:
+    """True if a warm-up finished for exactly these sources, Python and numba, and the apply
+    kernel's cache index is still there: a supervisor then starts its workers at once
+    (each loads the kernels; none compiles) instead of waiting for a warm-up that would
+    only load them too. A cache removed by hand takes the marker with it (same directory)."""
+    d = _marker_dir()
+    if not d:
+        return False
+    from shmcache.engine import _kernels
+
+    index = getattr(getattr(_kernels.apply_entries._cache, "_cache_file", None), "_index_path", None)
+    return bool(index) and os.path.exists(index) and os.path.exists(os.path.join(d, MARKER + package_stamp()))
+
+
+def _mark() -> None:
+    """Leave the marker is_warm() looks for (and remove the markers of other versions); a
+    cache directory this process cannot write keeps no marker: supervisors warm up first."""
+    d = _marker_dir()
+    if not d:
+        return
+    stamp = MARKER + package_stamp()
+    try:
+        for old in os.listdir(d):
+            if old.startswith(MARKER) and old != stamp:
+                os.unlink(os.path.join(d, old))
+        with open(os.path.join(d, stamp), "w") as f:
+            f.write("shmcache warm finished for these sources; see shmcache/warm.py\n")
+    except OSError:
+        pass
+
+
 def _cache_counts() -> tuple[int, int]:
     """(signatures loaded from numba's cache, signatures compiled) over the package's cached kernels."""
     from numba.core.registry import CPUDispatcher
@@ -157,6 +217,7 @@ def finish(proc: subprocess.Popen, beat, stopping) -> str:
 
 def main() -> int:
     s = warm()
+    _mark()
     print(f"shmcache warm: {s['compiled']} kernel signatures compiled, {s['loaded']} loaded from numba's cache, "
           f"{s['seconds']:.1f} s")
     return 0

@@ -153,7 +153,8 @@ class Supervisor:
         from shmcache import warm
 
         cfg = self.cfg
-        warming = warm.start()  # compile (or load) every kernel once, while the broker answers
+        # compile every kernel once, while the broker answers, unless this install is warm already
+        warming = None if warm.is_warm() else warm.start()
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
         self.commits = commits_mod.Committer(self.cache.control, cfg.topic, self.broker)
         self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
@@ -165,10 +166,12 @@ class Supervisor:
             tmeta = startup.topic_metadata(cfg, self.cache.control, self.consumer, self.broker,
                                            lambda: self._stop_reason)
         except BaseException:
-            warm.finish(warming, self._beat, lambda: True)  # stopped, by pid
+            if warming is not None:
+                warm.finish(warming, self._beat, lambda: True)  # stopped, by pid
             raise
         # the workers start with the kernels in numba's cache, so each loads them, none compiles
-        log.info("%s", warm.finish(warming, self._beat, lambda: self._stop_reason or tmeta is None))
+        log.info("%s", "kernels warm for this install (shmcache warm ran): workers start at once" if warming is None
+                 else warm.finish(warming, self._beat, lambda: self._stop_reason or tmeta is None))
         if tmeta is None:
             return False
         npart = len(tmeta.partitions)

@@ -1,12 +1,16 @@
 """A warm-up the supervisor stops (it was asked to stop while the kernels compiled)
 leaves nothing behind: not the child process, not its private cache; and one killed
-outright (SIGKILL, as a supervisor's whole tree is) is cleaned up by the next start."""
+outright (SIGKILL, as a supervisor's whole tree is) is cleaned up by the next start.
+A finished warm-up marks the install warm, for exactly its sources: a supervisor then
+starts its workers without waiting for another."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 
 import shmcache
 from shmcache import warm
@@ -70,3 +74,42 @@ def test_a_killed_warm_up_is_cleaned_up_by_the_next_start_a_live_one_kept():
         for name in names:
             if os.path.exists(f"/dev/shm/{name}"):
                 shmcache.destroy(name, force=True)
+
+
+def _in_child(code: str, env: dict | None = None) -> str:
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+def test_a_finished_warm_up_marks_the_install_warm_and_only_for_its_sources(tmp_path):
+    """`shmcache warm` leaves a marker that is_warm() finds in a new process; without it
+    (removed, or another version's) the install is not warm; a copy of the package with
+    one source file edited has another stamp, and with an empty kernel cache is not warm
+    (so its supervisor would warm up before starting workers)."""
+    assert warm.main() == 0  # loads (compiles only what changed since scripts/setup)
+    assert _in_child("from shmcache import warm; print(warm.is_warm())") == "True"
+    marker = os.path.join(warm._marker_dir(), warm.MARKER + warm.package_stamp())
+    os.rename(marker, marker + ".away")
+    try:
+        assert _in_child("from shmcache import warm; print(warm.is_warm())") == "False"
+    finally:
+        os.rename(marker + ".away", marker)
+    assert warm.is_warm()
+
+    from shmcache.engine import _jitcache
+
+    root = os.path.dirname(os.path.abspath(shmcache.__file__))
+    pkg = tmp_path / "src" / "shmcache"
+    for path in _jitcache._sources(root):
+        dest = pkg / os.path.relpath(path, root)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dest)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=str(tmp_path / "src"), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    probe = "from shmcache import warm; print(warm.package_stamp(), warm.is_warm())"
+    stamp, warm_there = _in_child(probe, env).split()
+    assert stamp == warm.package_stamp() and warm_there == "False"  # same sources; its own, empty cache
+    (pkg / "top.py").write_text((pkg / "top.py").read_text() + "\n# an edit\n")
+    assert _in_child(probe, env).split()[0] != stamp
