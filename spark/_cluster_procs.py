@@ -64,7 +64,7 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return 0, str(e)
 
 
-def proc(pid: int, started: float) -> psutil.Process | None:
+def still_ours(pid: int, started: float) -> psutil.Process | None:
     """The process `pid` if it is still the one we started (same create time)."""
     try:
         p = psutil.Process(pid)
@@ -81,7 +81,7 @@ def stop_pids(records: list[dict], timeout: float) -> None:
     """SIGTERM each still-ours process and its descendants, wait, SIGKILL what is left."""
     procs = []
     for rec in records:
-        p = proc(rec["pid"], rec["started"])
+        p = still_ours(rec["pid"], rec["started"])
         if p is None:
             continue
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from shmcache.spark._cluster_procs import (HOST, ClusterError, NoClusterError, free_port, http_get, in_namespace,
-                                           proc, record, stop_pids, wait_for)
+                                           record, still_ours, stop_pids, wait_for)
 
 STATE = "cluster.json"
 READY_TIMEOUT_S = 180.0
@@ -131,7 +131,7 @@ class Cluster:
         def all_ready():
             for m in todo:
                 rec = self.state["machines"][m].get("run")
-                if rec is None or proc(rec["pid"], rec["started"]) is None:
+                if rec is None or still_ours(rec["pid"], rec["started"]) is None:
                     raise ClusterError(f"shmcache run on {m} is not running (see {self.dir / m / 'run.log'})")
             return all(self.ready(m)[0] == 200 for m in todo)
 
@@ -151,7 +151,7 @@ class Cluster:
             if holder is None:
                 continue
             ns = m.get("mnt_ns")
-            if ns and proc(holder["pid"], holder["started"]) is not None:
+            if ns and still_ours(holder["pid"], holder["started"]) is not None:
                 # anything else still in the namespace was started in it by this cluster
                 rest = [pid for pid in in_namespace(ns) if pid != holder["pid"]]
                 if rest:
