@@ -43,19 +43,17 @@ import uuid
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 import shmcache
-from shmcache.consumer.groundtruth import BATCH, reader_main
+from shmcache.consumer.groundtruth import reader_main
 from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
 from shmcache.consumer.procs import SupervisorProcess, alive
+from shmcache.demo_report import CatchUpBars, summarize
 from shmcache.engine.layout import format_bytes, parse_bytes
 
 BYTES_PER_ENTRY = 300  # ring + index per entry with room to spare (records average ~160 B)
 MEMORY_FLOOR = 64 << 20
 READY_TIMEOUT_S = 120.0
-PLAIN_PROGRESS_S = 5.0  # seconds between progress lines when there is no terminal
 
 
 class DemoError(Exception):
@@ -185,29 +183,14 @@ class Demo:
                                  ground_truth=str(self.tmp / "ground-truth.parquet"))
         c = self.console
         t0 = time.monotonic()
-        with Progress(TextColumn("{task.description:>8}"), BarColumn(), TextColumn("{task.completed:>12,} entries"),
-                      TextColumn("{task.fields[rate]:>10,.0f}/s"), TimeElapsedColumn(), console=c,
-                      transient=not c.is_terminal) as bar:
-            sent = bar.add_task("produced", total=self.entries, rate=0.0)
-            applied = bar.add_task("applied", total=self.entries, rate=0.0)
-            last = [0.0, t0]  # last bar update, last plain line
-
-            def plain(now: float, produced: int, n: int) -> None:
-                """Without a terminal the bars are not drawn: a line every few seconds instead."""
-                if not c.is_terminal and now - last[1] >= PLAIN_PROGRESS_S:
-                    last[1] = now
-                    c.print(f"  {now - t0:5.1f} s: {produced:,} entries produced, {n:,} applied")
-
+        with CatchUpBars(c, self.entries, t0) as bars:
             def show(st) -> None:
                 now = time.monotonic()
-                if now - last[0] < 0.1 and st.entries < st.total:
+                if not bars.due(now) and st.entries < st.total:
                     return
-                last[0] = now
                 self._supervisor_alive()
                 n, _ = self._applied()
-                bar.update(sent, completed=st.entries, rate=st.entries / max(now - t0, 1e-9))
-                bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
-                plain(now, st.entries, n)
+                bars.show(now, st.entries, n)
 
             self.sent = loadgen.produce(cfg, show)
             t_sent = time.monotonic()
@@ -217,8 +200,7 @@ class Demo:
                 self._supervisor_alive()
                 n, st = self._applied()
                 now = time.monotonic()
-                bar.update(applied, completed=min(n, self.entries), rate=n / max(now - t0, 1e-9))
-                plain(now, self.sent.entries, n)
+                bars.show(now, self.sent.entries, n, produced_bar=False)
                 at = {p["partition"]: p["applied"] for p in st["assigned"]}
                 if all(at.get(p, -1) >= end for p, end in ends.items()):
                     break
@@ -279,50 +261,8 @@ class Demo:
         return {p: int(rows[p, L.P_COMMITTED]) for p in range(self.partitions)}
 
     def summarize(self) -> None:
-        s = self.reader.stats()
-        st = self.reader.status()
-        sent, rd = self.sent, self.read
-        live = sent.adds - sent.deletes  # every hash is ADDed once and DELETEd at most once
-        malformed = sum(w["malformed"] for w in st["workers"])
-        self.check(rd["present_hits"] == rd["present"], f"{rd['present'] - rd['present_hits']} present hashes missed")
-        self.check(rd["right_values"] == rd["present"],
-                   f"{rd['present'] - rd['right_values']} present hashes without the exact value sent")
-        self.check(rd["deleted_misses"] == rd["deleted"], f"{rd['deleted'] - rd['deleted_misses']} deleted hashes hit")
-        self.check(s["entries"] == live, f"table holds {s['entries']:,} entries; the ground truth says {live:,}")
-        self.check(s["evictions"] == 0, f"{s['evictions']:,} evictions")
-        self.check(malformed == 0, f"{malformed} malformed messages")
-        looked = rd["present"] + rd["deleted"]
-        hit_rate = rd["present_hits"] / rd["present"] if rd["present"] else 1.0
-        t = Table(title=f"shmcache demo: {sent.entries:,} entries, {self.fmt}, {self.partitions} partitions, "
-                        f"{self.workers} workers", show_header=False, title_justify="left")
-        t.add_column(justify="left")
-        t.add_column(justify="right")
-        rows = [
-            ("entries produced", f"{sent.entries:,} ({sent.adds:,} ADD, {sent.deletes:,} DELETE)"),
-            ("produced", f"{sent.entries / max(sent.seconds, 1e-9):,.0f} entries/s"),
-            ("entries applied", f"{self.applied_entries:,}"),
-            ("applied", f"{self.applied_entries / max(self.apply_seconds, 1e-9):,.0f} entries/s "
-                        "(first sent to last applied)"),
-            ("behind the producer", f"{self.behind_seconds:.1f} s after the last acknowledgement"),
-            ("table entries", f"{s['entries']:,} (expected {live:,})"),
-            ("memory used", f"{format_bytes(s['bytes_used'])} ({s['bytes_used'] / s['capacity_bytes']:.1%} of "
-                            f"{format_bytes(s['capacity_bytes'])} ring)"),
-            ("segment", f"{format_bytes(s['memory'])} in /dev/shm"),
-            ("evictions", f"{s['evictions']:,}"),
-            ("lock takeovers", f"{s['lock_takeovers']:,}"),
-            ("malformed messages", f"{malformed:,}"),
-            ("commits / rebalances", f"{st['commits']:,} / {st['rebalances']:,}"),
-            ("sampled hashes", f"{looked:,} ({rd['present']:,} present, {rd['deleted']:,} deleted)"),
-            ("hit rate (present)", f"{hit_rate:.2%} ({rd['present_hits']:,} hits, "
-                                   f"{rd['right_values']:,} with the exact value)"),
-            ("deleted that missed", f"{rd['deleted_misses']:,} of {rd['deleted']:,}"),
-            ("lookups", f"{rd['lookups'] / max(rd['lookup_seconds'], 1e-9):,.0f} /s"),
-            ("reader process", f"pid {rd['pid']}, batches of {BATCH}, random order"),
-            ("readers' hits / misses", f"{s['reader_hits']:,} / {s['reader_misses']:,}"),
-        ]
-        for r in rows:
-            t.add_row(*r)
-        self.console.print(t)
+        """The checks on what the table holds and the summary table (demo_report.py)."""
+        summarize(self)
 
     def cleanup(self) -> None:
         """Stop whatever is still running, by pid; remove what was made. Each step on its own."""

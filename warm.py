@@ -11,7 +11,9 @@ the machine code from the cache in a fraction of a second.
 The kernels are reached through the public calls on a small private cache, so they
 compile for exactly the argument types the real calls give (a read-only mapping
 types differently from a writable one, a list of keys from an array), with no list
-of signatures kept by hand. What each kernel cost is reported: loaded from the
+of signatures kept by hand; the lock takeover, which no healthy call reaches, through
+engine/writer.py's warm_takeover (the real takeover path, on a bucket of the private
+cache locked by an owner word no process has). What each kernel cost is reported: loaded from the
 cache ("hits") or compiled now ("misses").
 """
 
@@ -35,6 +37,7 @@ def warm() -> dict:
     from shmcache import txmeta
     from shmcache.consumer import partitioners, wire, wire_batch
     from shmcache.consumer.worker import apply_batch
+    from shmcache.engine import writer
 
     before = _cache_counts()
     rng = np.random.default_rng(0)
@@ -58,6 +61,7 @@ def warm() -> dict:
             apply_batch(w, wire.decode_kv(key_list, values))
             w.delete_many(keys[:2])
             w.delete_many(key_list[2:4])
+            writer.warm_takeover(w)  # a dead writer's bucket lock taken over: the repair kernel
             for handle in (r, w):  # a reader maps read-only, a writer read-write: two signatures
                 handle.get_many_packed(keys)
                 handle.get_many_packed(key_list)

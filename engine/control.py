@@ -25,7 +25,8 @@ Readers (status, wait_ready, metrics, top) only read. Values are published with
 plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
 one partition's row a moment older than another's. The segment is untrusted
 (DESIGN.md, invariant 8): a word out of its range is named in status's "damaged"
-and read as nothing, never raised on.
+and read as nothing, never raised on. This module reads and writes the words;
+engine/control_status.py assembles status() and wait_ready() from its readers.
 """
 
 from __future__ import annotations
@@ -35,14 +36,11 @@ import time
 
 import numpy as np
 
+from shmcache.engine import control_status
 from shmcache.engine import layout as L
-from shmcache.errors import CacheNotReadyError
-from shmcache.ipc import liveness
+from shmcache.engine.control_status import NO_GROUP, STALE_HEARTBEAT_S
 
-# A live supervisor whose heartbeat (H_SUPERVISOR_HEARTBEAT) is older than this is shown as
-# stale in status() and `shmcache top`: alive, but not going round its loop (hung, stopped,
-# or blocked in a broker call for that long).
-STALE_HEARTBEAT_S = 10.0
+__all__ = ["STALE_HEARTBEAT_S", "SUPERVISOR_COUNTERS", "ControlArea", "ControlView"]
 
 SUPERVISOR_COUNTERS = {  # status() key -> header word
     "commits": L.H_COMMITS,
@@ -51,8 +49,6 @@ SUPERVISOR_COUNTERS = {  # status() key -> header word
     "rebalances": L.H_REBALANCES,
     "partitions_lost": L.H_PARTITIONS_LOST,
 }
-
-_NO_GROUP = {"members": None, "others": [], "elsewhere": {}, "checked_s": None}
 
 
 class ControlView:
@@ -95,11 +91,6 @@ class ControlView:
         """L.BROKER_*: the broker's state as the supervisor sees it."""
         return int(self._h[L.H_BROKER_STATE])
 
-    def _age(self, word: int, now: int) -> float | None:
-        """Seconds since the time.time_ns() in header word `word`; None if it holds none."""
-        t = int(self._h[word])
-        return max(0.0, (now - t) / 1e9) if t > 0 else None
-
     def counters(self) -> dict:
         """The supervisor's counters since it started (SUPERVISOR_COUNTERS)."""
         return {k: int(self._h[w]) for k, w in SUPERVISOR_COUNTERS.items()}
@@ -118,7 +109,7 @@ class ControlView:
         for _ in range(5):
             v = int(h[L.H_GROUP_CHECKED])
             if v <= 0:
-                return dict(_NO_GROUP)
+                return dict(NO_GROUP)
             n = int(h[L.H_GROUP_TEXT_LEN])
             members = int(h[L.H_GROUP_MEMBERS])
             raw = self._bytes(L.H_GROUP_TEXT, L.GROUP_TEXT_MAX).tobytes()[:max(0, min(n, L.GROUP_TEXT_MAX))]
@@ -148,66 +139,7 @@ class ControlView:
                 others.append({"client_id": "?", "host": "?", "instance_id": "", "partitions": unlisted})
             return {"members": members if members > 0 else None, "others": others, "elsewhere": elsewhere,
                     "checked_s": v / 1e9}
-        return dict(_NO_GROUP)
-
-    def _partition_rows(self, nparts: int, damaged: list[str]) -> list[dict]:
-        wrows = self.workers
-        parts = []
-        for p in range(nparts):
-            r = self.partitions[p].tolist()
-            if not r[L.P_ASSIGNED]:
-                continue
-            owner = r[L.P_OWNER] - 1
-            if not -1 <= owner < L.MAX_WORKERS:
-                damaged.append(f"partition {p}: owner {owner + 1} (should be 0..{L.MAX_WORKERS})")
-                owner = -1
-            applied = r[L.P_APPLIED]
-            latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK], applied)  # never shown below applied
-            parts.append({
-                "partition": p,
-                "worker": owner if owner >= 0 else None,
-                "worker_pid": liveness.word_pid(int(wrows[owner, L.K_OWNER])) if owner >= 0 else None,
-                "applied": applied,
-                "high_watermark": r[L.P_HIGH_WATERMARK],
-                "latest": latest,
-                "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
-                "committed": r[L.P_COMMITTED],
-                "caught_up": bool(r[L.P_CAUGHT_UP]),
-                "gap": self.has_gap(p),  # retention deleted offsets this table never had
-            })
-        return parts
-
-    def _worker_rows(self, sup_alive: bool, now: int) -> list[dict]:
-        ws = []
-        for i in range(L.MAX_WORKERS):
-            r = self.workers[i].tolist()
-            if not r[L.K_OWNER] and not r[L.K_STARTS]:
-                continue
-            alive = bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER])
-            published, failures, restart_at = self.worker_handle(i) if sup_alive else (None, 0, None)
-            if alive:
-                state = "stopping" if published == "stopping" else "up"
-            elif not sup_alive:
-                state = "stopped"
-            else:  # a worker claims its row once its imports are done; until then the supervisor starts it
-                state = published if published in ("backing-off", "stopping", "stopped") else "starting"
-            ws.append({
-                "worker": i,
-                "pid": liveness.word_pid(r[L.K_OWNER]) if r[L.K_OWNER] else None,
-                "alive": alive,
-                "state": state,
-                # the supervisor's restart backoff: deaths in a row, and when the next restart is due
-                "restart_failures": failures,
-                "next_restart_s": restart_at,
-                "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
-                "starts": r[L.K_STARTS],
-                "adds": r[L.K_ADDS],
-                "deletes": r[L.K_DELETES],
-                "messages": r[L.K_MESSAGES],
-                "malformed": r[L.K_MALFORMED],
-                "unknown_actions": r[L.K_UNKNOWN],
-            })
-        return ws
+        return dict(NO_GROUP)
 
     def worker_handle(self, i: int) -> tuple[str | None, int, float | None]:
         """Worker i as its supervisor's handle published it (L.H_WORKER_HANDLES): (state or
@@ -217,142 +149,26 @@ class ControlView:
         state = L.WORKER_STATES[code - 1] if 1 <= code <= len(L.WORKER_STATES) else None
         return state, failures, at / 10 if at > 0 and state == "backing-off" else None
 
-    def status(self) -> dict:
-        """Readiness and progress, from shared memory alone (no broker round trip)."""
-        h = self._h
-        damaged: list[str] = []
-        nparts = int(h[L.H_PARTITIONS])
-        if not 0 <= nparts <= L.MAX_PARTITIONS:
-            damaged.append(f"partition count {nparts} (should be 0..{L.MAX_PARTITIONS})")
-            nparts = 0
-        tlen = int(h[L.H_TOPIC_LEN])
-        if not 0 <= tlen <= L.TOPIC_MAX:
-            damaged.append(f"topic length {tlen} (should be 0..{L.TOPIC_MAX})")
-        now = time.time_ns()
-        sup = int(h[L.H_SUPERVISOR])
-        # An assignment is published row by row: read the rows between two looks at the
-        # rebalance count and the assigning flag, and call nothing ready across a change.
-        rebalances, assigning = int(h[L.H_REBALANCES]), int(h[L.H_ASSIGNING])
-        parts = self._partition_rows(nparts, damaged)
-        here = {p["partition"] for p in parts}
-        sup_alive = bool(sup) and liveness.is_alive(sup)
-        ws = self._worker_rows(sup_alive, now)
-        group = self.group(nparts, damaged) if sup_alive else dict(_NO_GROUP)
-        settled = not assigning and not h[L.H_ASSIGNING] and int(h[L.H_REBALANCES]) == rebalances
-        started = int(h[L.H_SUPERVISOR_STARTED])
-        beat = int(h[L.H_SUPERVISOR_HEARTBEAT])
-        beat_age = max(0.0, (now - beat) / 1e9) if sup_alive and beat > 0 else None
-        # ready means the whole topic, now (DESIGN invariant 10): every partition assigned here
-        # by the live supervisor (whose start disowned every row a dead one left) and caught up
-        whole = nparts > 0 and len(here) == nparts
-        # while the broker does not answer, nobody can say where the topic ends: not ready
-        broker = self.broker() if sup_alive else {"broker": None, "broker_waiting_s": None}
-        port = int(h[L.H_METRICS_PORT])
-        caught_up = (settled and sup_alive and whole and broker["broker"] != "waiting for the broker"
-                     and all(p["caught_up"] for p in parts))
-        gaps = any(p["gap"] for p in parts)
-        accepted = sup_alive and bool(h[L.H_ACCEPT_GAPS])
-        return {
-            "name": self.name,
-            "topic": self.topic,
-            "partitions": nparts,
-            "supervisor_pid": liveness.word_pid(sup) if sup > 0 else None,
-            "supervisor_alive": sup_alive,
-            # seconds since the live supervisor last went round its loop; stale past STALE_HEARTBEAT_S
-            "supervisor_heartbeat_age_s": beat_age,
-            "supervisor_stale": beat_age is not None and beat_age > STALE_HEARTBEAT_S,
-            "assigned": parts,
-            # partitions of the topic not assigned here; those another group member holds are
-            # in "elsewhere" and under "group_others"
-            "unassigned": [p for p in range(nparts) if p not in here],
-            "elsewhere": sorted(p for p in group["elsewhere"] if p not in here),
-            "group_members": group["members"],
-            "group_others": group["others"],
-            "shared_group": bool(group["others"]) or (group["members"] or 0) > 1,
-            "workers": ws,
-            # applied up to the high watermark everywhere, by the live supervisor, the broker answering
-            "caught_up": caught_up,
-            # ...and nothing the topic's retention deleted before this table had it, unless the
-            # live supervisor was told to serve such a table (`run --accept-gaps`)
-            "ready": caught_up and (not gaps or accepted),
-            "gaps_accepted": accepted,
-            "assigning": not settled,
-            # the last (or current) supervisor's counters, since it started
-            **self.counters(),
-            # seconds the live supervisor's commit has waited for Kafka's answer (None: none waits)
-            "commit_pending_s": self._age(L.H_COMMIT_PENDING_SINCE, now) if sup_alive else None,
-            "supervisor_started_s": started / 1e9 if started > 0 else None,
-            "metrics_port": port if 0 < port <= 65535 else None,
-            "damaged": damaged,
-            # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
-            **broker,
-            **self.snapshot_fields(nparts),  # restore, snapshot, gap_partitions, gap_offsets
-        }
-
     def has_gap(self, partition: int) -> bool:
         """Retention deleted offsets of this partition before the table had them (L.H_GAP_BITS)."""
         if not 0 <= partition < L.MAX_PARTITIONS:
             return False
         return bool(int(self._h[L.H_GAP_BITS + partition // 64]) >> (partition % 64) & 1)
 
+    def status(self) -> dict:
+        """Readiness and progress, from shared memory alone (no broker round trip;
+        engine/control_status.py assembles it)."""
+        return control_status.status(self)
+
     def snapshot_fields(self, nparts: int) -> dict:
-        """status()'s restore, last-snapshot and gap fields (engine/snapshot.py writes the
-        restore words, the supervisor's snapshot policy the others)."""
-        h, now = self._h, time.time_ns()
-
-        def age(word):
-            t = int(h[word])
-            return (now - t) / 1e9 if t > 0 else None
-
-        return {
-            "restore": {"state": L.RESTORE_STATE_NAMES.get(int(h[L.H_RESTORE_STATE]), "damaged"),
-                        "entries": int(h[L.H_RESTORE_ENTRIES]),
-                        "seconds": int(h[L.H_RESTORE_NS]) / 1e9,
-                        "evictions": int(h[L.H_RESTORE_EVICTIONS]),
-                        "snapshot_age_s": age(L.H_RESTORE_TAKEN_NS)},
-            "snapshot": {"age_s": age(L.H_SNAPSHOT_TAKEN_NS), "bytes": int(h[L.H_SNAPSHOT_BYTES]),
-                         "seconds": int(h[L.H_SNAPSHOT_NS]) / 1e9, "count": int(h[L.H_SNAPSHOTS]),
-                         "failures": int(h[L.H_SNAPSHOT_FAILURES])},
-            "gap_partitions": [p for p in range(nparts) if self.has_gap(p)],
-            "gap_offsets": int(h[L.H_GAP_OFFSETS]),
-        }
+        """status()'s restore, last-snapshot and gap fields."""
+        return control_status.snapshot_fields(self, nparts)
 
     def wait_ready(self, timeout: float | None = None, poll: float = 0.05) -> dict:
         """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10).
 
         Returns the status; raises CacheNotReadyError naming the lagging partitions on timeout."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            st = self.status()
-            if st["ready"]:
-                return st
-            if deadline is not None and time.monotonic() >= deadline:
-                raise CacheNotReadyError(f"cache {self.name!r} not ready after {timeout:.1f} s: {_why(st)}")
-            time.sleep(poll)
-
-
-def _why(st: dict) -> str:
-    """Why a status is not ready, in words."""
-    if not st["supervisor_alive"]:
-        return "no live supervisor"
-    if st["broker"] == "waiting for the broker":
-        return f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
-    if not st["assigned"] and not st["elsewhere"]:
-        return "no partitions assigned yet"
-    if st["assigning"]:
-        return "an assignment is being published"
-    if st["unassigned"]:
-        why = f"{len(st['unassigned'])} of {st['partitions']} partitions not assigned to this cache"
-        if st["elsewhere"]:
-            who = ", ".join(f"{o['client_id']} on {o['host']}" for o in st["group_others"])
-            why += f" ({len(st['elsewhere'])} held by another member of the group: {who})"
-        return why
-    lagging = [f"{p['partition']} (lag {p['lag']})" for p in st["assigned"] if not p["caught_up"]]
-    if not lagging and st["gap_partitions"]:
-        return (f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
-                f"{st['gap_partitions'][:32]} before this cache had them, so the table lacks what they held; "
-                "restore a snapshot taken before, or start the supervisor with --accept-gaps to serve it as it is")
-    return "partitions not caught up: " + ", ".join(lagging[:20])
+        return control_status.wait_ready(self, timeout, poll)
 
 
 class ControlArea(ControlView):

@@ -150,3 +150,18 @@ class Writer(Reader):
             if owner and not liveness.is_alive(owner) and self._take_over(b, owner):
                 repaired += 1
         return repaired
+
+
+# No process has this owner word: its pid is above the kernel's PID_MAX_LIMIT (2**22).
+_NEVER_ALIVE = (2**22 + 1) << 32 | 1
+
+
+def warm_takeover(w: Writer) -> int:
+    """Take over bucket 0 of `w` from a writer that never lived, by the real path
+    (repair_dead_locks): numba compiles the repair kernel now, for the argument types a
+    takeover gives it, and not on a machine's first real takeover (warm.py, on its private
+    cache; the bucket is rebuilt from its ring, as any taken-over bucket is). Returns 1."""
+    w._check_open()
+    if cas_word(w._meta, L.M_LOCK, 0, _NEVER_ALIVE) != 0:
+        raise RuntimeError(f"cache {w.name!r}: bucket 0 is locked; the warm-up takes over a free bucket only")
+    return w.repair_dead_locks()

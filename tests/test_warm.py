@@ -1,11 +1,13 @@
 """A warm-up the supervisor stops (it was asked to stop while the kernels compiled)
 leaves nothing behind: not the child process, not its private cache; and one killed
 outright (SIGKILL, as a supervisor's whole tree is) is cleaned up by the next start.
-A finished warm-up marks the install warm, for exactly its sources: a supervisor then
-starts its workers without waiting for another."""
+And the warm-up compiles the lock takeover's kernel too. A finished warm-up marks the
+install warm, for exactly its sources: a supervisor then starts its workers without
+waiting for another."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -113,3 +115,26 @@ def test_a_finished_warm_up_marks_the_install_warm_and_only_for_its_sources(tmp_
     assert stamp == warm.package_stamp() and warm_there == "False"  # same sources; its own, empty cache
     (pkg / "top.py").write_text((pkg / "top.py").read_text() + "\n# an edit\n")
     assert _in_child(probe, env).split()[0] != stamp
+
+
+def test_the_warm_up_compiles_the_takeover_kernel():
+    """The warm-up runs the lock takeover (engine/writer.py repair_dead_locks ->
+    _kernels.repair_bucket) too: without it, a machine's first takeover of a dead writer's
+    bucket compiled the repair kernel there and then (seconds, with the bucket locked).
+    A fresh process, as the supervisor's warm-up child is: after warm(), repair_bucket has
+    its signature, loaded from numba's on-disk cache or compiled into it."""
+    code = """
+import json, os
+from shmcache import warm
+from shmcache.engine import _kernels as K
+warm.warm()
+d = K.repair_bucket
+print(json.dumps({"pid": os.getpid(), "signatures": len(d.signatures),
+                  "cached": sum(d.stats.cache_hits.values()) + sum(d.stats.cache_misses.values())}))
+"""
+    p = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["signatures"] == 1 and got["cached"] == 1, got
+    assert not [c for c in shmcache.list_caches() if c.startswith(f"{warm.PREFIX}{got['pid']}-")]

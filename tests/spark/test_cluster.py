@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pyarrow.parquet as pq
@@ -25,6 +26,7 @@ import pytest
 from shmcache import txmeta
 
 ROWS = 1000
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter"),
@@ -122,3 +124,21 @@ def test_master_json_of_a_master_still_starting(tmp_path):
         srv.shutdown()
         srv.server_close()
         t.join(10)
+
+
+@pytest.mark.parametrize("cmd", [["stop"], ["status"], ["exec", "m1", "--", "true"]])
+def test_no_cluster_in_the_dir_is_a_user_mistake(tmp_path, cmd):
+    """`scripts/cluster stop` (status, exec) where nothing was started: one line on stderr
+    naming the state file and how to start one, exit 2 (a user's mistake), no traceback;
+    as a user runs it (the script, a child process) and through main()."""
+    from shmcache.spark import cluster as cl
+
+    d = tmp_path / "none"
+    argv = [cmd[0], "--dir", str(d), *cmd[1:]]
+    p = subprocess.run([str(REPO / "scripts" / "cluster"), *argv], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.splitlines() == [f"cluster: no cluster state in {d / 'cluster.json'} "
+                                     f"(start one with scripts/cluster start --dir {d})"], p.stderr
+    assert p.stdout == "" and not d.exists()
+    assert cl.main(argv) == 2

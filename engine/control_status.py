@@ -1,0 +1,226 @@
+"""status() and wait_ready() of a control area (engine/control.py), assembled from the
+view's public readers: the header words (`view.word`), the partition and worker rows,
+the group, the broker's state and the supervisor's counters.
+
+The segment is untrusted (DESIGN.md, invariant 8): a word out of its range is named in
+status's "damaged" and read as nothing, never raised on. Ready means the whole topic,
+now (invariant 10): every partition assigned here by the live supervisor and caught up,
+the assignment settled, the broker answering.
+"""
+
+from __future__ import annotations
+
+import time
+
+from shmcache.engine import layout as L
+from shmcache.errors import CacheNotReadyError
+from shmcache.ipc import liveness
+
+# A live supervisor whose heartbeat (H_SUPERVISOR_HEARTBEAT) is older than this is shown as
+# stale in status() and `shmcache top`: alive, but not going round its loop (hung, stopped,
+# or blocked in a broker call for that long).
+STALE_HEARTBEAT_S = 10.0
+
+# The group as status() shows it while no live supervisor has checked it.
+NO_GROUP = {"members": None, "others": [], "elsewhere": {}, "checked_s": None}
+
+
+def _age(view, word: int, now: int) -> float | None:
+    """Seconds since the time.time_ns() in header word `word`; None if it holds none."""
+    t = view.word(word)
+    return max(0.0, (now - t) / 1e9) if t > 0 else None
+
+
+def _partition_rows(view, nparts: int, damaged: list[str]) -> list[dict]:
+    wrows = view.workers
+    parts = []
+    for p in range(nparts):
+        r = view.partitions[p].tolist()
+        if not r[L.P_ASSIGNED]:
+            continue
+        owner = r[L.P_OWNER] - 1
+        if not -1 <= owner < L.MAX_WORKERS:
+            damaged.append(f"partition {p}: owner {owner + 1} (should be 0..{L.MAX_WORKERS})")
+            owner = -1
+        applied = r[L.P_APPLIED]
+        latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK], applied)  # never shown below applied
+        parts.append({
+            "partition": p,
+            "worker": owner if owner >= 0 else None,
+            "worker_pid": liveness.word_pid(int(wrows[owner, L.K_OWNER])) if owner >= 0 else None,
+            "applied": applied,
+            "high_watermark": r[L.P_HIGH_WATERMARK],
+            "latest": latest,
+            "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
+            "committed": r[L.P_COMMITTED],
+            "caught_up": bool(r[L.P_CAUGHT_UP]),
+            "gap": view.has_gap(p),  # retention deleted offsets this table never had
+        })
+    return parts
+
+
+def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
+    ws = []
+    for i in range(L.MAX_WORKERS):
+        r = view.workers[i].tolist()
+        if not r[L.K_OWNER] and not r[L.K_STARTS]:
+            continue
+        alive = bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER])
+        published, failures, restart_at = view.worker_handle(i) if sup_alive else (None, 0, None)
+        if alive:
+            state = "stopping" if published == "stopping" else "up"
+        elif not sup_alive:
+            state = "stopped"
+        else:  # a worker claims its row once its imports are done; until then the supervisor starts it
+            state = published if published in ("backing-off", "stopping", "stopped") else "starting"
+        ws.append({
+            "worker": i,
+            "pid": liveness.word_pid(r[L.K_OWNER]) if r[L.K_OWNER] else None,
+            "alive": alive,
+            "state": state,
+            # the supervisor's restart backoff: deaths in a row, and when the next restart is due
+            "restart_failures": failures,
+            "next_restart_s": restart_at,
+            "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
+            "starts": r[L.K_STARTS],
+            "adds": r[L.K_ADDS],
+            "deletes": r[L.K_DELETES],
+            "messages": r[L.K_MESSAGES],
+            "malformed": r[L.K_MALFORMED],
+            "unknown_actions": r[L.K_UNKNOWN],
+        })
+    return ws
+
+
+def status(view) -> dict:
+    """Readiness and progress, from shared memory alone (no broker round trip)."""
+    word = view.word
+    damaged: list[str] = []
+    nparts = word(L.H_PARTITIONS)
+    if not 0 <= nparts <= L.MAX_PARTITIONS:
+        damaged.append(f"partition count {nparts} (should be 0..{L.MAX_PARTITIONS})")
+        nparts = 0
+    tlen = word(L.H_TOPIC_LEN)
+    if not 0 <= tlen <= L.TOPIC_MAX:
+        damaged.append(f"topic length {tlen} (should be 0..{L.TOPIC_MAX})")
+    now = time.time_ns()
+    sup = word(L.H_SUPERVISOR)
+    # An assignment is published row by row: read the rows between two looks at the
+    # rebalance count and the assigning flag, and call nothing ready across a change.
+    rebalances, assigning = word(L.H_REBALANCES), word(L.H_ASSIGNING)
+    parts = _partition_rows(view, nparts, damaged)
+    here = {p["partition"] for p in parts}
+    sup_alive = bool(sup) and liveness.is_alive(sup)
+    ws = _worker_rows(view, sup_alive, now)
+    group = view.group(nparts, damaged) if sup_alive else dict(NO_GROUP)
+    settled = not assigning and not word(L.H_ASSIGNING) and word(L.H_REBALANCES) == rebalances
+    started = word(L.H_SUPERVISOR_STARTED)
+    beat = word(L.H_SUPERVISOR_HEARTBEAT)
+    beat_age = max(0.0, (now - beat) / 1e9) if sup_alive and beat > 0 else None
+    # ready means the whole topic, now (DESIGN invariant 10): every partition assigned here
+    # by the live supervisor (whose start disowned every row a dead one left) and caught up
+    whole = nparts > 0 and len(here) == nparts
+    # while the broker does not answer, nobody can say where the topic ends: not ready
+    broker = view.broker() if sup_alive else {"broker": None, "broker_waiting_s": None}
+    port = word(L.H_METRICS_PORT)
+    caught_up = (settled and sup_alive and whole and broker["broker"] != "waiting for the broker"
+                 and all(p["caught_up"] for p in parts))
+    gaps = any(p["gap"] for p in parts)
+    accepted = sup_alive and bool(word(L.H_ACCEPT_GAPS))
+    return {
+        "name": view.name,
+        "topic": view.topic,
+        "partitions": nparts,
+        "supervisor_pid": liveness.word_pid(sup) if sup > 0 else None,
+        "supervisor_alive": sup_alive,
+        # seconds since the live supervisor last went round its loop; stale past STALE_HEARTBEAT_S
+        "supervisor_heartbeat_age_s": beat_age,
+        "supervisor_stale": beat_age is not None and beat_age > STALE_HEARTBEAT_S,
+        "assigned": parts,
+        # partitions of the topic not assigned here; those another group member holds are
+        # in "elsewhere" and under "group_others"
+        "unassigned": [p for p in range(nparts) if p not in here],
+        "elsewhere": sorted(p for p in group["elsewhere"] if p not in here),
+        "group_members": group["members"],
+        "group_others": group["others"],
+        "shared_group": bool(group["others"]) or (group["members"] or 0) > 1,
+        "workers": ws,
+        # applied up to the high watermark everywhere, by the live supervisor, the broker answering
+        "caught_up": caught_up,
+        # ...and nothing the topic's retention deleted before this table had it, unless the
+        # live supervisor was told to serve such a table (`run --accept-gaps`)
+        "ready": caught_up and (not gaps or accepted),
+        "gaps_accepted": accepted,
+        "assigning": not settled,
+        # the last (or current) supervisor's counters, since it started
+        **view.counters(),
+        # seconds the live supervisor's commit has waited for Kafka's answer (None: none waits)
+        "commit_pending_s": _age(view, L.H_COMMIT_PENDING_SINCE, now) if sup_alive else None,
+        "supervisor_started_s": started / 1e9 if started > 0 else None,
+        "metrics_port": port if 0 < port <= 65535 else None,
+        "damaged": damaged,
+        # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
+        **broker,
+        **snapshot_fields(view, nparts),  # restore, snapshot, gap_partitions, gap_offsets
+    }
+
+
+def snapshot_fields(view, nparts: int) -> dict:
+    """status()'s restore, last-snapshot and gap fields (engine/snapshot.py writes the
+    restore words, the supervisor's snapshot policy the others)."""
+    word, now = view.word, time.time_ns()
+
+    def age(w):
+        t = word(w)
+        return (now - t) / 1e9 if t > 0 else None
+
+    return {
+        "restore": {"state": L.RESTORE_STATE_NAMES.get(word(L.H_RESTORE_STATE), "damaged"),
+                    "entries": word(L.H_RESTORE_ENTRIES),
+                    "seconds": word(L.H_RESTORE_NS) / 1e9,
+                    "evictions": word(L.H_RESTORE_EVICTIONS),
+                    "snapshot_age_s": age(L.H_RESTORE_TAKEN_NS)},
+        "snapshot": {"age_s": age(L.H_SNAPSHOT_TAKEN_NS), "bytes": word(L.H_SNAPSHOT_BYTES),
+                     "seconds": word(L.H_SNAPSHOT_NS) / 1e9, "count": word(L.H_SNAPSHOTS),
+                     "failures": word(L.H_SNAPSHOT_FAILURES)},
+        "gap_partitions": [p for p in range(nparts) if view.has_gap(p)],
+        "gap_offsets": word(L.H_GAP_OFFSETS),
+    }
+
+
+def wait_ready(view, timeout: float | None = None, poll: float = 0.05) -> dict:
+    """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10).
+
+    Returns the status; raises CacheNotReadyError naming the lagging partitions on timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        st = view.status()
+        if st["ready"]:
+            return st
+        if deadline is not None and time.monotonic() >= deadline:
+            raise CacheNotReadyError(f"cache {view.name!r} not ready after {timeout:.1f} s: {why(st)}")
+        time.sleep(poll)
+
+
+def why(st: dict) -> str:
+    """Why a status is not ready, in words."""
+    if not st["supervisor_alive"]:
+        return "no live supervisor"
+    if st["broker"] == "waiting for the broker":
+        return f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
+    if not st["assigned"] and not st["elsewhere"]:
+        return "no partitions assigned yet"
+    if st["assigning"]:
+        return "an assignment is being published"
+    if st["unassigned"]:
+        text = f"{len(st['unassigned'])} of {st['partitions']} partitions not assigned to this cache"
+        if st["elsewhere"]:
+            who = ", ".join(f"{o['client_id']} on {o['host']}" for o in st["group_others"])
+            text += f" ({len(st['elsewhere'])} held by another member of the group: {who})"
+        return text
+    lagging = [f"{p['partition']} (lag {p['lag']})" for p in st["assigned"] if not p["caught_up"]]
+    if not lagging and st["gap_partitions"]:
+        return (f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
+                f"{st['gap_partitions'][:32]} before this cache had them, so the table lacks what they held; "
+                "restore a snapshot taken before, or start the supervisor with --accept-gaps to serve it as it is")
+    return "partitions not caught up: " + ", ".join(lagging[:20])
