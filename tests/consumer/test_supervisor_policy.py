@@ -80,6 +80,7 @@ def committer(kafka_broker, kafka_topic):
     consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "on_commit": c.on_commit})
     consumer.assign([TopicPartition(topic, 0)])
+    consumer.pause([TopicPartition(topic, 0)])  # as the supervisor's: it commits, never fetches
     c.consumer = consumer
     try:
         yield c, w.control, topic
@@ -136,8 +137,12 @@ def test_the_revoke_callbacks_commit_is_synchronous(committer):
 
 def test_a_hold_stops_periodic_commits_until_the_assignment(committer):
     c, control, topic = committer
-    control.partitions[0, L.P_APPLIED] = 3
+    control.partitions[0, L.P_APPLIED] = 2
     now = time.monotonic()
+    c.tick(now, [0], 1000.0)  # a periodic commit: the next is due in 1000 s
+    assert c.inflight == {0: 2}
+    _served(c)
+    control.partitions[0, L.P_APPLIED] = 3
     c.hold()
     c.tick(now, [0], 1.0)
     c.tick(now + 5.0, [0], 1.0)  # due by the interval, but held
