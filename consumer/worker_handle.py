@@ -47,6 +47,38 @@ def backoff_s(failures: int) -> float:
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** min(max(failures - 1, 0), 32))
 
 
+class RestartBackoff:
+    """The restart policy of one worker slot, on the caller's clock (monotonic seconds):
+    deaths in a row, when the next restart is due, and the reset after a long enough stay up."""
+
+    def __init__(self):
+        self.failures = 0  # deaths in a row, without a stay of BACKOFF_RESET_S up between them
+        self.up_since = 0.0  # when the current instance came up
+        self.restart_at = 0.0  # when the restart is due, after a death
+
+    def up(self, now: float) -> None:
+        """The worker came up (claimed its row)."""
+        self.up_since = now
+
+    def settle(self, now: float) -> bool:
+        """The worker is still up: True if it has now stayed up long enough that its deaths in a
+        row count from zero again (they were not zero before)."""
+        if self.failures and now - self.up_since >= BACKOFF_RESET_S:
+            self.failures = 0
+            return True
+        return False
+
+    def died(self, now: float) -> float:
+        """The worker died: count it, and return the wait before its restart (due at restart_at)."""
+        self.failures += 1
+        wait = backoff_s(self.failures)
+        self.restart_at = now + wait
+        return wait
+
+    def due(self, now: float) -> bool:
+        return now >= self.restart_at
+
+
 class WorkerHandle:
     """One worker process: started, commanded and stopped by the supervisor.
 
@@ -60,10 +92,13 @@ class WorkerHandle:
         self.conn = None
         self.partitions: set[int] = set()
         self.state = WorkerState.STOPPED
-        self.failures = 0  # deaths in a row, without a stay of BACKOFF_RESET_S up between them
-        self.up_since = 0.0  # monotonic time it claimed its row
-        self.restart_at = 0.0  # monotonic time of the restart due, while backing off
-        self.restart_at_ns = 0  # the same as time.time_ns(), for status
+        self.backoff = RestartBackoff()  # on the supervisor's monotonic clock
+        self.restart_at_ns = 0  # the restart due as time.time_ns(), for status
+
+    @property
+    def failures(self) -> int:
+        """Deaths in a row (see RestartBackoff)."""
+        return self.backoff.failures
 
     def _publish(self) -> None:
         self.sup.cache.control.set_worker_handle(
@@ -92,21 +127,19 @@ class WorkerHandle:
         if self.state is WorkerState.STARTING and self.alive():
             owner = int(self.sup.cache.control.workers[self.index, L.K_OWNER])
             if owner and liveness.word_pid(owner) == self.proc.pid:
-                self.state, self.up_since = WorkerState.UP, now
+                self.state = WorkerState.UP
+                self.backoff.up(now)
                 self._publish()
-        if self.state is WorkerState.UP and self.failures and now - self.up_since >= BACKOFF_RESET_S:
-            self.failures = 0  # it stayed up: the next death is a first one again
-            self._publish()
+        if self.state is WorkerState.UP and self.backoff.settle(now):
+            self._publish()  # it stayed up: the next death is a first one again
         if self.state in (WorkerState.STARTING, WorkerState.UP) and not self.alive():
             self._died(now)
-        return self.state is WorkerState.BACKING_OFF and now >= self.restart_at
+        return self.state is WorkerState.BACKING_OFF and self.backoff.due(now)
 
     def _died(self, now: float) -> None:
         code = self.proc.exitcode if self.proc is not None else None
-        self.failures += 1
-        wait = backoff_s(self.failures)
+        wait = self.backoff.died(now)
         self.state = WorkerState.BACKING_OFF
-        self.restart_at = now + wait
         self.restart_at_ns = time.time_ns() + int(wait * 1e9)
         self._publish()
         log.warning("worker %d (pid %s) died with exit code %s; restarting in %.1f s (%d deaths in a row)",

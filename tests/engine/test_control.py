@@ -1,0 +1,243 @@
+"""The control area's public model (engine/control.py) on a real segment: a Writer's
+`.control` (ControlArea) writes, a Reader's `.control` (ControlView, on a PROT_READ
+mapping) reads what they wrote.
+
+Pinned: reset_supervisor zeroes what belongs to one supervisor's run (its counters, the
+assigning flag, the commit in flight, the group words, the worker handles) and keeps
+what lives with the segment (topic, partition rows, snapshot and restore words, gap
+bits); a worker handle's word round-trips state, deaths in a row (capped) and the
+restart due; flag_gap/has_gap per partition at the word edges and out of range; and
+status()'s readiness rules, built up step by step with this test process as the
+supervisor: ready only with every partition assigned here, no assignment being
+published, every partition caught up, no retention gap unless the live supervisor
+accepts gaps, and never with a dead supervisor.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shmcache
+from shmcache.engine import layout as L
+from shmcache.engine.control import SUPERVISOR_COUNTERS, ControlArea, ControlView
+from shmcache.errors import CacheNotReadyError
+from shmcache.ipc import liveness
+
+PROPERTY = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def handles():
+    """(writer, reader) on one fresh small cache; both closed and the cache destroyed after."""
+    name = f"t-control-{uuid.uuid4().hex[:10]}"
+    w = shmcache.create(name, memory="4MiB", max_value=64)
+    try:
+        r = shmcache.attach(name)
+        try:
+            assert isinstance(w.control, ControlArea) and type(r.control) is ControlView
+            yield w, r
+        finally:
+            r.close()
+    finally:
+        w.close()
+        shmcache.destroy(name)
+
+
+# -- reset_supervisor ----------------------------------------------------------------------------
+
+SEGMENT_WORDS = {  # what a new supervisor must keep: they describe the table, not a run
+    L.H_RESTORE_STATE: L.RESTORE_DONE, L.H_RESTORE_ENTRIES: 1234, L.H_RESTORE_NS: 5_000_000,
+    L.H_RESTORE_EVICTIONS: 7, L.H_RESTORE_TAKEN_NS: 1_700_000_000_000_000_000,
+    L.H_SNAPSHOT_TAKEN_NS: 1_700_000_001_000_000_000, L.H_SNAPSHOT_BYTES: 4096, L.H_SNAPSHOT_NS: 123,
+    L.H_SNAPSHOTS: 3, L.H_SNAPSHOT_FAILURES: 1, L.H_WIRE_FORMAT: 2,
+}
+
+
+def test_reset_supervisor_zeroes_a_runs_words_and_keeps_the_segments(handles):
+    w, r = handles
+    c = w.control
+    c.set_topic("the-topic", 4)
+    c.partitions[2, [L.P_APPLIED, L.P_COMMITTED]] = [99, 90]
+    for word, v in SEGMENT_WORDS.items():
+        c.set_word(word, v)
+    assert c.flag_gap(3, 50) and c.flag_gap(64, 5)
+    for i, word in enumerate(SUPERVISOR_COUNTERS.values()):
+        c.count(word, 10 + i)
+    c.set_word(L.H_ASSIGNING, 1)
+    c.set_word(L.H_COMMIT_PENDING_SINCE, time.time_ns())
+    c.set_group(3, [{"client_id": "other", "host": "h", "instance_id": ""}], {1: 0})
+    c.set_worker_handle(5, "backing-off", 4, time.time_ns() + 10**9)
+    c.set_word(L.H_METRICS_PORT, 9999)
+    before = time.time_ns()
+
+    c.reset_supervisor(metrics_port=8080)
+
+    v = r.control
+    assert v.counters() == dict.fromkeys(SUPERVISOR_COUNTERS, 0)
+    assert [v.word(x) for x in (L.H_ASSIGNING, L.H_COMMIT_PENDING_SINCE, L.H_ACCEPT_GAPS)] == [0, 0, 0]
+    assert [v.word(x) for x in (L.H_GROUP_MEMBERS, L.H_GROUP_CHECKED)] == [0, 0]  # no group seen yet
+    assert all(v.word(L.H_ELSEWHERE + j) == 0 for j in range(L.MAX_PARTITIONS // L.WORD))
+    assert all(v.word(L.H_WORKER_HANDLES + i) == 0 for i in range(L.MAX_WORKERS))
+    assert v.worker_handle(5) == (None, 0, None)
+    assert v.word(L.H_METRICS_PORT) == 8080
+    assert v.word(L.H_SUPERVISOR_STARTED) >= before and v.word(L.H_SUPERVISOR_HEARTBEAT) >= before
+    # what lives with the segment stays
+    assert {word: v.word(word) for word in SEGMENT_WORDS} == SEGMENT_WORDS
+    assert (v.topic, v.npartitions) == ("the-topic", 4)
+    assert v.partitions[2, L.P_APPLIED] == 99 and v.partitions[2, L.P_COMMITTED] == 90
+    assert v.has_gap(3) and v.has_gap(64) and not v.has_gap(2) and v.word(L.H_GAP_OFFSETS) == 55
+    c.reset_supervisor(accept_gaps=True)
+    assert v.word(L.H_ACCEPT_GAPS) == 1 and v.has_gap(3)
+
+
+# -- worker handles ---------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(i=st.integers(0, L.MAX_WORKERS - 1), state=st.sampled_from(L.WORKER_STATES),
+       failures=st.integers(-3, 0x1FFFF),
+       restart_at_ns=st.one_of(st.just(0), st.integers(-10**18, 0), st.integers(1, 2**63 - 1),
+                               st.integers(1_700_000_000 * 10**9, 2_000_000_000 * 10**9)))
+def test_a_worker_handle_round_trips(handles, i, state, failures, restart_at_ns):
+    w, r = handles
+    neighbours = [r.control.word(L.H_WORKER_HANDLES + j) for j in range(L.MAX_WORKERS)]
+    w.control.set_worker_handle(i, state, failures, restart_at_ns)
+    tenths = max(0, restart_at_ns) // 100_000_000
+    due = tenths / 10 if tenths > 0 and state == "backing-off" else None
+    assert r.control.worker_handle(i) == (state, min(max(failures, 0), 0xFFFF), due)
+    assert w.control.worker_handle(i) == r.control.worker_handle(i)
+    after = [r.control.word(L.H_WORKER_HANDLES + j) for j in range(L.MAX_WORKERS)]
+    assert after[:i] + after[i + 1:] == neighbours[:i] + neighbours[i + 1:]  # one word, one worker
+
+
+def test_a_backing_off_handle_shows_in_status(handles):
+    w, r = handles
+    w.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    w.control.workers[3, L.K_STARTS] = 2  # the supervisor started it (no process claimed the row)
+    due = time.time_ns() + 5 * 10**9
+    w.control.set_worker_handle(3, "backing-off", 2, due)
+    (row,) = r.status()["workers"]
+    assert (row["worker"], row["state"], row["restart_failures"], row["alive"]) == (3, "backing-off", 2, False)
+    assert row["next_restart_s"] == pytest.approx(due / 1e9, abs=0.11)
+
+
+# -- retention gaps -------------------------------------------------------------------------------
+
+EDGES = [0, 1, 62, 63, 64, 65, 127, 128, L.MAX_PARTITIONS - 64, L.MAX_PARTITIONS - 1]
+PARTITION = st.one_of(st.sampled_from(EDGES + [-1, L.MAX_PARTITIONS, L.MAX_PARTITIONS + 63, -(2**40)]),
+                      st.integers(-100, L.MAX_PARTITIONS + 100))
+
+
+@PROPERTY
+@given(flags=st.lists(st.tuples(PARTITION, st.integers(0, 10**9)), max_size=12))
+def test_flag_gap_sets_one_bit_per_partition(handles, flags):
+    w, r = handles
+    c = w.control
+    for word in range(L.H_GAP_BITS, L.H_GAP_BITS + L.MAX_PARTITIONS // 64):  # a fresh start per example
+        c.set_word(word, 0)
+    c.set_word(L.H_GAP_OFFSETS, 0)
+    c.set_topic("t", L.MAX_PARTITIONS)
+    header = [r.control.word(h) for h in range(L.HEADER_WORDS)]
+    flagged: set[int] = set()
+    total = 0
+    for p, n in flags:
+        new = 0 <= p < L.MAX_PARTITIONS and p not in flagged
+        assert c.flag_gap(p, n) is new, (p, flagged)
+        if new:
+            flagged.add(p)
+            total += n
+    for p in set(EDGES) | {p for p, _ in flags}:
+        assert r.control.has_gap(p) is (p in flagged), p
+    assert r.control.word(L.H_GAP_OFFSETS) == total
+    st_ = r.status()
+    assert st_["gap_partitions"] == sorted(flagged) and st_["gap_offsets"] == total
+    gap_words = range(L.H_GAP_BITS, L.H_GAP_BITS + L.MAX_PARTITIONS // 64)
+    others = [h for h in range(L.HEADER_WORDS) if h not in gap_words and h != L.H_GAP_OFFSETS]
+    assert [r.control.word(h) for h in others] == [header[h] for h in others]  # nothing else written
+    assert sum(bin(r.control.word(h) & (2**64 - 1)).count("1") for h in gap_words) == len(flagged)
+
+
+# -- readiness --------------------------------------------------------------------------------------
+
+
+def _assign(c, p: int, applied: int, hw: int, caught_up: bool) -> None:
+    """What the supervisor publishes at assignment (and a worker once caught up)."""
+    row = c.partitions[p]
+    row[[L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_LATEST, L.P_OWNER]] = [applied, hw, hw, 1]
+    row[L.P_CAUGHT_UP] = int(caught_up)
+    row[L.P_GENERATION] += 1
+    row[L.P_ASSIGNED] = 1
+
+
+def _not_ready(r, why: str) -> dict:
+    st_ = r.status()
+    assert not st_["ready"], st_
+    with pytest.raises(CacheNotReadyError, match=why):
+        r.wait_ready(timeout=0)
+    return st_
+
+
+def _dead_owner_word() -> int:
+    """The owner word of a process that has exited (and been reaped)."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        word = liveness.owner_word(p.pid)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert not liveness.is_alive(word)
+    return word
+
+
+def test_readiness_is_built_up_by_the_supervisors_writes(handles):
+    w, r = handles
+    c = w.control
+    _not_ready(r, "no live supervisor")
+    # this process is the supervisor, as consumer/startup.py open_cache publishes one
+    c.reset_partitions()
+    c.disown_partitions()
+    c.reset_supervisor()
+    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_topic("t", 0)
+    st_ = _not_ready(r, "no partitions assigned yet")
+    assert st_["supervisor_alive"] and not st_["caught_up"]
+
+    c.set_topic("t", 3)
+    _assign(c, 0, 10, 10, True)
+    _assign(c, 1, 5, 20, False)
+    st_ = _not_ready(r, "1 of 3 partitions not assigned to this cache")
+    assert st_["unassigned"] == [2] and not st_["caught_up"]
+
+    c.set_word(L.H_ASSIGNING, 1)  # the supervisor is publishing an assignment
+    _assign(c, 2, 0, 0, True)
+    st_ = _not_ready(r, "an assignment is being published")
+    assert st_["assigning"] and st_["unassigned"] == []
+    c.set_word(L.H_ASSIGNING, 0)
+
+    st_ = _not_ready(r, r"partitions not caught up: 1 \(lag 15\)")
+    assert not st_["caught_up"] and not st_["assigning"]
+
+    c.partitions[1, [L.P_APPLIED, L.P_CAUGHT_UP]] = [20, 1]  # the worker caught up
+    st_ = r.wait_ready(timeout=0)
+    assert st_["ready"] and st_["caught_up"] and not st_["gaps_accepted"]
+
+    assert c.flag_gap(1, 1234)  # retention deleted offsets of partition 1 before the table had them
+    st_ = _not_ready(r, r"retention gap: .* 1,234 offsets of partitions \[1\] .*--accept-gaps")
+    assert st_["caught_up"] and not st_["gaps_accepted"]
+
+    c.reset_supervisor(accept_gaps=True)  # a supervisor that serves the table as it is
+    st_ = r.wait_ready(timeout=0)
+    assert st_["ready"] and st_["caught_up"] and st_["gaps_accepted"] and st_["gap_partitions"] == [1]
+
+    c.set_word(L.H_SUPERVISOR, _dead_owner_word())  # the same words, but its supervisor is gone
+    st_ = _not_ready(r, "no live supervisor")
+    assert not st_["supervisor_alive"] and not st_["caught_up"] and not st_["gaps_accepted"]
+    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    assert r.wait_ready(timeout=0)["ready"]
