@@ -81,29 +81,26 @@ def package_stamp() -> str:
     """sha256 over every source file of the package (as engine/_jitcache.py walks them), and
     the Python and numba versions: what a warm-up warmed the kernel cache for. Any edit to
     the package, or an upgrade, gives another stamp (reading ~100 small files: milliseconds)."""
-    import hashlib
-
     import numba
 
     from shmcache.engine import _jitcache
 
-    digest = hashlib.sha256(f"{sys.version}\0{numba.__version__}\0".encode())
-    for path in sorted(_jitcache._sources(_jitcache._ROOT)):
-        with open(path, "rb") as f:
-            data = f.read()
-        digest.update(os.path.relpath(path, _jitcache._ROOT).encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-    return digest.hexdigest()
+    return _jitcache.files_stamp(_jitcache.package_sources(), f"{sys.version}\0{numba.__version__}\0".encode())
 
 
 MARKER = "shmcache-warmed-"  # + the package stamp: a file beside the apply kernel's cache entries
 
 
-def _marker_dir() -> str | None:
-    """Where numba keeps the apply kernel's cache (beside the sources, NUMBA_CACHE_DIR or
-    the user's cache directory: numba's choice); None if this numba does not say."""
+def _apply_cache():
+    """numba's cache of the apply kernel (its directory: beside the sources, NUMBA_CACHE_DIR
+    or the user's cache directory, numba's choice); None if this numba has none to show."""
     from shmcache.engine import _kernels
 
-    return getattr(getattr(_kernels.apply_entries, "_cache", None), "_cache_path", None)
+    return getattr(_kernels.apply_entries, "_cache", None)
+
+
+def _marker_dir() -> str | None:
+    return getattr(_apply_cache(), "_cache_path", None)
 
 
 def is_warm() -> bool:
@@ -111,13 +108,10 @@ def is_warm() -> bool:
     kernel's cache index is still there: a supervisor then starts its workers at once
     (each loads the kernels; none compiles) instead of waiting for a warm-up that would
     only load them too. A cache removed by hand takes the marker with it (same directory)."""
-    d = _marker_dir()
-    if not d:
-        return False
-    from shmcache.engine import _kernels
-
-    index = getattr(getattr(_kernels.apply_entries._cache, "_cache_file", None), "_index_path", None)
-    return bool(index) and os.path.exists(index) and os.path.exists(os.path.join(d, MARKER + package_stamp()))
+    cache = _apply_cache()
+    d = getattr(cache, "_cache_path", None)
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    return bool(d and index) and os.path.exists(index) and os.path.exists(os.path.join(d, MARKER + package_stamp()))
 
 
 def _mark() -> None:

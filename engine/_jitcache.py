@@ -40,12 +40,23 @@ _PACKAGE = "shmcache"  # the import name of the directory _ROOT
 def source_stamp(py_file: str) -> str:
     """sha256 over the relative path and bytes of `py_file` and of every package module it
     imports, transitively."""
-    digest = hashlib.sha256()
-    for path in sorted(_closure(os.path.abspath(py_file))):
+    return files_stamp(_closure(os.path.abspath(py_file)))
+
+
+def files_stamp(paths, salt: bytes = b"") -> str:
+    """sha256 over `salt` and the relative path and bytes of each file, in path order
+    (a kernel's stamp here; the whole package's in warm.py's marker)."""
+    digest = hashlib.sha256(salt)
+    for path in sorted(paths):
         with open(path, "rb") as f:
             data = f.read()
         digest.update(os.path.relpath(path, _ROOT).encode() + b"\0" + len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()
+
+
+def package_sources() -> list[str]:
+    """Every source file of the package (see _sources)."""
+    return list(_sources(_ROOT))
 
 
 def _closure(path: str) -> set[str]:

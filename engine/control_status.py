@@ -115,8 +115,7 @@ def status(view) -> dict:
     group = view.group(nparts, damaged) if sup_alive else dict(NO_GROUP)
     settled = not assigning and not word(L.H_ASSIGNING) and word(L.H_REBALANCES) == rebalances
     started = word(L.H_SUPERVISOR_STARTED)
-    beat = word(L.H_SUPERVISOR_HEARTBEAT)
-    beat_age = max(0.0, (now - beat) / 1e9) if sup_alive and beat > 0 else None
+    beat_age = _age(view, L.H_SUPERVISOR_HEARTBEAT, now) if sup_alive else None
     # ready means the whole topic, now (DESIGN invariant 10): every partition assigned here
     # by the live supervisor (whose start disowned every row a dead one left) and caught up
     whole = nparts > 0 and len(here) == nparts
