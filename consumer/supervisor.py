@@ -50,6 +50,7 @@ from shmcache.consumer import commits as commits_mod
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
+from shmcache.consumer import worker_handle
 from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
@@ -103,14 +104,18 @@ class Supervisor:
             signal.signal(sig, lambda s, f: self.request_stop(signal.Signals(s).name))
         import shmcache
 
-        existed = shmcache.exists(self.cfg.name)
-        self.snapshots = snapshots_mod.SnapshotPolicy(self.cfg)
-        restored = None if existed else self.snapshots.restore_at_start()
-        self.cache, self._segment_id = startup.open_cache(self.cfg)
-        self.snapshots.opened(self.cache, restored is not None)
-        created = None if existed else self.cache.creation_id
+        # the workers' fork server imports while the cache opens and the broker answers
+        worker_handle.prestart()
+        self.workers = [WorkerHandle(self, i) for i in range(self.cfg.workers)]
+        created = None
         joined = False
         try:
+            existed = shmcache.exists(self.cfg.name)
+            self.snapshots = snapshots_mod.SnapshotPolicy(self.cfg)
+            restored = None if existed else self.snapshots.restore_at_start()
+            self.cache, self._segment_id = startup.open_cache(self.cfg)
+            self.snapshots.opened(self.cache, restored is not None)
+            created = None if existed else self.cache.creation_id
             self.metrics = startup.serve_metrics(self.cfg, self.cache.control)
             joined = self._start()
             self.state = State.RUNNING
@@ -179,7 +184,6 @@ class Supervisor:
             raise ShmcacheError(f"cache {cfg.name!r}: topic {cfg.topic!r} has {npart} partitions; "
                                 f"at most {L.MAX_PARTITIONS} are supported")
         self.cache.control.set_topic(cfg.topic, npart)
-        self.workers = [WorkerHandle(self, i) for i in range(cfg.workers)]
         for w in self.workers:
             w.start()
         self.consumer.subscribe([cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
@@ -214,8 +218,8 @@ class Supervisor:
             for p in list(self.assigned):
                 rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = 0
             self.cache.close()
+            log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
         self.state = State.STOPPED
-        log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
 
     def _close_consumer(self) -> None:
         """consumer.close(), bounded. Against a broker that accepts connections but does not

@@ -54,7 +54,7 @@ class Worker:
         self.cfg = cfg
         self.index = index
         self.conn = conn
-        self.parent = os.getppid()
+        self.parent = os.getppid()  # the fork server, which lives while the supervisor or a worker does
         self.cache = shmcache.open(cfg.name)
         self.rows = self.cache.control.partitions
         self.me = self.cache.control.workers[index]
@@ -68,7 +68,7 @@ class Worker:
                                                           **broker_mod.client_settings()}))
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
         self.stopping = False
-        self.orphaned = False  # the supervisor died (its pipe closed, or we were re-parented)
+        self.orphaned = False  # the supervisor died (its pipe closed, or the fork server died with it)
         self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
         self.window_start = time.monotonic()
         self.window_entries = 0
@@ -78,11 +78,8 @@ class Worker:
         """Decode and apply an empty batch of this worker's format: numba loads the decode and
         apply kernels for exactly these argument types (compiled once by `shmcache warm`, which
         the supervisor ran before starting workers; see warm.py); no entry changes."""
-        if self.cfg.format == "kv":
-            apply_batch(self.cache, wire.decode_kv([], []))
-        else:
-            apply_batch(self.cache, wire_batch.decode_many([bytes(4)], self.scratch))  # v1, count 0
-            apply_batch(self.cache, wire.decode(bytes(4)))  # the message-by-message path's kernels
+        for batch in _decode_empty(self.cfg.format, self.scratch):  # batch and message-by-message paths
+            apply_batch(self.cache, batch)
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -146,8 +143,7 @@ class Worker:
                     break
                 if self.orphaned or os.getppid() != self.parent:
                     # not an error of ours: exit 0, in one line (a restarted supervisor starts new workers)
-                    log.warning("worker %d: supervisor %d is gone; exiting without publishing more",
-                                self.index, self.parent)
+                    log.warning("worker %d: its supervisor is gone; exiting without publishing more", self.index)
                     return
                 if self.owned:
                     msgs = self.consumer.consume(num_messages=self.cfg.batch_messages, timeout=0.05)
@@ -285,9 +281,30 @@ def apply_batch(cache, batch) -> None:
 
 
 def main(cfg_dict: dict, index: int, conn) -> None:
-    """Process entry point (multiprocessing spawn)."""
+    """Process entry point: forked by the workers' fork server (consumer/worker_handle.py), which
+    imported this module and ran preload() once."""
+    liveness.set_process_name(f"shmcache-w{index}")  # what ps, top and the tests see
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the supervisor, which drains us
     logging.basicConfig(level=cfg_dict.pop("_log_level", logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     worker = Worker(RunConfig(**cfg_dict), index, conn)
     worker.run()
+
+
+def preload(fmts=("v1", "kv")) -> None:
+    """In the fork server: name it, and load numba's set-up and the decode kernels if `shmcache
+    warm` compiled them for these sources (on a cold install the supervisor's warm-up is still
+    compiling them: each worker then loads them itself, after the warm-up)."""
+    from shmcache import warm
+
+    liveness.set_process_name("shmcache-fork")
+    if warm.is_warm():
+        for fmt in fmts:
+            _decode_empty(fmt, wire_batch.Scratch())
+
+
+def _decode_empty(fmt: str, scratch) -> list:
+    """Empty batches of this format through each decode path (numba loads its kernels)."""
+    if fmt == "kv":
+        return [wire.decode_kv([], [])]
+    return [wire_batch.decode_many([bytes(4)], scratch), wire.decode(bytes(4))]  # v1, count 0

@@ -21,7 +21,11 @@ from __future__ import annotations
 import enum
 import logging
 import multiprocessing as mp
+import os
+import signal
 import time
+
+import psutil
 
 from shmcache.consumer import worker as worker_mod
 from shmcache.engine import layout as L
@@ -34,9 +38,29 @@ BACKOFF_MAX_S = 10.0  # the longest wait between two restarts
 BACKOFF_RESET_S = 10.0  # up this long, a worker's deaths in a row count from zero again
 
 
+PRELOAD = "shmcache.consumer._worker_preload"
+
+
+def context():
+    """Workers are forked from a fork server that imported their modules and loaded their
+    kernels once (PRELOAD): a worker is up in a tenth of a second, not a second of imports."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([PRELOAD])
+    return ctx
+
+
+def prestart() -> None:
+    """Start the fork server now, without waiting for it: it imports while the supervisor
+    opens the cache and reaches the broker."""
+    from multiprocessing import forkserver
+
+    context()
+    forkserver.ensure_running()
+
+
 class WorkerState(enum.Enum):
     STOPPED = "stopped"
-    STARTING = "starting"  # spawned, not yet claimed its row (imports, the Kafka client)
+    STARTING = "starting"  # forked, not yet claimed its row (the cache, the Kafka client)
     UP = "up"
     STOPPING = "stopping"
     BACKING_OFF = "backing-off"  # died; restarted at `restart_at`
@@ -94,6 +118,8 @@ class WorkerHandle:
         self.state = WorkerState.STOPPED
         self.backoff = RestartBackoff()  # on the supervisor's monotonic clock
         self.restart_at_ns = 0  # the restart due as time.time_ns(), for status
+        self.word = 0  # the running process's owner word (pid and start time; ipc/liveness.py)
+        self.killed_stray = False  # alive() killed it after its fork server died
 
     @property
     def failures(self) -> int:
@@ -101,12 +127,15 @@ class WorkerHandle:
         return self.backoff.failures
 
     def _publish(self) -> None:
+        if self.sup.cache is None:  # the supervisor stops before it opened its cache
+            return
         self.sup.cache.control.set_worker_handle(
             self.index, self.state.value, self.failures,
             self.restart_at_ns if self.state is WorkerState.BACKING_OFF else 0)
 
     def start(self) -> None:
-        ctx = mp.get_context("spawn")
+        """Fork the worker from the fork server (waiting for it if it is still importing)."""
+        ctx = context()
         self.conn, child = ctx.Pipe()
         cfg = self.sup.cfg.to_dict()
         cfg["_log_level"] = logging.getLogger().level or logging.INFO
@@ -114,13 +143,36 @@ class WorkerHandle:
                                 name=f"shmcache-worker-{self.index}")
         self.proc.start()
         child.close()
+        self.killed_stray = False
+        try:
+            self.word = liveness.owner_word(self.proc.pid)
+        except psutil.Error:  # gone already: check() sees it and the backoff applies
+            self.word = 0
         self.sup.cache.control.workers[self.index, L.K_STARTS] += 1
         self.state = WorkerState.STARTING
         self._publish()
         log.info("worker %d started, pid %d", self.index, self.proc.pid)
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.is_alive()
+        """The process runs. multiprocessing learns of a worker's exit from the fork server, and
+        a fork server that died (killed by hand) reports each of its workers gone: the process
+        itself is asked too, and one still running is killed, so that no restart ever runs
+        beside it (two writers on a partition could apply it out of order)."""
+        if self.proc is None:
+            return False
+        if self.proc.is_alive():
+            return True
+        if not (self.word and liveness.is_alive(self.word)):
+            return False
+        if not self.killed_stray:
+            log.warning("worker %d (pid %d) is still running but its fork server is gone; killing it",
+                        self.index, self.proc.pid)
+            self.killed_stray = True
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)  # the owner word names this very process
+        except OSError:
+            pass
+        return True  # until it is gone
 
     def check(self, now: float) -> bool:
         """Follow the process (called every supervisor tick); True when a restart is due now."""
@@ -175,14 +227,19 @@ class WorkerHandle:
         log.info("stopping worker %d (pid %d): %s", self.index, self.proc.pid, reason)
         if self.alive():
             self.request(("stop",), "stopped", timeout)
-            self.proc.join(timeout)
-        if self.proc.is_alive():
+        self._end(timeout)
+
+    def _end(self, timeout: float) -> None:
+        """Wait for the process to exit, then terminate, then kill: within about `timeout` + 2 s."""
+        self.proc.join(timeout)
+        if self.alive():
             log.warning("worker %d ignored stop; terminating", self.index)
             self.proc.terminate()
             self.proc.join(1)
-        if self.proc.is_alive():
+        deadline = time.monotonic() + 5.0
+        while self.alive() and time.monotonic() < deadline:  # alive() kills one its fork server lost
             self.proc.kill()
-            self.proc.join(1)
+            self.proc.join(0.1)
         self.conn.close()
         self.proc = None
         self.state = WorkerState.STOPPED

@@ -8,6 +8,7 @@ reaped by its parent) still "exists" for kill(pid, 0); its status says dead.
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import psutil
@@ -15,6 +16,7 @@ import psutil
 from shmcache.ipc.atomics import cas_word, load_word
 
 _STAMP_MASK = 0xFFFFFFFF
+_PR_SET_NAME = 15  # linux/prctl.h
 
 
 def _stamp(proc: psutil.Process) -> int:
@@ -25,6 +27,15 @@ def owner_word(pid: int | None = None) -> int:
     """The owner word of `pid` (default: this process)."""
     proc = psutil.Process(os.getpid() if pid is None else pid)
     return (proc.pid << 32) | _stamp(proc)
+
+
+def set_process_name(name: str) -> None:
+    """This process's name as ps, top and psutil's name() show it (Linux: at most 15 bytes)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the name stays
+        pass
 
 
 def word_pid(word: int) -> int:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -100,6 +101,16 @@ class SupervisorProc(SupervisorProcess):
         for k in kids:
             self._seen.setdefault(k.pid, k)
         return kids
+
+    def workers(self) -> list[psutil.Process]:
+        """Its worker processes: forked by its fork server, each names itself shmcache-w<index>
+        (consumer/worker.py main; the fork server is shmcache-fork)."""
+        out = []
+        for k in self.children():
+            with contextlib.suppress(psutil.Error):
+                if k.name().startswith("shmcache-w") and k.status() != psutil.STATUS_ZOMBIE:
+                    out.append(k)
+        return out
 
     def signal(self, sig: int) -> None:
         self.children()  # remember the workers before they may be orphaned

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import harness, poll_until  # noqa: E402,F401
@@ -22,18 +21,6 @@ from _pipeline import harness, poll_until  # noqa: E402,F401
 from shmcache.consumer.worker_handle import BACKOFF_RESET_S, backoff_s  # noqa: E402
 
 FAILS = 4
-
-
-def _spawned_workers(sup) -> list[psutil.Process]:
-    """The supervisor's worker processes (multiprocessing spawn children), started or not."""
-    out = []
-    for c in sup.children():
-        try:
-            if "spawn_main" in " ".join(c.cmdline()):
-                out.append(c)
-        except psutil.Error:
-            pass
-    return out
 
 
 def test_a_worker_that_dies_at_once_is_restarted_with_backoff(harness, kafka_topic):
@@ -44,7 +31,7 @@ def test_a_worker_that_dies_at_once_is_restarted_with_backoff(harness, kafka_top
     killed: set[int] = set()
 
     def kill_new():
-        for c in _spawned_workers(sup):
+        for c in sup.workers():
             if c.pid not in killed:
                 killed.add(c.pid)
                 try:

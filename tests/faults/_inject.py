@@ -36,13 +36,7 @@ class Fault:
 
 class Injector:
     def _live_workers(self) -> set[int]:
-        out = set()
-        for p in self.sup.children():
-            with contextlib.suppress(psutil.Error):
-                cmd = " ".join(p.cmdline())
-                if "spawn_main" in cmd and "resource_tracker" not in cmd and _alive(p):
-                    out.add(p.pid)
-        return out
+        return {p.pid for p in self.sup.workers() if _alive(p)}
 
     def _wait_recovered(self, fault: Fault, names: list[str], bound: float, killed: int = 0) -> None:
         """Until each cache's CURRENT supervisor has been assigned partitions (rebalances >= 1: a
@@ -151,12 +145,7 @@ class Injector:
         worker's row can name no pid (see the report of issue 10's suite: an orphaned worker
         that exits late clears the row its successor claimed); then any worker, all partitions."""
         st = self._status(self.name)
-        kids = {}
-        for p in self.sup.children():
-            with contextlib.suppress(psutil.Error):
-                cmd = " ".join(p.cmdline())
-                if "spawn_main" in cmd and "resource_tracker" not in cmd:
-                    kids[p.pid] = p
+        kids = {p.pid: p for p in self.sup.workers()}
         if not kids:
             raise AssertionError(f"supervisor {self.sup.pid} has no worker process")
         named = sorted({a["worker_pid"] for a in st["assigned"] if a["worker_pid"] in kids})

@@ -1,0 +1,123 @@
+"""Workers are forked from a fork server (consumer/worker_handle.py) that imports their
+modules and loads their kernels once, started first thing by the supervisor so that it
+imports while the cache opens and the broker answers.
+
+- While the broker does not answer, the fork server runs and no worker exists yet; a
+  SIGTERM then ends the supervisor with exit 0, the fork server with it, and removes the
+  cache this run created.
+- A fork server killed by hand makes multiprocessing report each of its workers gone
+  (exit 255) while they still run. The trap's hardest case: the workers are stopped
+  (SIGSTOP) at that moment, so they cannot notice anything themselves. The supervisor
+  must kill them before it starts their successors (two writers on one partition could
+  apply it out of order); the restarted workers come from a new fork server, and the
+  table still ends equal to the model.
+"""
+
+import os
+import signal
+import sys
+
+import psutil
+
+import shmcache
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline import (Harness, KafkaProbe, Model, applied, check_table, harness, poll_until,  # noqa: E402,F401
+                       wait_applied)
+from _private_broker import free_ports  # noqa: E402
+
+WAITING = "waiting for the broker"
+PARTITIONS = 4
+
+
+def _fork_servers(sup) -> list[psutil.Process]:
+    out = []
+    for k in sup.children():
+        try:
+            if k.name() == "shmcache-fork" and k.status() != psutil.STATUS_ZOMBIE:
+                out.append(k)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_the_fork_server_starts_before_the_broker_answers_and_stops_with_the_supervisor(tmp_path):
+    bootstrap = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
+    h = Harness(tmp_path, bootstrap)
+    try:
+        name = h.cache_name("fork")
+        sup = h.supervisor(name, "t-fork", h.group("fork"), workers=2)
+
+        def waiting():
+            assert sup.running(), sup.log_text()[-3000:]
+            try:
+                with shmcache.attach(name) as r:
+                    st = r.status()
+            except (OSError, shmcache.ShmcacheError):
+                return None
+            servers = _fork_servers(sup)
+            return (st, servers) if st["broker"] == WAITING and servers else None
+
+        st, servers = poll_until(waiting, 120, lambda: f"the fork server while waiting: {sup.log_text()[-2000:]}")
+        assert st["workers"] == [] and sup.workers() == [], (st["workers"], sup.workers())
+
+        sup.signal(signal.SIGTERM)
+        assert sup.wait(60) == 0, sup.log_text()[-3000:]
+        gone, alive = psutil.wait_procs(servers, timeout=30)
+        assert not alive, [p.pid for p in alive]
+        assert not shmcache.exists(name)  # this run created it and never joined the group
+    finally:
+        h.close()
+
+
+def test_a_killed_fork_server_never_leaves_a_worker_beside_its_successor(harness, kafka_topic):
+    topic = kafka_topic(PARTITIONS)
+    model = Model("v1", PARTITIONS, seed=11)
+    name = harness.cache_name("forkkill")
+    prod = harness.producer(topic, model, rate=40)
+    prod.start()
+    sup = harness.supervisor(name, topic, harness.group("forkkill"))
+    r = harness.attach(name, sup=sup)
+    r.wait_ready(60)
+    poll_until(lambda: all(w["alive"] for w in r.status()["workers"]), 60, lambda: f"workers up: {r.status()}")
+    old = {w["worker"]: (w["pid"], w["starts"]) for w in r.status()["workers"]}
+    (server,) = _fork_servers(sup)
+    before = applied(r, PARTITIONS)
+    for pid, _ in old.values():
+        os.kill(pid, signal.SIGSTOP)  # they cannot notice the fork server's death themselves
+    server.kill()
+
+    def restarted():
+        ws = r.status()["workers"]
+        fresh = [w for w in ws if w["alive"] and w["starts"] == old[w["worker"]][1] + 1]
+        for w in fresh:  # a successor is up: its predecessor is gone, not stopped beside it
+            pid = old[w["worker"]][0]
+            assert _gone(pid), f"worker {w['worker']}'s old process {pid} still exists beside its successor: {ws}"
+        return len(fresh) == len(old)
+
+    try:
+        poll_until(restarted, 120, lambda: f"both workers restarted: {r.status()['workers']}\n{sup.log_text()[-3000:]}",
+                   interval=0.01)
+    finally:
+        for pid, _ in old.values():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert "still running but its fork server is gone; killing it" in sup.log_text()
+    assert len(_fork_servers(sup)) == 1 and _fork_servers(sup)[0].pid != server.pid
+    poll_until(lambda: all(a > b for a, b in zip(applied(r, PARTITIONS), before)), 60,
+               lambda: f"progress past {before}: {applied(r, PARTITIONS)}")
+    prod.finish()
+    probe = KafkaProbe(harness.bootstrap, topic, PARTITIONS)
+    wait_applied(r, probe.end_offsets(), 60, sup)
+    probe.close()
+    check_table(r, model.snapshot())
+    assert sup.terminate() == 0, sup.log_text()[-3000:]
