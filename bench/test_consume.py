@@ -320,6 +320,7 @@ def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str) ->
                     alive_or_fail("before creating the cache")
                     assert time.perf_counter() < deadline, "the cache was never created"
                     time.sleep(POLL_S)
+            t_cache = time.perf_counter()  # the supervisor created the cache (it writes the magic last)
             t_before = t0
             t_first = e_first = None
             while True:
@@ -384,7 +385,7 @@ def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str) ->
             except FileNotFoundError:
                 pass
     return {"entries_per_s": _rate(topic.n, t_before, t_first, e_first, t_done),
-            "catch_up_s": t_done - t_first, "startup_s": t_first - t0, "stop_s": stop_s,
+            "catch_up_s": t_done - t_first, "startup_s": t_first - t0, "cache_s": t_cache - t0, "stop_s": stop_s,
             "first_seen": e_first, "workers": workers, "profile": profile,
             "cores": CP.cores(cpu0, cpu1, t_done - t_first)}
 

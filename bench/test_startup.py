@@ -72,7 +72,8 @@ def test_run_to_first_entry(mode, numba_env, small_topic, kafka_broker, tmp_path
     if mode == "cold":  # inherited by the supervisor, its warm-up child and its workers
         monkeypatch.setenv("NUMBA_CACHE_DIR", numba_env["cold"]["NUMBA_CACHE_DIR"])
     r = C.run_shmcache(small_topic, kafka_broker, 2, tmp_path, f"startup-{mode}")
-    FIGURES[f"shmcache run ({mode})"] = {"to first applied entry": r["startup_s"], "caught up after": r["catch_up_s"]}
+    FIGURES[f"shmcache run ({mode})"] = {"cache created": r["cache_s"], "to first applied entry": r["startup_s"],
+                                         "caught up after": r["catch_up_s"]}
 
 
 @pytest.mark.parametrize("mode", MODES)
