@@ -29,7 +29,7 @@ from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401
 from shmcache.engine.reader import Packed, Reader
 from shmcache.engine.writer import Writer
 from shmcache.errors import CacheSpaceError, GeometryMismatchError
-from shmcache.ipc.atomics import store_word
+from shmcache.ipc.atomics import load_beside, store_word
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, shm_free_bytes
 
 
@@ -52,6 +52,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         raise CacheSpaceError(
             f"cache {name!r}: memory={L.format_bytes(geo.size)} ({geo.size:,} bytes) does not fit in {SHM_DIR}, "
             f"which has {L.format_bytes(free)} ({free:,} bytes) free: ask for less, or make room in {SHM_DIR}")
+    loading = load_beside()  # numba loads the word kernels while the pages are allocated
     try:
         seg = Segment(name, create_size=geo.size, writable=True, mode=mode)
     except FileExistsError:
@@ -77,6 +78,8 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_CREATED_NS] = time.time_ns()
         h[L.H_VERSION] = L.LAYOUT_VERSION
         reader_stats.create(name, mode, int(h[L.H_CREATION_ID]))
+        if loading is not None:
+            loading.join()
         store_word(h, L.H_MAGIC, L.MAGIC)  # last: attachers wait for the magic
         del h
         seg.finish_create()  # attachers now find the magic; the creation lock goes

@@ -15,6 +15,9 @@ read-only array at typing time: a CAS on a PROT_READ mapping would be a SIGSEGV.
 
 from __future__ import annotations
 
+import threading
+
+import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.core.errors import TypingError
@@ -128,3 +131,23 @@ def load_word(arr, idx):
 def store_word(arr, idx, value):
     """Python-callable release store."""
     store_release(arr, idx, value)
+
+
+def load_beside():
+    """Have numba load the three word kernels above (and, in a fresh process, set itself up:
+    ~0.3-0.5 s of CPU) in a thread, for a caller about to wait on something that drops the
+    GIL, such as a new segment's pages (ipc/segment.py). The thread, or None when they are
+    loaded already; a later call in the caller's thread waits for the load either way."""
+    if store_word.signatures and load_word.signatures and cas_word.signatures:
+        return None
+
+    def load():
+        words = np.zeros(2, np.int64)  # the type of every segment view the callers pass
+        store_word(words, 0, 1)
+        load_word(words, 0)
+        cas_word(words, 0, 1, 2)
+
+    t = threading.Thread(target=load, name="shmcache-load-atomics", daemon=True)
+    t.start()
+    return t
+
