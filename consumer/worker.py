@@ -298,6 +298,9 @@ def preload(fmts=("v1", "kv")) -> None:
     from shmcache import warm
 
     liveness.set_process_name("shmcache-fork")
+    # gone with the supervisor, not kept alive by its workers (multiprocessing's rule): a dead
+    # supervisor's workers are orphans at once, adopted by init or a subreaper, and exit
+    liveness.die_with_parent()
     if warm.is_warm():
         for fmt in fmts:
             _decode_empty(fmt, wire_batch.Scratch())

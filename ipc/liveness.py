@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 
 import psutil
 
 from shmcache.ipc.atomics import cas_word, load_word
 
 _STAMP_MASK = 0xFFFFFFFF
-_PR_SET_NAME = 15  # linux/prctl.h
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PR_SET_NAME = 15
 
 
 def _stamp(proc: psutil.Process) -> int:
@@ -36,6 +38,18 @@ def set_process_name(name: str) -> None:
         libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the name stays
         pass
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux; elsewhere nothing).
+    A parent gone before the request took effect: exit now."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def word_pid(word: int) -> int:

@@ -43,14 +43,19 @@ def subreaper():
 
 
 def reap(pids: list[int], timeout: float) -> dict[int, int | None]:
-    """Exit codes of adopted orphans (None: killed by a signal); waits for each."""
+    """Exit codes of adopted orphans (None: killed by a signal); waits for each. A worker is
+    adopted once its fork server, killed when the supervisor dies (ipc/liveness.die_with_parent),
+    is gone too."""
     codes: dict[int, int | None] = {}
 
     def done():
         for pid in pids:
             if pid in codes:
                 continue
-            got, status = os.waitpid(pid, os.WNOHANG)
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not adopted yet: its fork server dies a moment after the supervisor
+                continue
             if got == pid:
                 codes[pid] = os.waitstatus_to_exitcode(status)
         return len(codes) == len(pids)
