@@ -9,15 +9,41 @@
 See engine/table.py for what is and is not guaranteed.
 `shmcache.open` is create's partner for an existing cache; it is not in __all__, so
 `from shmcache import *` never shadows the builtin open().
+
+The names below come from their modules at first use (PEP 562): `import shmcache`
+itself imports no numpy or numba, so `shmcache run` can start its workers' fork server
+(consumer/forkserver.py) before it pays for them.
 """
 
-from shmcache.engine.table import Packed, Reader, Writer, attach, create, destroy, exists, list_caches
-from shmcache.engine.table import open_writer as open
-from shmcache.engine.snapshot import restore, verify as verify_snapshot, write as snapshot
 from shmcache.errors import *  # noqa: F403  (the error classes are part of the API)
 from shmcache.errors import __all__ as _errors_all
 
 __version__ = "0.1.0"
 
+_LAZY = {  # name -> (module, attribute)
+    **{n: ("shmcache.engine.table", n) for n in ("Packed", "Reader", "Writer", "attach", "create", "destroy",
+                                                 "exists", "list_caches")},
+    "open": ("shmcache.engine.table", "open_writer"),
+    "snapshot": ("shmcache.engine.snapshot", "write"),
+    "restore": ("shmcache.engine.snapshot", "restore"),
+    "verify_snapshot": ("shmcache.engine.snapshot", "verify"),
+}
+
 __all__ = ["create", "attach", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", "snapshot", "restore",
            "verify_snapshot", *_errors_all]
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'shmcache' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # once: later lookups never come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

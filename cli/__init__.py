@@ -51,6 +51,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["run"]:  # its workers' fork server imports while this process does (consumer/forkserver.py)
+        from shmcache.consumer import forkserver
+
+        forkserver.prestart()
     a = parser().parse_args(argv)
     try:
         return a.fn(a)

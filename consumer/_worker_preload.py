@@ -1,4 +1,4 @@
-"""Imported once by the workers' fork server (consumer/worker_handle.py) before it forks any
+"""Imported once by the workers' fork server (consumer/forkserver.py) before it forks any
 worker: the worker's modules (numpy, numba, confluent-kafka, the engine) and, on a warm install,
 numba's set-up and the decode kernels, so a forked worker starts with all of it loaded."""
 

@@ -50,7 +50,7 @@ from shmcache.consumer import commits as commits_mod
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
-from shmcache.consumer import worker_handle
+from shmcache.consumer import forkserver
 from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
@@ -105,7 +105,7 @@ class Supervisor:
         import shmcache
 
         # the workers' fork server imports while the cache opens and the broker answers
-        worker_handle.prestart()
+        forkserver.prestart()
         self.workers = [WorkerHandle(self, i) for i in range(self.cfg.workers)]
         created = None
         joined = False

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import enum
 import logging
-import multiprocessing as mp
 import os
 import signal
 import time
 
 import psutil
 
+from shmcache.consumer import forkserver
 from shmcache.consumer import worker as worker_mod
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
@@ -36,26 +36,6 @@ log = logging.getLogger("shmcache.supervisor")
 BACKOFF_FIRST_S = 0.5  # wait before restarting a worker that died after a good run
 BACKOFF_MAX_S = 10.0  # the longest wait between two restarts
 BACKOFF_RESET_S = 10.0  # up this long, a worker's deaths in a row count from zero again
-
-
-PRELOAD = "shmcache.consumer._worker_preload"
-
-
-def context():
-    """Workers are forked from a fork server that imported their modules and loaded their
-    kernels once (PRELOAD): a worker is up in a tenth of a second, not a second of imports."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([PRELOAD])
-    return ctx
-
-
-def prestart() -> None:
-    """Start the fork server now, without waiting for it: it imports while the supervisor
-    opens the cache and reaches the broker."""
-    from multiprocessing import forkserver
-
-    context()
-    forkserver.ensure_running()
 
 
 class WorkerState(enum.Enum):
@@ -135,7 +115,7 @@ class WorkerHandle:
 
     def start(self) -> None:
         """Fork the worker from the fork server (waiting for it if it is still importing)."""
-        ctx = context()
+        ctx = forkserver.context()
         self.conn, child = ctx.Pipe()
         cfg = self.sup.cfg.to_dict()
         cfg["_log_level"] = logging.getLogger().level or logging.INFO
