@@ -28,6 +28,10 @@ class NoClusterError(ClusterError):
     """No cluster state where one was named (a user's mistake: nothing was started there)."""
 
 
+class ClusterRunningError(ClusterError):
+    """A cluster was started where one still runs (a user's mistake: nothing was changed)."""
+
+
 def spark_home() -> str:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:

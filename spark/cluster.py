@@ -42,11 +42,12 @@ from pathlib import Path
 import psutil
 
 from shmcache.ipc import liveness
-from shmcache.spark._cluster_procs import (HOST, ClusterError, NoClusterError, free_port, mnt_ns, record,
-                                           shm_mounted, spark_home, wait_for)
+from shmcache.spark._cluster_procs import (HOST, ClusterError, ClusterRunningError, NoClusterError, free_port,
+                                           mnt_ns, record, shm_mounted, spark_home, wait_for)
 from shmcache.spark._cluster_state import READY_TIMEOUT_S, STATE, STOP_TIMEOUT_S, Cluster
 
-__all__ = ["HOST", "READY_TIMEOUT_S", "STATE", "STOP_TIMEOUT_S", "Cluster", "ClusterError", "NoClusterError",
+__all__ = ["HOST", "READY_TIMEOUT_S", "STATE", "STOP_TIMEOUT_S", "Cluster", "ClusterError", "ClusterRunningError",
+           "NoClusterError",
            "driver_env", "main", "spark_conf", "start", "wait_for"]
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -62,7 +63,7 @@ def start(d, *, workers: int = 2, cores: int = 1, memory: str = "1g", shm: str =
     d = Path(d).resolve()
     d.mkdir(parents=True, exist_ok=True)
     if (d / STATE).exists() and not json.loads((d / STATE).read_text()).get("stopped"):
-        raise ClusterError(f"a cluster is already running from {d} (scripts/cluster stop --dir {d})")
+        raise ClusterRunningError(f"a cluster is already running from {d} (scripts/cluster stop --dir {d})")
     for tool in ("unshare", "nsenter", "mount"):
         if not any(os.access(os.path.join(p, tool), os.X_OK) for p in os.environ.get("PATH", "").split(os.pathsep)):
             raise ClusterError(f"{tool} not found on PATH (util-linux)")
@@ -226,7 +227,7 @@ def main(argv=None) -> int:
         if argv[:1] == ["shmcache"]:
             argv = [sys.executable, "-m", "shmcache", *argv[1:]]
         return c.exec(a.machine, argv).returncode
-    except NoClusterError as e:  # nothing started in that --dir: the user's mistake
+    except (NoClusterError, ClusterRunningError) as e:  # nothing started in that --dir, or one runs: a mistake
         print(f"cluster: {e}", file=sys.stderr)
         return 2
     except ClusterError as e:

@@ -142,3 +142,24 @@ def test_no_cluster_in_the_dir_is_a_user_mistake(tmp_path, cmd):
                                      f"(start one with scripts/cluster start --dir {d})"], p.stderr
     assert p.stdout == "" and not d.exists()
     assert cl.main(argv) == 2
+
+
+def test_a_start_where_a_cluster_runs_is_a_user_mistake(tmp_path):
+    """`scripts/cluster start` on a --dir whose cluster was not stopped: one line naming the
+    dir and the stop command, exit 2, no traceback, and the state file left as it was."""
+    from shmcache.spark import cluster as cl
+
+    d = tmp_path / "busy"
+    d.mkdir()
+    state = d / "cluster.json"
+    state.write_text('{"dir": "%s", "stopped": false, "machines": {}}' % d)
+    before = state.read_bytes()
+    argv = ["start", "--dir", str(d)]
+    p = subprocess.run([str(REPO / "scripts" / "cluster"), *argv], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.splitlines() == [f"cluster: a cluster is already running from {d} "
+                                     f"(scripts/cluster stop --dir {d})"], p.stderr
+    assert p.stdout == "" and state.read_bytes() == before and sorted(x.name for x in d.iterdir()) == ["cluster.json"]
+    assert cl.main(argv) == 2
+
