@@ -59,9 +59,10 @@ class Committer:
             self.periodic(parts)
             self.last = now
 
-    def hold(self) -> None:
-        """A revoke or a loss: a rebalance has begun."""
-        self.rebalancing = self.rebalancing or time.monotonic()
+    def hold(self, now: float) -> None:
+        """A revoke or a loss at `now` (the caller's monotonic clock): a rebalance has begun.
+        Periodic commits wait for the assignment, REBALANCE_HOLD_S at most."""
+        self.rebalancing = self.rebalancing or now
 
     def assigned(self) -> None:
         """The new generation is in place: periodic commits go again, the held one at once."""
@@ -131,7 +132,7 @@ class Committer:
             if not final and name in _REBALANCE_ERRORS:
                 # the group is moving to a new generation: this commit went with the old one.
                 self.control.count(L.H_COMMITS_DEFERRED)
-                self.hold()
+                self.hold(time.monotonic())
                 log.info("commit of %s deferred: the group is rebalancing (%s)", dict(todo), name)
                 return
             self.control.count(L.H_COMMIT_FAILURES)

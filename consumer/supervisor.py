@@ -337,14 +337,14 @@ class Supervisor:
     def _on_revoke(self, consumer, tps) -> None:
         """Partitions leave: drain their workers, commit what they applied, before returning."""
         log.info("revoked %s", sorted(tp.partition for tp in tps))
-        self.commits.hold()
+        self.commits.hold(time.monotonic())
         self._release(tps, commit=True)
         self._unassign(consumer, tps)
 
     def _on_lost(self, consumer, tps) -> None:
         """Partitions are already someone else's: stop them, commit nothing."""
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
-        self.commits.hold()
+        self.commits.hold(time.monotonic())
         self.cache.control.count(L.H_PARTITIONS_LOST, len(tps))
         self._release(tps, commit=False)
         self._unassign(consumer, tps)

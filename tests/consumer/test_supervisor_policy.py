@@ -6,7 +6,8 @@ for 10 s has its deaths in a row count from zero again; a restart is due exactly
 its time. Commits (consumer/commits.py Committer, on a real segment and the real
 broker): a second periodic commit is not sent while one is in flight; the revoke
 callback's commit is synchronous; a hold (rebalance) stops periodic commits until the
-assignment, which sends the held one at once.
+assignment, which sends the held one at once, or for REBALANCE_HOLD_S at most (on a
+clock the test drives).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import uuid
 import pytest
 
 import shmcache
+from shmcache.consumer.commits import REBALANCE_HOLD_S
 from shmcache.consumer.worker_handle import BACKOFF_FIRST_S, BACKOFF_MAX_S, BACKOFF_RESET_S, RestartBackoff, backoff_s
 from shmcache.engine import layout as L
 
@@ -143,7 +145,7 @@ def test_a_hold_stops_periodic_commits_until_the_assignment(committer):
     assert c.inflight == {0: 2}
     _served(c)
     control.partitions[0, L.P_APPLIED] = 3
-    c.hold()
+    c.hold(now)
     c.tick(now, [0], 1.0)
     c.tick(now + 5.0, [0], 1.0)  # due by the interval, but held
     assert c.inflight is None
@@ -152,3 +154,19 @@ def test_a_hold_stops_periodic_commits_until_the_assignment(committer):
     assert c.inflight == {0: 3}
     _served(c)
     assert _broker_committed(c, topic) == 3
+
+
+def test_a_hold_with_no_assignment_ends_after_its_bound(committer):
+    """A rebalance that never completes (no assignment comes) holds periodic commits for
+    REBALANCE_HOLD_S at most, on the caller's clock; a second hold meanwhile does not extend it."""
+    c, control, topic = committer
+    control.partitions[0, L.P_APPLIED] = 4
+    t = 1000.0
+    c.hold(t)
+    c.hold(t + 10.0)
+    c.tick(t + REBALANCE_HOLD_S, [0], 1.0)  # due by the interval, still held
+    assert c.inflight is None and c.rebalancing == t
+    c.tick(t + REBALANCE_HOLD_S + 0.5, [0], 1.0)  # the bound from the first hold is over
+    assert c.inflight == {0: 4} and c.rebalancing == 0.0
+    _served(c)
+    assert _broker_committed(c, topic) == 4
