@@ -160,10 +160,6 @@ class ControlView:
         engine/control_status.py assembles it)."""
         return control_status.status(self)
 
-    def snapshot_fields(self, nparts: int) -> dict:
-        """status()'s restore, last-snapshot and gap fields."""
-        return control_status.snapshot_fields(self, nparts)
-
     def wait_ready(self, timeout: float | None = None, poll: float = 0.05) -> dict:
         """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10).
 

@@ -31,7 +31,7 @@ def _age(view, word: int, now: int) -> float | None:
     return max(0.0, (now - t) / 1e9) if t > 0 else None
 
 
-def _partition_rows(view, nparts: int, damaged: list[str]) -> list[dict]:
+def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> list[dict]:
     wrows = view.workers
     parts = []
     for p in range(nparts):
@@ -54,7 +54,7 @@ def _partition_rows(view, nparts: int, damaged: list[str]) -> list[dict]:
             "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
             "committed": r[L.P_COMMITTED],
             "caught_up": bool(r[L.P_CAUGHT_UP]),
-            "gap": view.has_gap(p),  # retention deleted offsets this table never had
+            "gap": p in gapped,  # retention deleted offsets this table never had
         })
     return parts
 
@@ -108,7 +108,8 @@ def status(view) -> dict:
     # An assignment is published row by row: read the rows between two looks at the
     # rebalance count and the assigning flag, and call nothing ready across a change.
     rebalances, assigning = word(L.H_REBALANCES), word(L.H_ASSIGNING)
-    parts = _partition_rows(view, nparts, damaged)
+    gap_parts = [p for p in range(nparts) if view.has_gap(p)]  # each bit read once
+    parts = _partition_rows(view, nparts, set(gap_parts), damaged)
     here = {p["partition"] for p in parts}
     sup_alive = bool(sup) and liveness.is_alive(sup)
     ws = _worker_rows(view, sup_alive, now)
@@ -160,29 +161,24 @@ def status(view) -> dict:
         "damaged": damaged,
         # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
         **broker,
-        **snapshot_fields(view, nparts),  # restore, snapshot, gap_partitions, gap_offsets
+        **snapshot_fields(view, gap_parts, now),  # restore, snapshot, gap_partitions, gap_offsets
     }
 
 
-def snapshot_fields(view, nparts: int) -> dict:
+def snapshot_fields(view, gap_parts: list[int], now: int) -> dict:
     """status()'s restore, last-snapshot and gap fields (engine/snapshot.py writes the
     restore words, the supervisor's snapshot policy the others)."""
-    word, now = view.word, time.time_ns()
-
-    def age(w):
-        t = word(w)
-        return (now - t) / 1e9 if t > 0 else None
-
+    word = view.word
     return {
         "restore": {"state": L.RESTORE_STATE_NAMES.get(word(L.H_RESTORE_STATE), "damaged"),
                     "entries": word(L.H_RESTORE_ENTRIES),
                     "seconds": word(L.H_RESTORE_NS) / 1e9,
                     "evictions": word(L.H_RESTORE_EVICTIONS),
-                    "snapshot_age_s": age(L.H_RESTORE_TAKEN_NS)},
-        "snapshot": {"age_s": age(L.H_SNAPSHOT_TAKEN_NS), "bytes": word(L.H_SNAPSHOT_BYTES),
+                    "snapshot_age_s": _age(view, L.H_RESTORE_TAKEN_NS, now)},
+        "snapshot": {"age_s": _age(view, L.H_SNAPSHOT_TAKEN_NS, now), "bytes": word(L.H_SNAPSHOT_BYTES),
                      "seconds": word(L.H_SNAPSHOT_NS) / 1e9, "count": word(L.H_SNAPSHOTS),
                      "failures": word(L.H_SNAPSHOT_FAILURES)},
-        "gap_partitions": [p for p in range(nparts) if view.has_gap(p)],
+        "gap_partitions": gap_parts,
         "gap_offsets": word(L.H_GAP_OFFSETS),
     }
 
