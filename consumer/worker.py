@@ -41,6 +41,7 @@ from shmcache.consumer import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
 from shmcache.engine import layout as L
+from shmcache.engine.table import open_writer  # imported here: the fork server preloads it for every worker
 from shmcache.ipc import liveness
 
 log = logging.getLogger("shmcache.worker")
@@ -48,14 +49,13 @@ log = logging.getLogger("shmcache.worker")
 
 class Worker:
     def __init__(self, cfg: RunConfig, index: int, conn):
-        import shmcache
         from confluent_kafka import Consumer
 
         self.cfg = cfg
         self.index = index
         self.conn = conn
         self.parent = os.getppid()  # the fork server, which lives while the supervisor or a worker does
-        self.cache = shmcache.open(cfg.name)
+        self.cache = open_writer(cfg.name)
         self.rows = self.cache.control.partitions
         self.me = self.cache.control.workers[index]
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
