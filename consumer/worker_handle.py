@@ -197,7 +197,7 @@ class WorkerHandle:
         return None
 
     def stop(self, reason: str, timeout: float) -> None:
-        """Ask, wait, then terminate, then kill: every stop ends within about `timeout` + 2 s."""
+        """Ask, wait, then terminate, then kill: every stop ends within about `timeout` + 6 s."""
         if self.proc is None:
             self.state = WorkerState.STOPPED
             self._publish()
@@ -210,7 +210,7 @@ class WorkerHandle:
         self._end(timeout)
 
     def _end(self, timeout: float) -> None:
-        """Wait for the process to exit, then terminate, then kill: within about `timeout` + 2 s."""
+        """Wait for the process to exit, then terminate (1 s), then kill (5 s at most): within `timeout` + 6 s."""
         self.proc.join(timeout)
         if self.alive():
             log.warning("worker %d ignored stop; terminating", self.index)
