@@ -47,10 +47,10 @@ import time
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import commits as commits_mod
+from shmcache.consumer import forkserver
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
-from shmcache.consumer import forkserver
 from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError

@@ -281,7 +281,7 @@ def apply_batch(cache, batch) -> None:
 
 
 def main(cfg_dict: dict, index: int, conn) -> None:
-    """Process entry point: forked by the workers' fork server (consumer/worker_handle.py), which
+    """Process entry point: forked by the workers' fork server (consumer/forkserver.py), which
     imported this module and ran preload() once."""
     liveness.set_process_name(f"shmcache-w{index}")  # what ps, top and the tests see
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the supervisor, which drains us

@@ -197,7 +197,8 @@ class WorkerHandle:
         return None
 
     def stop(self, reason: str, timeout: float) -> None:
-        """Ask, wait, then terminate, then kill: every stop ends within about `timeout` + 6 s."""
+        """Ask, wait, then terminate (1 s), then kill (5 s at most): every stop ends within about
+        `timeout` + 6 s."""
         if self.proc is None:
             self.state = WorkerState.STOPPED
             self._publish()
@@ -207,10 +208,6 @@ class WorkerHandle:
         log.info("stopping worker %d (pid %d): %s", self.index, self.proc.pid, reason)
         if self.alive():
             self.request(("stop",), "stopped", timeout)
-        self._end(timeout)
-
-    def _end(self, timeout: float) -> None:
-        """Wait for the process to exit, then terminate (1 s), then kill (5 s at most): within `timeout` + 6 s."""
         self.proc.join(timeout)
         if self.alive():
             log.warning("worker %d ignored stop; terminating", self.index)

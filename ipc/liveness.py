@@ -19,6 +19,7 @@ from shmcache.ipc.atomics import cas_word, load_word
 _STAMP_MASK = 0xFFFFFFFF
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PR_SET_NAME = 15
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _stamp(proc: psutil.Process) -> int:
@@ -34,9 +35,8 @@ def owner_word(pid: int | None = None) -> int:
 def set_process_name(name: str) -> None:
     """This process's name as ps, top and psutil's name() show it (Linux: at most 15 bytes)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the name stays
+        _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+    except AttributeError:  # not Linux: the name stays
         pass
 
 
@@ -45,8 +45,8 @@ def die_with_parent() -> None:
     A parent gone before the request took effect: exit now."""
     parent = os.getppid()
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except AttributeError:  # not Linux
         return
     if os.getppid() != parent:
         os._exit(0)

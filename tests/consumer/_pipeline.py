@@ -102,15 +102,19 @@ class SupervisorProc(SupervisorProcess):
             self._seen.setdefault(k.pid, k)
         return kids
 
-    def workers(self) -> list[psutil.Process]:
-        """Its worker processes: forked by its fork server, each names itself shmcache-w<index>
-        (consumer/worker.py main; the fork server is shmcache-fork)."""
+    def named(self, prefix: str) -> list[psutil.Process]:
+        """Its live descendants whose process name starts with `prefix`."""
         out = []
         for k in self.children():
             with contextlib.suppress(psutil.Error):
-                if k.name().startswith("shmcache-w") and k.status() != psutil.STATUS_ZOMBIE:
+                if k.name().startswith(prefix) and k.status() != psutil.STATUS_ZOMBIE:
                     out.append(k)
         return out
+
+    def workers(self) -> list[psutil.Process]:
+        """Its worker processes: forked by its fork server, each names itself shmcache-w<index>
+        (consumer/worker.py main; the fork server is shmcache-fork)."""
+        return self.named("shmcache-w")
 
     def signal(self, sig: int) -> None:
         self.children()  # remember the workers before they may be orphaned

@@ -31,14 +31,7 @@ PARTITIONS = 4
 
 
 def _fork_servers(sup) -> list[psutil.Process]:
-    out = []
-    for k in sup.children():
-        try:
-            if k.name() == "shmcache-fork" and k.status() != psutil.STATUS_ZOMBIE:
-                out.append(k)
-        except psutil.Error:
-            pass
-    return out
+    return sup.named("shmcache-fork")
 
 
 def _gone(pid: int) -> bool:
