@@ -7,8 +7,9 @@ on a machine with few cores.
 
 The supervisor starts it first thing (`shmcache run` before it even imports numpy), so
 it imports while the supervisor opens the cache and reaches the broker. It names itself
-shmcache-fork and dies with the supervisor (a dead supervisor's workers are orphans at
-once, and exit); consumer/worker_handle.py forks from it and watches what it forked.
+shmcache-fork and dies with the supervisor (die_with_supervisor: a dead supervisor's
+workers are orphans at once, and exit, and nothing is left in /tmp);
+consumer/worker_handle.py forks from it and watches what it forked.
 
 This module imports nothing heavy: cli/__init__.py calls prestart() before anything else.
 """
@@ -16,6 +17,9 @@ This module imports nothing heavy: cli/__init__.py calls prestart() before anyth
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import shutil
+import signal
 
 PRELOAD = "shmcache.consumer._worker_preload"
 
@@ -27,9 +31,35 @@ def context():
     return ctx
 
 
+DIR_ENV = "SHMCACHE_FORKSERVER_DIR"  # where its socket is, for the fork server to remove (die_with_supervisor)
+
+
 def prestart() -> None:
     """Start the fork server now, without waiting for it (a no-op once it runs)."""
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, util
 
     context()
+    os.environ[DIR_ENV] = util.get_temp_dir()  # multiprocessing puts the server's socket there
     forkserver.ensure_running()
+
+
+def die_with_supervisor() -> None:
+    """In the fork server: exit when the supervisor dies (PR_SET_PDEATHSIG), having removed
+    the supervisor's multiprocessing directory with the server's socket in it, which a
+    supervisor killed by SIGKILL cannot remove itself. multiprocessing alone keeps a fork
+    server alive while any of its children lives: a dead supervisor's workers would stay
+    its children, never adopted. A SIGTERM from anyone else while the supervisor lives
+    only ends the server (the supervisor starts another); its workers get the default
+    SIGTERM back (consumer/worker.py main)."""
+    from shmcache.ipc import liveness  # numba, by its atomics: not for prestart's importers
+
+    supervisor = os.getppid()
+
+    def gone(signum, frame):
+        d = os.environ.get(DIR_ENV, "")
+        if os.getppid() != supervisor and os.path.basename(d).startswith("pymp-"):
+            shutil.rmtree(d, ignore_errors=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, gone)
+    liveness.die_with_parent(signal.SIGTERM)

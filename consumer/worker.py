@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from shmcache.consumer import broker as broker_mod
+from shmcache.consumer import forkserver
 from shmcache.consumer import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
@@ -285,6 +286,7 @@ def main(cfg_dict: dict, index: int, conn) -> None:
     imported this module and ran preload() once."""
     liveness.set_process_name(f"shmcache-w{index}")  # what ps, top and the tests see
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the supervisor, which drains us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the fork server's handler (consumer/forkserver.py)
     logging.basicConfig(level=cfg_dict.pop("_log_level", logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     worker = Worker(RunConfig(**cfg_dict), index, conn)
@@ -298,9 +300,7 @@ def preload(fmts=("v1", "kv")) -> None:
     from shmcache import warm
 
     liveness.set_process_name("shmcache-fork")
-    # gone with the supervisor, not kept alive by its workers (multiprocessing's rule): a dead
-    # supervisor's workers are orphans at once, adopted by init or a subreaper, and exit
-    liveness.die_with_parent()
+    forkserver.die_with_supervisor()
     if warm.is_warm():
         for fmt in fmts:
             _decode_empty(fmt, wire_batch.Scratch())

@@ -40,15 +40,17 @@ def set_process_name(name: str) -> None:
         pass
 
 
-def die_with_parent() -> None:
-    """Have the kernel SIGKILL this process when its parent dies (Linux; elsewhere nothing).
-    A parent gone before the request took effect: exit now."""
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send this process `sig` when its parent dies (Linux; elsewhere
+    nothing). A parent gone before the request took effect: `sig` now, as the kernel would
+    have sent it (and exit, should it be ignored)."""
     parent = os.getppid()
     try:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except AttributeError:  # not Linux
         return
     if os.getppid() != parent:
+        signal.raise_signal(sig)
         os._exit(0)
 
 

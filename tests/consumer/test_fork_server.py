@@ -4,7 +4,8 @@ imports while the cache opens and the broker answers.
 
 - While the broker does not answer, the fork server runs and no worker exists yet; a
   SIGTERM then ends the supervisor with exit 0, the fork server with it, and removes the
-  cache this run created.
+  cache this run created. A SIGKILL ends the fork server too, which removes the
+  supervisor's multiprocessing directory (its socket) from /tmp.
 - A fork server killed by hand makes multiprocessing report each of its workers gone
   (exit 255) while they still run. The trap's hardest case: the workers are stopped
   (SIGSTOP) at that moment, so they cannot notice anything themselves. The supervisor
@@ -66,6 +67,38 @@ def test_the_fork_server_starts_before_the_broker_answers_and_stops_with_the_sup
         gone, alive = psutil.wait_procs(servers, timeout=30)
         assert not alive, [p.pid for p in alive]
         assert not shmcache.exists(name)  # this run created it and never joined the group
+    finally:
+        h.close()
+
+
+def test_a_killed_supervisor_takes_its_fork_server_and_its_socket_directory(tmp_path):
+    """SIGKILL leaves the supervisor no chance to remove multiprocessing's directory (in
+    /tmp, with the fork server's socket in it): the fork server, told by the kernel that
+    its supervisor died, removes it and exits."""
+    bootstrap = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
+    h = Harness(tmp_path, bootstrap)
+    try:
+        name = h.cache_name("forkdir")
+        sup = h.supervisor(name, "t-forkdir", h.group("forkdir"), workers=1)
+
+        def server_dir():
+            assert sup.running(), sup.log_text()[-3000:]
+            for server in _fork_servers(sup):
+                try:
+                    d = server.environ().get("SHMCACHE_FORKSERVER_DIR")
+                except psutil.Error:
+                    continue
+                if d and os.path.isdir(d) and any(f.startswith("listener-") for f in os.listdir(d)):
+                    return server, d
+            return None
+
+        server, d = poll_until(server_dir, 120, lambda: f"the fork server and its socket: {sup.log_text()[-2000:]}")
+        assert os.path.basename(d).startswith("pymp-"), d
+        sup.signal(signal.SIGKILL)
+        assert sup.wait(30) == -signal.SIGKILL
+        gone, alive = psutil.wait_procs([server], timeout=30)
+        assert not alive, alive
+        assert not os.path.exists(d), os.listdir(d)
     finally:
         h.close()
 
