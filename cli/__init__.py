@@ -52,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["run"]:  # its workers' fork server imports while this process does (consumer/forkserver.py)
+    # a run's workers' fork server imports while this process does (consumer/forkserver.py)
+    if args[:1] == ["run"] and not {"-h", "--help"} & set(args):
         from shmcache.consumer import forkserver
 
         forkserver.prestart()

@@ -16,8 +16,10 @@ This module imports nothing heavy: cli/__init__.py calls prestart() before anyth
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing as mp
 import os
+import select
 import shutil
 import signal
 
@@ -32,6 +34,7 @@ def context():
 
 
 DIR_ENV = "SHMCACHE_FORKSERVER_DIR"  # where its socket is, for the fork server to remove (die_with_supervisor)
+GONE_WAIT = 10.0  # seconds a fork server told of its supervisor's end waits for it to be gone
 
 
 def prestart() -> None:
@@ -44,22 +47,41 @@ def prestart() -> None:
 
 
 def die_with_supervisor() -> None:
-    """In the fork server: exit when the supervisor dies (PR_SET_PDEATHSIG), having removed
-    the supervisor's multiprocessing directory with the server's socket in it, which a
-    supervisor killed by SIGKILL cannot remove itself. multiprocessing alone keeps a fork
-    server alive while any of its children lives: a dead supervisor's workers would stay
-    its children, never adopted. A SIGTERM from anyone else while the supervisor lives
-    only ends the server (the supervisor starts another); its workers get the default
-    SIGTERM back (consumer/worker.py main)."""
+    """In the fork server: exit when the supervisor dies, having removed the supervisor's
+    multiprocessing directory with the server's socket in it, which a supervisor killed by
+    SIGKILL cannot remove itself. Two ways lead here:
+    - while workers live they hold the server's "alive" pipe (multiprocessing passes it to
+      each child), so only the kernel's PR_SET_PDEATHSIG, here SIGTERM, tells it; left
+      alive, a dead supervisor's workers would stay its children, never adopted;
+    - with none, the supervisor's exit closes that pipe and multiprocessing's loop ends
+      the server by SystemExit: atexit.
+    Both can come while the supervisor is still dying: the signal when the thread that
+    started the server dies, before the rest of the process (the kernel's "parent" is a
+    thread), the pipe's end when its files close. So the directory goes once the
+    supervisor is gone, waited for (GONE_WAIT at most) on a pidfd opened now, which a
+    reused pid cannot fool. A SIGTERM from anyone else while the supervisor lives ends the
+    server after that wait, the directory kept (the supervisor starts another server);
+    workers get the default SIGTERM back (consumer/worker.py main)."""
     from shmcache.ipc import liveness  # numba, by its atomics: not for prestart's importers
 
     supervisor = os.getppid()
+    try:
+        pidfd = os.pidfd_open(supervisor)
+    except (AttributeError, OSError):  # not Linux >= 5.3: the signal's way only
+        pidfd = -1
 
-    def gone(signum, frame):
+    def remove_once_gone() -> None:
         d = os.environ.get(DIR_ENV, "")
-        if os.getppid() != supervisor and os.path.basename(d).startswith("pymp-"):
+        gone = os.getppid() != supervisor
+        if not gone and pidfd >= 0:
+            gone = bool(select.select([pidfd], [], [], GONE_WAIT)[0])  # readable once it has exited
+        if gone and os.path.basename(d).startswith("pymp-"):
             shutil.rmtree(d, ignore_errors=True)
+
+    def terminated(signum, frame):
+        remove_once_gone()
         os._exit(0)
 
-    signal.signal(signal.SIGTERM, gone)
+    signal.signal(signal.SIGTERM, terminated)
+    atexit.register(remove_once_gone)
     liveness.die_with_parent(signal.SIGTERM)
