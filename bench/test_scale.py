@@ -13,6 +13,13 @@ N entries (32-byte random keys, 61-141-byte values) in batches of 1024; time
 SHMCACHE_BENCH_ROUNDS passes, default 3); report keys/s, the rate relative to the
 first size, creation seconds per GiB and segment bytes per live entry (and "sized":
 the smallest segment holding N mean records over N, by the layout's plan).
+
+Beside each pass, what the machine itself gives at that size: a kernel that reads
+LINES random 64-byte lines of the same segment, mapped as a reader maps it (2 MiB
+pages), each prefetched 16 reads ahead as the lookup prefetches its records, and
+nothing else ("lines/s", "machine vs first"). A lookup's ~4 lines per hit are two
+random places (index slot; record and value), so where the machine's random reads
+fall with the size, so must lookups: that ratio is the bound the table works under.
 Every size's table is built first and kept; the timed passes then go round the sizes
 in turn, so each round's ratio to the first size is taken under the same load (this
 2-core machine's speed drifts by tens of percent over seconds: ratios of sizes timed
@@ -30,14 +37,32 @@ import sys
 import time
 
 import numpy as np
+from numba import njit
 
 import _peers as P
 import shmcache
 from shmcache.engine import layout as L
-from shmcache.ipc.segment import shm_free_bytes
+from shmcache.engine._prefetch import prefetch
+from shmcache.ipc.segment import Segment, shm_free_bytes
 
 POOL = 1 << 20  # values are slices of one random pool: contents repeat, lengths do not
 HEADROOM = 1.25  # over the smallest segment holding N mean records: buckets fill unevenly
+LINES = 2_000_000  # random lines read per pass by the machine's reference kernel
+AHEAD = 16
+
+
+@njit(nogil=True)
+def _random_lines(mem, words):
+    """Sum mem[w] over words (each a random line's first word), prefetching AHEAD ahead."""
+    s = np.uint64(0)
+    n = words.shape[0]
+    for j in range(min(n, AHEAD)):
+        prefetch(mem, words[j], 0)
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(mem, words[i + AHEAD], 0)
+        s += mem[words[i]]
+    return s
 
 
 def _sizes() -> list[int]:
@@ -65,7 +90,7 @@ class _Table:
         t0 = time.perf_counter()
         self.w = shmcache.create(self.name, memory=memory)
         self.create_s = time.perf_counter() - t0
-        self.r = None
+        self.r = self.seg = self.mem = None
         try:
             t0 = time.perf_counter()
             for s in range(0, n, P.BATCH):
@@ -78,10 +103,14 @@ class _Table:
             del keys
             self.r = shmcache.attach(self.name)
             self.check(rng)
+            self.seg = Segment(self.name, writable=False)  # mapped as a reader maps it
+            self.mem = np.frombuffer(self.seg.mm, np.uint64)
+            self.words = rng.integers(0, self.seg.size // 64, LINES) * 8
         except BaseException:
             self.close()
             raise
         self.times: list[float] = []
+        self.line_times: list[float] = []
 
     def check(self, rng) -> None:
         get, n = self.r.get_many_packed, self.n
@@ -105,7 +134,17 @@ class _Table:
         self.times.append(dt)
         return self.n / dt
 
+    def lines_pass(self) -> float:
+        t0 = time.perf_counter()
+        _random_lines(self.mem, self.words)
+        dt = time.perf_counter() - t0
+        self.line_times.append(dt)
+        return LINES / dt
+
     def close(self) -> None:
+        self.mem = None  # the segment's buffer must not be exported when it closes
+        if self.seg is not None:
+            self.seg.close()
         if self.r is not None:
             self.r.close()
         self.w.close()
@@ -126,21 +165,27 @@ def test_scale():
             tables.append(_Table(n, memory))
             gc.collect()
         for t in tables:
-            t.timed_pass()  # warm-up: pages and kernel
+            t.timed_pass()  # warm-up: pages and kernels
+            t.lines_pass()
             t.times.clear()
+            t.line_times.clear()
         ratios: list[list[float]] = [[] for _ in tables]
+        line_ratios: list[list[float]] = [[] for _ in tables]
         gc.collect()
         gc.disable()
         try:
             for k in range(rounds):
                 order = tables if k % 2 == 0 else tables[::-1]  # which size goes first alternates
                 rates = {t.n: t.timed_pass() for t in order}
+                lines = {t.n: t.lines_pass() for t in order}
                 for i, t in enumerate(tables):
                     ratios[i].append(rates[t.n] / rates[tables[0].n])
+                    line_ratios[i].append(lines[t.n] / lines[tables[0].n])
         finally:
             gc.enable()
         rows = [dict(n=t.n, size=t.w.geometry.size, create_s=t.create_s, fill_s=t.fill_s,
                      rate=t.n / statistics.median(t.times), vs_first=statistics.median(ratios[i]),
+                     lines=LINES / statistics.median(t.line_times), lines_vs_first=statistics.median(line_ratios[i]),
                      per_entry=t.w.geometry.size / t.live, hits=t.live / t.n,
                      tight=L.Geometry.plan(P.memory_for(t.n), P.KEY_SIZE, L.DEFAULT_MAX_VALUE).size / t.n)
                 for i, t in enumerate(tables)]
@@ -151,8 +196,9 @@ def test_scale():
           f"'vs first' is the median of the rounds' ratios ({os.cpu_count()} CPUs shared, load average "
           f"{os.getloadavg()[0]:.1f})", file=sys.stderr)
     print(f"  {'N':>12} {'segment':>10} {'create s/GiB':>12} {'fill keys/s':>12} {'get keys/s':>11} "
-          f"{'vs first':>9} {'hits':>6} {'B/entry':>8} {'sized':>6}", file=sys.stderr)
+          f"{'vs first':>9} {'lines/s':>9} {'machine vs first':>16} {'hits':>6} {'B/entry':>8} {'sized':>6}",
+          file=sys.stderr)
     for r in rows:
         print(f"  {r['n']:>12,} {L.format_bytes(r['size']):>10} {r['create_s'] / (r['size'] / 2**30):>12.2f} "
               f"{P.fmt_rate(r['n'] / r['fill_s']):>12} {P.fmt_rate(r['rate']):>11} "
-              f"{r['vs_first']:>8.2f}x {r['hits']:>6.3f} {r['per_entry']:>8.0f} {r['tight']:>6.0f}", file=sys.stderr)
+              f"{r['vs_first']:>8.2f}x {P.fmt_rate(r['lines']):>9} {r['lines_vs_first']:>15.2f}x {r['hits']:>6.3f} {r['per_entry']:>8.0f} {r['tight']:>6.0f}", file=sys.stderr)
