@@ -4,6 +4,8 @@ this host (scripts/cluster), each machine with its own replica of the same N ent
 
     SHMCACHE_CLUSTER_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider -s
     SHMCACHE_CLUSTER_BENCH_N=5000000 SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY=2g ... (as memory allows)
+    SHMCACHE_CLUSTER_BENCH_DRIVER_MEMORY=4g, SHMCACHE_CLUSTER_BENCH_ROUNDS=3: the driver's memory (the broadcast
+    is built there; default 2g), timed runs per way
     CI=true .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider    # smoke, N = 20,000
 
 The driver is a child process (bench/_cluster_run.py; bench/_spark_ways.py says what each way
@@ -31,14 +33,15 @@ def test_cluster_lookup_vs_broadcast_join(tmp_path):
     pytest.importorskip("pyspark")
     argv = [sys.executable, os.path.join(HERE, "_cluster_run.py"), "--n", str(N), "--dir", str(tmp_path),
             "--rounds", os.environ.get("SHMCACHE_CLUSTER_BENCH_ROUNDS", "1"),
-            "--executor-memory", os.environ.get("SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY", "1g")]
+            "--executor-memory", os.environ.get("SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY", "1g"),
+            "--driver-memory", os.environ.get("SHMCACHE_CLUSTER_BENCH_DRIVER_MEMORY", "2g")]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=1100 + N // 2_000, stdin=subprocess.DEVNULL)
     out = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else {"error": p.stderr[-3000:]}
     assert p.returncode == 0 and not out.get("error"), out.get("error")
     r = out["results"]
     assert all(r[w]["error"] is None for w in ("noop", "columns", "lookup")), r
     rate = {w: r[w].get("rows_per_s") for w in r}
-    line = (f"cluster, 2 machines x 1 core, executors {out['executor_memory']}: {out['queries']:,} keys against "
+    line = (f"cluster, 2 machines x 1 core, executors {out['executor_memory']}, driver {out['driver_memory']}: {out['queries']:,} keys against "
             f"{out['n']:,} entries; noop {rate['noop']:,.0f} rows/s, columns {rate['columns']:,.0f}, lookup "
             f"{rate['lookup']:,.0f} (lookup/noop {rate['lookup'] / rate['noop']:.2f}x, lookup/columns "
             f"{rate['lookup'] / rate['columns']:.2f}x), join "
