@@ -42,6 +42,17 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _waiting_for_broker(sup, name: str) -> dict | None:
+    """The cache's status once the supervisor has made it and waits for the broker, else None."""
+    assert sup.running(), sup.log_text()[-3000:]
+    try:
+        with shmcache.attach(name) as r:
+            st = r.status()
+    except (OSError, shmcache.ShmcacheError):
+        return None
+    return st if st["broker"] == WAITING else None
+
+
 def test_the_fork_server_starts_before_the_broker_answers_and_stops_with_the_supervisor(tmp_path):
     bootstrap = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
     h = Harness(tmp_path, bootstrap)
@@ -50,14 +61,9 @@ def test_the_fork_server_starts_before_the_broker_answers_and_stops_with_the_sup
         sup = h.supervisor(name, "t-fork", h.group("fork"), workers=2)
 
         def waiting():
-            assert sup.running(), sup.log_text()[-3000:]
-            try:
-                with shmcache.attach(name) as r:
-                    st = r.status()
-            except (OSError, shmcache.ShmcacheError):
-                return None
+            st = _waiting_for_broker(sup, name)
             servers = _fork_servers(sup)
-            return (st, servers) if st["broker"] == WAITING and servers else None
+            return (st, servers) if st and servers else None
 
         st, servers = poll_until(waiting, 120, lambda: f"the fork server while waiting: {sup.log_text()[-2000:]}")
         assert st["workers"] == [] and sup.workers() == [], (st["workers"], sup.workers())
@@ -82,12 +88,7 @@ def test_a_killed_supervisor_takes_its_fork_server_and_its_socket_directory(tmp_
         sup = h.supervisor(name, "t-forkdir", h.group("forkdir"), workers=1)
 
         def server_dir():
-            assert sup.running(), sup.log_text()[-3000:]
-            try:  # killed once the cache is whole: one killed mid-create is refused, not removed
-                with shmcache.attach(name) as r:
-                    if r.status()["broker"] != WAITING:
-                        return None
-            except (OSError, shmcache.ShmcacheError):
+            if not _waiting_for_broker(sup, name):  # killed once the cache is whole: one killed mid-create is refused
                 return None
             for server in _fork_servers(sup):
                 try:
