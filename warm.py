@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -213,7 +214,15 @@ def finish(proc: subprocess.Popen, beat, stopping) -> str:
     return last if proc.returncode == 0 else f"shmcache warm failed (exit {proc.returncode}): {last}"
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through warm()'s finally: its private cache goes
+
+
 def main() -> int:
+    """`shmcache warm`: a stop (SIGTERM) removes the private cache; caches of earlier warm-ups
+    killed outright go first."""
+    remove_orphans()
+    signal.signal(signal.SIGTERM, _terminated)
     s = warm()
     _mark()
     print(f"shmcache warm: {s['compiled']} kernel signatures compiled, {s['loaded']} loaded from numba's cache, "

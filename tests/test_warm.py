@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import shmcache
 from shmcache import warm
@@ -76,6 +78,33 @@ def test_a_killed_warm_up_is_cleaned_up_by_the_next_start_a_live_one_kept():
         for name in names:
             if os.path.exists(f"/dev/shm/{name}"):
                 shmcache.destroy(name, force=True)
+
+
+def test_a_terminated_warm_up_removes_its_cache(tmp_path):
+    """`shmcache warm` stopped by SIGTERM while it compiles (an empty numba cache: the
+    hardest moment, with its private cache whole and minutes of work ahead) exits 143
+    and leaves no cache."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    proc = subprocess.Popen([sys.executable, "-m", "shmcache", "warm"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    mine = f"{warm.PREFIX}{proc.pid}-"
+    try:
+        deadline = time.monotonic() + 300
+        while not [c for c in shmcache.list_caches() if c.startswith(mine)]:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the warm-up's cache never appeared"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(300) == 128 + signal.SIGTERM, proc.stderr.read()[-3000:]
+        assert not [n for n in os.listdir("/dev/shm") if n.startswith(mine)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+        for n in os.listdir("/dev/shm"):
+            if n.startswith(mine):
+                shmcache.destroy(n, force=True)
 
 
 def _in_child(code: str, env: dict | None = None) -> str:
