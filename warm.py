@@ -219,9 +219,8 @@ def _terminated(signum, frame):
 
 
 def main() -> int:
-    """`shmcache warm`: a stop (SIGTERM) removes the private cache; caches of earlier warm-ups
-    killed outright go first."""
-    remove_orphans()
+    """A warm-up, as `shmcache warm` and a supervisor's child (start()) run it: a stop (SIGTERM)
+    removes the private cache."""
     signal.signal(signal.SIGTERM, _terminated)
     s = warm()
     _mark()

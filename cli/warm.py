@@ -12,4 +12,5 @@ def add_arguments(p) -> None:
 def run(a) -> int:
     from shmcache import warm
 
+    warm.remove_orphans()  # caches of warm-ups killed outright (a supervisor's start() does the same)
     return warm.main()
