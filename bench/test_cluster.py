@@ -41,10 +41,11 @@ def test_cluster_lookup_vs_broadcast_join(tmp_path):
     r = out["results"]
     assert all(r[w]["error"] is None for w in ("noop", "columns", "lookup")), r
     rate = {w: r[w].get("rows_per_s") for w in r}
-    line = (f"cluster, 2 machines x 1 core, executors {out['executor_memory']}, driver {out['driver_memory']}: {out['queries']:,} keys against "
-            f"{out['n']:,} entries; noop {rate['noop']:,.0f} rows/s, columns {rate['columns']:,.0f}, lookup "
-            f"{rate['lookup']:,.0f} (lookup/noop {rate['lookup'] / rate['noop']:.2f}x, lookup/columns "
-            f"{rate['lookup'] / rate['columns']:.2f}x), join "
+    line = (f"cluster, 2 machines x 1 core, executors {out['executor_memory']}, driver {out['driver_memory']}: "
+            f"{out['queries']:,} keys against {out['n']:,} entries; noop {rate['noop']:,.0f} rows/s, "
+            f"columns {rate['columns']:,.0f}, lookup {rate['lookup']:,.0f} "
+            f"(lookup/noop {rate['lookup'] / rate['noop']:.2f}x, "
+            f"lookup/columns {rate['lookup'] / rate['columns']:.2f}x), join "
             + (f"{rate['join']:,.0f} rows/s (lookup/join {rate['lookup'] / rate['join']:.2f}x)" if r["join"]["error"] is None
                else f"FAILED: {r['join']['error']}")
             + f"; load average {out['load_avg_start']:.1f} -> {out['load_avg_end']:.1f}")

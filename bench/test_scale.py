@@ -201,4 +201,5 @@ def test_scale():
     for r in rows:
         print(f"  {r['n']:>12,} {L.format_bytes(r['size']):>10} {r['create_s'] / (r['size'] / 2**30):>12.2f} "
               f"{P.fmt_rate(r['n'] / r['fill_s']):>12} {P.fmt_rate(r['rate']):>11} "
-              f"{r['vs_first']:>8.2f}x {P.fmt_rate(r['lines']):>9} {r['lines_vs_first']:>15.2f}x {r['hits']:>6.3f} {r['per_entry']:>8.0f} {r['tight']:>6.0f}", file=sys.stderr)
+              f"{r['vs_first']:>8.2f}x {P.fmt_rate(r['lines']):>9} {r['lines_vs_first']:>15.2f}x {r['hits']:>6.3f} "
+              f"{r['per_entry']:>8.0f} {r['tight']:>6.0f}", file=sys.stderr)

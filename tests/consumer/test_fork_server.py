@@ -14,6 +14,7 @@ imports while the cache opens and the broker answers.
   table still ends equal to the model.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -53,13 +54,20 @@ def _waiting_for_broker(sup, name: str) -> dict | None:
     return st if st["broker"] == WAITING else None
 
 
-def test_the_fork_server_starts_before_the_broker_answers_and_stops_with_the_supervisor(tmp_path):
-    bootstrap = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
-    h = Harness(tmp_path, bootstrap)
+@contextlib.contextmanager
+def _without_broker(tmp_path, tag: str, workers: int):
+    """(name, supervisor) of a supervisor started against an address nothing listens on;
+    everything it made is removed on exit."""
+    h = Harness(tmp_path, f"127.0.0.1:{free_ports(1)[0]}")
     try:
-        name = h.cache_name("fork")
-        sup = h.supervisor(name, "t-fork", h.group("fork"), workers=2)
+        name = h.cache_name(tag)
+        yield name, h.supervisor(name, f"t-{tag}", h.group(tag), workers=workers)
+    finally:
+        h.close()
 
+
+def test_the_fork_server_starts_before_the_broker_answers_and_stops_with_the_supervisor(tmp_path):
+    with _without_broker(tmp_path, "fork", workers=2) as (name, sup):
         def waiting():
             st = _waiting_for_broker(sup, name)
             servers = _fork_servers(sup)
@@ -73,20 +81,13 @@ def test_the_fork_server_starts_before_the_broker_answers_and_stops_with_the_sup
         gone, alive = psutil.wait_procs(servers, timeout=30)
         assert not alive, [p.pid for p in alive]
         assert not shmcache.exists(name)  # this run created it and never joined the group
-    finally:
-        h.close()
 
 
 def test_a_killed_supervisor_takes_its_fork_server_and_its_socket_directory(tmp_path):
     """SIGKILL leaves the supervisor no chance to remove multiprocessing's directory (in
     /tmp, with the fork server's socket in it): the fork server, told by the kernel that
     its supervisor died, removes it and exits."""
-    bootstrap = f"127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
-    h = Harness(tmp_path, bootstrap)
-    try:
-        name = h.cache_name("forkdir")
-        sup = h.supervisor(name, "t-forkdir", h.group("forkdir"), workers=1)
-
+    with _without_broker(tmp_path, "forkdir", workers=1) as (name, sup):
         def server_dir():
             if not _waiting_for_broker(sup, name):  # killed once the cache is whole: one killed mid-create is refused
                 return None
@@ -106,8 +107,6 @@ def test_a_killed_supervisor_takes_its_fork_server_and_its_socket_directory(tmp_
         gone, alive = psutil.wait_procs([server], timeout=30)
         assert not alive, alive
         assert not os.path.exists(d), os.listdir(d)
-    finally:
-        h.close()
 
 
 def test_a_killed_fork_server_never_leaves_a_worker_beside_its_successor(harness, kafka_topic):
