@@ -139,8 +139,8 @@ class Demo:
             if shmcache.exists(self.name):
                 try:
                     self.reader = shmcache.attach(self.name)
-                except shmcache.ShmcacheError:
-                    pass  # still being created
+                except shmcache.CacheNotFoundError:
+                    pass  # removed again between the two looks
             if time.monotonic() > deadline:
                 raise DemoError(f"cache {self.name} did not appear within {READY_TIMEOUT_S:.0f} s")
             time.sleep(0.05)

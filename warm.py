@@ -148,8 +148,8 @@ def _cache_counts() -> tuple[int, int]:
 
 
 def _private_caches() -> list[str]:
-    """Names in /dev/shm that a warm-up's private cache goes by, whole or not: one killed
-    while it was being created has no magic yet, so shmcache.list_caches skips it."""
+    """Names in /dev/shm that a warm-up's private cache goes by, whatever is there: a
+    file damaged since, without its magic, is one shmcache.list_caches would skip."""
     from shmcache.ipc.segment import SHM_DIR
 
     try:

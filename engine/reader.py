@@ -25,7 +25,7 @@ from shmcache.engine import _lookup as LK
 from shmcache.engine import layout as L
 from shmcache.engine import lifecycle, reader_stats
 from shmcache.engine.control import ControlView
-from shmcache.errors import CacheNotReadyError, ClosedError, LayoutVersionError, NotACacheError
+from shmcache.errors import ClosedError, LayoutVersionError, NotACacheError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
 from shmcache.ipc.segment import Segment
@@ -102,12 +102,12 @@ class Reader:
     _control_class = ControlView
 
     def __init__(self, name: str):
-        """Attach to cache `name` (waiting for a creator still at work on it); shmcache.attach(name)."""
+        """Attach to cache `name`; shmcache.attach(name)."""
         self._setup(name, lifecycle.open_segment(name, writable=self._writable))
 
     @classmethod
     def _adopt(cls, name: str, seg: Segment):
-        """A handle on a segment already opened (a creator's, which holds the creation lock)."""
+        """A handle on a segment already opened (a creator's, just named)."""
         handle = cls.__new__(cls)
         handle._setup(name, seg)
         return handle
@@ -134,11 +134,10 @@ class Reader:
         if seg.size < L.PAGE or seg.mm is None:
             raise NotACacheError(f"cache {self.name!r}: {seg.path} is {seg.size} bytes, not a shmcache segment")
         self._header = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
-        if load_word(self._header, L.H_MAGIC) == 0:  # the creator writes the magic last; _wait_created waited
-            raise CacheNotReadyError(
-                f"cache {self.name!r}: {seg.path} has no shmcache magic after waiting for its creator "
-                f"{lifecycle.ready_limit(seg.size):.0f} s "
-                "(still being created, or not a shmcache segment)")
+        if load_word(self._header, L.H_MAGIC) == 0:  # a creator names its segment once the magic is in
+            raise NotACacheError(
+                f"cache {self.name!r}: {seg.path} has no shmcache magic (shmcache did not make it, or its header "
+                f"was overwritten): not a usable cache; remove it with shmcache destroy --force {self.name}")
         h = self._header
         if h[L.H_MAGIC] != L.MAGIC:
             raise NotACacheError(f"cache {self.name!r}: {seg.path} is not a shmcache segment (bad magic)")

@@ -89,17 +89,18 @@ def create(name: str, mode: int, creation_id: int) -> None:
                                        f"(owner uid {st.st_uid})") from None
     try:
         seg = Segment(name, create_size=SIZE, writable=True, mode=companion_mode(mode), path=path, what=_WHAT)
+        try:
+            h = np.frombuffer(seg.mm, np.int64, 3)
+            h[H_VERSION] = VERSION
+            h[H_CREATION_ID] = creation_id
+            h[H_MAGIC] = MAGIC
+            del h
+            seg.finish_create()  # the name, once the header is whole
+        finally:
+            seg.close()
     except CacheExistsError:
         raise CacheExistsError(f"cache {name!r}: something else made {path}{_WHAT} while the cache was being "
                                "created; nothing was created") from None
-    try:
-        h = np.frombuffer(seg.mm, np.int64, 3)
-        h[H_VERSION] = VERSION
-        h[H_CREATION_ID] = creation_id
-        h[H_MAGIC] = MAGIC
-        del h
-    finally:
-        seg.close()  # lets go of the creation lock too
 
 
 def unlink(name: str) -> None:

@@ -6,9 +6,9 @@ stats, status), engine/writer.py (Writer: apply and its forms), engine/_input.py
 (checking what callers hand in), engine/control.py (the control area's model),
 engine/lifecycle.py (opening a name, exists, list_caches, destroy).
 
-Guaranteed: a created cache is fully initialised before anyone can map it (the
-creator holds a lock on the file until its magic is written; attach and open wait
-for a live creator and refuse a half-made file nobody is making); a handle's
+Guaranteed: a created cache is fully initialised before anyone can map it (it is
+built as an unnamed file and gets its name last, so no name ever holds a half-made
+cache, and a creator killed mid-create leaves nothing behind); a handle's
 close() unmaps and never destroys; an attach is read-only (PROT_READ).
 Not guaranteed: an entry may be evicted at any time (FIFO per bucket once its
 ring or index is full); a key that is set and read concurrently reads as either
@@ -28,9 +28,9 @@ from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401  (this module's API)
 from shmcache.engine.reader import Packed, Reader
 from shmcache.engine.writer import Writer
-from shmcache.errors import CacheSpaceError, GeometryMismatchError
+from shmcache.errors import CacheExistsError, CacheSpaceError, GeometryMismatchError
 from shmcache.ipc.atomics import load_beside, store_word
-from shmcache.ipc.segment import SHM_DIR, Segment, check_name, shm_free_bytes
+from shmcache.ipc.segment import SHM_DIR, Segment, check_name, path_of, shm_free_bytes
 
 
 def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT_KEY_SIZE,
@@ -56,16 +56,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
     try:
         seg = Segment(name, create_size=geo.size, writable=True, mode=mode)
     except FileExistsError:
-        if not exist_ok:
-            raise
-        w = Writer(name)
-        if (w.key_size, w.max_value) != (key_size, max_value):
-            w.close()
-            raise GeometryMismatchError(
-                f"cache {name!r} exists with key_size={w.key_size}, max_value={w.max_value}; "
-                f"asked for key_size={key_size}, max_value={max_value}"
-            ) from None
-        return w
+        return _existing(name, key_size, max_value, exist_ok)
     try:
         h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
         h[L.H_KEY_SIZE] = key_size
@@ -77,18 +68,42 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_CREATION_ID] = secrets.randbits(63)
         h[L.H_CREATED_NS] = time.time_ns()
         h[L.H_VERSION] = L.LAYOUT_VERSION
+        # the companion first: whoever finds the cache finds its companion too
         reader_stats.create(name, mode, int(h[L.H_CREATION_ID]))
         if loading is not None:
             loading.join()
-        store_word(h, L.H_MAGIC, L.MAGIC)  # last: attachers wait for the magic
+        store_word(h, L.H_MAGIC, L.MAGIC)
         del h
-        seg.finish_create()  # attachers now find the magic; the creation lock goes
-        return Writer._adopt(name, seg)
     except BaseException:
-        seg.close()
-        seg.unlink()
+        seg.close()  # the segment has no name yet: it goes with its mapping
         reader_stats.unlink(name)
         raise
+    try:
+        seg.finish_create()  # the name: attachers find the cache now, whole
+    except FileExistsError:  # another creator won the name in these microseconds; its readers' companion
+        # may now be this one's, whose creation id they ignore: they count nothing in it, nothing worse
+        seg.close()
+        return _existing(name, key_size, max_value, exist_ok)
+    except BaseException:
+        seg.close()
+        reader_stats.unlink(name)
+        raise
+    return Writer._adopt(name, seg)
+
+
+def _existing(name: str, key_size: int, max_value: int, exist_ok: bool) -> Writer:
+    """create()'s answer when the name is taken: CacheExistsError, or with exist_ok a writer
+    on the cache there, if its key size and max_value are the ones asked for."""
+    if not exist_ok:
+        raise CacheExistsError(f"cache {name!r} already exists ({path_of(name)})")
+    w = Writer(name)
+    if (w.key_size, w.max_value) != (key_size, max_value):
+        w.close()
+        raise GeometryMismatchError(
+            f"cache {name!r} exists with key_size={w.key_size}, max_value={w.max_value}; "
+            f"asked for key_size={key_size}, max_value={max_value}"
+        )
+    return w
 
 
 def open_writer(name: str) -> Writer:

@@ -24,17 +24,18 @@ elsewhere, a device. Every open of a name there goes through `open_regular`: it
 never follows a symlink, never blocks, and keeps only a regular file; anything else
 is refused with NotACacheError saying what is there.
 
-A creator holds an exclusive flock(2) on the file from the moment it makes it until
-its header is written (`Segment.finish_create`): an attacher that finds a file with
-no magic can tell a creator at work (the lock is held) from one that died or a
-header zeroed since (nobody holds it), and only waits for the former.
+A creator builds the segment as an unnamed file (O_TMPFILE in /dev/shm): sized, on
+2 MiB pages, its header written. Only then does `Segment.finish_create` give it its
+name, with link(2), which fails if anything is at the name by then. So a name never
+holds a half-made cache: an attacher either finds none or a whole one, and a creator
+killed at any moment (SIGKILL, a full /dev/shm) leaves nothing at the name, and its
+memory goes back with its last mapping.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import mmap
 import os
 import re
@@ -173,16 +174,6 @@ def identity(name: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def creator_at_work(fd: int) -> bool:
-    """True while a live creator holds the file's creation lock (see the module docstring)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    return False
-
-
 def shm_free_bytes() -> int | None:
     """Bytes /dev/shm can still take (what its tmpfs size limit leaves); None if it has no limit."""
     st = os.statvfs(SHM_DIR)
@@ -195,10 +186,11 @@ class Segment:
     `path` maps another file of the cache's than /dev/shm/NAME (its readers' companion,
     named `what` in messages); `shared=True` says others write it by design (a reader
     group counts in the companion), so a read-write open does not insist on a file only
-    its own user may write. Either way the file is opened with open_regular."""
+    its own user may write. Either way the file is opened with open_regular.
+    `create_size` makes a new file instead, unnamed until `finish_create`."""
 
     mm: memoryview | None = None  # class defaults: close() may run on a half-built object
-    fd: int = -1
+    fd: int = -1  # a reader's is closed once mapped; a creator's is its unnamed file until finish_create
     addr: int = 0
     huge: bool = False  # backed by 2 MiB pages (see the module docstring)
 
@@ -221,43 +213,57 @@ class Segment:
                 if self.created:
                     self._back()
         except BaseException:
-            self.close()
-            if self.created:
-                self.unlink()
+            self.close()  # a creator's unnamed file goes with its fd and mapping
             raise
         finally:
-            if self.fd >= 0 and not self.created:
-                os.close(self.fd)  # the mapping keeps the memory; the fd is not needed
-                self.fd = -1
+            if not self.created:
+                self._close_fd()  # the mapping keeps the memory; the fd is not needed
 
     def finish_create(self) -> None:
-        """The creator's last step, once the header (the magic last) is written: let go of
-        the creation lock (and the fd that holds it)."""
+        """The creator's last step, once the header (the magic last) is written: give the
+        unnamed file its name. CacheExistsError if something took the name meanwhile (the
+        new segment then goes with its last mapping; nothing at the name is touched)."""
+        if self.fd < 0:
+            return
+        try:
+            dirfd = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:  # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N: links the file the fd holds, never replaces
+                os.link(f"/proc/self/fd/{self.fd}", os.path.basename(self.path), dst_dir_fd=dirfd,
+                        follow_symlinks=True)
+            finally:
+                os.close(dirfd)
+        except FileExistsError:
+            raise CacheExistsError(f"cache {self.name!r}: something was made at {self.path}{self.what} while this "
+                                   "cache was being created; nothing was created") from None
+        except PermissionError as e:
+            raise CachePermissionError(f"cache {self.name!r}: cannot create {self.path}{self.what}: "
+                                       f"{e.strerror}") from None
+        finally:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
         if self.fd >= 0:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)  # explicitly: a mapping of the file keeps the lock's file alive
             os.close(self.fd)
             self.fd = -1
 
     def _create(self, size: int, mode: int) -> None:
+        if os.path.lexists(self.path):  # refused before any memory is taken; link(2) decides at the end
+            raise CacheExistsError(f"cache {self.name!r} already exists ({self.path}{self.what})")
         try:
-            # O_EXCL never follows a symlink and fails on anything already at the name
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        except FileExistsError:
-            raise CacheExistsError(f"cache {self.name!r} already exists ({self.path}{self.what})") from None
+            self.fd = os.open(os.path.dirname(self.path), os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, mode)
         except PermissionError as e:
             raise CachePermissionError(f"cache {self.name!r}: cannot create {self.path}{self.what}: "
                                        f"{e.strerror}") from None
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+            raise OSError(e.errno, f"cache {self.name!r}: {os.path.dirname(self.path)} cannot hold an unnamed file "
+                                   f"(O_TMPFILE: {e.strerror}), which shmcache builds a cache in: tmpfs on Linux "
+                                   "3.11+ can") from None
         self.created = True
-        # Held until finish_create, and taken before the file has a size: an attacher that
-        # finds a sized file without magic and can take the lock knows its creator is gone.
-        try:  # never waited for: only someone else's open of the name in these microseconds holds it
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise CacheExistsError(f"cache {self.name!r}: another process locked {self.path} as it was being "
-                                   "created; nothing was created") from None
         os.fchmod(self.fd, mode)  # the umask must not narrow or widen what was asked
         try:
-            os.ftruncate(self.fd, size)  # the size shows at once: an attacher knows a creator is at work
+            os.ftruncate(self.fd, size)
             # One 4 KiB page at the start of each whole 2 MiB range, and no other yet: see _back.
             for off in range(0, size // HUGE_PAGE * HUGE_PAGE, HUGE_PAGE):
                 os.pwrite(self.fd, b"\0", off)
@@ -346,10 +352,7 @@ class Segment:
         """Drop this reference to the mapping: it is unmapped now, or, while numpy views
         of it are still alive somewhere, when the last of them goes."""
         self.mm = None
-        self.finish_create()  # a creator that fails or closes early lets go of the creation lock
-
-    def unlink(self) -> None:
-        unlink(self.name, self.path)
+        self._close_fd()  # a creator that fails or closes before finish_create: its file never gets a name
 
 
 def unlink(name: str, path: str | None = None) -> None:

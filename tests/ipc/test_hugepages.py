@@ -60,6 +60,7 @@ def test_a_reader_process_gets_huge_mappings_without_asking(big_cache):
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         import shmcache
         from test_hugepages import pmd_mapped_kib
+        from shmcache.engine import layout as L
         r = shmcache.attach({big_cache.name!r})
         print(r._seg.addr % (2 << 20), pmd_mapped_kib(r._seg.addr), r._seg.huge)
     """)
@@ -70,26 +71,28 @@ def test_a_reader_process_gets_huge_mappings_without_asking(big_cache):
     assert int(kib) == big_cache._seg.size // HUGE_PAGE * HUGE_PAGE // 1024
 
 
-def test_attaching_while_the_creator_works_waits_and_gets_huge_mappings():
-    """A reader that finds the file before the creator has sized, collapsed and initialised
-    it waits, then maps it whole on 2 MiB pages (a mapping made mid-collapse would keep
-    4 KiB entries, and one made before the sizing would see 0 bytes)."""
+def test_a_cache_is_whole_and_huge_the_moment_its_name_appears():
+    """A reader polling for the name maps the cache whole on 2 MiB pages the moment the
+    name appears: the creator sizes, collapses and initialises an unnamed file and names
+    it last (a mapping made mid-collapse would keep 4 KiB entries, one made before the
+    sizing would see 0 bytes, one made before the header would find no magic)."""
     name = f"t-huge-{uuid.uuid4().hex[:10]}"
     code = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         import shmcache
         from test_hugepages import pmd_mapped_kib
+        from shmcache.engine import layout as L
         path = "/dev/shm/" + {name!r}
         print("ready", flush=True)
         deadline = time.monotonic() + 60
         while not os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.0002)
         fd = os.open(path, os.O_RDONLY)
-        early = os.fstat(fd).st_size == 0 or os.pread(fd, 8, 0) == bytes(8)  # caught the creator at work
+        whole = os.fstat(fd).st_size > 0 and os.pread(fd, 8, L.H_MAGIC * L.WORD) != bytes(8)  # at first sight
         os.close(fd)
         with shmcache.attach({name!r}) as r:
-            print(early, pmd_mapped_kib(r._seg.addr), r.stats()["capacity_bytes"] > 0, flush=True)
+            print(whole, pmd_mapped_kib(r._seg.addr), r.stats()["capacity_bytes"] > 0, flush=True)
     """)
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -98,8 +101,8 @@ def test_attaching_while_the_creator_works_waits_and_gets_huge_mappings():
         try:
             out, err = child.communicate(timeout=120)
             assert child.returncode == 0, err
-            early, kib, sane = out.split()
-            assert early == "True" and sane == "True", out
+            whole, kib, sane = out.split()
+            assert whole == "True" and sane == "True", out
             if w._seg.huge:
                 assert int(kib) == w._seg.size // HUGE_PAGE * HUGE_PAGE // 1024
         finally:

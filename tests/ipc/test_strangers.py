@@ -1,5 +1,5 @@
 """/dev/shm is writable by every user: whatever sits at a cache's name (a FIFO, a
-directory, a symlink, a file whose creator died), no call blocks, and each refuses
+directory, a symlink, a file without the magic), no call blocks, and each refuses
 with a named error that says what is there. `list_caches` skips them all.
 
 Calls that used to block forever (a FIFO) run in a child process with a bound, so a
@@ -23,6 +23,7 @@ import pytest
 import shmcache
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
+from shmcache.ipc.segment import identity
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 90.0  # a cold numba cache compiles the kernels in the child
@@ -204,59 +205,91 @@ def test_a_fifo_at_the_readers_companion_costs_only_the_reader_counters(name):
     assert not os.path.lexists(reader_stats.path_of(name)), "the companion goes with the cache"
 
 
-# -- a file whose creator is gone --------------------------------------------------------------------
+# -- a creator stopped or killed mid-create --------------------------------------------------------
 
 _CREATOR = """
-    import sys, time
+    import sys
+    import numpy as np
+    from shmcache.engine import layout as L
     from shmcache.ipc.segment import Segment
-    seg = Segment(sys.argv[1], create_size=34 << 20, writable=True)  # create()'s first step: sized, no header
-    print("sized", flush=True)
-    time.sleep(600)
+    seg = Segment(sys.argv[1], create_size=34 << 20, writable=True)  # create()'s first step
+    np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS)[L.H_MAGIC] = L.MAGIC  # and its header's last word
+    print("built", flush=True)
+    sys.stdin.readline()  # a SIGKILL here is the hardest moment: all built, only the name to give
+    try:
+        seg.finish_create()
+    except Exception as e:
+        print(type(e).__name__, e, flush=True)
+    else:
+        print("named", flush=True)
 """
 
 
-def test_a_creator_killed_mid_create_is_refused_at_once_a_live_one_waited_for(name, monkeypatch):
-    """A creator that has sized the file but not written its header: while it lives,
-    attach waits for it (here: a shortened wait, then CacheNotReadyError); once it is
-    killed (-9), attach and open refuse at once (not after 30 s + 10 s/GiB), with the
-    file left as it was."""
-    from shmcache.engine import lifecycle
+def _creator(name: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_CREATOR), name], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    assert child.stdout.readline().strip() == "built", child.stderr.read()
+    return child
 
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_CREATOR), name], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+def _end(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.kill()
+    child.wait(30)
+    for f in (child.stdin, child.stdout, child.stderr):
+        f.close()
+
+
+def test_a_creator_killed_mid_create_leaves_nothing_at_the_name(name):
+    """Killed (-9) with the segment sized, mapped and its header whole, one step before
+    it is named: nothing is at the name (no half-made file for the next run to trip
+    on), and a cache of that name can be created at once."""
+    child = _creator(name)
     try:
-        assert child.stdout.readline().strip() == "sized", child.stderr.read()
-        with monkeypatch.context() as m:
-            m.setattr(lifecycle, "READY_TIMEOUT", 0.3)  # the wait for a live creator, shortened
-            with pytest.raises(shmcache.CacheNotReadyError, match=f"cache '{name}': .* no shmcache magic after waiting"):
-                shmcache.attach(name)
-        with pytest.raises(shmcache.CacheInUseError, match="being created by a live process"):
-            shmcache.destroy(name)
+        assert not shmcache.exists(name), "a cache being created has no name yet"
+        with pytest.raises(shmcache.CacheNotFoundError):
+            shmcache.attach(name)
         child.send_signal(signal.SIGKILL)
         assert child.wait(30) == -signal.SIGKILL
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(30)
-        child.stdout.close()
-        child.stderr.close()
-    for fn in (shmcache.attach, shmcache.open):  # the real wait (30 s + ...) stays in force: none is taken
-        with pytest.raises(shmcache.NotACacheError, match=f"cache '{name}': .* no shmcache magic and no creator"):
-            fn(name)
-    assert os.path.getsize(f"/dev/shm/{name}") == 34 << 20
-    with pytest.raises(shmcache.NotACacheError, match="no shmcache magic"):
-        shmcache.destroy(name)
-    shmcache.destroy(name, force=True)
+        _end(child)
     assert not os.path.lexists(f"/dev/shm/{name}")
+    with shmcache.create(name, memory="34MiB") as w:
+        w.set(b"k" * 32, b"v")
+    with shmcache.attach(name) as r:
+        assert r.get(b"k" * 32) == b"v"
+    shmcache.destroy(name)
+
+
+def test_two_creators_of_one_name_one_wins_the_other_touches_nothing(name):
+    """A creator that finds the name taken when it comes to name its segment (here
+    another create() ran meanwhile) fails with CacheExistsError and leaves the winner's
+    cache as it is."""
+    child = _creator(name)
+    try:
+        with shmcache.create(name, memory="34MiB") as w:
+            w.set(b"k" * 32, b"the winner's")
+        winner = identity(name)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out = child.stdout.readline()
+        assert out.startswith("CacheExistsError") and name in out, out + child.stderr.read()
+        assert child.wait(30) == 0
+    finally:
+        _end(child)
+    with shmcache.attach(name) as r:
+        assert r.get(b"k" * 32) == b"the winner's"
+        assert identity(name) == winner and os.path.getsize(f"/dev/shm/{name}") == r.stats()["memory"]
+    shmcache.destroy(name)
 
 
 def test_a_zeroed_header_is_refused_at_once(real_cache):
-    """A live cache whose magic was overwritten (no creator holds its lock): refused at once."""
+    """A live cache whose magic was overwritten: refused at once, saying how to remove it."""
     w = shmcache.open(real_cache)
     try:
         w._header[L.H_MAGIC] = 0
         for fn in (shmcache.attach, shmcache.open):
-            with pytest.raises(shmcache.NotACacheError, match=f"cache '{real_cache}': .* no creator is at work"):
+            with pytest.raises(shmcache.NotACacheError, match=f"cache '{real_cache}': .* no shmcache magic .* destroy --force"):
                 fn(real_cache)
     finally:
         w._header[L.H_MAGIC] = L.MAGIC
