@@ -34,6 +34,7 @@ def context():
 
 
 DIR_ENV = "SHMCACHE_FORKSERVER_DIR"  # where its socket is, for the fork server to remove (die_with_supervisor)
+PARENT_ENV = "SHMCACHE_FORKSERVER_PARENT"  # the supervisor's pid
 GONE_WAIT = 10.0  # seconds a fork server told of its supervisor's end waits for it to be gone
 
 
@@ -43,6 +44,7 @@ def prestart() -> None:
 
     context()
     os.environ[DIR_ENV] = util.get_temp_dir()  # multiprocessing puts the server's socket there
+    os.environ[PARENT_ENV] = str(os.getpid())  # the server's parent, should it be gone before the server looks
     forkserver.ensure_running()
 
 
@@ -64,10 +66,10 @@ def die_with_supervisor() -> None:
     workers get the default SIGTERM back (consumer/worker.py main)."""
     from shmcache.ipc import liveness  # numba, by its atomics: not for prestart's importers
 
-    supervisor = os.getppid()
+    supervisor = int(os.environ.get(PARENT_ENV) or os.getppid())  # not getppid(): it may be init's already
     try:
         pidfd = os.pidfd_open(supervisor)
-    except (AttributeError, OSError):  # not Linux >= 5.3: the signal's way only
+    except (AttributeError, OSError):  # gone already (then getppid() differs), or not Linux >= 5.3
         pidfd = -1
 
     def remove_once_gone() -> None:
@@ -84,4 +86,4 @@ def die_with_supervisor() -> None:
 
     signal.signal(signal.SIGTERM, terminated)
     atexit.register(remove_once_gone)
-    liveness.die_with_parent(signal.SIGTERM)
+    liveness.die_with_parent(signal.SIGTERM, supervisor)

@@ -40,11 +40,12 @@ def set_process_name(name: str) -> None:
         pass
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
+def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> None:
     """Have the kernel send this process `sig` when its parent dies (Linux; elsewhere
     nothing). A parent gone before the request took effect: `sig` now, as the kernel would
-    have sent it (and exit, should it be ignored)."""
-    parent = os.getppid()
+    have sent it (and exit, should it be ignored). `parent`: the parent's pid as the
+    process learnt it at its start, for one that may have been adopted already."""
+    parent = os.getppid() if parent is None else parent
     try:
         _libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except AttributeError:  # not Linux

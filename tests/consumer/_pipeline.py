@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ import psutil
 import pytest
 
 import shmcache
-from shmcache.consumer import partitioners, wire
+from shmcache.consumer import forkserver, partitioners, wire
 from shmcache.consumer.procs import SupervisorProcess
 from shmcache.consumer.producer import TxmetaProducer
 from shmcache.engine import layout as L
@@ -138,10 +139,14 @@ class SupervisorProc(SupervisorProcess):
         return code
 
     def kill(self) -> None:
-        """SIGKILL the supervisor and everything it started."""
+        """SIGKILL the supervisor and everything it started, and remove the directory of its
+        fork server's socket, which a fork server killed outright cannot."""
         if self.proc is None:
             return
-        self.children()
+        dirs = set()
+        for p in self.children():  # the fork server, named or still importing, and what it forked
+            with contextlib.suppress(psutil.Error):
+                dirs.add(p.environ().get(forkserver.DIR_ENV))
         for p in self._seen.values():
             try:
                 if p.is_running():
@@ -152,6 +157,9 @@ class SupervisorProc(SupervisorProcess):
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
+        for d in dirs:
+            if d and Path(d).name.startswith("pymp-"):
+                shutil.rmtree(d, ignore_errors=True)
 
     def reap_children(self, timeout: float) -> None:
         """After the supervisor exited: its children should be gone; terminate any that are not."""

@@ -16,12 +16,16 @@ imports while the cache opens and the broker answers.
 
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import textwrap
 
 import psutil
 
 import shmcache
+from shmcache.consumer import forkserver
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import (Harness, KafkaProbe, Model, applied, check_table, harness, poll_until,  # noqa: E402,F401
@@ -89,7 +93,7 @@ def test_a_killed_supervisor_takes_its_fork_server_and_its_socket_directory(tmp_
     its supervisor died, removes it and exits."""
     with _without_broker(tmp_path, "forkdir", workers=1) as (name, sup):
         def server_dir():
-            if not _waiting_for_broker(sup, name):  # killed once the cache is whole: one killed mid-create is refused
+            if not _waiting_for_broker(sup, name):  # the run past its start: cache made, fork server up
                 return None
             for server in _fork_servers(sup):
                 try:
@@ -107,6 +111,41 @@ def test_a_killed_supervisor_takes_its_fork_server_and_its_socket_directory(tmp_
         gone, alive = psutil.wait_procs([server], timeout=30)
         assert not alive, alive
         assert not os.path.exists(d), os.listdir(d)
+
+
+_DIES_AT_ONCE = """
+    import os, signal
+    from multiprocessing import util
+    from shmcache.consumer import forkserver
+    forkserver.prestart()  # what `shmcache run` does first thing; the server then imports for a while
+    print(util.get_temp_dir(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_supervisor_killed_before_its_fork_server_is_up_still_leaves_nothing():
+    """The hardest moment: the supervisor dies right after starting the fork server,
+    before the server has even looked at who its parent is (it is init's by then, not
+    the supervisor's). It must still exit, and remove the directory with its socket."""
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(_DIES_AT_ONCE)], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "CI": "true"})
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    d = child.stdout.strip()
+    assert os.path.basename(d).startswith("pymp-"), child.stdout + child.stderr
+    servers = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get(forkserver.DIR_ENV) == d:
+                servers.append(p)
+    try:
+        gone, alive = psutil.wait_procs(servers, timeout=90)  # its imports, then GONE_WAIT at most
+        assert not alive, alive
+        assert not os.path.exists(d), os.listdir(d)
+    finally:
+        for p in servers:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_a_killed_fork_server_never_leaves_a_worker_beside_its_successor(harness, kafka_topic):
