@@ -31,7 +31,6 @@ written (or one a killed writer left) and is never read; a later write replaces 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 import shmcache
-from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 
 REPO = Path(__file__).resolve().parents[2]
