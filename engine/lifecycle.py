@@ -16,7 +16,7 @@ import numpy as np
 
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
-from shmcache.errors import CacheInUseError, CachePermissionError, NotACacheError
+from shmcache.errors import CacheInUseError, CacheNotFoundError, CachePermissionError, NotACacheError
 from shmcache.ipc import liveness
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, open_regular, path_of
 from shmcache.ipc.segment import unlink as segment_unlink
@@ -43,6 +43,12 @@ def destroy(name: str, force: bool = False) -> None:
     path = path_of(name)
     try:
         fd = open_regular(name, path, os.O_RDONLY)
+    except CacheNotFoundError as e:
+        if not reader_stats.stray(name):
+            raise
+        reader_stats.unlink(name)
+        raise CacheNotFoundError(f"{e}; removed its readers' companion {reader_stats.path_of(name)}, left by a "
+                                 "creator killed just before it named the cache") from None
     except NotACacheError as e:
         if not force:
             raise NotACacheError(f"{e}; it was not removed: destroy(force=True) or shmcache destroy --force "

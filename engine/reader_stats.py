@@ -103,6 +103,14 @@ def create(name: str, mode: int, creation_id: int) -> None:
                                "created; nothing was created") from None
 
 
+def stray(name: str) -> bool:
+    """A companion (a regular file, never anything else at its name) is there."""
+    try:
+        return stat.S_ISREG(os.lstat(path_of(name)).st_mode)
+    except OSError:
+        return False
+
+
 def unlink(name: str) -> None:
     """Remove the companion if there is one (never a directory someone put at its name)."""
     try:

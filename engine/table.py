@@ -68,11 +68,12 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_CREATION_ID] = secrets.randbits(63)
         h[L.H_CREATED_NS] = time.time_ns()
         h[L.H_VERSION] = L.LAYOUT_VERSION
-        # the companion first: whoever finds the cache finds its companion too
-        reader_stats.create(name, mode, int(h[L.H_CREATION_ID]))
         if loading is not None:
             loading.join()
         store_word(h, L.H_MAGIC, L.MAGIC)
+        # the companion just before the name: whoever finds the cache finds its companion
+        # too, and a creator killed in between leaves only the companion (destroy removes it)
+        reader_stats.create(name, mode, int(h[L.H_CREATION_ID]))
         del h
     except BaseException:
         seg.close()  # the segment has no name yet: it goes with its mapping

@@ -261,6 +261,24 @@ def test_a_creator_killed_mid_create_leaves_nothing_at_the_name(name):
     shmcache.destroy(name)
 
 
+def test_destroy_removes_the_companion_a_creator_killed_before_naming_left(name):
+    """create() makes the readers' companion just before it names the cache: a creator
+    killed between the two leaves the companion alone. destroy() of the name says there
+    is no cache and removes it; a directory at the companion's name is left alone."""
+    reader_stats.create(name, 0o600, 12345)  # what such a creator leaves
+    with pytest.raises(shmcache.CacheNotFoundError, match="removed its readers' companion"):
+        shmcache.destroy(name)
+    assert not os.path.lexists(reader_stats.path_of(name))
+    os.mkdir(reader_stats.path_of(name))
+    try:
+        with pytest.raises(shmcache.CacheNotFoundError, match=f"cache '{name}' does not exist") as e:
+            shmcache.destroy(name)
+        assert "companion" not in str(e.value)
+        assert os.path.isdir(reader_stats.path_of(name))
+    finally:
+        os.rmdir(reader_stats.path_of(name))
+
+
 def test_two_creators_of_one_name_one_wins_the_other_touches_nothing(name):
     """A creator that finds the name taken when it comes to name its segment (here
     another create() ran meanwhile) fails with CacheExistsError and leaves the winner's
