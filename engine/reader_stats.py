@@ -33,9 +33,9 @@ import stat
 import numpy as np
 
 from shmcache.engine import layout as L
-from shmcache.errors import CacheExistsError, CachePermissionError, NotACacheError
+from shmcache.errors import CacheExistsError, CachePermissionError, NotACacheError, ShmcacheError
 from shmcache.ipc import liveness
-from shmcache.ipc.segment import SHM_DIR, Segment, check_name, kind_of
+from shmcache.ipc.segment import SHM_DIR, Segment, check_name, kind_of, open_regular
 
 MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
 VERSION = 2  # 2 added the corruptions column (word 5, zero and unused in version 1)
@@ -101,6 +101,22 @@ def create(name: str, mode: int, creation_id: int) -> None:
     except CacheExistsError:
         raise CacheExistsError(f"cache {name!r}: something else made {path}{_WHAT} while the cache was being "
                                "created; nothing was created") from None
+
+
+def belongs(name: str, creation_id: int) -> bool:
+    """The companion at the name is the one of the cache with this creation id."""
+    try:
+        fd = open_regular(name, path_of(name), os.O_RDONLY, what=_WHAT)
+    except (OSError, ShmcacheError):
+        return False
+    try:
+        head = os.pread(fd, 3 * L.WORD, 0)
+    finally:
+        os.close(fd)
+    if len(head) < 3 * L.WORD:
+        return False
+    h = np.frombuffer(head, np.int64)
+    return h[H_MAGIC] == MAGIC and h[H_VERSION] in READABLE_VERSIONS and h[H_CREATION_ID] == creation_id
 
 
 def stray(name: str) -> bool:

@@ -17,6 +17,7 @@ the old or the new value. stats() is a snapshot assembled without locks.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from typing import Sequence
@@ -28,7 +29,7 @@ from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401  (this module's API)
 from shmcache.engine.reader import Packed, Reader
 from shmcache.engine.writer import Writer
-from shmcache.errors import CacheExistsError, CacheSpaceError, GeometryMismatchError
+from shmcache.errors import CacheExistsError, CacheSpaceError, GeometryMismatchError, ShmcacheError
 from shmcache.ipc.atomics import load_beside, store_word
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, path_of, shm_free_bytes
 
@@ -81,15 +82,28 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         raise
     try:
         seg.finish_create()  # the name: attachers find the cache now, whole
-    except FileExistsError:  # another creator won the name in these microseconds; its readers' companion
-        # may now be this one's, whose creation id they ignore: they count nothing in it, nothing worse
+    except FileExistsError:  # another creator won the name in these microseconds
         seg.close()
+        _companion_back(name)
         return _existing(name, key_size, max_value, exist_ok)
     except BaseException:
         seg.close()
         reader_stats.unlink(name)
         raise
     return Writer._adopt(name, seg)
+
+
+def _companion_back(name: str) -> None:
+    """After a lost race for the name: the companion this creator made may have replaced
+    the winner's, and the winner's readers would count nothing in one of another creation
+    id. Give the winner a companion of its own again (best effort: the winner's counts
+    are in the one replaced, gone either way)."""
+    try:
+        with Reader(name) as winner:
+            if not reader_stats.belongs(name, winner.creation_id):
+                reader_stats.create(name, os.stat(path_of(name)).st_mode & 0o777, winner.creation_id)
+    except (OSError, ShmcacheError):
+        pass
 
 
 def _existing(name: str, key_size: int, max_value: int, exist_ok: bool) -> Writer:

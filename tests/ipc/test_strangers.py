@@ -261,6 +261,50 @@ def test_a_creator_killed_mid_create_leaves_nothing_at_the_name(name):
     shmcache.destroy(name)
 
 
+_LOSER = """
+    import sys
+    import shmcache
+    from shmcache.engine import reader_stats
+    made = reader_stats.create
+    waited = []
+
+    def late(*args):  # the race's worst order: the winner's companion is there, then this one replaces it
+        if not waited:  # the loser's own companion; the one it gives back to the winner comes unhindered
+            waited.append(print("building", flush=True))
+            sys.stdin.readline()
+        made(*args)
+
+    reader_stats.create = late
+    with shmcache.create(sys.argv[1], memory="34MiB", exist_ok=True) as w:
+        print(w.creation_id, flush=True)
+        w.set(b"l" * 32, b"the loser's write")
+"""
+
+
+def test_create_exist_ok_that_loses_the_race_opens_the_winner_and_gives_back_its_companion(name):
+    """create(exist_ok=True) whose name is taken while it builds (here: after its check
+    that the name was free, before it made its readers' companion): it returns a writer
+    on the winner's cache, and the companion it had made in the winner's place is
+    replaced by one of the winner's, so the winner's readers are counted."""
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_LOSER), name], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert child.stdout.readline().strip() == "building", child.stderr.read()
+        with shmcache.create(name, memory="64MiB") as w:
+            w.set(b"w" * 32, b"the winner's")
+            winner = w.creation_id
+        out, err = child.communicate("\n", timeout=CHILD_TIMEOUT)
+        assert child.returncode == 0 and out.split() == [str(winner)], out + err
+    finally:
+        _end(child)
+    assert reader_stats.belongs(name, winner)
+    with shmcache.attach(name) as r:
+        assert r.get_many([b"w" * 32, b"l" * 32]) == [b"the winner's", b"the loser's write"]
+    with shmcache.attach(name) as r:
+        assert r.stats()["reader_hits"] == 2, "the first reader's hits are in the winner's companion"
+    shmcache.destroy(name)
+
+
 def test_destroy_removes_the_companion_a_creator_killed_before_naming_left(name):
     """create() makes the readers' companion just before it names the cache: a creator
     killed between the two leaves the companion alone. destroy() of the name says there
