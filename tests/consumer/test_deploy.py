@@ -83,9 +83,10 @@ def test_config_file_ready_endpoint_and_dashboard(harness, kafka_topic):
     assert len(wanted) >= 12 and wanted <= exported, sorted(wanted - exported)
 
     # a second member in the same group takes partitions: live, caught up, but not whole -> 503 with the reason
+    # (once the rebalance settles: while it runs, the reason is "an assignment is being published")
     sup_b = harness.supervisor(other, topic, group, memory="64MiB", args=("--metrics-port", str(port_b)))
-    code, why = poll_until(lambda: (lambda c: c if c[0] == 503 else None)(get(port, "/ready")), 120,
-                           lambda: f"/ready to turn 503: {get(port, '/ready')}")
+    code, why = poll_until(lambda: (lambda c: c if c[0] == 503 and "not assigned to this cache" in c[1] else None)(
+                           get(port, "/ready")), 120, lambda: f"/ready to turn 503, not assigned: {get(port, '/ready')}")
     assert why.startswith(f"cache {name!r} not ready") and "not assigned to this cache" in why, why
     assert not r.status()["ready"]
     assert sup_b.terminate() == 0
