@@ -1,5 +1,5 @@
 """Lifecycle of a cache's name under /dev/shm, apart from making one (table.create):
-opening one, whether something is there, which names are caches, and removing one.
+whether something is there, which names are caches, and removing one.
 
 /dev/shm is shared with every user: any name may hold a FIFO, a directory, a symlink
 or someone else's file. Every open here goes through ipc/segment.py's open_regular
@@ -18,16 +18,8 @@ from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 from shmcache.errors import CacheInUseError, CacheNotFoundError, CachePermissionError, NotACacheError
 from shmcache.ipc import liveness
-from shmcache.ipc.segment import SHM_DIR, Segment, check_name, open_regular, path_of
+from shmcache.ipc.segment import SHM_DIR, check_name, open_regular, path_of
 from shmcache.ipc.segment import unlink as segment_unlink
-
-def open_segment(name: str, writable: bool) -> Segment:
-    """Map cache `name`: what attach and open map; the caller checks the header. A
-    name only ever holds a whole cache (a creator names its segment last: see
-    ipc/segment.py), so there is no creator to wait for; anything but a regular file
-    is refused by open_regular."""
-    return Segment(name, writable=writable)
-
 
 def destroy(name: str, force: bool = False) -> None:
     """Remove the cache's name and its readers' companion; processes that have it mapped

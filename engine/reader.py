@@ -23,7 +23,7 @@ import numpy as np
 from shmcache.engine import _input
 from shmcache.engine import _lookup as LK
 from shmcache.engine import layout as L
-from shmcache.engine import lifecycle, reader_stats
+from shmcache.engine import reader_stats
 from shmcache.engine.control import ControlView
 from shmcache.errors import ClosedError, LayoutVersionError, NotACacheError
 from shmcache.ipc import liveness
@@ -102,8 +102,10 @@ class Reader:
     _control_class = ControlView
 
     def __init__(self, name: str):
-        """Attach to cache `name`; shmcache.attach(name)."""
-        self._setup(name, lifecycle.open_segment(name, writable=self._writable))
+        """Attach to cache `name`; shmcache.attach(name). A name only ever holds a whole
+        cache (a creator names its segment last: see ipc/segment.py), so there is no
+        creator to wait for; anything but a regular file is refused by open_regular."""
+        self._setup(name, Segment(name, writable=self._writable))
 
     @classmethod
     def _adopt(cls, name: str, seg: Segment):

@@ -103,6 +103,11 @@ def create(name: str, mode: int, creation_id: int) -> None:
                                "created; nothing was created") from None
 
 
+def _ours(h: np.ndarray, creation_id: int) -> bool:
+    """The first header words `h` are those of a companion of the cache with this creation id."""
+    return bool(h[H_MAGIC] == MAGIC and h[H_VERSION] in READABLE_VERSIONS and h[H_CREATION_ID] == creation_id)
+
+
 def belongs(name: str, creation_id: int) -> bool:
     """The companion at the name is the one of the cache with this creation id."""
     try:
@@ -113,10 +118,7 @@ def belongs(name: str, creation_id: int) -> bool:
         head = os.pread(fd, 3 * L.WORD, 0)
     finally:
         os.close(fd)
-    if len(head) < 3 * L.WORD:
-        return False
-    h = np.frombuffer(head, np.int64)
-    return h[H_MAGIC] == MAGIC and h[H_VERSION] in READABLE_VERSIONS and h[H_CREATION_ID] == creation_id
+    return len(head) == 3 * L.WORD and _ours(np.frombuffer(head, np.int64), creation_id)
 
 
 def stray(name: str) -> bool:
@@ -127,8 +129,12 @@ def stray(name: str) -> bool:
         return False
 
 
-def unlink(name: str) -> None:
-    """Remove the companion if there is one (never a directory someone put at its name)."""
+def unlink(name: str, creation_id: int | None = None) -> None:
+    """Remove the companion if there is one (never a directory someone put at its name);
+    with a creation id, only if it is that cache's: a creator backing out never removes
+    the companion another creator of the name made meanwhile."""
+    if creation_id is not None and not belongs(name, creation_id):
+        return
     try:
         os.unlink(path_of(name))
     except (FileNotFoundError, IsADirectoryError, PermissionError):
@@ -158,11 +164,11 @@ class ReaderStats:
             return
         self._claimed = not seg.writable  # a read-only row is never claimed: add() is a no-op
         h = np.frombuffer(seg.mm, np.int64, 3)
-        if h[H_MAGIC] != MAGIC or h[H_VERSION] not in READABLE_VERSIONS or h[H_CREATION_ID] != creation_id:
-            del h
+        ours = _ours(h, creation_id)
+        del h
+        if not ours:
             self.close()
             return
-        del h
         self.rows = np.frombuffer(seg.mm, np.int64, MAX_READERS * L.ROW_WORDS, L.PAGE)
 
     def _claim(self) -> np.ndarray | None:

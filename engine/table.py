@@ -58,6 +58,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         seg = Segment(name, create_size=geo.size, writable=True, mode=mode)
     except FileExistsError:
         return _existing(name, key_size, max_value, exist_ok)
+    creation_id = secrets.randbits(63)
     try:
         h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
         h[L.H_KEY_SIZE] = key_size
@@ -66,29 +67,26 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_SLOTS] = geo.slots
         h[L.H_RING] = geo.ring
         h[L.H_SIZE] = geo.size
-        h[L.H_CREATION_ID] = secrets.randbits(63)
+        h[L.H_CREATION_ID] = creation_id
         h[L.H_CREATED_NS] = time.time_ns()
         h[L.H_VERSION] = L.LAYOUT_VERSION
         if loading is not None:
             loading.join()
         store_word(h, L.H_MAGIC, L.MAGIC)
+        del h
         # the companion just before the name: whoever finds the cache finds its companion
         # too, and a creator killed in between leaves only the companion (destroy removes it)
-        reader_stats.create(name, mode, int(h[L.H_CREATION_ID]))
-        del h
-    except BaseException:
-        seg.close()  # the segment has no name yet: it goes with its mapping
-        reader_stats.unlink(name)
-        raise
-    try:
+        reader_stats.create(name, mode, creation_id)
         seg.finish_create()  # the name: attachers find the cache now, whole
-    except FileExistsError:  # another creator won the name in these microseconds
-        seg.close()
+    except FileExistsError:  # another creator of the name got there first, with its companion or the name
+        seg.close()  # the segment has no name: it goes with its mapping
+        if not os.path.lexists(path_of(name)):
+            raise  # its companion only, so far: that creator is still at work (or was killed)
         _companion_back(name)
         return _existing(name, key_size, max_value, exist_ok)
     except BaseException:
         seg.close()
-        reader_stats.unlink(name)
+        reader_stats.unlink(name, creation_id)  # this creator's companion, never another's
         raise
     return Writer._adopt(name, seg)
 

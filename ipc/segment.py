@@ -222,9 +222,11 @@ class Segment:
     def finish_create(self) -> None:
         """The creator's last step, once the header (the magic last) is written: give the
         unnamed file its name. CacheExistsError if something took the name meanwhile (the
-        new segment then goes with its last mapping; nothing at the name is touched)."""
+        new segment then goes with its last mapping; nothing at the name is touched).
+        Only once, and only before close(): a segment whose fd is gone can never be named."""
         if self.fd < 0:
-            return
+            raise ValueError(f"cache {self.name!r}: {self.path}{self.what} cannot be named: it was not created by "
+                             "this handle, or it was named or closed already")
         try:
             dirfd = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:  # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N: links the file the fd holds, never replaces

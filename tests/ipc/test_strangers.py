@@ -23,7 +23,7 @@ import pytest
 import shmcache
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
-from shmcache.ipc.segment import identity
+from shmcache.ipc.segment import Segment, identity
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT = 90.0  # a cold numba cache compiles the kernels in the child
@@ -261,6 +261,24 @@ def test_a_creator_killed_mid_create_leaves_nothing_at_the_name(name):
     shmcache.destroy(name)
 
 
+def _win_while_paused(name: str, loser: str, *args: str) -> tuple[int, list[str]]:
+    """Start the losing creator `loser`, create the winner (one entry) while the loser is
+    paused where it says "building", then let it go on. The winner's creation id and
+    the words the loser printed."""
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(loser), name, *args], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert child.stdout.readline().strip() == "building", child.stderr.read()
+        with shmcache.create(name, memory="64MiB") as w:
+            w.set(b"w" * 32, b"the winner's")
+            winner = w.creation_id
+        out, err = child.communicate("\n", timeout=CHILD_TIMEOUT)
+        assert child.returncode == 0, out + err
+    finally:
+        _end(child)
+    return winner, out.split()
+
+
 _LOSER = """
     import sys
     import shmcache
@@ -286,22 +304,66 @@ def test_create_exist_ok_that_loses_the_race_opens_the_winner_and_gives_back_its
     that the name was free, before it made its readers' companion): it returns a writer
     on the winner's cache, and the companion it had made in the winner's place is
     replaced by one of the winner's, so the winner's readers are counted."""
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_LOSER), name], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        assert child.stdout.readline().strip() == "building", child.stderr.read()
-        with shmcache.create(name, memory="64MiB") as w:
-            w.set(b"w" * 32, b"the winner's")
-            winner = w.creation_id
-        out, err = child.communicate("\n", timeout=CHILD_TIMEOUT)
-        assert child.returncode == 0 and out.split() == [str(winner)], out + err
-    finally:
-        _end(child)
+    winner, out = _win_while_paused(name, _LOSER)
+    assert out == [str(winner)]
     assert reader_stats.belongs(name, winner)
     with shmcache.attach(name) as r:
         assert r.get_many([b"w" * 32, b"l" * 32]) == [b"the winner's", b"the loser's write"]
     with shmcache.attach(name) as r:
         assert r.stats()["reader_hits"] == 2, "the first reader's hits are in the winner's companion"
+    shmcache.destroy(name)
+
+
+_COMPANION_LOSER = """
+    import sys
+    import shmcache
+    from shmcache.engine import reader_stats
+    from shmcache.errors import CacheExistsError
+
+    class Late(reader_stats.Segment):
+        def finish_create(self):  # paused with its companion built, one step before naming it
+            print("building", flush=True)
+            sys.stdin.readline()
+            super().finish_create()
+
+    reader_stats.Segment = Late
+    try:
+        with shmcache.create(sys.argv[1], memory="34MiB", exist_ok=sys.argv[2] == "1") as w:
+            print("writer", w.creation_id, flush=True)
+    except CacheExistsError:
+        print("CacheExistsError", flush=True)
+"""
+
+
+@pytest.mark.parametrize("exist_ok", [False, True], ids=["exist_ok=False", "exist_ok=True"])
+def test_a_creator_beaten_to_its_companion_backs_out_without_removing_the_winners(name, exist_ok):
+    """Two creators of one name: the loser is beaten to the readers' companion (the
+    winner's companion, then the winner's cache, appear while the loser names its own
+    companion). It backs out without removing the winner's companion, and the
+    winner's readers are counted in it."""
+    winner, out = _win_while_paused(name, _COMPANION_LOSER, str(int(exist_ok)))
+    assert out == (["writer", str(winner)] if exist_ok else ["CacheExistsError"])
+    assert reader_stats.belongs(name, winner), "the loser removed the winner's companion"
+    with shmcache.attach(name) as r:
+        assert r.get(b"w" * 32) == b"the winner's"
+        assert r.stats()["reader_hits"] == 1
+    shmcache.destroy(name)
+
+
+def test_a_segment_is_named_once_and_only_by_its_creator(name):
+    """finish_create on a handle that cannot name anything (a reader's, one already
+    named, one closed before it was named) says so, instead of returning as if named."""
+    seg = Segment(name, create_size=2 << 20, writable=True)
+    seg.close()
+    with pytest.raises(ValueError, match="cannot be named"):
+        seg.finish_create()
+    assert not os.path.lexists(f"/dev/shm/{name}")
+    with shmcache.create(name, memory="34MiB"):
+        pass
+    for seg in (Segment(name, writable=False), Segment(name, writable=True)):
+        with pytest.raises(ValueError, match="cannot be named"):
+            seg.finish_create()
+        seg.close()
     shmcache.destroy(name)
 
 
