@@ -10,6 +10,9 @@ ROUND flips; header flips are a tenth of that (at least 40). SHMCACHE_FUZZ_SEED 
 run (the seed is printed). Flips aim where damage hurts: half of the index flips hit a
 used slot, half of the ring flips hit the header of an indexed record; the rest land
 anywhere in their section.
+Two caches: "room" (the values fit many times over) and "full" (the smallest cache and
+values of 1.5-2.5 KB: every set evicts live records, so eviction and its prefetch
+stages meet the damage too).
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import sys
 from collections import Counter
 
 import numpy as np
+import pytest
 
 import shmcache
 from shmcache.engine import layout as L
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _procs import key_pool, make_values  # noqa: E402
+from _procs import BIG, key_pool, make_values  # noqa: E402
 
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 BOUND = 30.0  # one command: a few dozen batch calls over the keys (the machine is shared and slow)
@@ -61,19 +65,23 @@ def _flip(rng, w, region: str) -> None:
     arr[pos] ^= mask
 
 
-def test_fuzz_flipped_bytes_never_crash_or_hang(cache_name, procs):
+# "room": the values fit many times over; "full": the smallest cache, and big values (a
+# bucket's ring holds two), so every set evicts live records: the eviction's paths and
+# its prefetch stages run over the flipped bytes
+@pytest.mark.parametrize("memory, big", [("64MiB", 0), ("34MiB", BIG)], ids=["room", "full"])
+def test_fuzz_flipped_bytes_never_crash_or_hang(cache_name, procs, memory, big):
     seed = int(os.environ.get("SHMCACHE_FUZZ_SEED") or secrets.randbits(32))
     print(f"\nfuzz seed {seed} (SHMCACHE_FUZZ_SEED={seed} repeats it), {FLIPS} body flips")
     rng = np.random.default_rng(seed)
     keys, hdr, _ = key_pool(SEED_KEYS, NKEYS)
-    w = shmcache.create(cache_name, memory="64MiB")
+    w = shmcache.create(cache_name, memory=memory)
     try:
-        w.set_many(keys, make_values(hdr, 0))
+        w.set_many(keys, make_values(hdr, big))
         reader = procs("table", cache_name, SEED_KEYS, NKEYS)
         writer = procs("table", cache_name, SEED_KEYS, NKEYS)
         assert "ready" in reader.recv(START_TIMEOUT) and "ready" in writer.recv(START_TIMEOUT)
-        reader.ask("get 0", START_TIMEOUT)  # loads the kernels
-        writer.ask("set 0", START_TIMEOUT)
+        reader.ask(f"get {big}", START_TIMEOUT)  # loads the kernels
+        writer.ask(f"set {big}", START_TIMEOUT)
         flips = Counter()
         caught = Counter()
         slowest = 0.0
@@ -84,13 +92,13 @@ def test_fuzz_flipped_bytes_never_crash_or_hang(cache_name, procs):
             region = regions[rnd % 3]  # one region per round: what is caught is attributable
             before_r = reader.ask("get -1", BOUND)
             before_w = writer.ask("get -1", BOUND)
-            reader.send(f"get {rnd}")  # readers and a writer at work while the bytes change
-            writer.send(f"set {rnd + 1}")
+            reader.send(f"get {big | rnd}")  # readers and a writer at work while the bytes change
+            writer.send(f"set {big | rnd + 1}")
             for _ in range(ROUND):
                 _flip(rng, w, region)
             flips[region] += ROUND
             got, wrote = reader.recv(BOUND), writer.recv(BOUND)
-            after = reader.ask(f"get {rnd + 1}", BOUND)
+            after = reader.ask(f"get {big | rnd + 1}", BOUND)
             for res in (got, wrote, after):
                 slowest = max(slowest, res["slowest"])
             undetected_values += got["bad"] + after["bad"]
@@ -98,8 +106,8 @@ def test_fuzz_flipped_bytes_never_crash_or_hang(cache_name, procs):
             caught[f"{region}: writer-repaired"] += (wrote["corruptions"] - before_w["corruptions"]
                                                      - (wrote["reader_corruptions"] - before_w["reader_corruptions"]))
         # a last clean pass: the writer sets every key, and every hit then reads back whole and current
-        writer.ask(f"set {rounds + 1}", BOUND)
-        final = reader.ask(f"get {rounds + 1}", BOUND)
+        writer.ask(f"set {big | rounds + 1}", BOUND)
+        final = reader.ask(f"get {big | rounds + 1}", BOUND)
         assert final["bad"] == 0, final["problem"]
         assert final["hits"] == final["at_version"], final
         slowest = max(slowest, final["slowest"])
