@@ -36,10 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 MAX_VALUE = 256
 CHUNK = 16  # batches per turn (fewer at smoke sizes)
 NO_STAGES = [  # today's source -> the kernel without the eviction stages
-    ("        if j < n and _evicts(meta, ring, ks, max_live, hashes[j], vlens[j]):\n"
-     "            _prefetch_evict(", "        if False:\n            _prefetch_evict("),
-    ("        if j < n and _evicts(meta, ring, ks, max_live, hashes[j], vlens[j]):\n"
-     "            _prefetch_run(", "        if False:\n            _prefetch_run("),
+    ("    staged = NBUCKETS * ring > _STAGED_FROM", "    staged = False"),
     ("    _prefetch_run_after(index, ibase, slots, ring64, rbase, ring, ks, i)  # fetched", "    pass  #"),
 ]
 
