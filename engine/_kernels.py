@@ -332,12 +332,13 @@ def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv,
 # shifts back): the header comes with _AHEAD_RECORD, the slot's line at
 # _AHEAD_EVICT, and the run's records at _AHEAD_RUN_STAGE, each stage reading what
 # the one before fetched. Steady state cost ~1.5x the time per add without them at 1M
-# entries (bench/test_full_writes.py); a cache whose rings fit in the CPU's caches
+# entries (bench/test_full_cache.py); a cache whose rings fit in the CPU's caches
 # skips them.
 _AHEAD_BUCKET = 16
 _AHEAD_RECORD = 8
 _AHEAD_EVICT = 4
 _AHEAD_RUN_STAGE = 2
+_PROBE_AHEAD = 16  # slots a record prefetch follows from the key's home slot
 _STAGED_FROM = 8 << 20  # ring bytes: below, the rings stay in cache and the stages only cost (~13 % at 4 MiB)
 
 
@@ -349,10 +350,27 @@ def _prefetch_bucket(meta, index, slots, h):
 
 
 @njit(inline="always")
+def _tagged_entry(index, ibase, slots, h):
+    """For prefetching: the first slot on the key's probe path (up to _PROBE_AHEAD slots)
+    that carries its tag, else 0. In a full bucket (3/4 of its slots used) a key sits
+    past its home slot about half the time: the home slot's record is someone else's."""
+    mask = slots - 1
+    tag = _tag(h)
+    s = _home(h, slots)
+    for _ in range(min(slots, _PROBE_AHEAD)):
+        e = index[ibase + s]
+        if e == 0 or (e >> POS_BITS) == tag:
+            return e
+        s = (s + 1) & mask
+    return 0
+
+
+@njit(inline="always")
 def _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, h, vlen):
     """Prefetch, for writing, every line the key's new record will fill (its size is known:
     whole lines from the head missed the tail of a record 25 % of the time), the header
-    and key of the record it may replace, and the oldest record (a full ring evicts it
+    and key of the record it may replace (the first with its tag: a new key's usually
+    has none), and the oldest record (a full ring evicts it
     first: every add in steady state). Each miss left to the write itself cost ~20 %."""
     b = h & _BUCKET_MASK
     base = b * ring
@@ -363,7 +381,7 @@ def _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, h, vlen):
     while p < stop:
         prefetch(ring8, min(p, end), 1)
         p += 64
-    e = index[b * slots + _home(h, slots)]
+    e = _tagged_entry(index, b * slots, slots, h)
     if e != 0:
         r = base + (e & POS_MASK) - 1
         prefetch(ring8, min(r, end), 1)
