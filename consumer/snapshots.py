@@ -171,13 +171,13 @@ class SnapshotPolicy:
         ctl.set_word(L.H_SNAPSHOT_TAKEN_NS, info.taken_ns)
         ctl.set_word(L.H_SNAPSHOT_BYTES, info.bytes)
         ctl.set_word(L.H_SNAPSHOT_NS, int((time.monotonic() - t0) * 1e9))
-        ctl.count(L.H_SNAPSHOTS)
         for old in files(self.dir, self.cfg.name)[max(1, self.cfg.snapshot_keep):]:
             try:
                 old.unlink()
                 log.info("removed old snapshot %s (keeping %d)", old, self.cfg.snapshot_keep)
             except OSError as e:
                 log.warning("could not remove old snapshot %s: %s", old, e)
+        ctl.count(L.H_SNAPSHOTS)  # last: a status that counts this snapshot finds the old ones gone
         return path
 
 

@@ -51,7 +51,7 @@ def test_table_equals_model(harness, kafka_topic, fmt):
     assert sum(v is None for v in expected.values()) > 50  # deletes and re-adds really happen
     assert sum(v is not None for v in expected.values()) > 1000
     check_table(r, expected)
-    st = r.status()
+    st = r.wait_ready(30)  # a worker sets caught-up just after the applied offset wait_applied saw
     assert sorted(p["partition"] for p in st["assigned"]) == list(range(PARTITIONS))
     assert all(p["caught_up"] for p in st["assigned"])
     assert st["ready"]
@@ -188,7 +188,7 @@ def test_malformed_messages_are_skipped(harness, kafka_topic):
         assert applied(r, 2)[p] > o, (what, p, o)
 
     check_table(r, {**expected, **{k: None for k in never}})
-    st = r.status()
+    st = r.wait_ready(30)
     assert st["ready"]
     malformed = sum(w["malformed"] for w in st["workers"])
     assert malformed == len(bad), st["workers"]  # each damaged message counted once

@@ -182,9 +182,11 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
                         args=("--snapshot-dir", str(bare_snaps), "--snapshot-interval", "0.5", "--snapshot-keep", "2"))
     r3 = h.attach(bare, sup=sup3)
     # caught up (snapshots are taken of a caught-up table, gap or not), but not ready
-    poll_until(lambda: (sup3.running() or _died(sup3)) and r3.status()["snapshot"]["count"] >= 3, 120,
-               lambda: f"3 snapshots: {r3.status()}")
-    assert len(policy.files(bare_snaps, bare)) <= 2
+    # 3 taken, 2 kept (a 4th may be named at any moment: the count and the files are read
+    # together until they agree, which they never do if the oldest are not removed)
+    poll_until(lambda: (sup3.running() or _died(sup3)) and r3.status()["snapshot"]["count"] >= 3
+               and len(policy.files(bare_snaps, bare)) <= 2, 120,
+               lambda: f"3 snapshots, 2 kept: {r3.status()}, {policy.files(bare_snaps, bare)}")
     st = r3.status()
     assert st["caught_up"] and not st["ready"] and not st["gaps_accepted"], st
     assert st["restore"]["state"] == "no valid snapshot" and st["snapshot"]["failures"] == 0
