@@ -48,8 +48,9 @@ def warm() -> dict:
     actions = np.zeros(n, np.uint8)
     actions[-4:] = 1  # a few DELETEs
     name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-    w = shmcache.create(name, memory="8MiB", max_value=256)  # types, not sizes, pick the signatures
-    try:
+    w = None
+    try:  # from before create: a stop (SystemExit) just after it returned still removes the cache
+        w = shmcache.create(name, memory="8MiB", max_value=256)  # types, not sizes, pick the signatures
         with shmcache.attach(name) as r:
             key_list = [bytes(k) for k in keys]
             offsets = np.zeros(n + 1, np.int64)
@@ -57,23 +58,31 @@ def warm() -> dict:
             w.set_many(keys, (offsets, np.frombuffer(b"".join(values), np.uint8)))
             w.set_many(key_list, values)
             for msg in (wire.encode_v1(keys, actions, values), wire.encode_v2(keys, actions, values)):
+                _stop_if_asked()  # between compiles (see _stop_if_asked)
                 apply_batch(w, wire.decode(msg))  # as a worker applies them (v2: with its verified hashes)
                 apply_batch(w, wire_batch.decode_many([msg, msg], wire_batch.Scratch()))  # a consume() batch at once
             apply_batch(w, wire.decode_kv(key_list, values))
             w.delete_many(keys[:2])
             w.delete_many(key_list[2:4])
+            _stop_if_asked()
             writer.warm_takeover(w)  # a dead writer's bucket lock taken over: the repair kernel
             for handle in (r, w):  # a reader maps read-only, a writer read-write: two signatures
+                _stop_if_asked()
                 handle.get_many_packed(keys)
                 handle.get_many_packed(key_list)
                 handle.contains_many(keys)
+            _stop_if_asked()
             partitioners.murmur2_partitions(keys, 8)
             meta = txmeta.generate(n, rng)
             offs, data = txmeta.encode(meta)
             txmeta.decode(offs, data)
     finally:
-        w.close()
-        shmcache.destroy(name)
+        if w is not None:
+            w.close()
+        try:
+            shmcache.destroy(name)
+        except shmcache.CacheNotFoundError:
+            pass  # create was interrupted, and took its name back
     after = _cache_counts()
     return {"seconds": time.perf_counter() - t0, "compiled": after[1] - before[1], "loaded": after[0] - before[0]}
 
@@ -214,8 +223,20 @@ def finish(proc: subprocess.Popen, beat, stopping) -> str:
     return last if proc.returncode == 0 else f"shmcache warm failed (exit {proc.returncode}): {last}"
 
 
+_stop_signal = 0  # the signal that asked this warm-up to stop, once one did
+
+
 def _terminated(signum, frame):
+    global _stop_signal
+    _stop_signal = signum
     raise SystemExit(128 + signum)  # unwinds through warm()'s finally: its private cache goes
+
+
+def _stop_if_asked() -> None:
+    """The stop again, between steps: a handler that ran inside a finalizer (numba's
+    compiler runs them) had its SystemExit swallowed, "Exception ignored in __del__"."""
+    if _stop_signal:
+        raise SystemExit(128 + _stop_signal)
 
 
 def main() -> int:
@@ -223,6 +244,7 @@ def main() -> int:
     removes the private cache."""
     signal.signal(signal.SIGTERM, _terminated)
     s = warm()
+    _stop_if_asked()
     _mark()
     print(f"shmcache warm: {s['compiled']} kernel signatures compiled, {s['loaded']} loaded from numba's cache, "
           f"{s['seconds']:.1f} s")

@@ -88,7 +88,13 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         seg.close()
         reader_stats.unlink(name, creation_id)  # this creator's companion, never another's
         raise
-    return Writer._adopt(name, seg)
+    try:
+        return Writer._adopt(name, seg)
+    except BaseException:  # named, but not handed over (a signal turned exception): take it back
+        seg.unname()
+        seg.close()
+        reader_stats.unlink(name, creation_id)
+        raise
 
 
 def _companion_back(name: str) -> None:

@@ -207,7 +207,9 @@ class Segment:
                 self._create(create_size, mode)
             else:
                 self._open()
-            self.size = os.fstat(self.fd).st_size
+            st = os.fstat(self.fd)
+            self.size = st.st_size
+            self.ident = (st.st_dev, st.st_ino)  # ipc.segment.identity() of the file mapped
             if self.size:
                 self.mm, self.addr = _map_aligned(self.fd, self.size, writable, populate=not self.created)
                 if self.created:
@@ -242,6 +244,17 @@ class Segment:
                                        f"{e.strerror}") from None
         finally:
             self._close_fd()
+
+    def unname(self) -> None:
+        """A creator that named its segment but could not hand it over (interrupted, say,
+        by a signal turned into an exception) takes the name back, while it still holds
+        this segment's file and nothing else; its memory then goes with the mapping."""
+        try:
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self.ident:
+                os.unlink(self.path)
+        except OSError:
+            pass
 
     def _close_fd(self) -> None:
         if self.fd >= 0:

@@ -107,6 +107,48 @@ def test_a_terminated_warm_up_removes_its_cache(tmp_path):
                 shmcache.destroy(n, force=True)
 
 
+_SWALLOWED = """
+    import os, signal, sys
+    from shmcache import warm
+    from shmcache.consumer import partitioners
+
+    class Finalizer:
+        def __del__(self):  # what numba's compiler does all along: objects freed by finalizers
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10000):  # the handler runs in here: its SystemExit is "ignored"
+                pass
+
+    murmur2 = partitioners.murmur2_partitions
+
+    def step(*args):  # one of the warm-up's steps, during which the stop comes
+        Finalizer()
+        return murmur2(*args)
+
+    partitioners.murmur2_partitions = step
+    sys.exit(warm.main())
+"""
+
+
+def test_a_stop_that_lands_in_a_finalizer_still_stops_the_warm_up(tmp_path):
+    """A SIGTERM whose handler runs inside a __del__ has its SystemExit swallowed
+    ("Exception ignored in"); the warm-up must still stop (exit 143) at its next step,
+    remove its cache and leave the install unmarked, not finish as if never asked."""
+    marker = os.path.join(warm._marker_dir() or str(tmp_path), warm.MARKER + warm.package_stamp())
+    had_marker = os.path.exists(marker)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SWALLOWED)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Exception ignored in" in err and "SystemExit: 143" in err, err[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"{warm.PREFIX}{proc.pid}-")]
+    assert os.path.exists(marker) == had_marker, "a stopped warm-up marked the install warm"
+
+
 def _in_child(code: str, env: dict | None = None) -> str:
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600,
                        env=env)

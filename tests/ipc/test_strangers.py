@@ -350,6 +350,35 @@ def test_a_creator_beaten_to_its_companion_backs_out_without_removing_the_winner
     shmcache.destroy(name)
 
 
+_INTERRUPTED = """
+    import os, signal, sys
+    import shmcache
+    from shmcache.engine import table
+
+    def stop(*_):
+        raise SystemExit(143)  # as `shmcache warm` and the supervisor turn a SIGTERM
+
+    signal.signal(signal.SIGTERM, stop)
+    adopt = table.Writer._adopt
+
+    def late(name, seg):  # the name is given; a SIGTERM lands before the writer is handed over
+        os.kill(os.getpid(), signal.SIGTERM)
+        return adopt(name, seg)
+
+    table.Writer._adopt = late
+    shmcache.create(sys.argv[1], memory="34MiB")
+"""
+
+
+def test_a_create_stopped_after_naming_takes_the_name_back(name):
+    """A SIGTERM turned into SystemExit after create() named the cache but before it
+    returned the writer: the caller never gets a handle to clean up with, so create()
+    itself removes the cache and its companion. Nothing is left at either name."""
+    res = _run([sys.executable, "-c", textwrap.dedent(_INTERRUPTED), name])
+    assert res.returncode == 143, res.stderr
+    assert not os.path.lexists(f"/dev/shm/{name}") and not os.path.lexists(reader_stats.path_of(name))
+
+
 def test_a_segment_is_named_once_and_only_by_its_creator(name):
     """finish_create on a handle that cannot name anything (a reader's, one already
     named, one closed before it was named) says so, instead of returning as if named."""
