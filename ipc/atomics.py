@@ -23,6 +23,10 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
+from shmcache.ipc import _jitcache
+
+_jitcache.install()  # before this module's kernels are decorated: it may be the first of the package imported
+
 
 def _check_array(arr, *, writable: bool, who: str) -> None:
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype == types.int64):

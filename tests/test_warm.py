@@ -171,7 +171,7 @@ def test_a_finished_warm_up_marks_the_install_warm_and_only_for_its_sources(tmp_
         os.rename(marker + ".away", marker)
     assert warm.is_warm()
 
-    from shmcache.engine import _jitcache
+    from shmcache.ipc import _jitcache
 
     root = os.path.dirname(os.path.abspath(shmcache.__file__))
     pkg = tmp_path / "src" / "shmcache"

@@ -1,4 +1,4 @@
-"""numba's on-disk kernel cache (engine/_jitcache.py, warm.py): compiled once, kept
+"""numba's on-disk kernel cache (ipc/_jitcache.py, warm.py): compiled once, kept
 correct after a source change anywhere in the package, nothing deleted at import.
 
 The first two tests run a copy of the package's sources from a temporary directory
@@ -14,7 +14,7 @@ import sys
 import textwrap
 
 import shmcache
-from shmcache.engine import _jitcache
+from shmcache.ipc import _jitcache
 
 ROOT = os.path.dirname(os.path.abspath(shmcache.__file__))
 
@@ -109,7 +109,7 @@ def test_a_kernels_stamp_covers_what_it_imports_and_nothing_else(tmp_path):
     pkg = _copy_package(tmp_path)
     code = """
         import os, shmcache
-        from shmcache.engine import _jitcache
+        from shmcache.ipc import _jitcache
         root = os.path.dirname(shmcache.__file__)
         print(_jitcache.source_stamp(os.path.join(root, "engine", "_lookup.py")))
     """
@@ -127,3 +127,43 @@ def test_a_kernels_stamp_covers_what_it_imports_and_nothing_else(tmp_path):
     assert second != first
     edit(os.path.join("ipc", "atomics.py"))  # two imports away
     assert _run(code, env) != second
+
+
+def _kernel_modules() -> list[str]:
+    """Every module of the package that decorates a kernel for numba's cache."""
+    mods = []
+    for path in _jitcache._sources(ROOT):
+        with open(path) as f:
+            if "cache=True" in f.read() and not path.endswith("_jitcache.py"):
+                rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                mods.append("shmcache." + rel.removesuffix(".__init__"))
+    return sorted(mods)
+
+
+def test_every_kernel_is_stamped_whichever_module_a_process_imports_first():
+    """A kernel decorated before the stamped locators are installed keeps numba's own
+    stamp; a process that loads it then overwrites the cache entry the other processes
+    keep, and they compile it again (`shmcache warm` imported ipc/ first and made the
+    next process compile the atomics). Each kernel module, imported alone in a new
+    process, must leave every cached kernel of the package in it with the package's stamp."""
+    mods = _kernel_modules()
+    assert {"shmcache.ipc.atomics", "shmcache.engine._kernels", "shmcache.txmeta"} <= set(mods), mods
+    for mod in mods:
+        out = _run(f"""
+            import importlib, json, sys
+            from numba.core.registry import CPUDispatcher
+            importlib.import_module({mod!r})
+            found = {{}}
+            for name, m in list(sys.modules.items()):
+                if not name.startswith("shmcache"):
+                    continue
+                for attr, f in vars(m).items():
+                    impl = getattr(getattr(f, "_cache", None), "_impl", None)
+                    if isinstance(f, CPUDispatcher) and impl is not None:
+                        found[name + "." + attr] = type(impl.locator).__name__
+            print(json.dumps(found))
+        """, dict(os.environ))
+        found = json.loads(out.strip().splitlines()[-1])
+        assert found, f"{mod}: no cached kernel found"
+        wrong = {k: v for k, v in found.items() if not v.startswith("ShmcachePackage")}
+        assert not wrong, f"imported first, {mod} left kernels with numba's own stamp: {wrong}"

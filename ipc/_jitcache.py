@@ -18,7 +18,13 @@ entry by its own version, the Python version and the CPU, so a cache copied to
 another machine is not used there.
 
 `install()` only puts the locators in numba's list (no file is read or written);
-a stamp is computed when a `cache=True` function of the package is decorated.
+a stamp is computed when a `cache=True` function of the package is decorated. It
+must run before the first of them is: a kernel decorated earlier keeps numba's own
+stamp, and a process that then loads it overwrites the cache entry that processes
+with this stamp keep, which compile it again, and so on. It lives in ipc/, the
+lowest layer, so that every module with kernels can call it first, whichever of
+them a process imports first (ipc/atomics.py and engine/__init__.py do; the rest
+import one of those before their kernels).
 Compiling happens on first use, or ahead of it with `shmcache warm` (warm.py),
 which scripts/setup and the supervisor run.
 """
