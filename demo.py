@@ -50,10 +50,15 @@ from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
 from shmcache.consumer.procs import SupervisorProcess, alive
 from shmcache.demo_report import CatchUpBars, summarize
 from shmcache.engine.layout import format_bytes, parse_bytes
+from shmcache.ipc import liveness
 
 BYTES_PER_ENTRY = 300  # ring + index per entry with room to spare (records average ~160 B)
 MEMORY_FLOOR = 64 << 20
 READY_TIMEOUT_S = 120.0
+# Ctrl-C and SIGTERM both raise KeyboardInterrupt: the cleanup runs in run()'s finally. The
+# stop is kept and raised again between steps and in every wait: a handler that ran inside
+# a finalizer (numba's compiler, a library's __del__) had its exception swallowed.
+_stop = liveness.StopRequest(lambda signum: KeyboardInterrupt())
 
 
 class DemoError(Exception):
@@ -166,6 +171,9 @@ class Demo:
                            f"{len(st['assigned'])} partitions assigned, ready")
 
     def _supervisor_alive(self) -> None:
+        """Every wait of the demo calls this: it raises when the demo was asked to stop (again
+        after a handler's KeyboardInterrupt was swallowed, see _stop) or the supervisor exited."""
+        _stop.check()
         if not self.sup.running():
             raise DemoError(f"the supervisor exited with code {self.sup.proc.returncode}; its log ends:\n"
                             f"{self.sup.log_tail()}")
@@ -230,6 +238,7 @@ class Demo:
                     kind, res = out.get(timeout=1.0)
                     break
                 except queue.Empty:
+                    _stop.check()
                     if not p.is_alive():  # died without a word (a signal, a crash)
                         raise DemoError(f"the reader process died with exit code {p.exitcode}") from None
         finally:
@@ -308,12 +317,11 @@ class Demo:
 
     def run(self) -> int:
         try:
-            self.start_broker()
-            self.start_supervisor()
-            self.produce_and_catch_up()
-            self.read_back()
-            self.stop_supervisor()
-            self.summarize()
+            for step in (self.start_broker, self.start_supervisor, self.produce_and_catch_up, self.read_back,
+                         self.stop_supervisor, self.summarize):
+                _stop.check()
+                step()
+            _stop.check()
         except DemoError as e:
             self.failures.append(str(e))
         except KeyboardInterrupt:
@@ -353,11 +361,9 @@ def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: st
                 sample=sample, delete_share=delete_share, seed=seed, name=name, keep=keep,
                 console=Console(soft_wrap=True))  # long lines stay whole in logs (no terminal width)
 
-    def on_sigterm(signum, frame):
-        raise KeyboardInterrupt  # cleanup runs in the same finally as for Ctrl-C
-
-    old = signal.signal(signal.SIGTERM, on_sigterm)
+    old = _stop.install(signal.SIGINT, signal.SIGTERM)
     try:
         return demo.run()
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)

@@ -1,5 +1,5 @@
 """Compile every numba kernel a worker, a reader and the load generator use, once, into
-numba's on-disk cache (engine/_jitcache.py says where it lives and how it stays fresh).
+numba's on-disk cache (ipc/_jitcache.py says where it lives and how it stays fresh).
 
 Compiling costs seconds per kernel signature (apply ~7 s, lookup ~2 s, the wire
 kernels on top, measured in a fresh process), and numba compiles on a signature's
@@ -27,6 +27,8 @@ import sys
 import time
 
 import numpy as np
+
+from shmcache.ipc import liveness
 
 PREFIX = "shmcache-warm-"  # + pid + "-" + random: the warm-up's private cache
 
@@ -58,20 +60,20 @@ def warm() -> dict:
             w.set_many(keys, (offsets, np.frombuffer(b"".join(values), np.uint8)))
             w.set_many(key_list, values)
             for msg in (wire.encode_v1(keys, actions, values), wire.encode_v2(keys, actions, values)):
-                _stop_if_asked()  # between compiles (see _stop_if_asked)
+                _stop.check()  # between compiles (see _stop)
                 apply_batch(w, wire.decode(msg))  # as a worker applies them (v2: with its verified hashes)
                 apply_batch(w, wire_batch.decode_many([msg, msg], wire_batch.Scratch()))  # a consume() batch at once
             apply_batch(w, wire.decode_kv(key_list, values))
             w.delete_many(keys[:2])
             w.delete_many(key_list[2:4])
-            _stop_if_asked()
+            _stop.check()
             writer.warm_takeover(w)  # a dead writer's bucket lock taken over: the repair kernel
             for handle in (r, w):  # a reader maps read-only, a writer read-write: two signatures
-                _stop_if_asked()
+                _stop.check()
                 handle.get_many_packed(keys)
                 handle.get_many_packed(key_list)
                 handle.contains_many(keys)
-            _stop_if_asked()
+            _stop.check()
             partitioners.murmur2_partitions(keys, 8)
             meta = txmeta.generate(n, rng)
             offs, data = txmeta.encode(meta)
@@ -88,12 +90,12 @@ def warm() -> dict:
 
 
 def package_stamp() -> str:
-    """sha256 over every source file of the package (as engine/_jitcache.py walks them), and
+    """sha256 over every source file of the package (as ipc/_jitcache.py walks them), and
     the Python and numba versions: what a warm-up warmed the kernel cache for. Any edit to
     the package, or an upgrade, gives another stamp (reading ~100 small files: milliseconds)."""
     import numba
 
-    from shmcache.engine import _jitcache
+    from shmcache.ipc import _jitcache
 
     return _jitcache.files_stamp(_jitcache.package_sources(), f"{sys.version}\0{numba.__version__}\0".encode())
 
@@ -223,28 +225,17 @@ def finish(proc: subprocess.Popen, beat, stopping) -> str:
     return last if proc.returncode == 0 else f"shmcache warm failed (exit {proc.returncode}): {last}"
 
 
-_stop_signal = 0  # the signal that asked this warm-up to stop, once one did
-
-
-def _terminated(signum, frame):
-    global _stop_signal
-    _stop_signal = signum
-    raise SystemExit(128 + signum)  # unwinds through warm()'s finally: its private cache goes
-
-
-def _stop_if_asked() -> None:
-    """The stop again, between steps: a handler that ran inside a finalizer (numba's
-    compiler runs them) had its SystemExit swallowed, "Exception ignored in __del__"."""
-    if _stop_signal:
-        raise SystemExit(128 + _stop_signal)
+# a stop (SIGTERM) unwinds through warm()'s finally, so its private cache goes; checked again
+# between steps: numba's compiler runs finalizers, and one can swallow the SystemExit
+_stop = liveness.StopRequest(lambda signum: SystemExit(128 + signum))
 
 
 def main() -> int:
     """A warm-up, as `shmcache warm` and a supervisor's child (start()) run it: a stop (SIGTERM)
     removes the private cache."""
-    signal.signal(signal.SIGTERM, _terminated)
+    _stop.install(signal.SIGTERM)
     s = warm()
-    _stop_if_asked()
+    _stop.check()
     _mark()
     print(f"shmcache warm: {s['compiled']} kernel signatures compiled, {s['loaded']} loaded from numba's cache, "
           f"{s['seconds']:.1f} s")

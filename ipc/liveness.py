@@ -55,6 +55,33 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> Non
         os._exit(0)
 
 
+class StopRequest:
+    """A stop asked by a signal that raises an exception in the main thread, kept so it
+    can be raised again. A handler that runs while a finalizer runs (numba's compiler and
+    llvmlite free objects in `__del__`; so does any library) has its exception printed
+    as "Exception ignored in" and dropped, and the program would go on as if never
+    asked; `check()`, called between steps and in every wait, raises it again.
+    `make(signum)` builds the exception (SystemExit(143), KeyboardInterrupt, ...)."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+        self.signum = 0  # the first signal that asked, 0 until one did
+
+    def install(self, *sigs: int) -> dict:
+        """Handle `sigs` in this process from now on (a stop asked before is forgotten); returns
+        the handlers they had."""
+        self.signum = 0
+        return {sig: signal.signal(sig, self._handler) for sig in sigs}
+
+    def _handler(self, signum, frame) -> None:
+        self.signum = self.signum or signum
+        raise self.make(signum)
+
+    def check(self) -> None:
+        if self.signum:
+            raise self.make(self.signum)
+
+
 def word_pid(word: int) -> int:
     return int(word) >> 32
 

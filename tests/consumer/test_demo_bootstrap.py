@@ -13,7 +13,7 @@ import time
 import shmcache
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from _demo_run import ENV, REPO, alive, assert_nothing_left, run_demo  # noqa: E402
+from _demo_run import ENV, REPO, DemoRun, alive, assert_nothing_left, run_demo  # noqa: E402
 
 
 def _topic_of(out: str) -> str:
@@ -88,3 +88,50 @@ def test_ctrl_c_stops_everything_it_started(kafka_broker, kafka_admin):
     assert not [pid for pid in [sup, *workers] if alive(pid)]
     assert not os.path.exists(f"/dev/shm/{name}")
     assert topic not in _topics(kafka_admin)
+
+
+_SWALLOWED = """
+import os, signal, sys
+from shmcache import demo
+from shmcache.cli import main
+
+
+class Bomb:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs in here: its KeyboardInterrupt is swallowed
+
+
+read_back = demo.Demo.read_back
+
+
+def dropping_a_bomb(self):
+    Bomb()  # dropped at once
+    print("the SIGTERM was sent", flush=True)
+    read_back(self)
+
+
+demo.Demo.read_back = dropping_a_bomb
+sys.exit(main(["demo", *sys.argv[1:]]))
+"""
+
+
+def test_a_stop_swallowed_by_a_finalizer_still_stops_the_demo(kafka_broker, kafka_admin):
+    """A SIGTERM whose handler runs inside a __del__ has its KeyboardInterrupt dropped
+    ("Exception ignored in"); the demo must still stop at its next wait or step (exit 130,
+    everything it started stopped and removed), not run on to "demo passed"."""
+    p = subprocess.Popen([sys.executable, "-c", _SWALLOWED, "--entries", "20000", "--bootstrap",
+                          kafka_broker.bootstrap], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=ENV, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert "the SIGTERM was sent" in out and "Exception ignored in" in out and "KeyboardInterrupt" in out, out
+    assert p.returncode == 130, out
+    assert "demo FAILED: interrupted" in out and "demo passed" not in out
+    run = DemoRun(p.returncode, out)
+    assert_nothing_left(run)
+    topic = _topic_of(out)
+    assert topic not in _topics(kafka_admin) and topic not in _groups(kafka_admin)
