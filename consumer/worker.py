@@ -23,7 +23,7 @@ come back paused, after the resume that was due, and never be fetched again.
 Commands from the supervisor arrive on a pipe between batches, so a revoke or a
 stop always finds every fetched message applied:
     ("assign", [(partition, offset, generation), ...]) -> ("assigned", [partition, ...])
-    ("revoke", [partition, ...])                       -> ("revoked", {partition: applied})
+    ("revoke", [partition, ...])                       -> ("revoked", ({partition: applied}, paused))
     ("stop",)                                          -> ("stopped", {partition: applied})
 """
 
@@ -122,9 +122,11 @@ class Worker:
         return {p: int(self.rows[p, L.P_APPLIED]) for p in mine}
 
     def _cmd_revoke(self, parts) -> None:
+        paused = bool(self.paused_until)  # flow control had them paused: the case _drop's resume is for
         applied = self._drop(parts)
-        log.info("worker %d: released partitions %s at applied offsets %s", self.index, list(applied), applied)
-        self.conn.send(("revoked", applied))
+        log.info("worker %d: released partitions %s at applied offsets %s%s", self.index, list(applied), applied,
+                 " (paused by flow control)" if paused else "")
+        self.conn.send(("revoked", (applied, paused)))
 
     def _cmd_stop(self) -> None:
         applied = self._drop(list(self.owned))

@@ -28,6 +28,7 @@ from _pipeline import poll_until  # noqa: E402
 
 BURST = 300  # one-entry messages per partition and cycle: several seconds' worth at max_rate=1
 CYCLES = 2
+ATTEMPTS = 5
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int], rng) -> None:
@@ -74,7 +75,8 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
             return applied(0) + applied(1)
 
         def paused() -> bool:
-            """Flow control has the worker paused: nothing applied for a while, with work left."""
+            """Flow control has the worker paused, most likely: nothing applied for a while, with
+            work left (the revoke's reply says for sure)."""
             t = total()
             time.sleep(0.25)
             return total() == t and applied(0) < ends[0] and applied(1) < ends[1]
@@ -82,9 +84,19 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
         assign(0, 0)
         assign(1, 0)
         for cycle in range(CYCLES):
-            poll_until(paused, 30, f"cycle {cycle}: the worker to be paused by flow control", interval=0)
-            released = driver.request(("revoke", [1]), "revoked", 30)
-            assert released is not None, "worker did not answer the revoke"
+            # the trap needs the revoke to land while flow control has the partition paused; the
+            # worker says whether it did (a revoke in the moment between a resume and the next
+            # batch's pause is not the trap: take the partition back and try again)
+            for attempt in range(ATTEMPTS):
+                poll_until(paused, 30, f"cycle {cycle}: the worker to be paused by flow control", interval=0)
+                reply = driver.request(("revoke", [1]), "revoked", 30)
+                assert reply is not None, "worker did not answer the revoke"
+                released, was_paused = reply
+                if was_paused:
+                    break
+                assign(1, released[1])
+            else:
+                raise AssertionError(f"cycle {cycle}: no revoke of {ATTEMPTS} landed while the worker was paused")
             # the worker goes on with partition 0 alone, paused and resumed once a second,
             # until it has applied all of it; then its last pause runs out (1 s windows)
             poll_until(lambda: applied(0) >= ends[0], 30, f"cycle {cycle}: partition 0 to be applied")
