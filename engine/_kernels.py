@@ -220,6 +220,22 @@ def _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, i):
 
 
 @njit(inline="always")
+def _slot_of(index, ibase, slots, h, off, limit):
+    """The slot, among the first `limit` of hash h's probe path, whose entry points at ring
+    offset `off`; -1 if none (an empty slot ends the path)."""
+    mask = slots - 1
+    i = _home(h, slots)
+    for _ in range(limit):
+        e = index[ibase + i]
+        if e == 0:
+            return -1
+        if (e & POS_MASK) - 1 == off:
+            return i
+        i = (i + 1) & mask
+    return -1
+
+
+@njit(inline="always")
 def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks, maxv):
     """Reclaim the record at the tail; count it if it was live. 1 done, 0 the ring is
     empty, -1 the record at the tail is damaged."""
@@ -238,18 +254,9 @@ def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks, maxv):
         if vlen > maxv or off + size > ring or (flags != F_LIVE and flags != F_DEAD):
             return -1
         if flags == F_LIVE:
-            h = ring64[w]
-            mask = slots - 1
-            i = _home(h, slots)
-            for _ in range(slots):
-                e = index[ibase + i]
-                if e == 0:
-                    break
-                if (e & POS_MASK) - 1 == off:
-                    if not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, i):
-                        return -1
-                    break
-                i = (i + 1) & mask
+            i = _slot_of(index, ibase, slots, ring64[w], off, slots)
+            if i >= 0 and not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, i):
+                return -1
             ring64[w + 1] = (F_DEAD << 32) | vlen
             meta[mb + M_LIVE] -= 1
             meta[mb + M_LIVE_BYTES] -= size
@@ -415,16 +422,9 @@ def _prefetch_run(meta, index, ring64, slots, ring, ks, h):
     ibase = b * slots
     rbase = b * ring
     toff = meta[b * ROW_WORDS + M_TAIL] % ring
-    mask = slots - 1
-    i = _home(ring64[(rbase + toff) >> 3], slots)
-    for _ in range(min(slots, 2 * _AHEAD_RUN)):
-        e = index[ibase + i]
-        if e == 0:
-            return  # not in the index (a dead or padding record): nothing to remove
-        if (e & POS_MASK) - 1 == toff:
-            _prefetch_run_after(index, ibase, slots, ring64, rbase, ring, ks, i)
-            return
-        i = (i + 1) & mask
+    i = _slot_of(index, ibase, slots, ring64[(rbase + toff) >> 3], toff, min(slots, 2 * _AHEAD_RUN))
+    if i >= 0:  # else not in the index (a dead or padding record): nothing to remove
+        _prefetch_run_after(index, ibase, slots, ring64, rbase, ring, ks, i)
 
 
 @njit(nogil=True, cache=True, _nrt=False)

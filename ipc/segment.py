@@ -167,8 +167,12 @@ def identity(name: str) -> tuple[int, int] | None:
     """(st_dev, st_ino) of what is at the name now, without following a symlink; None if
     nothing is. A holder of a mapping compares it with the one it mapped: another value
     means the cache was destroyed, re-created or replaced under it."""
+    return _identity_at(path_of(name))
+
+
+def _identity_at(path: str) -> tuple[int, int] | None:
     try:
-        st = os.lstat(path_of(name))
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino
@@ -250,8 +254,7 @@ class Segment:
         by a signal turned into an exception) takes the name back, while it still holds
         this segment's file and nothing else; its memory then goes with the mapping."""
         try:
-            st = os.lstat(self.path)
-            if (st.st_dev, st.st_ino) == self.ident:
+            if _identity_at(self.path) == self.ident:
                 os.unlink(self.path)
         except OSError:
             pass
