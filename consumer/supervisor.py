@@ -6,14 +6,11 @@ is assigned is paused at once (and again after every rebalance, since a
 partition that moves loses its pause state), and its poll() serves rebalance
 callbacks and heartbeats only.
 
-Where offsets start: from the segment's own applied offset (what the table
-holds), or the group's committed offset if that is lower; from the low
-watermark on a new segment. Re-applying is safe (apply is idempotent); skipping
-is not.
-
-What may be committed, and when (DESIGN invariant 1): only applied offsets
-published by workers in the segment; periodically, after a revoke drained the
-affected workers, and at shutdown after every worker stopped. Nothing on lost.
+Where an assigned partition starts, and how a revoked one is drained, is
+consumer/rebalance.py. What may be committed, and when (DESIGN invariant 1):
+only applied offsets published by workers in the segment; periodically, after a
+revoke drained the affected workers, and at shutdown after every worker
+stopped. Nothing on lost.
 
 The broker may go away while it runs: it then keeps serving status ("waiting
 for the broker", consumer/broker.py), retries with backoff, holds its commits,
@@ -51,13 +48,13 @@ from shmcache.consumer import forkserver
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
+from shmcache.consumer.rebalance import Assignment
 from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
 
 log = logging.getLogger("shmcache.supervisor")
 
-KAFKA_TIMEOUT_S = 15.0
 CLOSE_WAIT_S = 15.0  # how long a stop waits for librdkafka's close
 SEGMENT_CHECK_S = 1.0  # how often the supervisor checks that /dev/shm/NAME is still its segment
 
@@ -76,7 +73,7 @@ class Supervisor:
         self.cache = None
         self.consumer = None
         self.workers: list[WorkerHandle] = []
-        self.assigned: dict[int, int] = {}  # partition -> worker index
+        self.assignment = None  # consumer/rebalance.py Assignment: the partitions held, the rebalance callbacks
         self.metrics = None  # the Prometheus endpoint, when metrics_port is set
         self.broker = None  # broker_mod.BrokerWatch, once the cache is open
         self._stop_reason = ""
@@ -162,6 +159,8 @@ class Supervisor:
         warming = None if warm.is_warm() else warm.start()
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
         self.commits = commits_mod.Committer(self.cache.control, cfg.topic, self.broker)
+        self.assignment = Assignment(cfg, self.cache, self.workers, self.commits,
+                                     stopping=lambda: self.state is State.STOPPING, rebalanced=self._rebalanced)
         self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
                                                        **broker_mod.client_settings(self.broker.on_error)))
         self.commits.consumer = self.consumer
@@ -186,14 +185,18 @@ class Supervisor:
         self.cache.control.set_topic(cfg.topic, npart)
         for w in self.workers:
             w.start()
-        self.consumer.subscribe([cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_lost)
+        self.consumer.subscribe([cfg.topic], on_assign=self.assignment.on_assign,
+                                on_revoke=self.assignment.on_revoke, on_lost=self.assignment.on_lost)
         log.info("joined group %r for topic %r (%d partitions, %s assignment), %d workers",
                  cfg.group, cfg.topic, npart, cfg.assignment, cfg.workers)
         return True
 
     def _beat(self) -> None:
         self.cache.control.beat()
+
+    def _rebalanced(self) -> None:
+        if self.group_watch is not None:
+            self.group_watch.soon()
 
     def _shutdown(self) -> None:
         if self.state is State.STOPPED:
@@ -205,7 +208,7 @@ class Supervisor:
             w.stop(reason, self.cfg.drain_timeout)
         if self.consumer is not None:
             if not self._fatal:
-                self.commits.at_stop(list(self.assigned), self._beat)  # bounded: the broker may be gone
+                self.commits.at_stop(list(self.assignment.assigned), self._beat)  # bounded: the broker may be gone
             self._leave()
             self._close_consumer()  # on_revoke sees STOPPING: the final commit is made
         if self.metrics is not None:  # before the cache closes: a scrape reads it
@@ -214,9 +217,8 @@ class Supervisor:
             self.snapshots.at_stop(clean)  # a clean stop: workers drained, offsets final
             self.cache.control.set_word(L.H_METRICS_PORT, 0)
             self.cache.control.set_word(L.H_SUPERVISOR, 0)
-            rows = self.cache.control.partitions
-            for p in list(self.assigned):
-                rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = 0
+            if self.assignment is not None:
+                self.assignment.clear_rows()
             self.cache.close()
             log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
         self.state = State.STOPPED
@@ -252,108 +254,10 @@ class Supervisor:
         try:
             self.consumer.unsubscribe()
             deadline = time.monotonic() + 5.0
-            while self.assigned and time.monotonic() < deadline:
+            while self.assignment.assigned and time.monotonic() < deadline:
                 self.consumer.poll(0.1)  # serves the revoke callback (commit of what was applied)
         except Exception as e:  # noqa: BLE001 - close() follows either way
             log.warning("leaving group %r: %s", self.cfg.group, e)
-
-    # -- rebalance callbacks (run inside consumer.poll) ----------------------------------------------
-
-    def _on_assign(self, consumer, tps) -> None:
-        """New partitions: start them where the table's content ends; pause them here."""
-        self.cache.control.count(L.H_REBALANCES)  # called once per completed rebalance, even with no partitions
-        self.cache.control.set_word(L.H_ASSIGNING, 1)  # readers must not call a half-published assignment ready
-        try:
-            self._assign(consumer, tps)
-        finally:
-            self.cache.control.set_word(L.H_ASSIGNING, 0)
-        self.commits.assigned()  # the new generation is in place: periodic commits go again
-        if self.group_watch is not None:
-            self.group_watch.soon()
-
-    def _assign(self, consumer, tps) -> None:
-        from confluent_kafka import TopicPartition
-
-        if self.cfg.cooperative:
-            consumer.incremental_assign(tps)
-        else:
-            consumer.assign(tps)
-        if tps:
-            consumer.pause(tps)  # pause state does not survive a move: set it on every assignment
-        if not tps or self.state is State.STOPPING:
-            return
-        parts = sorted(tp.partition for tp in tps)
-        log.info("assignment of partitions %s received; handing them to the workers", parts)
-        if parts[-1] >= self.cache.control.npartitions and parts[-1] < L.MAX_PARTITIONS:
-            self.cache.control.set_topic(self.cfg.topic, parts[-1] + 1)  # the topic grew: ready means all
-        committed = {tp.partition: tp.offset for tp in consumer.committed(
-            [TopicPartition(self.cfg.topic, p) for p in parts], timeout=KAFKA_TIMEOUT_S)}
-        rows = self.cache.control.partitions
-        plan: dict[int, list] = {}
-        for p in parts:
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=KAFKA_TIMEOUT_S)
-            have = int(rows[p, L.P_APPLIED])
-            start = have if have >= 0 else lo
-            if committed[p] >= 0:
-                start = min(start, committed[p])
-            snapshots_mod.note_start(self.cache, self.cfg.topic, p, have, lo)  # a retention gap is flagged
-            start = max(start, lo)  # older data is gone from the topic
-            w = min(self.workers, key=lambda h: len(h.partitions))
-            w.partitions.add(p)
-            self.assigned[p] = w.index
-            row = rows[p]
-            row[L.P_APPLIED] = start
-            row[L.P_HIGH_WATERMARK] = hi
-            row[L.P_LATEST] = hi
-            row[L.P_CAUGHT_UP] = int(start >= hi)
-            row[L.P_COMMITTED] = committed[p]
-            row[L.P_OWNER] = w.index + 1
-            row[L.P_GENERATION] += 1
-            row[L.P_ASSIGNED] = 1
-            plan.setdefault(w.index, []).append((p, start, int(row[L.P_GENERATION])))
-        for idx, items in plan.items():
-            self.workers[idx].request(("assign", items), "assigned", self.cfg.drain_timeout)
-        log.info("assigned %s", {p: (self.assigned[p], int(rows[p, L.P_APPLIED]), int(rows[p, L.P_HIGH_WATERMARK]))
-                                 for p in parts})
-
-    def _release(self, tps, commit: bool) -> None:
-        parts = [tp.partition for tp in tps if tp.partition in self.assigned]
-        if self.state is not State.STOPPING:
-            by_worker: dict[int, list[int]] = {}
-            for p in parts:
-                by_worker.setdefault(self.assigned[p], []).append(p)
-            for idx, ps in by_worker.items():  # drain: each worker finishes its batch first
-                w = self.workers[idx]
-                if w.alive():
-                    w.request(("revoke", ps), "revoked", self.cfg.drain_timeout)
-                w.partitions.difference_update(ps)
-        if commit and self.state is not State.STOPPING:  # a stop made its final commit already
-            self.commits.in_callback(parts)
-        rows = self.cache.control.partitions
-        for p in parts:
-            rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = rows[p, L.P_CAUGHT_UP] = 0
-            self.assigned.pop(p, None)
-
-    def _on_revoke(self, consumer, tps) -> None:
-        """Partitions leave: drain their workers, commit what they applied, before returning."""
-        log.info("revoked %s", sorted(tp.partition for tp in tps))
-        self.commits.hold(time.monotonic())
-        self._release(tps, commit=True)
-        self._unassign(consumer, tps)
-
-    def _on_lost(self, consumer, tps) -> None:
-        """Partitions are already someone else's: stop them, commit nothing."""
-        log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
-        self.commits.hold(time.monotonic())
-        self.cache.control.count(L.H_PARTITIONS_LOST, len(tps))
-        self._release(tps, commit=False)
-        self._unassign(consumer, tps)
-
-    def _unassign(self, consumer, tps) -> None:
-        if self.cfg.cooperative:
-            consumer.incremental_unassign(tps)
-        else:
-            consumer.unassign()
 
     # -- periodic work ------------------------------------------------------------------------------
 
@@ -368,7 +272,7 @@ class Supervisor:
         for w in self.workers:
             if w.check(now):  # it died and its backoff (consumer/worker_handle.py) is over
                 self._restart(w)
-        self.commits.tick(now, list(self.assigned), self.cfg.commit_interval)
+        self.commits.tick(now, list(self.assignment.assigned), self.cfg.commit_interval)
         if self.group_watch is None:
             from shmcache.consumer.group import GroupWatch
 
@@ -384,13 +288,7 @@ class Supervisor:
         if repaired:
             log.warning("repaired %d buckets the dead worker left locked", repaired)
         w.start()
-        rows = self.cache.control.partitions
-        items = []
-        for p in sorted(w.partitions):
-            rows[p, L.P_GENERATION] += 1
-            items.append((p, int(rows[p, L.P_APPLIED]), int(rows[p, L.P_GENERATION])))
-        if items:
-            w.request(("assign", items), "assigned", self.cfg.drain_timeout)
+        self.assignment.reassign(w)
 
 
 def run(cfg: RunConfig) -> int:
