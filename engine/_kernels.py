@@ -532,8 +532,13 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
     The caller holds the lock and has made the version odd. Head and tail that no
     writer could have left restart the bucket empty; the ring is walked from tail to
     head, each record checked before use (flags, length, extent, its key's xxh64 and
-    bucket); the walk stops at the first damaged record and the head is set there.
-    Later records of a key win; LIVE records that do not check out become DEAD."""
+    bucket). A damaged record with nothing whole after it (what a writer killed mid-write
+    leaves) ends the walk: the head is set there and what came before it stays. One with
+    whole records after it is damage in the middle: everything before it is dropped (the
+    tail moves to the next whole record), since a record there may be an older value of a
+    key whose newer record was lost or lies after it, and a reader must never get an
+    older value than one already written; the walk goes on from there. Later records
+    of a key win; LIVE records that do not check out become DEAD."""
     mb = b * ROW_WORDS
     ibase = b * slots
     rbase = b * ring
@@ -561,9 +566,23 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
             continue
         size = _record_size(ks, vlen)
         if (flags != F_LIVE and flags != F_DEAD) or vlen > maxv or off + size > ring:
-            head = pos  # damaged: keep what came before it
-            meta[mb + M_HEAD] = head
-            break
+            nxt = _next_whole(ring8, ring64, rbase, ring, ks, maxv, b, pos + RECORD_ALIGN, head)
+            if nxt < 0:  # nothing whole after it: a writer killed mid-write (or damage at the end)
+                head = pos  # keep what came before it: its key's older record is still the current one
+                meta[mb + M_HEAD] = head
+                break
+            # whole records after it: damage in the middle. The records before it may be older
+            # values of keys whose newest record it was, or orphans a damaged index left LIVE
+            # (their newer records follow): none of them can be proven current. Drop them all
+            # (the tail moves past the damage) and go on with the records after it.
+            for s in range(slots):
+                index[ibase + s] = 0
+            live = 0
+            live_bytes = 0
+            tail = nxt
+            meta[mb + M_TAIL] = tail
+            pos = nxt
+            continue
         if flags == F_LIVE:
             h = ring64[w]
             kp = rbase + off + RECORD_HEADER
@@ -588,6 +607,27 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
         pos += size
     meta[mb + M_LIVE] = live
     meta[mb + M_LIVE_BYTES] = live_bytes
+
+
+@njit(inline="always")
+def _next_whole(ring8, ring64, rbase, ring, ks, maxv, b, pos, head):
+    """The position of the first record from pos (16-aligned, < head) that checks out whole
+    (LIVE or DEAD, its length and extent in bounds, its hash in bucket b and equal to its
+    key's xxh64: DEAD records keep their key); -1 if none. At most (head - pos) / 16 steps."""
+    while pos < head:
+        off = pos % ring
+        if off + RECORD_HEADER + ks <= ring:
+            w = (rbase + off) >> 3
+            word = ring64[w + 1]
+            flags = word >> 32
+            vlen = word & _LEN_MASK
+            if (flags == F_LIVE or flags == F_DEAD) and vlen <= maxv and off + _record_size(ks, vlen) <= ring:
+                h = ring64[w]
+                if (h & _BUCKET_MASK) == b and np.int64(xxh64_span(ring8, rbase + off + RECORD_HEADER, ks,
+                                                                   np.uint64(0))) == h:
+                    return pos
+        pos += RECORD_ALIGN
+    return -1
 
 
 @njit(nogil=True, cache=True, _nrt=False)

@@ -189,3 +189,58 @@ def test_stats_and_metrics_count_corruptions(cache_name):
         collector.close()
         r.close()
         w.close()
+
+
+def _slot_of_tag(w, b: int, h: int) -> int:
+    idx = w._index[b * w.geometry.slots:(b + 1) * w.geometry.slots]
+    tag = (h >> L.TAG_SHIFT) & 0xFFFF
+    (s,) = [s for s in range(len(idx)) if idx[s] != 0 and (int(idx[s]) >> L.POS_BITS) == tag]
+    return b * w.geometry.slots + s
+
+
+@pytest.mark.parametrize("damage_after", [True, False], ids=["whole-records-after", "damaged-head"])
+def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after):
+    """The hardest order for a repair, two faults in one bucket: key K's index entry is
+    damaged (a tag bit), so the next set of K cannot find it and appends a new record,
+    leaving the old one flagged LIVE; then a record after both is damaged, and the bucket
+    is rebuilt. A rebuild that stopped at the damage and kept what came before it
+    indexed K's old record when the damage lay between the two: get(K) returned the value
+    K had before its last set. Damage at the head with nothing whole after it (what a
+    writer killed mid-write leaves, repaired when its lock is taken over) still keeps
+    everything before it."""
+    from shmcache.consumer import wire
+    from shmcache.engine import _kernels as K
+
+    keys = np.random.default_rng(7).integers(0, 256, (50_000, 32), np.uint8)
+    hashes = wire.xxh64_keys(keys)
+    b = int(hashes[0]) & (L.NBUCKETS - 1)
+    same = np.flatnonzero((hashes & np.uint64(L.NBUCKETS - 1)) == b)
+    (k, hk), (x, hx), (y, _) = [(keys[i].tobytes(), int(hashes[i])) for i in same[:3]]
+    w = shmcache.create(cache_name, memory="64MiB")
+    try:
+        g = w.geometry
+        w.set_many([y], [b"y" * 80])  # another key's record before everything
+        w.set_many([k], [b"1" * 80])
+        w._index[_slot_of_tag(w, b, hk)] ^= np.int64(1 << L.POS_BITS)  # K's entry: one tag bit flipped
+        if damage_after:
+            w.set_many([x], [b"x" * 80])  # between K's two records
+        w.set_many([k], [b"2" * 80])  # cannot find K's entry: a new record; the old one stays LIVE
+        assert w.get_many([k]) == [b"2" * 80]
+        if not damage_after:
+            w.set_many([x], [b"x" * 80])  # the newest record of the bucket
+        off = (int(w._index[_slot_of_tag(w, b, hx)]) & L.POS_MASK) - 1
+        w._ring64[(b * g.ring + off) // 8 + 1] |= np.int64(7 << 32)  # X's flags: neither LIVE, DEAD nor PAD
+        if damage_after:
+            w.set_many([x], [b"X" * 80])  # meets X's damaged record: the bucket is rebuilt
+            assert w.stats()["corruptions"] >= 1
+            assert w.get_many([k]) == [b"2" * 80], "the rebuild brought back K's older value (or lost its newest)"
+            assert w.get_many([x]) == [b"X" * 80]
+            assert w.get_many([y])[0] in (None, b"y" * 80)
+        else:  # as a lock takeover from a writer killed while it wrote X repairs the bucket
+            a = w.segment_arrays()
+            a.meta[b * L.ROW_WORDS + L.M_LOCK] = w._me
+            K.repair_bucket(a.meta, a.index, a.ring8, a.ring64, a.geo, b)
+            assert w.get_many([k, y, x]) == [b"2" * 80, b"y" * 80, None]
+    finally:
+        w.close()
+        shmcache.destroy(cache_name)
