@@ -532,12 +532,13 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
     The caller holds the lock and has made the version odd. Head and tail that no
     writer could have left restart the bucket empty; the ring is walked from tail to
     head, each record checked before use (flags, length, extent, its key's xxh64 and
-    bucket). A damaged record with nothing whole after it (what a writer killed mid-write
-    leaves) ends the walk: the head is set there and what came before it stays. One with
-    whole records after it is damage in the middle: everything before it is dropped (the
-    tail moves to the next whole record), since a record there may be an older value of a
-    key whose newer record was lost or lies after it, and a reader must never get an
-    older value than one already written; the walk goes on from there. Later records
+    bucket). A damaged record with no whole LIVE record after it (what a writer killed
+    mid-write leaves, or a head moved forward) ends the walk: the head is set there and
+    what came before it stays. One with a whole LIVE record after it is damage in the
+    middle: everything before it is dropped (the tail moves to that record), since a
+    record there may be an older value of a key whose newer record was lost or lies after
+    it, and a reader must never get an older value than one already written; the walk
+    goes on from there. Later records
     of a key win; LIVE records that do not check out become DEAD."""
     mb = b * ROW_WORDS
     ibase = b * slots
@@ -566,15 +567,15 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
             continue
         size = _record_size(ks, vlen)
         if (flags != F_LIVE and flags != F_DEAD) or vlen > maxv or off + size > ring:
-            nxt = _next_whole(ring8, ring64, rbase, ring, ks, maxv, b, pos + RECORD_ALIGN, head)
-            if nxt < 0:  # nothing whole after it: a writer killed mid-write (or damage at the end)
+            nxt = _next_live(ring8, ring64, rbase, ring, ks, maxv, b, pos + RECORD_ALIGN, head)
+            if nxt < 0:  # no whole LIVE record after it: a writer killed mid-write, a head moved on
                 head = pos  # keep what came before it: its key's older record is still the current one
                 meta[mb + M_HEAD] = head
                 break
-            # whole records after it: damage in the middle. The records before it may be older
-            # values of keys whose newest record it was, or orphans a damaged index left LIVE
-            # (their newer records follow): none of them can be proven current. Drop them all
-            # (the tail moves past the damage) and go on with the records after it.
+            # a whole LIVE record after it: damage in the middle. The records before it may be
+            # older values of keys whose newest record it was, or orphans a damaged index left
+            # LIVE (their newer records follow): none of them can be proven current. Drop them
+            # all (the tail moves past the damage) and go on from that record.
             for s in range(slots):
                 index[ibase + s] = 0
             live = 0
@@ -610,10 +611,12 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
 
 
 @njit(inline="always")
-def _next_whole(ring8, ring64, rbase, ring, ks, maxv, b, pos, head):
-    """The position of the first record from pos (16-aligned, < head) that checks out whole
-    (LIVE or DEAD, its length and extent in bounds, its hash in bucket b and equal to its
-    key's xxh64: DEAD records keep their key); -1 if none. At most (head - pos) / 16 steps."""
+def _next_live(ring8, ring64, rbase, ring, ks, maxv, b, pos, head):
+    """The position of the first LIVE record from pos (16-aligned, < head) that checks out
+    whole (its length and extent in bounds, its hash in bucket b and equal to its key's
+    xxh64); -1 if none. At most (head - pos) / 16 steps. Only a LIVE record can hold a
+    newer value than one before it: DEAD ones after a damaged record (a head moved
+    forward onto an older lap) leave what came before it current."""
     while pos < head:
         off = pos % ring
         if off + RECORD_HEADER + ks <= ring:
@@ -621,7 +624,7 @@ def _next_whole(ring8, ring64, rbase, ring, ks, maxv, b, pos, head):
             word = ring64[w + 1]
             flags = word >> 32
             vlen = word & _LEN_MASK
-            if (flags == F_LIVE or flags == F_DEAD) and vlen <= maxv and off + _record_size(ks, vlen) <= ring:
+            if flags == F_LIVE and vlen <= maxv and off + _record_size(ks, vlen) <= ring:
                 h = ring64[w]
                 if (h & _BUCKET_MASK) == b and np.int64(xxh64_span(ring8, rbase + off + RECORD_HEADER, ks,
                                                                    np.uint64(0))) == h:

@@ -199,7 +199,8 @@ def _slot_of_tag(w, b: int, h: int) -> int:
 
 
 @pytest.mark.parametrize("damage_after", [True, False], ids=["whole-records-after", "damaged-head"])
-def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after):
+@pytest.mark.parametrize("dead_after", [False, True], ids=["", "dead-record-after"])
+def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, dead_after):
     """The hardest order for a repair, two faults in one bucket: key K's index entry is
     damaged (a tag bit), so the next set of K cannot find it and appends a new record,
     leaving the old one flagged LIVE; then a record after both is damaged, and the bucket
@@ -207,7 +208,7 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after):
     indexed K's old record when the damage lay between the two: get(K) returned the value
     K had before its last set. Damage at the head with nothing whole after it (what a
     writer killed mid-write leaves, repaired when its lock is taken over) still keeps
-    everything before it."""
+    everything before it, also when DEAD records follow it (a deleted key's)."""
     from shmcache.consumer import wire
     from shmcache.engine import _kernels as K
 
@@ -215,7 +216,7 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after):
     hashes = wire.xxh64_keys(keys)
     b = int(hashes[0]) & (L.NBUCKETS - 1)
     same = np.flatnonzero((hashes & np.uint64(L.NBUCKETS - 1)) == b)
-    (k, hk), (x, hx), (y, _) = [(keys[i].tobytes(), int(hashes[i])) for i in same[:3]]
+    (k, hk), (x, hx), (y, _), (z, _) = [(keys[i].tobytes(), int(hashes[i])) for i in same[:4]]
     w = shmcache.create(cache_name, memory="64MiB")
     try:
         g = w.geometry
@@ -227,8 +228,11 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after):
         w.set_many([k], [b"2" * 80])  # cannot find K's entry: a new record; the old one stays LIVE
         assert w.get_many([k]) == [b"2" * 80]
         if not damage_after:
-            w.set_many([x], [b"x" * 80])  # the newest record of the bucket
+            w.set_many([x], [b"x" * 80])  # the newest LIVE record of the bucket
         off = (int(w._index[_slot_of_tag(w, b, hx)]) & L.POS_MASK) - 1
+        if dead_after:
+            w.set_many([z], [b"z" * 80])
+            w.delete_many([z])  # a DEAD record after X's
         w._ring64[(b * g.ring + off) // 8 + 1] |= np.int64(7 << 32)  # X's flags: neither LIVE, DEAD nor PAD
         if damage_after:
             w.set_many([x], [b"X" * 80])  # meets X's damaged record: the bucket is rebuilt
