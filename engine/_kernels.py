@@ -538,8 +538,8 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
     middle: everything before it is dropped (the tail moves to that record), since a
     record there may be an older value of a key whose newer record was lost or lies after
     it, and a reader must never get an older value than one already written; the walk
-    goes on from there. Later records
-    of a key win; LIVE records that do not check out become DEAD."""
+    goes on from there. Later records of a key win; LIVE records that do not check out
+    become DEAD."""
     mb = b * ROW_WORDS
     ibase = b * slots
     rbase = b * ring
