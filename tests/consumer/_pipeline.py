@@ -58,6 +58,14 @@ def poll_until(cond, timeout: float, what: str, interval: float = 0.05):
 # -- processes ---------------------------------------------------------------------------------
 
 
+def _running(p: psutil.Process) -> bool:
+    """Still running: not gone, not a zombie (what liveness.is_alive counts as alive)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class SupervisorProc(SupervisorProcess):
     """One `python -m shmcache run` process (consumer/procs.py's, run from the log's
     folder), with what the tests need besides: its descendants by pid, signals, kill."""
@@ -147,16 +155,22 @@ class SupervisorProc(SupervisorProcess):
         for p in self.children():  # the fork server, named or still importing, and what it forked
             with contextlib.suppress(psutil.Error):
                 dirs.add(p.environ().get(forkserver.DIR_ENV))
+        killed = []
         for p in self._seen.values():
             try:
                 if p.is_running():
                     p.kill()
+                    killed.append(p)
             except psutil.Error:
                 pass
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
+        # SIGKILL is delivered, not done: a worker still runs until the kernel tears it down, and
+        # its rows name a live process until then. Return when none of them does.
+        poll_until(lambda: not [p for p in killed if _running(p)], 30,
+                   lambda: f"SIGKILLed pids {[p.pid for p in killed if _running(p)]} to die")
         for d in dirs:
             if d and Path(d).name.startswith("pymp-"):
                 shutil.rmtree(d, ignore_errors=True)
