@@ -543,8 +543,7 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
     mb = b * ROW_WORDS
     ibase = b * slots
     rbase = b * ring
-    for s in range(slots):
-        index[ibase + s] = 0
+    _clear_index(index, ibase, slots)
     head = meta[mb + M_HEAD]
     tail = meta[mb + M_TAIL]
     if head & _POS_BAD:
@@ -576,8 +575,7 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
             # older values of keys whose newest record it was, or orphans a damaged index left
             # LIVE (their newer records follow): none of them can be proven current. Drop them
             # all (the tail moves past the damage) and go on from that record.
-            for s in range(slots):
-                index[ibase + s] = 0
+            _clear_index(index, ibase, slots)
             live = 0
             live_bytes = 0
             tail = nxt
@@ -587,7 +585,7 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
         if flags == F_LIVE:
             h = ring64[w]
             kp = rbase + off + RECORD_HEADER
-            if (h & _BUCKET_MASK) != b or np.int64(xxh64_span(ring8, kp, ks, np.uint64(0))) != h:
+            if not _key_checks(ring8, h, kp, ks, b):
                 ring64[w + 1] = (F_DEAD << 32) | vlen
             else:
                 found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, ring8, ring64, kp, ks)
@@ -611,6 +609,18 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
 
 
 @njit(inline="always")
+def _clear_index(index, ibase, slots):
+    for s in range(slots):
+        index[ibase + s] = 0
+
+
+@njit(inline="always")
+def _key_checks(ring8, h, kp, ks, b):
+    """True if a record's stored hash h is in bucket b and is its key's (at kp) xxh64."""
+    return (h & _BUCKET_MASK) == b and np.int64(xxh64_span(ring8, kp, ks, np.uint64(0))) == h
+
+
+@njit(inline="always")
 def _next_live(ring8, ring64, rbase, ring, ks, maxv, b, pos, head):
     """The position of the first LIVE record from pos (16-aligned, < head) that checks out
     whole (its length and extent in bounds, its hash in bucket b and equal to its key's
@@ -624,11 +634,9 @@ def _next_live(ring8, ring64, rbase, ring, ks, maxv, b, pos, head):
             word = ring64[w + 1]
             flags = word >> 32
             vlen = word & _LEN_MASK
-            if flags == F_LIVE and vlen <= maxv and off + _record_size(ks, vlen) <= ring:
-                h = ring64[w]
-                if (h & _BUCKET_MASK) == b and np.int64(xxh64_span(ring8, rbase + off + RECORD_HEADER, ks,
-                                                                   np.uint64(0))) == h:
-                    return pos
+            if (flags == F_LIVE and vlen <= maxv and off + _record_size(ks, vlen) <= ring
+                    and _key_checks(ring8, ring64[w], rbase + off + RECORD_HEADER, ks, b)):
+                return pos
         pos += RECORD_ALIGN
     return -1
 
