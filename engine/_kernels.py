@@ -538,8 +538,9 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
     middle: everything before it is dropped (the tail moves to that record), since a
     record there may be an older value of a key whose newer record was lost or lies after
     it, and a reader must never get an older value than one already written; the walk
-    goes on from there. Later records of a key win; LIVE records that do not check out
-    become DEAD."""
+    goes on from there. A record whose flags alone are damaged (its key and length check
+    out, and a whole record starts where it ends) costs only its own key's records.
+    Later records of a key win; LIVE records that do not check out become DEAD."""
     mb = b * ROW_WORDS
     ibase = b * slots
     rbase = b * ring
@@ -571,6 +572,24 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
                 head = pos  # keep what came before it: its key's older record is still the current one
                 meta[mb + M_HEAD] = head
                 break
+            if (vlen <= maxv and off + size <= ring and pos + size < head
+                    and _key_checks(ring8, ring64[w], rbase + off + RECORD_HEADER, ks, b)
+                    and _whole_at(ring8, ring64, rbase, ring, ks, maxv, b, pos + size, False)):
+                # only its flags are damaged: its key and length check out, and a whole record
+                # starts where its length ends. It is that key's record, live or not: the key's
+                # older records are dropped with it, and nothing else.
+                ring64[w + 1] = (F_DEAD << 32) | vlen
+                found, _ = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, ring64[w], ring8, ring64,
+                                 rbase + off + RECORD_HEADER, ks)
+                if found >= 0:
+                    ow = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
+                    olen = ring64[ow + 1] & _LEN_MASK
+                    ring64[ow + 1] = (F_DEAD << 32) | olen
+                    _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, found)
+                    live -= 1
+                    live_bytes -= _record_size(ks, olen)
+                pos += size
+                continue
             # a whole LIVE record after it: damage in the middle. The records before it may be
             # older values of keys whose newest record it was, or orphans a damaged index left
             # LIVE (their newer records follow): none of them can be proven current. Drop them
@@ -628,17 +647,25 @@ def _next_live(ring8, ring64, rbase, ring, ks, maxv, b, pos, head):
     newer value than one before it: DEAD ones after a damaged record (a head moved
     forward onto an older lap) leave what came before it current."""
     while pos < head:
-        off = pos % ring
-        if off + RECORD_HEADER + ks <= ring:
-            w = (rbase + off) >> 3
-            word = ring64[w + 1]
-            flags = word >> 32
-            vlen = word & _LEN_MASK
-            if (flags == F_LIVE and vlen <= maxv and off + _record_size(ks, vlen) <= ring
-                    and _key_checks(ring8, ring64[w], rbase + off + RECORD_HEADER, ks, b)):
-                return pos
+        if _whole_at(ring8, ring64, rbase, ring, ks, maxv, b, pos, True):
+            return pos
         pos += RECORD_ALIGN
     return -1
+
+
+@njit(inline="always")
+def _whole_at(ring8, ring64, rbase, ring, ks, maxv, b, pos, live_only):
+    """A whole record starts at pos: flagged LIVE (or DEAD, unless live_only), its length
+    and extent in bounds, its hash in bucket b and equal to its key's xxh64."""
+    off = pos % ring
+    if off + RECORD_HEADER + ks > ring:
+        return False
+    w = (rbase + off) >> 3
+    word = ring64[w + 1]
+    flags = word >> 32
+    vlen = word & _LEN_MASK
+    return ((flags == F_LIVE or (flags == F_DEAD and not live_only)) and vlen <= maxv
+            and off + _record_size(ks, vlen) <= ring and _key_checks(ring8, ring64[w], rbase + off + RECORD_HEADER, ks, b))
 
 
 @njit(nogil=True, cache=True, _nrt=False)

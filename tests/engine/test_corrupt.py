@@ -19,7 +19,7 @@ import shmcache
 from shmcache.engine import layout as L
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _procs import check_table, key_pool, make_values, verify  # noqa: E402
+from _procs import check_table, key_pool, make_values  # noqa: E402
 
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 BOUND = 20.0  # any one command of a child (a few batch calls over the keys) must answer within this
@@ -200,7 +200,8 @@ def _slot_of_tag(w, b: int, h: int) -> int:
 
 @pytest.mark.parametrize("damage_after", [True, False], ids=["whole-records-after", "damaged-head"])
 @pytest.mark.parametrize("dead_after", [False, True], ids=["", "dead-record-after"])
-def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, dead_after):
+@pytest.mark.parametrize("damaged", ["flags", "key"])
+def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, dead_after, damaged):
     """The hardest order for a repair, two faults in one bucket: key K's index entry is
     damaged (a tag bit), so the next set of K cannot find it and appends a new record,
     leaving the old one flagged LIVE; then a record after both is damaged, and the bucket
@@ -208,7 +209,9 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, de
     indexed K's old record when the damage lay between the two: get(K) returned the value
     K had before its last set. Damage at the head with nothing whole after it (what a
     writer killed mid-write leaves, repaired when its lock is taken over) still keeps
-    everything before it, also when DEAD records follow it (a deleted key's)."""
+    everything before it, also when DEAD records follow it (a deleted key's). A record
+    whose flags alone are damaged (its key and length check out, a whole record follows
+    it) costs its own key only: the bucket's other keys stay."""
     from shmcache.consumer import wire
     from shmcache.engine import _kernels as K
 
@@ -233,13 +236,20 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, de
         if dead_after:
             w.set_many([z], [b"z" * 80])
             w.delete_many([z])  # a DEAD record after X's
-        w._ring64[(b * g.ring + off) // 8 + 1] |= np.int64(7 << 32)  # X's flags: neither LIVE, DEAD nor PAD
+        if damaged == "flags":
+            w._ring64[(b * g.ring + off) // 8 + 1] |= np.int64(7 << 32)  # neither LIVE, DEAD nor PAD
+        else:  # one key byte and the flags: the record cannot say whose it was
+            w._ring8[b * g.ring + off + L.RECORD_HEADER + 5] ^= 0x10
+            w._ring64[(b * g.ring + off) // 8 + 1] |= np.int64(7 << 32)
         if damage_after:
             w.set_many([x], [b"X" * 80])  # meets X's damaged record: the bucket is rebuilt
             assert w.stats()["corruptions"] >= 1
             assert w.get_many([k]) == [b"2" * 80], "the rebuild brought back K's older value (or lost its newest)"
             assert w.get_many([x]) == [b"X" * 80]
-            assert w.get_many([y])[0] in (None, b"y" * 80)
+            if damaged == "flags":
+                assert w.get_many([y]) == [b"y" * 80], "a damaged flags word of X's record cost another key"
+            else:
+                assert w.get_many([y])[0] in (None, b"y" * 80)
         else:  # as a lock takeover from a writer killed while it wrote X repairs the bucket
             a = w.segment_arrays()
             a.meta[b * L.ROW_WORDS + L.M_LOCK] = w._me
