@@ -14,8 +14,8 @@ in a random order, in that full cache and in a roomy one (bench/test_table.py's
 sizing, where keys sit in their home slots) filled with the same last N keys.
 
 "Before" is today's source with the full-cache prefetches taken out, built as modules
-of their own (engine/_kernels.py: the eviction stages, the prefetch of a removed slot's
-run, and the tag-matched record prefetch of a write; engine/_lookup.py: the
+of their own (engine/_kernels.py: the eviction stages and the tag-matched record
+prefetch of a write; engine/_bucket.py: the prefetch of a removed slot's run; engine/_lookup.py: the
 tag-matched record prefetch of a lookup, back to the home slot's record). Chunks of
 batches go to today's and before's kernel in turn (which one first alternates by
 round); times are the thread's CPU time (see bench/test_checks_cost.py), the kernels
@@ -42,9 +42,11 @@ MAX_VALUE = 256
 CHUNK = 16  # batches per turn (fewer at smoke sizes)
 ROUNDS = 4
 BEFORE = {  # today's source -> the kernels before their full-cache prefetches
+    "_bucket": [
+        ("    _prefetch_run_after(index, ibase, slots, ring64, rbase, ring, ks, i)  # fetched", "    pass  #"),
+    ],
     "_kernels": [
         ("    staged = NBUCKETS * ring > _STAGED_FROM", "    staged = False"),
-        ("    _prefetch_run_after(index, ibase, slots, ring64, rbase, ring, ks, i)  # fetched", "    pass  #"),
         ("    e = _tagged_entry(index, b * slots, slots, h)\n    if e != 0:\n        r = base",
          "    e = index[b * slots + _home(h, slots)]\n    if e != 0:\n        r = base"),
     ],
@@ -56,10 +58,14 @@ BEFORE = {  # today's source -> the kernels before their full-cache prefetches
 
 
 def _before(module: str):
+    """engine/`module` with BEFORE's edits, importing the edited _bucket (built first)."""
     src = (REPO / "engine" / f"{module}.py").read_text().replace("from __future__ import annotations", "")
     for old, new in BEFORE[module]:
         assert src.count(old) == 1, f"'before': {old!r} is no longer in engine/{module}.py once"
         src = src.replace(old, new)
+    if module != "_bucket":
+        _before("_bucket")
+        src = src.replace("from shmcache.engine._bucket import", "from _bucket_before_full_cache import")
     return P.import_source(src, f"{module}_before_full_cache", "shmcache-bench-full-cache")
 
 

@@ -1,4 +1,4 @@
-"""The compiled lookup kernel (the reader side of engine/_kernels.py).
+"""The compiled lookup kernel (the reader side of engine/_kernels.py; the writers' rules are in _bucket.py).
 
 Invariants it keeps (layout in layout.py):
 - Readers never write the segment and take no lock: a bucket is read between two
@@ -29,22 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine._kernels import (
-    _AHEAD_BUCKET,
-    _AHEAD_RECORD,
-    _BUCKET_MASK,
-    _LEN_MASK,
-    G_KEY,
-    G_KSTRIDE,
-    G_MAXV,
-    G_RING,
-    G_SLOTS,
-    _home,
-    _key_eq,
-    _prefetch_bucket,
-    _tag,
-    _tagged_entry,
-)
+from shmcache.engine._bucket import _BUCKET_MASK, _LEN_MASK, G_KEY, G_KSTRIDE, G_MAXV, G_RING, G_SLOTS, _home, _key_eq, _tag
+from shmcache.engine._kernels import _AHEAD_BUCKET, _AHEAD_RECORD, _prefetch_bucket, _tagged_entry
 from shmcache.engine._memcpy import copy_bytes
 from shmcache.engine._prefetch import prefetch
 from shmcache.engine._xxh64 import hash_keys

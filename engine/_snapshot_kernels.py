@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine._kernels import _copy  # the writers' byte copy (unsigned indices, no overlap check)
+from shmcache.engine._bucket import _copy  # the writers' byte copy (unsigned indices, no overlap check)
 from shmcache.engine.layout import F_LIVE, F_PAD, M_HEAD, M_LOCK, M_TAIL, M_VERSION, RECORD_ALIGN, RECORD_HEADER, ROW_WORDS
 from shmcache.ipc.atomics import cas, fence_acquire, load_acquire, store_release
 

@@ -128,7 +128,7 @@ W_DELETE_MISSES = 3
 W_BATCHES = 4
 # word 5 is free (it counted takeovers per writer, never read: the bucket's M_TAKEOVERS counts them)
 W_UNKNOWN = 6  # entries of an unknown action, skipped
-W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _kernels.py)
+W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _repair.py)
 
 MAX_WORKERS = 64  # consumer worker processes, one row each (written by that worker only)
 assert H_WORKER_HANDLES + MAX_WORKERS <= H_ELSEWHERE
@@ -196,7 +196,7 @@ def align(n: int, a: int) -> int:
 
 def record_size(key_size: int, value_len: int) -> int:
     """Ring bytes a record takes. Plain arithmetic on module constants, so that the kernels
-    compile this very function (engine/_kernels.py) rather than keep a copy."""
+    compile this very function (engine/_bucket.py) rather than keep a copy."""
     return (RECORD_HEADER + key_size + value_len + RECORD_ALIGN - 1) // RECORD_ALIGN * RECORD_ALIGN
 
 

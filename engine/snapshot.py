@@ -32,7 +32,7 @@ import time
 import numpy as np
 import xxhash
 
-from shmcache.engine import _kernels as K
+from shmcache.engine import _repair
 from shmcache.engine import _snapshot_kernels as SK
 from shmcache.engine import layout as L
 from shmcache.engine._snapshot_io import SnapshotOut, fsync_dir
@@ -221,7 +221,7 @@ def _copy_in(w, b0: int, nb: int, buf: Buffers, me: int) -> None:
     for i in odd.tolist():  # copied mid-write (its writer had died): rebuild it from its ring
         b = b0 + i
         if cas_word(meta, b * L.ROW_WORDS + L.M_LOCK, 0, me) == 0:
-            K.repair_bucket(meta, index, ring8, a.ring64, a.geo, b)
+            _repair.repair_bucket(meta, index, ring8, a.ring64, a.geo, b)
 
 
 def _reinsert(w, src: L.Geometry, nb: int, buf: Buffers) -> int:

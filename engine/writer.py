@@ -19,6 +19,7 @@ import numpy as np
 
 from shmcache.engine import _input
 from shmcache.engine import _kernels as K
+from shmcache.engine import _repair
 from shmcache.engine import layout as L
 from shmcache.engine.control import ControlArea
 from shmcache.engine.reader import SPIN_LIMIT, Reader, log
@@ -135,7 +136,7 @@ class Writer(Reader):
         """Bucket b's lock from its dead owner to this writer, then the bucket rebuilt; False if another got there first."""
         if cas_word(self._meta, b * L.ROW_WORDS + L.M_LOCK, owner, self._me) != owner:
             return False
-        K.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)  # counts M_TAKEOVERS
+        _repair.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)  # counts M_TAKEOVERS
         return True
 
     def repair_dead_locks(self) -> int:

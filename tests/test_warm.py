@@ -190,16 +190,16 @@ def test_a_finished_warm_up_marks_the_install_warm_and_only_for_its_sources(tmp_
 
 def test_the_warm_up_compiles_the_takeover_kernel():
     """The warm-up runs the lock takeover (engine/writer.py repair_dead_locks ->
-    _kernels.repair_bucket) too: without it, a machine's first takeover of a dead writer's
+    _repair.repair_bucket) too: without it, a machine's first takeover of a dead writer's
     bucket compiled the repair kernel there and then (seconds, with the bucket locked).
     A fresh process, as the supervisor's warm-up child is: after warm(), repair_bucket has
     its signature, loaded from numba's on-disk cache or compiled into it."""
     code = """
 import json, os
 from shmcache import warm
-from shmcache.engine import _kernels as K
+from shmcache.engine import _repair
 warm.warm()
-d = K.repair_bucket
+d = _repair.repair_bucket
 print(json.dumps({"pid": os.getpid(), "signatures": len(d.signatures),
                   "cached": sum(d.stats.cache_hits.values()) + sum(d.stats.cache_misses.values())}))
 """

@@ -213,7 +213,7 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, de
     whose flags alone are damaged (its key and length check out, a whole record follows
     it) costs its own key only: the bucket's other keys stay."""
     from shmcache.consumer import wire
-    from shmcache.engine import _kernels as K
+    from shmcache.engine import _repair
 
     keys = np.random.default_rng(7).integers(0, 256, (50_000, 32), np.uint8)
     hashes = wire.xxh64_keys(keys)
@@ -253,7 +253,7 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, de
         else:  # as a lock takeover from a writer killed while it wrote X repairs the bucket
             a = w.segment_arrays()
             a.meta[b * L.ROW_WORDS + L.M_LOCK] = w._me
-            K.repair_bucket(a.meta, a.index, a.ring8, a.ring64, a.geo, b)
+            _repair.repair_bucket(a.meta, a.index, a.ring8, a.ring64, a.geo, b)
             assert w.get_many([k, y, x]) == [b"2" * 80, b"y" * 80, None]
     finally:
         w.close()
