@@ -18,6 +18,9 @@ def add_arguments(rn) -> None:
     rn.add_argument("--machine", help="this machine's name in the default group and instance id "
                                       "(default $SHMCACHE_MACHINE, else the host name)")
     rn.add_argument("--memory", help="cache size if it must be created (default 1GiB)")
+    rn.add_argument("--max-value", type=int, metavar="BYTES",
+                    help="largest value if the cache must be created (default 4096); an existing cache keeps "
+                         "its own, which must match if this is given")
     rn.add_argument("--workers", type=int, help="worker processes (default 2)")
     rn.add_argument("--format", choices=("v1", "v2", "kv"), help="wire format (default v1)")
     rn.add_argument("--commit-interval", type=float, help="seconds between commits (default 1)")
@@ -43,7 +46,7 @@ def run(a) -> int:
     from shmcache.consumer import supervisor
     from shmcache.consumer.config import RunConfig
 
-    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "workers",
+    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "max_value", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
                                         "metrics_host", "broker_wait", "machine", "snapshot_dir", "snapshot_interval",
                                         "snapshot_keep", "snapshot_rate", "accept_gaps")}

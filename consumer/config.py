@@ -50,7 +50,9 @@ class RunConfig:
     commit_interval: float = 1.0  # seconds between periodic commits
     assignment: str = "cooperative-sticky"  # partition.assignment.strategy
     key_size: int = 32
-    max_value: int = L.DEFAULT_MAX_VALUE
+    # largest value in bytes: None = an existing cache's own, else layout's default for a new one;
+    # given, an existing cache's must match. The supervisor resolves it once the cache is open.
+    max_value: int | None = None
     batch_messages: int = 256  # messages a worker takes per consume() call
     max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)
     drain_timeout: float = 30.0  # how long a revoke or shutdown waits for workers to drain
@@ -105,6 +107,9 @@ class RunConfig:
             raise ValueError(f"accept_gaps={self.accept_gaps!r}: expected true or false")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
+        if self.max_value is not None and (isinstance(self.max_value, bool) or not isinstance(self.max_value, int)
+                                           or not 0 <= self.max_value <= 0xFFFFFFFF):
+            raise ValueError(f"max_value={self.max_value!r}: expected bytes 0..{0xFFFFFFFF} (or unset: the cache's own)")
         if self.format != "kv" and self.key_size != 32:
             raise ValueError(f"key_size={self.key_size}: the txmeta formats carry 32-byte keys; use format='kv'")
         bad = RESERVED_KAFKA & set(self.kafka)

@@ -207,7 +207,7 @@ class Worker:
         fixed cost of a decode and an apply is paid once per batch, not once per message.
         Message by message when any of them is not clean, so that damage is found, logged
         and counted per message, and the entries before it in its message still applied."""
-        batch = wire_batch.decode_many([m.value() for m in msgs], self.scratch, max_value=self.cfg.max_value)
+        batch = wire_batch.decode_many([m.value() for m in msgs], self.scratch, max_value=self.cache.max_value)
         if batch is None:
             for m in msgs:
                 self._apply_wire(m)
@@ -219,7 +219,7 @@ class Worker:
 
     def _apply_wire(self, m) -> None:
         value = m.value()
-        batch = wire.decode(value if value is not None else b"", max_value=self.cfg.max_value)
+        batch = wire.decode(value if value is not None else b"", max_value=self.cache.max_value)
         if batch.error is not None:
             self.me[L.K_MALFORMED] += 1
             log.warning("malformed message %s [%d] @ %d: %s; applied the %d entries before the damage",
@@ -231,12 +231,12 @@ class Worker:
 
     def _apply_kv(self, msgs) -> None:
         batch = wire.decode_kv([m.key() for m in msgs], [m.value() for m in msgs],
-                               key_size=self.cfg.key_size, max_value=self.cfg.max_value)
+                               key_size=self.cfg.key_size, max_value=self.cache.max_value)
         for i in batch.skipped.tolist():  # an ndarray: `or ()` on it raised for any size but 1
             m = msgs[i]
             self.me[L.K_MALFORMED] += 1
             log.warning("malformed message %s [%d] @ %d: key of %s bytes or value over %d bytes; skipped",
-                        m.topic(), m.partition(), m.offset(), len(m.key() or b""), self.cfg.max_value)
+                        m.topic(), m.partition(), m.offset(), len(m.key() or b""), self.cache.max_value)
         self.prof.mark("decode")
         self._apply_batch(batch)
         self.prof.mark("apply")
