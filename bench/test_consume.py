@@ -16,6 +16,9 @@ of up to 1024 entries placed by v2_partition (a partition per bucket range), and
   from each message's count header (nothing decoded);
 - shmcache: `python -m shmcache run --format F` with 1 or 2 workers as a subprocess on
   a fresh segment and consumer group, status() polled every 20 ms;
+- full cache: v1 with 2 workers into a segment created first at 1/4 of the topic's
+  records (FULL_SHARE), so that from the first quarter on nearly every add evicts: a
+  cache's steady state, where the others only fill;
 - redis: the null consumer plus wire.decode (the workers' decoder) and, per message,
   MSET of its ADDs and DEL of its DELETEs, 8 messages per pipeline(transaction=False),
   into a redis-server on 127.0.0.1 (skipped, with the reason, when redis-server is
@@ -31,7 +34,8 @@ join, spawning workers, first fetch) is reported as "startup". Over the same win
 the CPU cores each process kept busy (psutil), and from each worker's log line
 (consumer/worker_profile.py) its loop's time by phase. Tests assert correctness
 (every sampled key read back with its value, the entry count, no eviction, a clean
-exit on SIGTERM), never speed.
+exit on SIGTERM; a full cache: evictions, and every sampled key it holds with its
+value), never speed.
 
 SHMCACHE_CONSUME_N sets N (else SHMCACHE_BENCH_N; default 5,000,000; 100,000 when CI=true);
 SHMCACHE_CONSUME_SET="key=value,..." passes librdkafka settings to `shmcache run` (--set), to try them;
@@ -96,9 +100,9 @@ NOTES: list[str] = []
 ROWS = [("null", "null consumer, v1 (no decode)"), ("shmcache-1w", "shmcache run v1, 1 worker"),
         ("shmcache-2w", "shmcache run v1, 2 workers"), ("v2-1w", "shmcache run v2, 1 worker"),
         ("v2-2w", "shmcache run v2, 2 workers"), ("kv-2w", "shmcache run kv, 2 workers"),
-        ("redis", "redis, v1 (decode + MSET)")]
+        ("full-2w", "shmcache run v1, 2 workers, full cache"), ("redis", "redis, v1 (decode + MSET)")]
 FORMAT_OF = {"null": "v1", "redis": "v1", "shmcache-1w": "v1", "shmcache-2w": "v1", "v2-1w": "v2", "v2-2w": "v2",
-             "kv-2w": "kv"}
+             "kv-2w": "kv", "full-2w": "v1"}
 BEST = "shmcache (best of 1/2 workers)"
 RATIOS = [  # label, numerator, denominator, target (issue 13: 2 workers >= 0.8x null, v2 >= v1)
     ("shmcache v1 best / null consumer", BEST, "null", None),
@@ -109,7 +113,10 @@ RATIOS = [  # label, numerator, denominator, target (issue 13: 2 workers >= 0.8x
     ("v2 1 worker / v1 1 worker", "v2-1w", "shmcache-1w", 1.0),
     ("v2 2 workers / v1 2 workers", "v2-2w", "shmcache-2w", 1.0),
     ("kv 2 workers / v1 2 workers", "kv-2w", "shmcache-2w", None),
+    ("v1 2 workers: full cache / filling", "full-2w", "shmcache-2w", None),
+    ("v1 2 workers, full cache / null consumer", "full-2w", "null", None),
 ]
+FULL_SHARE = 4  # a full-cache run's cache holds about 1/FULL_SHARE of the topic's records
 
 
 def _rate_of(key: str, which: str = "entries_per_s") -> float | None:
@@ -280,13 +287,21 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str) -> dict:
+def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str, full: bool = False) -> dict:
     """`shmcache run` on a fresh segment and group until caught up; check the table;
     SIGTERM (exit 0); destroy the segment. Every process it started is gone after.
-    Also: the CPU each process used while catching up, and the workers' profiles."""
+    Also: the CPU each process used while catching up, and the workers' profiles.
+
+    full: the segment is created first, holding about 1/FULL_SHARE of the topic's
+    records (values up to 256 B, so that even the smoke size fills it), and `run` attaches
+    to it: after the first quarter of the topic, nearly every add evicts the bucket's
+    oldest record, the steady state of a cache that lives for longer than its memory."""
     bootstrap = broker.bootstrap
     name = f"bench-{os.getpid()}-consume-{tag}"
     memory = f"{max(256, math.ceil(topic.n * 200 * 1.5 / 2**20))}MiB"
+    if full:
+        memory = f"{max(4, math.ceil(topic.n * P.MEAN_RECORD / FULL_SHARE / 2**20))}MiB"
+        shmcache.create(name, memory=memory, max_value=256).close()
     argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap,
             "--topic", topic.name, "--group", f"bench-consume-{uuid.uuid4().hex[:12]}",
             "--workers", str(workers), "--memory", memory, "--format", topic.fmt]
@@ -352,11 +367,14 @@ def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str) ->
             assert sum(w["malformed"] for w in st["workers"]) == 0
             assert sum(w["adds"] for w in st["workers"]) >= topic.n  # ADD is at-least-once
             stats = r.stats()
-            assert stats["entries"] == topic.n, stats
-            assert stats["evictions"] == 0, stats
-            got = r.get_many_packed(topic.sample_keys)
-            assert got.found.all(), f"{int((~got.found).sum())} of {len(got)} sampled keys missing"
-            assert np.array_equal(got.offsets, topic.sample_offsets) and np.array_equal(got.data, topic.sample_data)
+            if full:
+                _check_full(r, topic, stats, sum(w["adds"] for w in st["workers"]))
+            else:
+                assert stats["entries"] == topic.n, stats
+                assert stats["evictions"] == 0, stats
+                got = r.get_many_packed(topic.sample_keys)
+                assert got.found.all(), f"{int((~got.found).sum())} of {len(got)} sampled keys missing"
+                assert np.array_equal(got.offsets, topic.sample_offsets) and np.array_equal(got.data, topic.sample_data)
             # -- a clean stop
             t_stop = time.perf_counter()
             proc.send_signal(signal.SIGTERM)
@@ -388,6 +406,20 @@ def run_shmcache(topic: Topic, broker, workers: int, log_dir: Path, tag: str) ->
             "catch_up_s": t_done - t_first, "startup_s": t_first - t0, "cache_s": t_cache - t0, "stop_s": stop_s,
             "first_seen": e_first, "workers": workers, "profile": profile,
             "cores": CP.cores(cpu0, cpu1, t_done - t_first)}
+
+
+def _check_full(r, topic: Topic, stats: dict, adds: int) -> None:
+    """A full cache after the whole topic: it evicted, holds fewer entries than the topic,
+    and every sampled key it still holds has its value (the ones evicted are misses)."""
+    assert stats["evictions"] > 0 and 0 < stats["entries"] < topic.n, stats
+    # every key is new: each one is held or was evicted (an add applied twice, at-least-once,
+    # may be evicted twice)
+    assert topic.n <= stats["evictions"] + stats["entries"] <= adds, (stats, adds)
+    got = r.get_many_packed(topic.sample_keys).to_list()
+    held = [i for i, v in enumerate(got) if v is not None]
+    assert held, "not one sampled key is held: the keys applied last should be"
+    for i in held:
+        assert got[i] == topic.sample_values[i], f"sampled key {i}: a wrong value"
 
 
 class RedisTarget:
@@ -540,7 +572,7 @@ def consume_rounds(benchmark) -> int:
 
 
 SHMCACHE_RUNS = {"shmcache-1w": ("v1", 1), "shmcache-2w": ("v1", 2), "v2-1w": ("v2", 1), "v2-2w": ("v2", 2),
-                 "kv-2w": ("kv", 2)}
+                 "kv-2w": ("kv", 2), "full-2w": ("v1", 2)}
 
 
 def test_null_consumer(benchmark, kafka_broker, topic_of):
@@ -551,7 +583,8 @@ def test_null_consumer(benchmark, kafka_broker, topic_of):
 def test_shmcache(benchmark, kafka_broker, topic_of, log_dir, key):
     fmt, workers = SHMCACHE_RUNS[key]
     topic = topic_of(fmt)
-    measure(benchmark, key, lambda i: run_shmcache(topic, kafka_broker, workers, log_dir, f"{key}-{i}"))
+    measure(benchmark, key, lambda i: run_shmcache(topic, kafka_broker, workers, log_dir, f"{key}-{i}",
+                                                   full=key.startswith("full")))
     RESULTS[key]["note"] = f"stop on SIGTERM {statistics.median(r['stop_s'] for r in RESULTS[key]['runs']):.1f} s"
 
 
