@@ -1,5 +1,5 @@
 """A bucket's compiled helpers, shared by apply (_kernels.py), repair (_repair.py) and
-lookup (_lookup.py): hash to slot and tag, key compare, byte copy, the probe (_find),
+lookup (_lookup.py): hash to slot and tag, key compare, the probe (_find),
 backward-shift removal, and the check of a bucket's words.
 
 Invariants every kernel of the table keeps (layout in layout.py):
@@ -100,16 +100,6 @@ def _key_eq(ring8, ring64, roff, keys8, keys64, koff, ks):
         if ring8[ur + j] != keys8[uk + j]:
             return False
     return True
-
-
-@njit(inline="always")
-def _copy(dst, d, src, s, n):
-    # an explicit loop (numba's slice assignment checks overlap and may copy twice), with
-    # unsigned indices (no negative-index fix-up per byte: 20x faster)
-    ud = np.uint64(d)
-    us = np.uint64(s)
-    for j in range(np.uint64(n)):
-        dst[ud + j] = src[us + j]
 
 
 # -- writer side: the caller holds the bucket lock; the bytes are still untrusted -------

@@ -23,7 +23,6 @@ from shmcache.engine._bucket import (
     G_RING,
     G_SLOTS,
     _bucket_ok,
-    _copy,
     _find,
     _home,
     _prefetch_run_after,
@@ -32,6 +31,7 @@ from shmcache.engine._bucket import (
     _slot_of,
     _tag,
 )
+from shmcache.engine._memcpy import copy_bytes
 from shmcache.engine._prefetch import prefetch
 from shmcache.engine._repair import _rebuild
 from shmcache.engine._xxh64 import hash_keys
@@ -121,8 +121,8 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
     w = (rbase + off) >> 3
     p = rbase + off + RECORD_HEADER
     ring64[w] = h
-    _copy(ring8, p, keys8, koff, ks)
-    _copy(ring8, p + ks, vdata, vstart, vlen)
+    copy_bytes(ring8, p, keys8, koff, ks)  # bounds: the record fits in the ring (evicted for above)
+    copy_bytes(ring8, p + ks, vdata, vstart, vlen)  # vstart + vlen: checked by the caller (_input)
     ring64[w + 1] = (F_LIVE << 32) | vlen
     meta[mb + M_HEAD] = head + size
     entry = (_tag(h) << POS_BITS) | (off + 1)

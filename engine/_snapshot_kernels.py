@@ -28,11 +28,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine._bucket import _copy  # the writers' byte copy (unsigned indices, no overlap check)
 from shmcache.engine.layout import F_LIVE, F_PAD, M_HEAD, M_LOCK, M_TAIL, M_VERSION, RECORD_ALIGN, RECORD_HEADER, ROW_WORDS
 from shmcache.ipc.atomics import cas, fence_acquire, load_acquire, store_release
 
 _LEN_MASK = 0xFFFFFFFF
+
+
+@njit(inline="always")
+def _copy(dst, d, src, s, n):
+    """dst[d:d + n] = src[s:s + n]: bucket-sized spans (a ring, an index row), which vectorise."""
+    # an explicit loop (numba's slice assignment checks overlap and may copy twice), with
+    # unsigned indices (no negative-index fix-up per byte: 20x faster)
+    ud = np.uint64(d)
+    us = np.uint64(s)
+    for j in range(np.uint64(n)):
+        dst[ud + j] = src[us + j]
 
 
 @njit(nogil=True, cache=True, _nrt=False)
