@@ -51,7 +51,7 @@ class RunConfig:
     assignment: str = "cooperative-sticky"  # partition.assignment.strategy
     key_size: int = 32
     # largest value in bytes: None = an existing cache's own, else layout's default for a new one;
-    # given, an existing cache's must match. The supervisor resolves it once the cache is open.
+    # given, an existing cache's must match. Workers decode against the cache's own.
     max_value: int | None = None
     batch_messages: int = 256  # messages a worker takes per consume() call
     max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)

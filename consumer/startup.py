@@ -30,7 +30,7 @@ import time
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.engine import layout as L
-from shmcache.errors import BrokerUnavailableError, GeometryMismatchError, ShmcacheError
+from shmcache.errors import BrokerUnavailableError, ShmcacheError
 from shmcache.ipc import liveness
 
 log = logging.getLogger("shmcache.supervisor")
@@ -44,23 +44,15 @@ ORPHAN_WAIT_S = 10.0  # how long a starting supervisor waits for a dead one's wo
 def open_cache(cfg):
     """Create or open the cache and make this process its supervisor.
 
-    A cache that is there keeps its geometry: cfg.memory and cfg.max_value are for
-    creating one (`shmcache create` may have made it smaller than `run` could, or with
-    other values); its key size, and its max_value when cfg gives one, must match.
+    A cache that is there keeps its geometry (table.create with exist_ok): cfg.memory
+    is for creating one (`shmcache create` may have made it smaller than `run` could);
+    its key size, and its max_value when cfg gives one, must match.
     Returns (cache, segment identity): the identity is (st_dev, st_ino) of
     /dev/shm/NAME, for the supervisor's periodic check."""
     import shmcache
 
-    try:
-        cache = shmcache.open(cfg.name)
-    except FileNotFoundError:
-        maxv = L.DEFAULT_MAX_VALUE if cfg.max_value is None else cfg.max_value
-        cache = shmcache.create(cfg.name, memory=cfg.memory, key_size=cfg.key_size, max_value=maxv, exist_ok=True)
-    if cache.key_size != cfg.key_size or cfg.max_value not in (None, cache.max_value):
-        got = (cache.key_size, cache.max_value)
-        cache.close()
-        raise GeometryMismatchError(f"cache {cfg.name!r} exists with key_size={got[0]}, max_value={got[1]}; this "
-                                    f"run asks for key_size={cfg.key_size}, max_value={cfg.max_value}")
+    cache = shmcache.create(cfg.name, memory=cfg.memory, key_size=cfg.key_size,
+                            max_value=cfg.max_value, exist_ok=True)
     other = cache.control.supervisor
     if other and other != liveness.owner_word() and liveness.is_alive(other):
         cache.close()

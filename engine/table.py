@@ -29,25 +29,36 @@ from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401  (this module's API)
 from shmcache.engine.reader import Packed, Reader
 from shmcache.engine.writer import Writer
-from shmcache.errors import CacheExistsError, CacheSpaceError, GeometryMismatchError, ShmcacheError
+from shmcache.errors import CacheExistsError, CacheNotFoundError, CacheSpaceError, GeometryMismatchError, ShmcacheError
 from shmcache.ipc.atomics import load_beside, store_word
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, path_of, shm_free_bytes
 
 
 def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT_KEY_SIZE,
-           max_value: int = L.DEFAULT_MAX_VALUE, mode: int = 0o600, exist_ok: bool = False) -> Writer:
+           max_value: int | None = L.DEFAULT_MAX_VALUE, mode: int = 0o600, exist_ok: bool = False) -> Writer:
     """Create a cache of fixed size `memory` and return a writer on it.
 
     FileExistsError (CacheExistsError) if it exists, unless exist_ok=True, which opens
-    it instead (its key size and max_value must match; its memory stays as it was)."""
+    it instead: its key size and max_value must match, and its memory stays as it was
+    (`memory` is then not planned, so one too small for this max_value is no error).
+    max_value=None: the existing cache's own, or L.DEFAULT_MAX_VALUE for a new one."""
     check_name(name)
     key_size = _whole(name, "key_size", key_size, 1, L.MAX_KEY_SIZE)
-    max_value = _whole(name, "max_value", max_value, 0, 0xFFFFFFFF)
+    if max_value is not None:
+        max_value = _whole(name, "max_value", max_value, 0, 0xFFFFFFFF)
     if isinstance(mode, bool) or not isinstance(mode, int) or mode & ~0o666 or mode & 0o600 != 0o600 or mode & 0o022:
         shown = f"{mode:#o}" if isinstance(mode, int) and not isinstance(mode, bool) else repr(mode)
         raise ValueError(f"cache {name!r}: mode={shown} must give the owner read-write, no one else write and no "
                          "execute bits (0o600, or 0o640 / 0o644 for readers): writers trust the memory they read")
-    geo = L.Geometry.plan(L.parse_bytes(memory), key_size, max_value)
+    nbytes = L.parse_bytes(memory)
+    if exist_ok:
+        try:
+            return _existing(name, key_size, max_value, exist_ok)
+        except CacheNotFoundError:
+            pass  # not there (yet): create it; a creator that wins the race is opened below
+    if max_value is None:
+        max_value = L.DEFAULT_MAX_VALUE
+    geo = L.Geometry.plan(nbytes, key_size, max_value)
     free = shm_free_bytes()
     if free is not None and geo.size > free:
         raise CacheSpaceError(
@@ -110,13 +121,13 @@ def _companion_back(name: str) -> None:
         pass
 
 
-def _existing(name: str, key_size: int, max_value: int, exist_ok: bool) -> Writer:
+def _existing(name: str, key_size: int, max_value: int | None, exist_ok: bool) -> Writer:
     """create()'s answer when the name is taken: CacheExistsError, or with exist_ok a writer
-    on the cache there, if its key size and max_value are the ones asked for."""
+    on the cache there, if its key size and max_value (unless None) are the ones asked for."""
     if not exist_ok:
         raise CacheExistsError(f"cache {name!r} already exists ({path_of(name)})")
     w = Writer(name)
-    if (w.key_size, w.max_value) != (key_size, max_value):
+    if w.key_size != key_size or max_value not in (None, w.max_value):
         w.close()
         raise GeometryMismatchError(
             f"cache {name!r} exists with key_size={w.key_size}, max_value={w.max_value}; "

@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 
 import shmcache
 from shmcache.consumer import wire
+from shmcache.ipc.segment import path_of
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import ADD, assert_no_worker_restarted, check_table, harness, wait_applied  # noqa: E402,F401
@@ -40,7 +41,7 @@ def test_run_on_a_cache_created_smaller_keeps_its_geometry(harness, kafka_topic)
                                         wire.encode_v1(keys[5:6], [ADD], vals[5:6])])
     name = harness.cache_name("existing-small")
     shmcache.create(name, memory="4MiB", max_value=MAX_VALUE).close()
-    size = os.path.getsize(f"/dev/shm/{name}")
+    size = os.path.getsize(path_of(name))
     # 4 MiB could not hold 4096-byte values: run would refuse to create such a cache
     sup = harness.supervisor(name, topic, harness.group("existing-small"), memory="4MiB", workers=1)
     r = harness.attach(name, sup=sup)
@@ -50,7 +51,7 @@ def test_run_on_a_cache_created_smaller_keeps_its_geometry(harness, kafka_topic)
     st = r.status()
     assert sum(w["malformed"] for w in st["workers"]) == 1, st["workers"]
     assert_no_worker_restarted(r)
-    assert r.max_value == MAX_VALUE and os.path.getsize(f"/dev/shm/{name}") == size
+    assert r.max_value == MAX_VALUE and os.path.getsize(path_of(name)) == size
     assert "Traceback" not in sup.log_text()
     assert sup.terminate() == 0
 

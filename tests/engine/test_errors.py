@@ -186,6 +186,19 @@ def test_exist_ok_with_other_geometry(w):
         assert again.get(b"k" * 32) == b"kept"
 
 
+def test_exist_ok_keeps_the_memory_and_max_value_there(w):
+    """An existing cache is opened as it is: `memory` is for creating one, so a size too
+    small for the max_value asked is no error, and max_value=None takes the cache's own."""
+    size = w.stats()["memory"]
+    with pytest.raises(shmcache.MemoryTooSmallError):  # what 1 MiB means for a new cache
+        shmcache.create(f"{w.name}-new", memory="1MiB", exist_ok=True)
+    for kw in ({"max_value": 100}, {"max_value": None}):
+        with shmcache.create(w.name, memory="1MiB", exist_ok=True, **kw) as again:
+            assert again.get(b"k" * 32) == b"kept" and again.max_value == 100 and again.stats()["memory"] == size
+    with pytest.raises(shmcache.GeometryMismatchError, match="key_size=32, max_value=100"):
+        shmcache.create(w.name, memory="1MiB", max_value=None, key_size=20, exist_ok=True)
+
+
 def test_closed_handle(w):
     r = shmcache.attach(w.name)
     r.close()
