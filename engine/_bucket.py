@@ -20,7 +20,11 @@ Invariants every kernel of the table keeps (layout in layout.py):
   numba does not check bounds, so these checks are all that stands between a damaged
   byte and a segfault. Under the lock a writer checks the bucket's head, tail and
   counts (_bucket_ok) and, on its way, each index slot it follows (_find,
-  _remove_slot) and each record it reclaims (_evict_oldest). A failed check is a
+  _remove_slot) and each record it reclaims (_evict_oldest). A slot's offset must be
+  a record's (in the ring, 16-aligned: _slot_off_bad), and the record a writer is
+  about to replace or delete must lie between tail and head (_live_at): a damaged
+  slot elsewhere, taken for the key's slot, once made a set mark its own new record
+  DEAD and left the key's older one to the readers. A failed check is a
   corruption: counted in the writer's row (W_CORRUPTIONS), the bucket is rebuilt
   from its ring (_rebuild, safe on any bytes), and the entry applied again, once;
   damage met again (another process scribbling meanwhile) drops the entry.
@@ -111,6 +115,28 @@ BAD = -2  # _find: a slot or record on the key's probe path is damaged
 
 
 @njit(inline="always")
+def _slot_off_bad(off, lim):
+    """True if an index slot's ring offset, (entry & POS_MASK) - 1, is no record's: past
+    lim (the last offset a record header and key fit from; negative ones too) or not
+    16-aligned. An unaligned offset read its record through the words it truncates to:
+    the hash and key of the record there matched while its length and value were read
+    from the wrong bytes. One unsigned compare and one mask, no branch between them."""
+    return (np.uint64(off) > lim) | ((off & (RECORD_ALIGN - 1)) != 0)
+
+
+@njit(inline="always")
+def _live_at(meta, mb, ring, off):
+    """The ring offset lies between the bucket's tail and head, where its live records are
+    (head and tail checked at lock). Space behind the tail holds old records, some of them
+    LIVE-flagged by damage, and the head's next record is written there."""
+    tail = meta[mb + M_TAIL]
+    d = off - tail % ring
+    if d < 0:
+        d += ring
+    return d < meta[mb + M_HEAD] - tail
+
+
+@njit(inline="always")
 def _bucket_ok(meta, mb, ring, max_live):
     """The bucket's head, tail and counts are a state a writer can leave: 0 <= tail <= head
     < 2**62, both 16-aligned, head - tail <= ring, 0 <= live <= max_live, 0 <= live
@@ -136,7 +162,7 @@ def _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys6
             return -1, i
         if (e >> POS_BITS) == tag:
             off = (e & POS_MASK) - 1
-            if np.uint64(off) > lim:  # also off < 0
+            if _slot_off_bad(off, lim):
                 return BAD, -1
             w = (rbase + off) >> 3
             if ring64[w] == h:
@@ -180,7 +206,7 @@ def _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, i):
             index[ibase + i] = 0
             return True
         off = (e & POS_MASK) - 1
-        if np.uint64(off) > lim:
+        if _slot_off_bad(off, lim):
             return False
         k = _home(ring64[(rbase + off) >> 3], slots)
         if (i < k <= j) if i <= j else (i < k or k <= j):

@@ -25,6 +25,7 @@ from shmcache.engine._bucket import (
     _bucket_ok,
     _find,
     _home,
+    _live_at,
     _prefetch_run_after,
     _record_size,
     _remove_slot,
@@ -96,7 +97,13 @@ def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks, maxv):
 @njit(inline="always")
 def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, max_live,
          h, keys8, keys64, koff, vdata, vstart, vlen):
-    """Write the record at the head and point the key's slot at it; False on damage."""
+    """Write the record at the head and point the key's slot at it; False on damage.
+
+    The key's slot is found before the record is written, and the record it points at
+    must lie between tail and head: a damaged slot of the key's tag pointing where the
+    new record goes (or at an old record behind the tail) would otherwise be taken for
+    the key's slot, the new record marked DEAD through it, and the key's real slot,
+    further on, left to give readers its older value."""
     size = _record_size(ks, vlen)  # <= ring: vlen <= max value (checked by the caller)
     head = meta[mb + M_HEAD]
     off = head % ring
@@ -118,6 +125,14 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
             if r < 0:
                 return False
             break
+    found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
+    ooff = 0  # the ring offset of the record it replaces
+    if found >= 0:
+        ooff = (index[ibase + found] & POS_MASK) - 1
+        if not _live_at(meta, mb, ring, ooff):
+            return False
+    elif empty < 0:  # BAD, or no empty slot (never so in an undamaged bucket: live < max_live < slots)
+        return False
     w = (rbase + off) >> 3
     p = rbase + off + RECORD_HEADER
     ring64[w] = h
@@ -126,20 +141,16 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
     ring64[w + 1] = (F_LIVE << 32) | vlen
     meta[mb + M_HEAD] = head + size
     entry = (_tag(h) << POS_BITS) | (off + 1)
-    found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
     if found >= 0:
-        old = index[ibase + found]
-        ow = (rbase + (old & POS_MASK) - 1) >> 3
+        ow = (rbase + ooff) >> 3
         olen = ring64[ow + 1] & _LEN_MASK
         index[ibase + found] = entry
         ring64[ow + 1] = (F_DEAD << 32) | olen
         meta[mb + M_LIVE_BYTES] += size - _record_size(ks, olen)
-    elif empty >= 0:  # always so in an undamaged bucket: live < max_live < slots
+    else:
         index[ibase + empty] = entry
         meta[mb + M_LIVE] += 1
         meta[mb + M_LIVE_BYTES] += size
-    else:
-        return False
     return True
 
 
@@ -149,7 +160,10 @@ def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv,
     found, _ = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
     if found < 0:
         return -1 if found == BAD else 0
-    w = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
+    off = (index[ibase + found] & POS_MASK) - 1
+    if not _live_at(meta, mb, ring, off):  # a damaged slot's: the key's real one may lie further on
+        return -1
+    w = (rbase + off) >> 3
     vlen = ring64[w + 1] & _LEN_MASK
     ring64[w + 1] = (F_DEAD << 32) | vlen  # dead first: a crash before the slot goes cannot resurrect it
     if not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, found):

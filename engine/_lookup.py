@@ -7,12 +7,12 @@ Invariants it keeps (layout in layout.py):
   stands) and did not move; otherwise it is read again.
 - Every read of shared memory is bounded by the reader's own geometry, fixed at attach
   (never re-read from the header): bucket meta and index rows come from the key's hash;
-  an index slot's offset is used only if a record header and key fit in the bucket's
-  ring from there (one unsigned compare, which also refuses negative offsets); a
+  an index slot's offset is used only if it is 16-aligned and a record header and key
+  fit in the bucket's ring from there (_slot_off_bad); a
   record's value length only if it is <= max value and the value ends inside the ring.
   numba does not check bounds; these checks are what keeps any byte pattern from
   making a reader fault.
-- A corruption, for a reader: a slot of the key's tag whose offset is out of range, or
+- A corruption, for a reader: a slot of the key's tag whose offset is no record's, or
   a record carrying the key's hash that is not a whole LIVE record, seen in a bucket
   whose even version did not move during the read (so no writer was at work). The key
   is a miss and counters[1] counts it. A slot pointing at a DEAD record of the key in a
@@ -29,7 +29,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine._bucket import _BUCKET_MASK, _LEN_MASK, G_KEY, G_KSTRIDE, G_MAXV, G_RING, G_SLOTS, _home, _key_eq, _tag
+from shmcache.engine._bucket import (
+    _BUCKET_MASK,
+    _LEN_MASK,
+    G_KEY,
+    G_KSTRIDE,
+    G_MAXV,
+    G_RING,
+    G_SLOTS,
+    _home,
+    _key_eq,
+    _slot_off_bad,
+    _tag,
+)
 from shmcache.engine._kernels import _AHEAD_BUCKET, _AHEAD_RECORD, _prefetch_bucket, _tagged_entry
 from shmcache.engine._memcpy import copy_bytes
 from shmcache.engine._prefetch import prefetch
@@ -120,7 +132,7 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
                     break
                 if (e >> POS_BITS) == tag:
                     off = (e & POS_MASK) - 1
-                    if np.uint64(off) > lim:
+                    if _slot_off_bad(off, lim):
                         bad = True
                     else:
                         w = (rbase + off) >> 3

@@ -258,3 +258,51 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, de
     finally:
         w.close()
         shmcache.destroy(cache_name)
+
+
+@pytest.mark.parametrize("orphan", ["at-head", "unaligned", "old-record-at-head", "delete"])
+def test_a_damaged_slot_of_the_key_never_hides_its_newest_value(cache_name, orphan):
+    """Found by test_fuzz at 4000 flips (3 runs in 8): a slot carrying key K's tag, left
+    by damage, lies before K's real slot on K's probe path and points where K's next
+    record is written (the head), or 7 bytes past it: an unaligned offset read the
+    record through the words it truncates to. The writer wrote the new record first and
+    looked for K's slot after: it took the damaged slot for K's, marked its own new
+    record DEAD through it, and K's real slot kept giving readers the older value.
+    "old-record-at-head": K's older record, LIVE-flagged by damage, lies at the head
+    (space behind the tail, reused next): the slot found points outside the live records,
+    a damage to repair, not K's record. "delete": the same slot met by a delete, which
+    then removed it and left K readable."""
+    from shmcache.consumer import wire
+
+    keys = np.random.default_rng(11).integers(0, 256, (50_000, 32), np.uint8)
+    hashes = wire.xxh64_keys(keys)
+    b = int(hashes[0]) & (L.NBUCKETS - 1)
+    same = np.flatnonzero((hashes & np.uint64(L.NBUCKETS - 1)) == b)
+    (k, hk), (y, _) = [(keys[i].tobytes(), int(hashes[i])) for i in same[:2]]
+    w = shmcache.create(cache_name, memory="64MiB")
+    try:
+        g = w.geometry
+        w.set_many([y, k], [b"y" * 80, b"1" * 80])
+        real = _slot_of_tag(w, b, hk)
+        home = b * g.slots + ((hk >> L.BUCKET_BITS) & (g.slots - 1))
+        after = b * g.slots + (real - b * g.slots + 1) % g.slots
+        assert real == home and w._index[after] == 0
+        head = int(w._meta[b * L.ROW_WORDS + L.M_HEAD]) % g.ring
+        if orphan in ("old-record-at-head", "delete"):  # K's record, as an earlier lap left it there
+            ko = (int(w._index[real]) & L.POS_MASK) - 1
+            size = L.record_size(g.key_size, 80)
+            w._ring8[b * g.ring + head:b * g.ring + head + size] = w._ring8[b * g.ring + ko:b * g.ring + ko + size]
+        w._index[after] = w._index[real]  # K's real slot one further on its probe path
+        tag = (hk >> L.TAG_SHIFT) & 0xFFFF
+        w._index[real] = np.int64((tag << L.POS_BITS) | (head + 1 + (7 if orphan == "unaligned" else 0)))
+        if orphan == "delete":
+            w.delete_many([k])
+            assert w.get_many([k, y]) == [None, b"y" * 80], "the delete removed the damaged slot, not K"
+        else:
+            w.set_many([k], [b"2" * 80])
+            assert w.get_many([k, y]) == [b"2" * 80, b"y" * 80], "K's older value (or none) after its last set"
+        if orphan != "at-head":  # the others are damage a writer can see: counted and repaired
+            assert w.stats()["corruptions"] >= 1
+    finally:
+        w.close()
+        shmcache.destroy(cache_name)
