@@ -9,6 +9,7 @@ lookup, are in _bucket.py; the rebuild of a damaged bucket is in _repair.py, loo
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from shmcache.engine._bucket import (
@@ -207,7 +208,7 @@ def _tagged_entry(index, ibase, slots, h):
     tag = _tag(h)
     s = _home(h, slots)
     for _ in range(min(slots, _PROBE_AHEAD)):
-        e = index[ibase + s]
+        e = index[np.uint64(ibase + s)]
         if e == 0 or (e >> POS_BITS) == tag:
             return e
         s = (s + 1) & mask
@@ -289,21 +290,21 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, hashed
     if not hashed:
         hash_keys(keys8, keys64, kst, ks, hashes, start)
     for j in range(start, min(n, start + _AHEAD_BUCKET)):
-        _prefetch_bucket(meta, index, slots, hashes[j])
+        _prefetch_bucket(meta, index, slots, hashes[np.uint64(j)])
     for j in range(start, min(n, start + _AHEAD_RECORD)):
-        _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, hashes[j], vlens[j])
+        _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, hashes[np.uint64(j)], vlens[np.uint64(j)])
     for i in range(start, n):
         if i + _AHEAD_BUCKET < n:
-            _prefetch_bucket(meta, index, slots, hashes[i + _AHEAD_BUCKET])
+            _prefetch_bucket(meta, index, slots, hashes[np.uint64(i + _AHEAD_BUCKET)])
         if i + _AHEAD_RECORD < n:
-            _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, hashes[i + _AHEAD_RECORD], vlens[i + _AHEAD_RECORD])
+            _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, hashes[np.uint64(i + _AHEAD_RECORD)], vlens[np.uint64(i + _AHEAD_RECORD)])
         j = i + _AHEAD_EVICT
-        if staged and j < n and _evicts(meta, ring, ks, max_live, hashes[j], vlens[j]):
-            _prefetch_evict(meta, index, ring64, slots, ring, hashes[j])
+        if staged and j < n and _evicts(meta, ring, ks, max_live, hashes[np.uint64(j)], vlens[np.uint64(j)]):
+            _prefetch_evict(meta, index, ring64, slots, ring, hashes[np.uint64(j)])
         j = i + _AHEAD_RUN_STAGE
-        if staged and j < n and _evicts(meta, ring, ks, max_live, hashes[j], vlens[j]):
-            _prefetch_run(meta, index, ring64, slots, ring, ks, hashes[j])
-        h = hashes[i]
+        if staged and j < n and _evicts(meta, ring, ks, max_live, hashes[np.uint64(j)], vlens[np.uint64(j)]):
+            _prefetch_run(meta, index, ring64, slots, ring, ks, hashes[np.uint64(j)])
+        h = hashes[np.uint64(i)]
         b = h & _BUCKET_MASK
         mb = b * ROW_WORDS
         spins = 0
@@ -322,12 +323,12 @@ def apply_entries(meta, index, ring8, ring64, geo, keys8, keys64, hashes, hashed
             _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b)
         ibase = b * slots
         rbase = b * ring
-        act = actions[i]
+        act = actions[np.uint64(i)]
         for _attempt in range(2):  # damage met mid-entry: rebuild, apply again once, else drop it
             ok = True
             if act == ADD:
                 ok = _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, max_live,
-                          h, keys8, keys64, i * kst, vdata, vstarts[i], vlens[i])
+                          h, keys8, keys64, i * kst, vdata, vstarts[np.uint64(i)], vlens[np.uint64(i)])
                 if ok:
                     counters[W_SETS] += 1
             elif act == DELETE:

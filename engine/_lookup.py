@@ -98,15 +98,15 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
     span = RECORD_HEADER + ks + (value_guess if want_values else 0)
     hash_keys(keys8, keys64, kst, ks, hashes, start)
     for j in range(start, min(n, start + _AHEAD_BUCKET)):
-        _prefetch_bucket(meta, index, slots, hashes[j])
+        _prefetch_bucket(meta, index, slots, hashes[np.uint64(j)])
     for j in range(start, min(n, start + _AHEAD_RECORD)):
-        _prefetch_record(index, ring8, slots, ring, hashes[j], span)
+        _prefetch_record(index, ring8, slots, ring, hashes[np.uint64(j)], span)
     for i in range(start, n):
         if i + _AHEAD_BUCKET < n:
-            _prefetch_bucket(meta, index, slots, hashes[i + _AHEAD_BUCKET])
+            _prefetch_bucket(meta, index, slots, hashes[np.uint64(i + _AHEAD_BUCKET)])
         if i + _AHEAD_RECORD < n:
-            _prefetch_record(index, ring8, slots, ring, hashes[i + _AHEAD_RECORD], span)
-        h = hashes[i]
+            _prefetch_record(index, ring8, slots, ring, hashes[np.uint64(i + _AHEAD_RECORD)], span)
+        h = hashes[np.uint64(i)]
         b = h & _BUCKET_MASK
         mb = b * ROW_WORDS
         ibase = b * slots
@@ -127,7 +127,7 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
             bad = False
             s = _home(h, slots)
             for _ in range(slots):
-                e = index[ibase + s]
+                e = index[np.uint64(ibase + s)]
                 if e == 0:
                     break
                 if (e >> POS_BITS) == tag:
@@ -136,8 +136,8 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
                         bad = True
                     else:
                         w = (rbase + off) >> 3
-                        if ring64[w] == h:
-                            word = ring64[w + 1]
+                        if ring64[np.uint64(w)] == h:
+                            word = ring64[np.uint64(w + 1)]
                             ln = word & _LEN_MASK
                             if (word >> 32) != F_LIVE or ln > maxv or off + RECORD_HEADER + ks + ln > ring:
                                 bad = True
@@ -159,8 +159,8 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
                 return i, out_pos, STUCK
         if bad and not (v1 & 1):
             counters[C_CORRUPTIONS] += 1
-        found[i] = hit >= 0
+        found[np.uint64(i)] = hit >= 0
         if want_values and hit >= 0:
             out_pos += vlen
-        offsets[i + 1] = out_pos
+        offsets[np.uint64(i + 1)] = out_pos
     return n, out_pos, DONE
