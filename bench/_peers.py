@@ -116,6 +116,13 @@ def import_source(src: str, module: str, folder: str):
     return importlib.import_module(module)
 
 
+def fill(w, ds: Dataset) -> None:
+    """Set every key of the dataset into the cache (a Writer), in insertion order and batches."""
+    for s in range(0, ds.n, BATCH):
+        e = min(s + BATCH, ds.n)
+        w.set_many(ds.keys[s:e], (ds.offsets[s:e + 1] - ds.offsets[s], ds.data[ds.offsets[s]:ds.offsets[e]]))
+
+
 def cache_memory(n: int) -> int:
     """Segment size: ~3 full rounds of records fit in the rings, so re-setting every
     key never evicts a live one (a record is ~160 B at these sizes)."""

@@ -63,9 +63,7 @@ def test_checks_cost_interleaved():
     name = f"bench-{os.getpid()}-checks"
     w = shmcache.create(name, memory=P.cache_memory(n))
     try:
-        for s in range(0, n, P.BATCH):
-            e = min(s + P.BATCH, n)
-            w.set_many(ds.keys[s:e], (ds.offsets[s:e + 1] - ds.offsets[s], ds.data[ds.offsets[s]:ds.offsets[e]]))
+        P.fill(w, ds)
         r = w  # a Writer reads too; the kernels take the same arrays
         args = (r._meta, r._index, r._ring8, r._ring64, r._geo)
         counts = np.zeros(2, np.int64)

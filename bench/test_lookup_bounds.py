@@ -64,9 +64,7 @@ def _table(n: int, tables: list) -> tuple:
     name = f"bench-{os.getpid()}-bounds-{len(tables)}"
     w = shmcache.create(name, memory=P.cache_memory(n))
     tables.append((name, w, []))
-    for s in range(0, n, P.BATCH):
-        e = min(s + P.BATCH, n)
-        w.set_many(ds.keys[s:e], (ds.offsets[s:e + 1] - ds.offsets[s], ds.data[ds.offsets[s]:ds.offsets[e]]))
+    P.fill(w, ds)
     for keys in ds.hit_batches:
         k8, k64 = _input.words(keys, w.segment_arrays().geo[5])
         m = len(keys)
