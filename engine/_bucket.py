@@ -21,10 +21,10 @@ Invariants every kernel of the table keeps (layout in layout.py):
   byte and a segfault. Under the lock a writer checks the bucket's head, tail and
   counts (_bucket_ok) and, on its way, each index slot it follows (_find,
   _remove_slot) and each record it reclaims (_evict_oldest). A slot's offset must be
-  a record's (in the ring, 16-aligned: _slot_off_bad), and the record a writer is
-  about to replace or delete must lie between tail and head (_live_at): a damaged
-  slot elsewhere, taken for the key's slot, once made a set mark its own new record
-  DEAD and left the key's older one to the readers. A failed check is a
+  a record's (in the ring, 16-aligned: _slot_off_bad), and the key's record _find
+  returns must lie between tail and head (_live_at): a damaged slot elsewhere, taken
+  for the key's slot, once made a set mark its own new record DEAD and left the key's
+  older one to the readers. A failed check is a
   corruption: counted in the writer's row (W_CORRUPTIONS), the bucket is rebuilt
   from its ring (_rebuild, safe on any bytes), and the entry applied again, once;
   damage met again (another process scribbling meanwhile) drops the entry.
@@ -156,9 +156,11 @@ def _bucket_ok(meta, mb, ring, max_live):
 
 
 @njit(inline="always")
-def _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks):
+def _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks):
     """(slot holding the key or -1, first empty slot on its probe path or -1); (BAD, -1) if a
-    slot of the key's tag points outside the ring, or its record is not a whole LIVE one."""
+    slot of the key's tag has no record's offset, or its record is not a whole LIVE one, or
+    the key's record found lies outside the live records (_live_at: a damaged slot's,
+    which a set or delete must not take for the key's; the key's real slot may follow)."""
     mask = slots - 1
     lim = np.uint64(ring - RECORD_HEADER - ks)  # >= 0: the geometry holds a largest record
     i = _home(h, slots)
@@ -178,7 +180,7 @@ def _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys6
                 if (word >> 32) != F_LIVE or ln > maxv or off + _record_size(ks, ln) > ring:
                     return BAD, -1
                 if _key_eq(ring8, ring64, rbase + off + RECORD_HEADER, keys8, keys64, koff, ks):
-                    return i, -1
+                    return (i, -1) if _live_at(meta, mb, ring, off) else (BAD, -1)
         i = (i + 1) & mask
     return -1, -1
 

@@ -26,7 +26,6 @@ from shmcache.engine._bucket import (
     _bucket_ok,
     _find,
     _home,
-    _live_at,
     _prefetch_run_after,
     _record_size,
     _remove_slot,
@@ -100,10 +99,10 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
          h, keys8, keys64, koff, vdata, vstart, vlen):
     """Write the record at the head and point the key's slot at it; False on damage.
 
-    The key's slot is found before the record is written, and the record it points at
-    must lie between tail and head: a damaged slot of the key's tag pointing where the
-    new record goes (or at an old record behind the tail) would otherwise be taken for
-    the key's slot, the new record marked DEAD through it, and the key's real slot,
+    The key's slot is found before the record is written (and _find takes only a record
+    between tail and head for the key's): a damaged slot of the key's tag pointing where
+    the new record goes (or at an old record behind the tail) would otherwise be taken
+    for the key's slot, the new record marked DEAD through it, and the key's real slot,
     further on, left to give readers its older value."""
     size = _record_size(ks, vlen)  # <= ring: vlen <= max value (checked by the caller)
     head = meta[mb + M_HEAD]
@@ -126,13 +125,8 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
             if r < 0:
                 return False
             break
-    found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
-    ooff = 0  # the ring offset of the record it replaces
-    if found >= 0:
-        ooff = (index[ibase + found] & POS_MASK) - 1
-        if not _live_at(meta, mb, ring, ooff):
-            return False
-    elif empty < 0:  # BAD, or no empty slot (never so in an undamaged bucket: live < max_live < slots)
+    found, empty = _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
+    if found < 0 and empty < 0:  # BAD, or no empty slot (never so in an undamaged bucket: live < max_live < slots)
         return False
     w = (rbase + off) >> 3
     p = rbase + off + RECORD_HEADER
@@ -143,7 +137,7 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
     meta[mb + M_HEAD] = head + size
     entry = (_tag(h) << POS_BITS) | (off + 1)
     if found >= 0:
-        ow = (rbase + ooff) >> 3
+        ow = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
         olen = ring64[ow + 1] & _LEN_MASK
         index[ibase + found] = entry
         ring64[ow + 1] = (F_DEAD << 32) | olen
@@ -158,13 +152,10 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
 @njit(inline="always")
 def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, h, keys8, keys64, koff):
     """1 deleted, 0 not there, -1 damage met."""
-    found, _ = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
+    found, _ = _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
     if found < 0:
         return -1 if found == BAD else 0
-    off = (index[ibase + found] & POS_MASK) - 1
-    if not _live_at(meta, mb, ring, off):  # a damaged slot's: the key's real one may lie further on
-        return -1
-    w = (rbase + off) >> 3
+    w = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
     vlen = ring64[w + 1] & _LEN_MASK
     ring64[w + 1] = (F_DEAD << 32) | vlen  # dead first: a crash before the slot goes cannot resurrect it
     if not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, found):

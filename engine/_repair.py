@@ -102,8 +102,8 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
                 # starts where its length ends. It is that key's record, live or not: the key's
                 # older records are dropped with it, and nothing else.
                 ring64[w + 1] = (F_DEAD << 32) | vlen
-                found, _ = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, ring64[w], ring8, ring64,
-                                 rbase + off + RECORD_HEADER, ks)
+                found, _ = _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, ring64[w], ring8,
+                                 ring64, rbase + off + RECORD_HEADER, ks)
                 if found >= 0:
                     ow = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
                     olen = ring64[ow + 1] & _LEN_MASK
@@ -130,7 +130,8 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
             if not _key_checks(ring8, h, kp, ks, b):
                 ring64[w + 1] = (F_DEAD << 32) | vlen
             else:
-                found, empty = _find(index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, ring8, ring64, kp, ks)
+                found, empty = _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, ring8, ring64,
+                                     kp, ks)
                 entry = (_tag(h) << POS_BITS) | (off + 1)
                 if found >= 0:
                     old = index[ibase + found]
