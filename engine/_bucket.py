@@ -60,6 +60,7 @@ from shmcache.engine import layout as L
 from shmcache.engine._prefetch import prefetch
 from shmcache.engine.layout import (
     BUCKET_BITS,
+    F_DEAD,
     F_LIVE,
     M_HEAD,
     M_LIVE,
@@ -129,6 +130,20 @@ def _slot_off_bad(off, lim):
     the hash and key of the record there matched while its length and value were read
     from the wrong bytes. One unsigned compare and one mask, no branch between them."""
     return (np.uint64(off) > lim) | ((off & (RECORD_ALIGN - 1)) != 0)
+
+
+@njit(inline="always")
+def _slot_record(index, ibase, rbase, s):
+    """The ring64 word of the record that slot s points at (an offset _find has checked)."""
+    return (rbase + (index[ibase + s] & POS_MASK) - 1) >> 3
+
+
+@njit(inline="always")
+def _mark_dead(ring64, w):
+    """Flag the record at ring64 word w DEAD, keeping its length; returns that length."""
+    vlen = ring64[w + 1] & _LEN_MASK
+    ring64[w + 1] = (F_DEAD << 32) | vlen
+    return vlen
 
 
 @njit(inline="always")

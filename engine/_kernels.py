@@ -26,10 +26,12 @@ from shmcache.engine._bucket import (
     _bucket_ok,
     _find,
     _home,
+    _mark_dead,
     _prefetch_run_after,
     _record_size,
     _remove_slot,
     _slot_of,
+    _slot_record,
     _tag,
 )
 from shmcache.engine._memcpy import copy_bytes
@@ -86,7 +88,7 @@ def _evict_oldest(meta, mb, index, ibase, slots, ring64, rbase, ring, ks, maxv):
             i = _slot_of(index, ibase, slots, ring64[w], off, slots)
             if i >= 0 and not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, i):
                 return -1
-            ring64[w + 1] = (F_DEAD << 32) | vlen
+            _mark_dead(ring64, w)
             meta[mb + M_LIVE] -= 1
             meta[mb + M_LIVE_BYTES] -= size
             meta[mb + M_EVICTIONS] += 1
@@ -137,10 +139,9 @@ def _add(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv, ma
     meta[mb + M_HEAD] = head + size
     entry = (_tag(h) << POS_BITS) | (off + 1)
     if found >= 0:
-        ow = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
-        olen = ring64[ow + 1] & _LEN_MASK
-        index[ibase + found] = entry
-        ring64[ow + 1] = (F_DEAD << 32) | olen
+        ow = _slot_record(index, ibase, rbase, found)
+        index[ibase + found] = entry  # the slot moves before the old record dies: readers find one LIVE
+        olen = _mark_dead(ring64, ow)
         meta[mb + M_LIVE_BYTES] += size - _record_size(ks, olen)
     else:
         index[ibase + empty] = entry
@@ -155,9 +156,8 @@ def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv,
     found, _ = _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, keys8, keys64, koff, ks)
     if found < 0:
         return -1 if found == BAD else 0
-    w = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
-    vlen = ring64[w + 1] & _LEN_MASK
-    ring64[w + 1] = (F_DEAD << 32) | vlen  # dead first: a crash before the slot goes cannot resurrect it
+    # dead first: a crash before the slot goes cannot resurrect it
+    vlen = _mark_dead(ring64, _slot_record(index, ibase, rbase, found))
     if not _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, found):
         return -1
     meta[mb + M_LIVE] -= 1

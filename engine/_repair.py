@@ -23,8 +23,10 @@ from shmcache.engine._bucket import (
     G_RING,
     G_SLOTS,
     _find,
+    _mark_dead,
     _record_size,
     _remove_slot,
+    _slot_record,
     _tag,
 )
 from shmcache.engine._xxh64 import xxh64_span
@@ -40,7 +42,6 @@ from shmcache.engine.layout import (
     M_TAKEOVERS,
     M_VERSION,
     POS_BITS,
-    POS_MASK,
     RECORD_ALIGN,
     RECORD_HEADER,
     ROW_WORDS,
@@ -101,13 +102,11 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
                 # only its flags are damaged: its key and length check out, and a whole record
                 # starts where its length ends. It is that key's record, live or not: the key's
                 # older records are dropped with it, and nothing else.
-                ring64[w + 1] = (F_DEAD << 32) | vlen
+                _mark_dead(ring64, w)
                 found, _ = _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, ring64[w], ring8,
                                  ring64, rbase + off + RECORD_HEADER, ks)
                 if found >= 0:
-                    ow = (rbase + (index[ibase + found] & POS_MASK) - 1) >> 3
-                    olen = ring64[ow + 1] & _LEN_MASK
-                    ring64[ow + 1] = (F_DEAD << 32) | olen
+                    olen = _mark_dead(ring64, _slot_record(index, ibase, rbase, found))
                     _remove_slot(index, ibase, slots, ring64, rbase, ring, ks, found)
                     live -= 1
                     live_bytes -= _record_size(ks, olen)
@@ -128,16 +127,13 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
             h = ring64[w]
             kp = rbase + off + RECORD_HEADER
             if not _key_checks(ring8, h, kp, ks, b):
-                ring64[w + 1] = (F_DEAD << 32) | vlen
+                _mark_dead(ring64, w)
             else:
                 found, empty = _find(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, maxv, h, ring8, ring64,
                                      kp, ks)
                 entry = (_tag(h) << POS_BITS) | (off + 1)
                 if found >= 0:
-                    old = index[ibase + found]
-                    ow = (rbase + (old & POS_MASK) - 1) >> 3
-                    olen = ring64[ow + 1] & _LEN_MASK
-                    ring64[ow + 1] = (F_DEAD << 32) | olen
+                    olen = _mark_dead(ring64, _slot_record(index, ibase, rbase, found))
                     index[ibase + found] = entry
                     live_bytes += size - _record_size(ks, olen)
                 elif found != BAD and live < max_live and empty >= 0:
@@ -145,7 +141,7 @@ def _rebuild(meta, index, ring8, ring64, slots, ring, ks, maxv, max_live, b):
                     live += 1
                     live_bytes += size
                 else:
-                    ring64[w + 1] = (F_DEAD << 32) | vlen
+                    _mark_dead(ring64, w)
         pos += size
     meta[mb + M_LIVE] = live
     meta[mb + M_LIVE_BYTES] = live_bytes
