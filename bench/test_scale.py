@@ -2,7 +2,7 @@
 one run, shmcache only.
 
     SHMCACHE_SCALE_N=1000000,20000000 .venv/bin/python -m pytest bench/test_scale.py -p no:cacheprovider -s
-    SHMCACHE_SCALE_N=1000000,20000000,50000000 ...   # where memory and /dev/shm allow (~8 GiB segment)
+    SHMCACHE_SCALE_N=1000000,20000000,50000000 ...   # where memory and /dev/shm allow (~10.6 GiB segment)
 
 SHMCACHE_SCALE_N: comma-separated table sizes (default: SHMCACHE_BENCH_N alone, the
 suite's smoke size). For each size N: create a segment sized as bench/test_table.py
