@@ -77,8 +77,10 @@ def _add(n: int, batches: int, toggle) -> int:
             k8, k64 = _input.words(keys, a.geo[5])
             calls.append((k8, k64, xxh64_rows(keys).view(np.int64), True, np.zeros(n, np.uint8), starts, lens, data))
 
+        me, counters = w.kernel_identity()
+
         def apply(c) -> None:
-            done = K.apply_entries(a.meta, a.index, a.ring8, a.ring64, a.geo, *c, 0, w._me, SPIN_LIMIT, w._counters)
+            done = K.apply_entries(a.meta, a.index, a.ring8, a.ring64, a.geo, *c, 0, me, SPIN_LIMIT, counters)
             assert done == n, done
 
         apply(calls[0])

@@ -64,18 +64,19 @@ def test_checks_cost_interleaved():
     w = shmcache.create(name, memory=P.cache_memory(n))
     try:
         P.fill(w, ds)
-        r = w  # a Writer reads too; the kernels take the same arrays
-        args = (r._meta, r._index, r._ring8, r._ring64, r._geo)
+        a = w.segment_arrays()  # a Writer reads too; the kernels take the same arrays
+        args = (a.meta, a.index, a.ring8, a.ring64, a.geo)
+        kst = int(a.geo[5])  # key stride
         counts = np.zeros(2, np.int64)
-        me = w._me
+        me, counters = w.kernel_identity()
         prepared = []
         for keys, (offs, data) in zip(ds.hit_batches, ds.value_batches):
-            k8, k64 = _input.words(keys, r._kstride)
+            k8, k64 = _input.words(keys, kst)
             m = len(keys)
             prepared.append((k8, k64, np.empty(m, np.int64), np.zeros(m, np.bool_), np.zeros(m + 1, np.int64),
                              np.empty(m * 200, np.uint8), np.zeros(m, np.uint8), offs[:-1].copy(), np.diff(offs),
                              np.ascontiguousarray(data)))
-        misses = [_input.words(k, r._kstride) for k in ds.miss_batches]
+        misses = [_input.words(k, kst) for k in ds.miss_batches]
 
         chunk = 16  # batches per turn: the sides alternate every ~2 ms, so a drift of the machine's speed hits both
 
@@ -91,9 +92,9 @@ def test_checks_cost_interleaved():
         def put_batch(new: bool, j: int) -> None:
             k8, k64, hashes, _, _, _, actions, starts, lens, data = prepared[j]
             if new:  # today's kernel hashes the keys itself unless told they are hashed already
-                K.apply_entries(*args, k8, k64, hashes, False, actions, starts, lens, data, 0, me, 2000, w._counters)
+                K.apply_entries(*args, k8, k64, hashes, False, actions, starts, lens, data, 0, me, 2000, counters)
             else:
-                base.apply_entries(*args, k8, k64, hashes, actions, starts, lens, data, 0, me, 2000, w._counters)
+                base.apply_entries(*args, k8, k64, hashes, actions, starts, lens, data, 0, me, 2000, counters)
 
         ops = {"get hit": lambda new, j: get_batch(new, "hit", j), "get miss": lambda new, j: get_batch(new, "miss", j),
                "set": put_batch}
@@ -130,7 +131,7 @@ def test_checks_cost_interleaved():
             lines.append(f"  {op:9s} median {np.median(got):.3f}  (rounds: {' '.join(f'{x:.3f}' for x in got)})")
         print("\n" + "\n".join(lines), file=sys.stderr)
         assert w.stats()["corruptions"] == 0
-        found = r.contains_many(ds.keys)
+        found = w.contains_many(ds.keys)
         assert found.all()
     finally:
         w.close()

@@ -125,13 +125,15 @@ def test_full_cache():
         return w, (a.meta, a.index, a.ring8, a.ring64, a.geo), int(a.geo[5])
 
     def writes(w, args, kst):
+        me, counters = w.kernel_identity()
+
         def run(today: bool, s: int, e: int) -> None:
             for b in range(s, e, P.BATCH):
                 be = min(b + P.BATCH, e)
                 k8, k64 = _input.words(keys[b:be], kst)
                 m = be - b
                 got = (K if today else KB).apply_entries(*args, k8, k64, hashes[:m], False, actions[:m], starts[b:be],
-                                                          lens[b:be], data, 0, w._me, 2000, w._counters)
+                                                          lens[b:be], data, 0, me, 2000, counters)
                 assert got == m, "a bucket lock stayed held in a single-writer benchmark"
         return run
 

@@ -2,7 +2,7 @@
 noise does not move (two runs of the same kernel agree to a few instructions in a million),
 for changes too small to see in CPU time on a shared host.
 
-    SHMCACHE_BENCH_N=200000 .venv/bin/python -m pytest bench/test_instructions.py -p no:cacheprovider -s
+    SHMCACHE_BENCH_N=20000 .venv/bin/python -m pytest bench/test_instructions.py -p no:cacheprovider -s   # ~5 min
 
 Counted: a lookup hit (today's kernel and each of bench/test_lookup_bounds.py's variants,
 50 batches of 1024 hits in a table of N entries), and a fresh ADD (hashes given, 20

@@ -54,6 +54,13 @@ class Writer(Reader):
             return s
         raise TooManyWritersError(f"cache {self.name!r}: all {L.MAX_WRITERS} writer slots are held by live processes")
 
+    def kernel_identity(self) -> tuple[int, np.ndarray]:
+        """Engine-internal, beside segment_arrays: the bucket-lock owner word and the
+        counters row that this handle passes to the apply kernel (for benchmarks that call
+        the kernel itself)."""
+        self._check_open()
+        return self._me, self._counters
+
     def close(self) -> None:
         if self._slot >= 0 and self._seg is not None:
             store_word(self._writers, self._slot * L.ROW_WORDS + L.W_OWNER, 0)  # counters stay: totals never drop
