@@ -96,11 +96,16 @@ class ControlView:
         return {k: int(self._h[w]) for k, w in SUPERVISOR_COUNTERS.items()}
 
     def broker(self) -> dict:
-        """The broker's state as status() shows it: "up", "connecting" or "waiting for the broker"."""
+        """The broker's state as status() shows it: "up", "connecting" or "waiting for the broker",
+        and broker_waiting_s: a number while waiting, else None. The supervisor writes the two
+        words one after the other (consumer/broker.py), so a look between its stores can see
+        "waiting" with no start (0, or damage): that wait is reported as 0 s."""
+        state = self.broker_state
         since = int(self._h[L.H_BROKER_SINCE])
+        waiting = state == L.BROKER_WAITING
         return {
-            "broker": L.BROKER_STATE_NAMES.get(self.broker_state, "connecting"),
-            "broker_waiting_s": max(0.0, (time.time_ns() - since) / 1e9) if since else None,
+            "broker": L.BROKER_STATE_NAMES.get(state, "connecting"),
+            "broker_waiting_s": (max(0.0, (time.time_ns() - since) / 1e9) if since > 0 else 0.0) if waiting else None,
         }
 
     def group(self, nparts: int, damaged: list[str]) -> dict:

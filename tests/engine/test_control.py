@@ -15,6 +15,7 @@ accepts gaps, and never with a dead supervisor.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -241,3 +242,31 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     assert not st_["supervisor_alive"] and not st_["caught_up"] and not st_["gaps_accepted"]
     c.set_word(L.H_SUPERVISOR, liveness.owner_word())
     assert r.wait_ready(timeout=0)["ready"]
+
+
+@pytest.mark.parametrize("since", [0, -(2**62), 2**62], ids=["between-stores", "negative", "future"])
+def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles, since):
+    """The supervisor marks the broker back with two stores (SINCE = 0, then STATE = UP): a look
+    between them, or a damaged word, sees "waiting" with no start. status(), wait_ready's
+    reason, `shmcache status` and `shmcache top` must all show it (a wait of 0 s), where
+    each once raised TypeError formatting None."""
+    from shmcache import top
+
+    w, r = handles
+    c = w.control
+    c.reset_supervisor()
+    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_word(L.H_BROKER_SINCE, time.time_ns() - 3 * 10**9)
+    c.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
+    assert r.status()["broker_waiting_s"] == pytest.approx(3, abs=1)  # an ordinary wait
+
+    c.set_word(L.H_BROKER_SINCE, since)
+    st_ = _not_ready(r, "waiting for the Kafka broker for 0 s")
+    assert st_["broker"] == "waiting for the broker" and st_["broker_waiting_s"] == 0.0
+    assert "waiting for the broker (0 s)" in top.render(r.name, top.Snapshot.read(r)).renderables[0].plain
+    cli = subprocess.run([sys.executable, "-m", "shmcache", "status", r.name], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert cli.returncode == 0 and "waiting for the broker (0 s)" in cli.stdout, cli.stdout + cli.stderr
+
+    c.set_word(L.H_BROKER_STATE, L.BROKER_UP)  # answered: no wait, whatever SINCE still says
+    assert r.status()["broker"] == "up" and r.status()["broker_waiting_s"] is None
