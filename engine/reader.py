@@ -28,7 +28,7 @@ from shmcache.engine.control import ControlView
 from shmcache.errors import ClosedError, LayoutVersionError, NotACacheError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
-from shmcache.ipc.segment import Segment
+from shmcache.ipc.segment import Segment, path_of
 
 log = logging.getLogger("shmcache.engine")
 
@@ -94,6 +94,43 @@ class SegmentArrays(NamedTuple):
     geo: np.ndarray  # the kernels' geometry vector (slots, ring, key_size, max_value, max_live, key stride)
 
 
+def _too_small(name: str, path: str, size: int) -> NotACacheError:
+    return NotACacheError(f"cache {name!r}: {path} is {size} bytes, not a shmcache segment")
+
+
+def _check_header(name: str, path: str, size: int, h: np.ndarray, magic: int) -> L.Geometry:
+    """The geometry of the cache whose header words are h and whose file holds size bytes;
+    NotACacheError, LayoutVersionError or CorruptCacheError naming what is wrong. magic
+    is h's H_MAGIC word as the caller read it (on a mapping, an acquire load: a creator
+    names its segment once the magic is in)."""
+    if magic == 0:
+        raise NotACacheError(
+            f"cache {name!r}: {path} has no shmcache magic (shmcache did not make it, or its header "
+            f"was overwritten): not a usable cache; remove it with shmcache destroy --force {name}")
+    if magic != L.MAGIC:
+        raise NotACacheError(f"cache {name!r}: {path} is not a shmcache segment (bad magic)")
+    if h[L.H_VERSION] != L.LAYOUT_VERSION:
+        raise LayoutVersionError(
+            f"cache {name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
+            f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
+        )
+    return L.Geometry.from_header(name, h, size)
+
+
+def _header_check(name: str):
+    """Segment's check of a file before it maps it (ipc/segment.py): its first page, read with
+    pread(2), must be a whole cache's header for a file of its size. A stranger's file at
+    the name (a sparse one of any size) is refused having cost one page read, not mapped
+    and populated first."""
+    def check(fd: int, size: int) -> None:
+        page = os.pread(fd, L.PAGE, 0) if size >= L.PAGE else b""
+        if len(page) < L.PAGE:  # shrunk since its size was read, too
+            raise _too_small(name, path_of(name), size)
+        h = np.frombuffer(page, np.int64)
+        _check_header(name, path_of(name), size, h, int(h[L.H_MAGIC]))
+    return check
+
+
 class Reader:
     """A read-only handle on a cache: `shmcache.attach(name)`."""
 
@@ -105,7 +142,7 @@ class Reader:
         """Attach to cache `name`; shmcache.attach(name). A name only ever holds a whole
         cache (a creator names its segment last: see ipc/segment.py), so there is no
         creator to wait for; anything but a regular file is refused by open_regular."""
-        self._setup(name, Segment(name, writable=self._writable))
+        self._setup(name, Segment(name, writable=self._writable, check=_header_check(name)))
 
     @classmethod
     def _adopt(cls, name: str, seg: Segment):
@@ -134,23 +171,12 @@ class Reader:
     def _map(self) -> None:
         seg = self._seg
         if seg.size < L.PAGE or seg.mm is None:
-            raise NotACacheError(f"cache {self.name!r}: {seg.path} is {seg.size} bytes, not a shmcache segment")
-        self._header = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
-        if load_word(self._header, L.H_MAGIC) == 0:  # a creator names its segment once the magic is in
-            raise NotACacheError(
-                f"cache {self.name!r}: {seg.path} has no shmcache magic (shmcache did not make it, or its header "
-                f"was overwritten): not a usable cache; remove it with shmcache destroy --force {self.name}")
-        h = self._header
-        if h[L.H_MAGIC] != L.MAGIC:
-            raise NotACacheError(f"cache {self.name!r}: {seg.path} is not a shmcache segment (bad magic)")
-        if h[L.H_VERSION] != L.LAYOUT_VERSION:
-            raise LayoutVersionError(
-                f"cache {self.name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
-                f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
-            )
-        # every figure the kernels index with, checked once here and never re-read (a later
-        # change of these header words cannot move the arrays under the kernels)
-        geo = L.Geometry.from_header(self.name, h, seg.size)
+            raise _too_small(self.name, seg.path, seg.size)
+        self._header = h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
+        # checked again on the mapping (the file may have changed since Segment's check read
+        # it): every figure the kernels index with is checked once here and never re-read, so
+        # a later change of these header words cannot move the arrays under the kernels
+        geo = _check_header(self.name, seg.path, seg.size, h, load_word(h, L.H_MAGIC))
         self.geometry = geo
         mm = seg.mm
         rows = L.ROW_WORDS

@@ -141,6 +141,13 @@ def unlink(name: str, creation_id: int | None = None) -> None:
         pass
 
 
+def _check_size(fd: int, size: int) -> None:
+    """Segment's check before it maps the companion: a file of another size is not one (a
+    stranger's sparse file would be populated whole by the mapping)."""
+    if size != SIZE:
+        raise ValueError(f"{size} bytes, not {SIZE}")
+
+
 class ReaderStats:
     """This process's row in a cache's companion; a no-op when there is none."""
 
@@ -153,15 +160,12 @@ class ReaderStats:
         path = path_of(name)
         try:
             try:  # shared: a reader group writes it by design
-                seg = Segment(name, writable=True, path=path, what=_WHAT, shared=True)
+                seg = Segment(name, writable=True, path=path, what=_WHAT, shared=True, check=_check_size)
             except PermissionError:  # a reader allowed to read the sums, not to count
-                seg = Segment(name, writable=False, path=path, what=_WHAT)
+                seg = Segment(name, writable=False, path=path, what=_WHAT, check=_check_size)
         except (OSError, ValueError):
-            return  # no companion, not a file, not ours to read: no shared counters
+            return  # no companion, not a file, not ours to read, not its size: no shared counters
         self._seg = seg
-        if seg.size != SIZE:
-            self.close()
-            return
         self._claimed = not seg.writable  # a read-only row is never claimed: add() is a no-op
         h = np.frombuffer(seg.mm, np.int64, 3)
         ours = _ours(h, creation_id)

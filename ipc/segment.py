@@ -191,7 +191,13 @@ class Segment:
     named `what` in messages); `shared=True` says others write it by design (a reader
     group counts in the companion), so a read-write open does not insist on a file only
     its own user may write. Either way the file is opened with open_regular.
-    `create_size` makes a new file instead, unnamed until `finish_create`."""
+    `create_size` makes a new file instead, unnamed until `finish_create`.
+
+    `check(fd, size)`, for a file opened (not created), runs before it is mapped and
+    raises if the file is not what the caller maps: its header read with pread(2). A
+    mapping is populated at once (MAP_POPULATE), and on tmpfs populating a hole
+    allocates it: a stranger's sparse file of any size at the name would fill /dev/shm
+    before its first page could be looked at."""
 
     mm: memoryview | None = None  # class defaults: close() may run on a half-built object
     fd: int = -1  # a reader's is closed once mapped; a creator's is its unnamed file until finish_create
@@ -199,7 +205,7 @@ class Segment:
     huge: bool = False  # backed by 2 MiB pages (see the module docstring)
 
     def __init__(self, name: str, *, create_size: int = 0, writable: bool, mode: int = 0o600,
-                 path: str | None = None, what: str = "", shared: bool = False):
+                 path: str | None = None, what: str = "", shared: bool = False, check=None):
         self.name = check_name(name)
         self.path = path if path is not None else path_of(name)
         self.what = what
@@ -214,8 +220,14 @@ class Segment:
             st = os.fstat(self.fd)
             self.size = st.st_size
             self.ident = (st.st_dev, st.st_ino)  # ipc.segment.identity() of the file mapped
+            if check is not None and not self.created:
+                check(self.fd, self.size)
             if self.size:
-                self.mm, self.addr = _map_aligned(self.fd, self.size, writable, populate=not self.created)
+                try:
+                    self.mm, self.addr = _map_aligned(self.fd, self.size, writable, populate=not self.created)
+                except OSError as e:
+                    raise OSError(e.errno, f"cache {self.name!r}: cannot map {self.path}{self.what} "
+                                           f"({self.size:,} bytes): {os.strerror(e.errno)}") from None
                 if self.created:
                     self._back()
         except BaseException:

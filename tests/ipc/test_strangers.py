@@ -447,3 +447,53 @@ def test_a_zeroed_header_is_refused_at_once(real_cache):
     finally:
         w._header[L.H_MAGIC] = L.MAGIC
         w.close()
+
+
+# -- a stranger's sparse file: refused from its first page, never mapped -----------------------------
+
+_SPARSE = 1 << 30  # a mapping populates its holes on tmpfs: 1 GiB of /dev/shm if it were mapped
+
+
+def _allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+@pytest.mark.parametrize("first_page", ["holes", "a cache's header"])
+def test_a_strangers_sparse_file_at_the_name_is_refused_without_being_mapped(name, real_cache, first_page):
+    """attach and open read a file's first page before they map it: a sparse file of any size at
+    the name is refused having allocated nothing. Before, each mapped it with MAP_POPULATE, which
+    on tmpfs allocates every hole (a 2 GiB file cost 2 GiB of /dev/shm and 3 s), and only then
+    looked for the magic. The hardest case carries a real cache's header, whole and valid, whose
+    size word no longer matches the file's."""
+    path = f"/dev/shm/{name}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        if first_page != "holes":
+            with open(f"/dev/shm/{real_cache}", "rb") as f:
+                os.write(fd, f.read(L.PAGE))
+        os.ftruncate(fd, _SPARSE)
+    finally:
+        os.close(fd)
+    before = _allocated(path)
+    assert before <= L.PAGE
+    want = "no shmcache magic" if first_page == "holes" else f"it should be {_SPARSE}, the size of the file"
+    for fn in (shmcache.attach, shmcache.open):
+        with pytest.raises(shmcache.NotACacheError, match=f"cache '{name}'.*{want}"):
+            fn(name)
+        assert _allocated(path) == before, f"{fn.__name__} allocated {_allocated(path) - before:,} bytes of the file"
+
+
+def test_a_sparse_file_at_the_readers_companion_is_not_mapped(real_cache):
+    """The readers' companion of a real cache replaced by a large sparse file: a reader neither
+    maps it (allocating its holes) nor counts in it, and looks up as ever."""
+    comp = reader_stats.path_of(real_cache)
+    os.unlink(comp)
+    fd = os.open(comp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        os.ftruncate(fd, _SPARSE)
+    finally:
+        os.close(fd)
+    with shmcache.attach(real_cache) as r:
+        assert r.get(b"k" * 32) == b"v"
+        assert r.stats()["reader_hits"] == 0  # no companion of ours to count in
+    assert _allocated(comp) == 0
