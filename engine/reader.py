@@ -25,7 +25,7 @@ from shmcache.engine import _lookup as LK
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 from shmcache.engine.control import ControlView
-from shmcache.errors import ClosedError, LayoutVersionError, NotACacheError
+from shmcache.errors import ClosedError, CorruptCacheError, LayoutVersionError, NotACacheError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
 from shmcache.ipc.segment import Segment, path_of
@@ -247,6 +247,16 @@ class Reader:
         if self._seg is None:
             raise ClosedError(f"cache {self.name!r}: this handle is closed")
 
+    def raise_if_lost(self) -> None:
+        """CorruptCacheError if the segment's file was cut short while this handle mapped it
+        (ipc/sigbus.py: the mapping then holds zero pages, and what a call read from it since
+        is not the cache's). Checked after every lookup, write, stats() and status()."""
+        if self._seg is not None and self._seg.lost:
+            raise CorruptCacheError(
+                f"cache {self.name!r}: {self._seg.path} was cut short while this process mapped it (truncated by "
+                "a process that may write it); its content is gone from this handle: attach again, or destroy "
+                "and re-create the cache")
+
     # -- input ----------------------------------------------------------------------------------
 
     def _keys(self, keys) -> np.ndarray:
@@ -294,6 +304,7 @@ class Reader:
                 i += 1
                 continue
             static_b, static_v = self._stuck_bucket(b, static_b, static_v)
+        self.raise_if_lost()  # zero pages read as misses: not this cache's answer
         hits = int(np.count_nonzero(found))
         self._hits += hits
         self._misses += n - hits
@@ -356,7 +367,7 @@ class Reader:
         w = self._writers.reshape(L.MAX_WRITERS, L.ROW_WORDS)
         geo = self.geometry
         shared = self._shared_stats.totals()
-        return {
+        st = {
             "name": self.name,
             "entries": int(m[:, L.M_LIVE].sum()),
             "bytes_used": int(m[:, L.M_LIVE_BYTES].sum()),
@@ -384,13 +395,17 @@ class Reader:
             "creation_id": self.creation_id,
             "created_s": int(self._header[L.H_CREATED_NS]) / 1e9,  # unix time the cache was created
         }
+        self.raise_if_lost()
+        return st
 
     # -- readiness (filled by a supervisor; see engine/control.py) -------------------------------
 
     def status(self) -> dict:
         """Topic, supervisor, per-partition progress (applied, watermark, lag, caught up), workers."""
         self._check_open()
-        return self.control.status()
+        st = self.control.status()
+        self.raise_if_lost()
+        return st
 
     def wait_ready(self, timeout: float | None = None) -> dict:
         """Block until every partition of the topic is assigned to this cache and has caught up

@@ -27,6 +27,7 @@ with O_EXCL and its mode set by fchmod (never the umask's).
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 
@@ -36,6 +37,8 @@ from shmcache.engine import layout as L
 from shmcache.errors import CacheExistsError, CachePermissionError, NotACacheError, ShmcacheError
 from shmcache.ipc import liveness
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, kind_of, open_regular
+
+log = logging.getLogger("shmcache.engine")
 
 MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
 VERSION = 2  # 2 added the corruptions column (word 5, zero and unused in version 1)
@@ -194,20 +197,36 @@ class ReaderStats:
                 row[R_RETRIES] += retries
             if corruptions:
                 row[R_CORRUPTIONS] += corruptions
+            self._drop_if_lost()
 
     def totals(self) -> dict:
         """Sums over every row ever used, and how many readers are attached now."""
-        if self.rows is None:
-            return {"reader_hits": 0, "reader_misses": 0, "reader_batches": 0, "reader_corruptions": 0, "readers": 0}
-        r = self.rows.reshape(MAX_READERS, L.ROW_WORDS)
-        owners = [int(w) for w in r[:, R_OWNER][r[:, R_OWNER] != 0]]
-        return {
-            "reader_hits": int(r[:, R_HITS].sum()),
-            "reader_misses": int(r[:, R_MISSES].sum()),
-            "reader_batches": int(r[:, R_BATCHES].sum()),
-            "reader_corruptions": int(r[:, R_CORRUPTIONS].sum()),
-            "readers": sum(1 for w in owners if liveness.is_alive(w)),
-        }
+        if self.rows is not None:
+            r = self.rows.reshape(MAX_READERS, L.ROW_WORDS)
+            owners = [int(w) for w in r[:, R_OWNER][r[:, R_OWNER] != 0]]
+            sums = {
+                "reader_hits": int(r[:, R_HITS].sum()),
+                "reader_misses": int(r[:, R_MISSES].sum()),
+                "reader_batches": int(r[:, R_BATCHES].sum()),
+                "reader_corruptions": int(r[:, R_CORRUPTIONS].sum()),
+                "readers": sum(1 for w in owners if liveness.is_alive(w)),
+            }
+            del r
+            if not self._drop_if_lost():
+                return sums
+        return {"reader_hits": 0, "reader_misses": 0, "reader_batches": 0, "reader_corruptions": 0, "readers": 0}
+
+    def _drop_if_lost(self) -> bool:
+        """The companion was cut short under its mapping (any reader of the group may write
+        it; ipc/sigbus.py put zero pages in its place): its counters are gone, so this
+        handle stops counting and summing, as when there is no companion. The cache itself
+        is not touched."""
+        if self._seg is None or not self._seg.lost:
+            return False
+        log.warning("cache %r: its readers' companion %s was cut short by another process; reader counters "
+                    "are off for this handle", self._seg.name, self._seg.path)
+        self.close()
+        return True
 
     def close(self) -> None:
         self.row = self.rows = None

@@ -126,6 +126,7 @@ class Writer(Reader):
                 break
             hashed = True  # the kernel hashed them all before it stopped
             self._contended(int(hashes[i]) & (L.NBUCKETS - 1))
+        self.raise_if_lost()  # written into zero pages: not into the cache
         c[L.W_BATCHES] += 1
 
     def _contended(self, b: int) -> None:

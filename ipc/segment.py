@@ -49,6 +49,7 @@ from shmcache.errors import (
     CacheSpaceError,
     NotACacheError,
 )
+from shmcache.ipc import sigbus
 
 SHM_DIR = "/dev/shm"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -67,10 +68,12 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
-def _map_aligned(fd: int, size: int, writable: bool, populate: bool = True) -> tuple[memoryview, int]:
+def _map_aligned(fd: int, size: int, writable: bool, populate: bool = True) -> tuple[memoryview, int, int]:
     """Map fd at a HUGE_PAGE-aligned address; the memoryview (read-only unless writable)
     keeps the mapping alive, and the mapping goes when the last view of it does.
-    populate=False leaves the page tables empty (the creator fills them after its collapse)."""
+    populate=False leaves the page tables empty (the creator fills them after its collapse).
+    The mapping is guarded against the file being cut short (ipc/sigbus.py): the third
+    item is its token there."""
     # Reserve size + one huge page of address space, then map the file over its
     # aligned part and give back the unused head and tail.
     base = _libc.mmap(None, size + HUGE_PAGE, 0,  # PROT_NONE
@@ -92,12 +95,18 @@ def _map_aligned(fd: int, size: int, writable: bool, populate: bool = True) -> t
     end = base + size + HUGE_PAGE
     if end > addr + size:
         _libc.munmap(addr + size, end - (addr + size))
+    token = sigbus.guard(addr, size, prot)
     buf = (ctypes.c_uint8 * size).from_address(addr)
     # munmap when the ctypes array is collected: every numpy view holds the memoryview,
     # which holds the array, so no view can outlive the mapping.
-    weakref.finalize(buf, _libc.munmap, addr, size).atexit = False
+    weakref.finalize(buf, _unmap, addr, size, token).atexit = False
     view = memoryview(buf).cast("B")  # plain bytes: ctypes exports "<B", which memoryview cannot slice-assign
-    return (view if writable else view.toreadonly()), addr
+    return (view if writable else view.toreadonly()), addr, token
+
+
+def _unmap(addr: int, size: int, token: int) -> None:
+    sigbus.unguard(token)  # first: once unmapped, the addresses may hold anything
+    _libc.munmap(addr, size)
 
 
 def check_name(name: str) -> str:
@@ -203,6 +212,7 @@ class Segment:
     fd: int = -1  # a reader's is closed once mapped; a creator's is its unnamed file until finish_create
     addr: int = 0
     huge: bool = False  # backed by 2 MiB pages (see the module docstring)
+    _guard: int = -1  # the mapping's token in ipc/sigbus.py
 
     def __init__(self, name: str, *, create_size: int = 0, writable: bool, mode: int = 0o600,
                  path: str | None = None, what: str = "", shared: bool = False, check=None):
@@ -224,7 +234,8 @@ class Segment:
                 check(self.fd, self.size)
             if self.size:
                 try:
-                    self.mm, self.addr = _map_aligned(self.fd, self.size, writable, populate=not self.created)
+                    self.mm, self.addr, self._guard = _map_aligned(self.fd, self.size, writable,
+                                                                   populate=not self.created)
                 except OSError as e:
                     raise OSError(e.errno, f"cache {self.name!r}: cannot map {self.path}{self.what} "
                                            f"({self.size:,} bytes): {os.strerror(e.errno)}") from None
@@ -377,6 +388,12 @@ class Segment:
             return f"{st.st_mode & 0o777:04o}, owner uid {st.st_uid}"
         except OSError:
             return "unknown"
+
+    @property
+    def lost(self) -> bool:
+        """The file was cut short under the mapping (by whoever may write it): the mapping
+        now holds zero pages in place of the file (ipc/sigbus.py), and its content is gone."""
+        return self.mm is not None and sigbus.lost(self._guard)
 
     def close(self) -> None:
         """Drop this reference to the mapping: it is unmapped now, or, while numpy views
