@@ -28,6 +28,7 @@ STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 # invariants (commits only of applied offsets, by the supervisor alone).
 RESERVED_KAFKA = {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers",
                   "group.instance.id"}
+TOPIC_REFRESH_MS = 5000  # how soon partitions added to the topic are seen (consumer_settings)
 DYNAMIC = "none"  # instance_id for plain (dynamic) group membership
 
 
@@ -158,6 +159,12 @@ class RunConfig:
             # its errors reach error_cb, and the supervisor says the broker's state once
             # per retry (consumer/broker.py). `--set log_level=7` shows everything.
             "log_level": 2,
+            # Partitions added to the topic reach the group (and status(), which is not
+            # ready until they are assigned here and caught up) only when librdkafka
+            # refreshes its metadata: every 300 s by default, all that time "ready" with
+            # the new partitions' entries missing. A metadata request every 5 s costs the
+            # broker nothing measurable.
+            "topic.metadata.refresh.interval.ms": TOPIC_REFRESH_MS,
         }
         conf.update(self.kafka)
         conf.update(extra)
