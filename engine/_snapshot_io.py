@@ -46,28 +46,38 @@ class SnapshotOut:
         self.t0 = time.monotonic()
 
     def write(self, data) -> None:
-        mv = memoryview(data).cast("B")
-        while len(mv):
-            if self.stage is None:
-                n = min(len(mv), self.PIECE)
-                self._write_all(mv[:n])
-            else:
-                n = min(len(mv), self.PIECE - self.staged)
-                self.stage[self.staged:self.staged + n] = mv[:n]
-                self.staged += n
-                if self.staged == self.PIECE:
-                    self._write_all(memoryview(self.stage))
-                    self.staged = 0
-            mv = mv[n:]
-            self.size += n
-            if self.rate:
-                ahead = self.size / self.rate - (time.monotonic() - self.t0)
-                if ahead > 0:
-                    time.sleep(ahead)
+        with memoryview(data) as raw, raw.cast("B") as mv:
+            pos = 0
+            while pos < len(mv):
+                with mv[pos:pos + (self.PIECE if self.stage is None else self.PIECE - self.staged)] as piece:
+                    n = len(piece)
+                    if self.stage is None:
+                        self._write_all(piece)
+                    else:
+                        self.stage[self.staged:self.staged + n] = piece
+                        self.staged += n
+                        if self.staged == self.PIECE:
+                            self._write_stage(self.PIECE)
+                            self.staged = 0
+                pos += n
+                self.size += n
+                if self.rate:
+                    ahead = self.size / self.rate - (time.monotonic() - self.t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
 
     def _write_all(self, mv) -> None:
-        while len(mv):
-            mv = mv[os.write(self.fd, mv):]
+        # each view of the data is released as soon as it is written, or the write fails:
+        # a view left in a traceback's frame would keep the staging buffer exported, and
+        # its close() would fail (BufferError) on the way out of a failed snapshot
+        done = 0
+        while done < len(mv):
+            with mv[done:] as rest:
+                done += os.write(self.fd, rest)
+
+    def _write_stage(self, n: int) -> None:
+        with memoryview(self.stage) as whole, whole[:n] as mv:
+            self._write_all(mv)
 
     def chunk_done(self) -> None:
         if self.stage is None:
@@ -80,19 +90,22 @@ class SnapshotOut:
         if self.stage is not None and self.staged:
             whole = -(-self.staged // self.BLOCK) * self.BLOCK
             self.stage[self.staged:whole] = bytes(whole - self.staged)
-            self._write_all(memoryview(self.stage)[:whole])
+            self._write_stage(whole)
             os.ftruncate(self.fd, self.size)
             self.staged = 0
         self.chunk_done()
         os.fdatasync(self.fd)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self.stage is not None:
-            self.stage.close()
-            self.stage = None
+        """The file closed (it stays where it is: the caller renames or removes it)."""
+        fd, stage = self.fd, self.stage
+        self.fd, self.stage = -1, None
+        try:
+            if fd >= 0:
+                os.close(fd)
+        finally:
+            if stage is not None:
+                stage.close()
 
 
 def lower_priority() -> str:

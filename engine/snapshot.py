@@ -7,7 +7,8 @@ Writing (`write`): the partitions' applied offsets are read first, then the buck
 are copied a chunk at a time (bounded memory, snapshot_format.CHUNK_BYTES), each bucket under its
 seqlock as a reader reads it (_snapshot_kernels.copy_out: never torn, and no writer
 waits); the file is written to PATH.tmp, fsynced, renamed to PATH and its directory
-fsynced, so PATH is always a whole snapshot or the previous one. Why replaying from
+fsynced, so PATH is always a whole snapshot or the previous one; a write that fails
+(a full disk) removes PATH.tmp. Why replaying from
 offsets taken before the copy gives the table Kafka's order implies: DESIGN.md,
 "Snapshots".
 
@@ -61,7 +62,10 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
 
     rate: bytes of file per second at most (0: as fast as it goes); see engine/_snapshot_io.py for what
     else keeps a snapshot light on the readers beside it. progress(buckets done,
-    buckets in all, bytes written) is called after each chunk."""
+    buckets in all, bytes written) is called after each chunk.
+
+    OSError naming `path` if the file cannot be written (a full disk: ENOSPC); `path`
+    is then untouched and no temporary file is left."""
     path = os.fspath(path)
     header, parts, meta, index, ring8 = handle.segment_arrays()[:5]
     geo = handle.geometry
@@ -78,12 +82,15 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
             "offsets": list(offsets), "taken_ns": taken, "name": handle.name,
             "creation_id": int(header[L.H_CREATION_ID]), "entries": entries}
     raw = json.dumps(head, separators=(",", ":")).encode()
-    tmp = path + ".tmp"
     nb = buckets_per_chunk(geo)
     buf = Buffers(geo, nb)
     counts = np.zeros(2, np.int64)
     sums = xxhash.xxh3_64()
-    out = SnapshotOut(tmp, rate)
+    tmp = path + ".tmp"
+    try:
+        out = SnapshotOut(tmp, rate)
+    except OSError as e:
+        raise _not_written(e, path, f"could not create {tmp}") from e
     try:
         out.write(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
         for b0 in range(0, L.NBUCKETS, nb):
@@ -106,14 +113,21 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
         size = out.size
         out.close()
         os.rename(tmp, path)
-        fsync_dir(path)
-    except BaseException:
-        out.close()
+    except BaseException as e:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp)  # first: whatever else fails, no temporary file is left
         except OSError:
             pass
+        finally:
+            out.close()
+        if isinstance(e, OSError):
+            raise _not_written(e, path, f"its temporary file {os.path.basename(tmp)} was removed") from e
         raise
+    try:
+        fsync_dir(path)
+    except OSError as e:
+        raise OSError(e.errno, f"snapshot {path} was written, but its directory's fsync failed: "
+                      f"{e.strerror or e}") from e
     if counts[1]:
         log.warning("cache %r: %d buckets had head/tail words no writer leaves; written empty", handle.name,
                     int(counts[1]))
@@ -122,6 +136,12 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
              L.format_bytes(size), dt, size / max(dt, 1e-9) / 1e9)
     return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
                         handle.name, size)
+
+
+def _not_written(e: OSError, path: str, what: str) -> OSError:
+    """The OSError `e` again (its errno, so its type), saying which snapshot was not written and why."""
+    message = f"snapshot {path} not written: {e.strerror or e} ({what}; {path} is untouched)"
+    return OSError(message) if e.errno is None else OSError(e.errno, message)
 
 
 def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts) -> None:

@@ -2,10 +2,12 @@
 directory that needs one (tests/consumer, tests/spark): no Docker, no mocks. The broker is started once per session,
 bound to 127.0.0.1 only, and always stopped at the end."""
 
+import contextlib
 import os
 import subprocess
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,31 @@ def kafka_topic(kafka_broker, kafka_admin):
                 future.result(timeout=15)
             except Exception:
                 pass
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """Factory: small_fs(nbytes) -> a directory on a tmpfs of its own of that size, for
+    disk-full tests (mounted under tmp_path; needs root: skipped otherwise). Everything
+    mounted is unmounted after the test, whatever happened."""
+    mounted: list[Path] = []
+
+    def mount(nbytes: int) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("a disk-full test mounts a small tmpfs: that needs root")
+        d = tmp_path / f"small-fs-{len(mounted)}"
+        d.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={int(nbytes)},mode=0700", "tmpfs", str(d)],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            pytest.skip(f"could not mount a tmpfs at {d}: {r.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in reversed(mounted):
+        r = subprocess.run(["umount", str(d)], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:  # still busy (a process of a failed test): detach it, it goes when unused
+            subprocess.run(["umount", "-l", str(d)], capture_output=True, timeout=30)
+        with contextlib.suppress(OSError):
+            d.rmdir()

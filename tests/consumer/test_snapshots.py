@@ -9,12 +9,15 @@ import signal
 import struct
 import subprocess
 import sys
+import uuid
 
 import pytest
 import xxhash
 
 import shmcache
 from shmcache.consumer import snapshots as policy
+from shmcache.consumer.config import RunConfig
+from shmcache.engine import layout as L
 from shmcache.engine import snapshot as S
 from shmcache.errors import SnapshotCorruptError
 
@@ -260,3 +263,76 @@ def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafk
     assert st["restore"]["state"] == "restored"
     assert _messages(r2) == sum(ends) - sum(first)  # resumed at the previous snapshot's offsets
     assert not tmp.exists()  # removed at start, never read
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "a full disk"])
+def test_a_snapshot_that_cannot_be_written_is_counted_and_raises_nothing(tmp_path, small_fs, where):
+    """The supervisor's snapshots (SnapshotPolicy, on a real cache) where they cannot be
+    written: the snapshot dir is a regular file, or lies under one (it cannot be made), or
+    its disk is full (a small tmpfs of the test's own). take() returns None and counts a
+    failure; at_stop after a clean stop (what the supervisor's shutdown calls) raises
+    nothing and counts one more; no temporary file is left, the previous snapshot stays."""
+    name = f"t-snapfail-{uuid.uuid4().hex[:8]}"
+    previous = None
+    if where == "a full disk":
+        snaps = small_fs(64 << 10)
+        previous = policy.path_for(snaps, name, 1)
+        previous.write_bytes(b"SHMSNAP1 an older one")
+    else:
+        (tmp_path / "afile").write_text("a file\n")
+        snaps = tmp_path / "afile" if where == "a file" else tmp_path / "afile" / "snaps"
+    cfg = RunConfig(name=name, bootstrap="127.0.0.1:1", topic="t", snapshot_dir=str(snaps), snapshot_interval=1)
+    try:
+        with shmcache.create(name, memory="40MiB") as w:
+            w.set(b"k" * 32, b"v")
+            pol = policy.SnapshotPolicy(cfg)
+            pol.opened(w, False)
+            assert pol.take() is None
+            assert w.control.word(L.H_SNAPSHOT_FAILURES) == 1
+            pol.at_stop(clean=True)
+            assert w.control.word(L.H_SNAPSHOT_FAILURES) == 2 and w.control.word(L.H_SNAPSHOTS) == 0
+    finally:
+        shmcache.destroy(name, force=True)
+    if where == "a full disk":
+        assert os.listdir(snaps) == [previous.name]
+    else:
+        assert (tmp_path / "afile").read_text() == "a file\n" and os.listdir(tmp_path) == ["afile"]
+
+
+def test_snapshots_to_a_full_disk_are_counted_and_the_supervisor_carries_on(harness, kafka_topic, small_fs):
+    """`shmcache run --snapshot-dir` on a disk too small for a snapshot (a small tmpfs of
+    the test's own): each periodic snapshot fails, is counted, leaves no temporary file,
+    and the next one is tried; the supervisor goes on applying; a clean stop exits 0
+    having made its final commit (and counted its final snapshot's failure)."""
+    h = harness
+    topic = kafka_topic(PARTS)
+    model = Model("v1", PARTS, seed=15)
+    name = h.cache_name("full")
+    group = h.group("full")
+    snaps = small_fs(64 << 10)
+    sup = h.supervisor(name, topic, group, args=("--snapshot-dir", str(snaps), "--snapshot-interval", "0.2"))
+    r = h.attach(name, sup=sup)
+    prod = h.producer(topic, model, rate=200.0, max_batches=60)
+    prod.start()
+    prod.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTS, group=group)
+    ends = probe.end_offsets()
+    wait_applied(r, ends, 120, sup)
+    poll_until(lambda: (sup.running() or _died(sup)) and r.status()["snapshot"]["failures"] >= 2, 120,
+               lambda: f"2 failed snapshots counted: {r.status()['snapshot']}\n{sup.log_text()[-3000:]}")
+    assert [p for p in os.listdir(snaps) if not p.endswith(".tmp")] == []
+    prod2 = h.producer(topic, model, rate=200.0, max_batches=20)  # it still applies what comes
+    prod2.start()
+    prod2.finish()
+    ends = probe.end_offsets()
+    wait_applied(r, ends, 120, sup)
+    failures = r.status()["snapshot"]["failures"]
+    assert sup.terminate() == 0, sup.log_text()[-3000:]
+    assert probe.committed() == ends  # the final commit was made
+    probe.close()
+    st = r.status()
+    assert st["snapshot"]["failures"] >= failures + 1 and st["snapshot"]["count"] == 0  # the one at the stop
+    assert os.listdir(snaps) == []
+    check_table(r, model.snapshot())
+    logs = sup.log_text()
+    assert "No space left on device" in logs and "Traceback" not in logs, logs[-3000:]

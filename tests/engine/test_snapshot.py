@@ -4,7 +4,9 @@ name, and a snapshot writer killed mid-write leaves the previous snapshot whole.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,11 +17,16 @@ import pytest
 
 import shmcache
 from shmcache.consumer import snapshots as policy
-from shmcache.engine import layout as L
 from shmcache.engine import snapshot as S
+from shmcache.engine._snapshot_io import SnapshotOut
 from shmcache.errors import SnapshotCorruptError
 
 from _procs import check_table, universe, verify
+
+
+def _fill(w, n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    w.set_many(rng.integers(0, 256, (n, 32), np.uint8), [bytes(100)] * n)
 
 
 def _check_restored(name: str, keys, hdr) -> int:
@@ -149,3 +156,38 @@ def test_sigkill_during_snapshot_keeps_the_previous_one(cache_name, tmp_path):
     assert policy.files(d, cache_name) == [path]
     with pytest.raises(SnapshotCorruptError, match=r"\.tmp"):
         S.verify(tmp)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["o_direct", "plain-writes"])
+def test_a_full_disk_fails_cleanly_and_keeps_the_previous_snapshot(cache_name, tmp_path, small_fs, monkeypatch,
+                                                                   direct):
+    """The disk fills up mid-write (a small tmpfs of the test's own), through O_DIRECT's
+    staging buffer and through plain writes: an OSError (ENOSPC) naming PATH, no
+    temporary file left (its space given back), the previous snapshot byte for byte; as
+    `shmcache snapshot`: one line on stderr naming PATH and what happened, exit 2."""
+    monkeypatch.setattr(SnapshotOut, "DIRECT", direct)
+    with shmcache.create(cache_name, memory="40MiB") as w:
+        _fill(w, 2000, 8)
+        small = S.write(w, tmp_path / "small.snap").bytes
+        _fill(w, 30_000, 9)
+        big = S.write(w, tmp_path / "big.snap").bytes
+        d = small_fs(small + big // 2)  # the previous snapshot and half of the next one
+        path = d / "x.snap"
+        shutil.copyfile(tmp_path / "small.snap", path)
+        before = path.read_bytes()
+        free = shutil.disk_usage(d).free
+        for _ in range(2):  # and again: nothing of the first failure is in the way
+            with pytest.raises(OSError) as e:
+                S.write(w, path)
+            assert e.value.errno == errno.ENOSPC
+            assert str(path) in str(e.value) and "No space left on device" in str(e.value)
+            assert os.listdir(d) == ["x.snap"] and path.read_bytes() == before
+            assert shutil.disk_usage(d).free == free
+    res = subprocess.run([sys.executable, "-m", "shmcache", "snapshot", cache_name, str(path)], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "CI": "true"})
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert str(path) in lines[0] and "no space left" in lines[0].lower()
+    assert os.listdir(d) == ["x.snap"] and path.read_bytes() == before
+    assert S.verify(path).entries == 2000
+
