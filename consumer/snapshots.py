@@ -24,9 +24,10 @@ snapshots while running and at a clean stop, and retention gaps.
   supervisor runs with `accept_gaps` (`run --accept-gaps`), the operator's word that
   it may serve the table as it is. Snapshots go on either way: they keep what it has.
 
-Files: DIR/NAME-<taken ns, 20 digits>.snap; a NAME-*.snap.tmp is a snapshot being
-written (or one a killed writer left) and is never read; a later write replaces it.
-A snapshot that cannot be written (DIR cannot be made, is read-only or full) is
+Files: DIR/NAME-<taken ns, 20 digits>.snap; a NAME-*.snap.<16 hex digits>.tmp is a
+snapshot being written (or one a killed writer left) and is never read; the next
+start of a supervisor with this DIR and NAME removes what a killed one left. A
+snapshot that cannot be written (DIR cannot be made, is read-only or full) is
 logged and counted, and the supervisor carries on.
 """
 
@@ -59,6 +60,20 @@ def files(directory, name: str) -> list[Path]:
 
 def path_for(directory, name: str, taken_ns: int) -> Path:
     return Path(directory) / f"{name}-{taken_ns:020d}{SUFFIX}"
+
+
+def unfinished(directory, name: str) -> list[Path]:
+    """The temporary files of this cache's snapshots in `directory` (being written, or left
+    by a writer that was killed): those whose finished name (snapshot.final_name) files() would list."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    out = []
+    for p in d.glob(f"{name}-*{SUFFIX}*.tmp"):
+        final = snapshot.final_name(p.name)
+        if final and final.endswith(SUFFIX) and final[len(name) + 1:-len(SUFFIX)].isdigit():
+            out.append(p)
+    return sorted(out)
 
 
 class _LogProgress:
@@ -121,10 +136,12 @@ class SnapshotPolicy:
             ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_NONE_VALID)
         self._next = time.monotonic() + self.cfg.snapshot_interval
         if self.dir:  # what a killed snapshot of this cache left (never read; this supervisor is its only writer)
-            for tmp in Path(self.dir).glob(f"{self.cfg.name}-*{SUFFIX}.tmp"):
-                if tmp.name[len(self.cfg.name) + 1:-len(SUFFIX) - 4].isdigit():
-                    log.info("removing %s, left by a snapshot that did not finish", tmp)
+            for tmp in unfinished(self.dir, self.cfg.name):
+                log.info("removing %s, left by a snapshot that did not finish", tmp)
+                try:
                     tmp.unlink(missing_ok=True)
+                except OSError as e:
+                    log.warning("could not remove %s: %s", tmp, e)
 
     # -- while running -------------------------------------------------------------------
 

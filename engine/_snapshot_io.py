@@ -4,13 +4,20 @@ a thread at SCHED_IDLE, and a directory fsync after the rename."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import mmap
 import os
+import re
+import secrets
 import threading
 import time
 
 log = logging.getLogger("shmcache.snapshot")
+
+TMP_SUFFIX = ".tmp"  # how the name of every snapshot being written ends
+_TMP = re.compile(r"(.+)\.[0-9a-f]{16}" + re.escape(TMP_SUFFIX))
 
 
 class SnapshotOut:
@@ -31,16 +38,33 @@ class SnapshotOut:
     BLOCK = 4096
     DIRECT = True  # False: plain writes only (what happens where O_DIRECT is refused)
 
-    def __init__(self, path: str, rate: int):
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    def __init__(self, final: str, rate: int):
+        """Create a new file beside `final` (the snapshot's path), of a name no other
+        writer has: tmp_name(final), made with O_EXCL. Two snapshots to the same path
+        at once each write their own file; the last rename wins, with a whole one."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(100):
+            self.path = tmp_name(final)
+            try:
+                self.fd = os.open(self.path, flags, 0o600)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(errno.EEXIST, "no unused temporary name found for a snapshot", final)
+        self.stage = None
         try:
-            if not self.DIRECT:
-                raise OSError("plain writes asked for")
-            self.fd = os.open(path, flags | os.O_DIRECT, 0o600)
-            self.stage = mmap.mmap(-1, self.PIECE)  # page-aligned, as O_DIRECT wants
-        except (OSError, AttributeError):  # tmpfs before Linux 6.6, some FUSE file systems
-            self.fd = os.open(path, flags, 0o600)
-            self.stage = None
+            if self.DIRECT:
+                self.stage = mmap.mmap(-1, self.PIECE)  # page-aligned, as O_DIRECT wants
+                try:  # O_DIRECT on the open file; refused (EINVAL) where the file system has none
+                    fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) | os.O_DIRECT)
+                except (OSError, AttributeError):  # tmpfs before Linux 6.6, some FUSE file systems
+                    self.stage.close()
+                    self.stage = None
+        except BaseException:
+            self.close()
+            os.unlink(self.path)
+            raise
         self.rate = max(int(rate), 0)
         self.size = self.staged = self.flushed = 0
         self.t0 = time.monotonic()
@@ -106,6 +130,22 @@ class SnapshotOut:
         finally:
             if stage is not None:
                 stage.close()
+
+
+def tmp_name(final: str) -> str:
+    """A name for a snapshot of `final` being written: beside it (the rename stays in its
+    file system), unique to its writer, ending in TMP_SUFFIX as every unfinished
+    snapshot's name does (never read: snapshot_format.parse_header refuses such names)."""
+    return f"{final}.{secrets.token_hex(8)}{TMP_SUFFIX}"
+
+
+def final_name(name: str) -> str | None:
+    """The snapshot name a temporary file's name (tmp_name) was for, or None if it is not one.
+    A name of the form an older shmcache wrote, FINAL.tmp, counts too."""
+    if not name.endswith(TMP_SUFFIX):
+        return None
+    m = _TMP.fullmatch(name)
+    return m.group(1) if m else name[:-len(TMP_SUFFIX)]
 
 
 def lower_priority() -> str:

@@ -6,9 +6,11 @@ file is written light on the readers beside it: engine/_snapshot_io.py.
 Writing (`write`): the partitions' applied offsets are read first, then the buckets
 are copied a chunk at a time (bounded memory, snapshot_format.CHUNK_BYTES), each bucket under its
 seqlock as a reader reads it (_snapshot_kernels.copy_out: never torn, and no writer
-waits); the file is written to PATH.tmp, fsynced, renamed to PATH and its directory
-fsynced, so PATH is always a whole snapshot or the previous one; a write that fails
-(a full disk) removes PATH.tmp. Why replaying from
+waits); the file is written to a temporary file beside PATH whose name is its
+writer's own (PATH.<16 hex digits>.tmp), fsynced, renamed to PATH and its directory
+fsynced, so PATH is always a whole snapshot or the previous one, however many
+write to it at once (the last rename wins). A write that fails removes its
+temporary file. Why replaying from
 offsets taken before the copy gives the table Kafka's order implies: DESIGN.md,
 "Snapshots".
 
@@ -37,6 +39,7 @@ from shmcache.engine import _repair
 from shmcache.engine import _snapshot_kernels as SK
 from shmcache.engine import layout as L
 from shmcache.engine._snapshot_io import SnapshotOut, fsync_dir
+from shmcache.engine._snapshot_io import final_name  # noqa: F401 - part of this module's API
 from shmcache.engine._snapshot_io import lower_priority  # noqa: F401 - part of this module's API
 from shmcache.engine.lifecycle import destroy
 from shmcache.engine.snapshot_format import (CHUNK, CHUNK_MAGIC, END, END_MAGIC, FORMAT_VERSION, HEAD, MAGIC, Buffers,
@@ -86,11 +89,11 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     buf = Buffers(geo, nb)
     counts = np.zeros(2, np.int64)
     sums = xxhash.xxh3_64()
-    tmp = path + ".tmp"
     try:
-        out = SnapshotOut(tmp, rate)
+        out = SnapshotOut(path, rate)
     except OSError as e:
-        raise _not_written(e, path, f"could not create {tmp}") from e
+        raise _not_written(e, path, f"could not create a file in {os.path.dirname(os.path.abspath(path))}") from e
+    tmp = out.path
     try:
         out.write(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
         for b0 in range(0, L.NBUCKETS, nb):

@@ -234,7 +234,7 @@ def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafk
     _ready(h, r, sup)
 
     def tmps():
-        return [p for p in snaps.glob(f"{name}-*.snap.tmp") if p.stat().st_size > 0]
+        return [p for p in snaps.glob(f"{name}-*.snap.*.tmp") if p.stat().st_size > 0]
 
     poll_until(lambda: (sup.running() or _died(sup)) and tmps(), 120, "the periodic snapshot's .tmp to be written")
     sup.signal(signal.SIGKILL)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,18 @@ from shmcache.engine._snapshot_io import SnapshotOut
 from shmcache.errors import SnapshotCorruptError
 
 from _procs import check_table, universe, verify
+
+
+def _tmps(d) -> list[Path]:
+    """The temporary files of snapshots being written (or left) in directory d."""
+    return sorted(Path(d).glob("*.tmp"))
+
+
+def _size(p) -> int:
+    try:
+        return os.path.getsize(p)
+    except FileNotFoundError:  # renamed or removed since it was listed
+        return 0
 
 
 def _fill(w, n: int, seed: int) -> None:
@@ -130,14 +143,14 @@ def test_sigkill_during_snapshot_keeps_the_previous_one(cache_name, tmp_path):
     cmd = [sys.executable, "-m", "shmcache", "snapshot", cache_name, str(path)]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     before = path.read_bytes()
-    tmp = str(path) + ".tmp"
     killed = False
     for _ in range(5):  # the kill must land while the .tmp is being written
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 120
             while p.poll() is None and time.monotonic() < deadline:
-                if os.path.exists(tmp) and os.path.getsize(tmp) > 1 << 20:
+                tmps = _tmps(d)
+                if tmps and _size(tmps[0]) > 1 << 20:
                     os.kill(p.pid, signal.SIGKILL)
                     killed = True
                     break
@@ -150,7 +163,8 @@ def test_sigkill_during_snapshot_keeps_the_previous_one(cache_name, tmp_path):
             break
         path.write_bytes(before)  # it finished first: put the previous one back and try again
     assert killed and p.returncode == -signal.SIGKILL
-    assert os.path.exists(tmp)
+    (tmp,) = _tmps(d)
+    assert tmp.name.startswith(path.name + ".")
     assert path.read_bytes() == before
     assert S.verify(path).entries == 400_000
     assert policy.files(d, cache_name) == [path]
@@ -190,4 +204,38 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_previous_snapshot(cache_name, t
     assert str(path) in lines[0] and "no space left" in lines[0].lower()
     assert os.listdir(d) == ["x.snap"] and path.read_bytes() == before
     assert S.verify(path).entries == 2000
+
+
+
+def test_overlapping_snapshots_to_one_path_leave_a_whole_one(cache_name, tmp_path):
+    """A slow `shmcache snapshot --rate` started first, and a fast one that starts and
+    finishes while the slow one is mid-write (stopped there with SIGSTOP, so that it is so
+    on any machine): each writes a temporary file of its own, the fast one never touches
+    the slow one's; PATH is whole after the fast one's rename, and again after the slow
+    one's (the last rename wins); no temporary file is left."""
+    path = tmp_path / "s.snap"
+    with shmcache.create(cache_name, memory="40MiB") as w:
+        _fill(w, 20_000, 10)
+        S.write(w, path)  # the previous good snapshot
+        slow = subprocess.Popen([sys.executable, "-m", "shmcache", "snapshot", cache_name, str(path), "--rate", "1MiB"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "CI": "true"})
+        try:
+            deadline = time.monotonic() + 120
+            while not (_tmps(tmp_path) and _size(_tmps(tmp_path)[0]) > 0):  # its first bytes written
+                assert slow.poll() is None and time.monotonic() < deadline, slow.communicate()
+                time.sleep(0.001)
+            os.kill(slow.pid, signal.SIGSTOP)
+            (slow_tmp,) = _tmps(tmp_path)  # still there: stopped mid-write, before its rename
+            written = _size(slow_tmp)
+            _fill(w, 20_000, 11)  # the table moves on
+            fast = S.write(w, path)
+            assert fast.entries == 40_000 and S.verify(path).entries == 40_000
+            assert _tmps(tmp_path) == [slow_tmp] and _size(slow_tmp) == written
+        finally:
+            os.kill(slow.pid, signal.SIGCONT)
+            out, err = slow.communicate(timeout=300)
+    assert slow.returncode == 0, err
+    assert S.verify(path).entries == 20_000  # the slow one's, renamed last, whole
+    assert _tmps(tmp_path) == []
 
