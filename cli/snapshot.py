@@ -55,7 +55,8 @@ HELP = "write a snapshot of a live cache to a file"
 
 def add_arguments(p) -> None:
     p.add_argument("name", help="the cache")
-    p.add_argument("path", help="the snapshot file to write (written as PATH.tmp, then renamed)")
+    p.add_argument("path", help="the snapshot file to write (written beside it as PATH.<random>.tmp, then renamed); "
+                                  "if a file is there it must be a snapshot")
     p.add_argument("--rate", metavar="BYTES", help="bytes/s to write at most, e.g. 128MiB (default: unlimited)")
     p.add_argument("--idle", action="store_true",
                    help="run at SCHED_IDLE (only on CPU time nothing else wants), as shmcache run's snapshots do")
@@ -66,8 +67,6 @@ def run(a) -> int:
     import shmcache
     from shmcache.engine import snapshot
 
-    if a.path.endswith(".tmp"):
-        raise ValueError(f"snapshot path {a.path!r}: a name ending in .tmp is what an unfinished snapshot is called")
     rate = 0 if a.rate in (None, "0") else L.parse_bytes(a.rate, what="--rate")
     if a.idle:
         snapshot.lower_priority()  # this process does nothing else

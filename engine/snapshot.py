@@ -10,7 +10,9 @@ waits); the file is written to a temporary file beside PATH whose name is its
 writer's own (PATH.<16 hex digits>.tmp), fsynced, renamed to PATH and its directory
 fsynced, so PATH is always a whole snapshot or the previous one, however many
 write to it at once (the last rename wins). A write that fails removes its
-temporary file. Why replaying from
+temporary file; PATH is refused if it holds anything but a snapshot (a cache's
+segment, another file, a directory, a link), and a name ending in .tmp is refused
+(that is what an unfinished snapshot is called, and no reader takes it). Why replaying from
 offsets taken before the copy gives the table Kafka's order implies: DESIGN.md,
 "Snapshots".
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import struct
 import time
 
@@ -38,7 +41,7 @@ import xxhash
 from shmcache.engine import _repair
 from shmcache.engine import _snapshot_kernels as SK
 from shmcache.engine import layout as L
-from shmcache.engine._snapshot_io import SnapshotOut, fsync_dir
+from shmcache.engine._snapshot_io import TMP_SUFFIX, SnapshotOut, fsync_dir
 from shmcache.engine._snapshot_io import final_name  # noqa: F401 - part of this module's API
 from shmcache.engine._snapshot_io import lower_priority  # noqa: F401 - part of this module's API
 from shmcache.engine.lifecycle import destroy
@@ -46,7 +49,7 @@ from shmcache.engine.snapshot_format import (CHUNK, CHUNK_MAGIC, END, END_MAGIC,
                                              SnapshotInfo, buckets_per_chunk, check_expected, chunks, exact_memory,
                                              format_of, parse_header, topic_of)
 from shmcache.engine.snapshot_format import read_header, verify  # noqa: F401 - part of this module's API
-from shmcache.errors import SnapshotCorruptError
+from shmcache.errors import SnapshotCorruptError, SnapshotError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word
 
@@ -67,9 +70,14 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     else keeps a snapshot light on the readers beside it. progress(buckets done,
     buckets in all, bytes written) is called after each chunk.
 
-    OSError naming `path` if the file cannot be written (a full disk: ENOSPC); `path`
-    is then untouched and no temporary file is left."""
+    SnapshotError if `path` ends in .tmp or holds anything but a snapshot
+    (check_destination); OSError naming `path` if the file cannot be written (a full
+    disk: ENOSPC). Either way `path` is untouched and no temporary file is left."""
     path = os.fspath(path)
+    if path.endswith(TMP_SUFFIX):
+        raise SnapshotError(f"snapshot path {path!r}: a name ending in {TMP_SUFFIX} is what an unfinished snapshot "
+                            "is called (no reader takes it)")
+    check_destination(path)
     header, parts, meta, index, ring8 = handle.segment_arrays()[:5]
     geo = handle.geometry
     t0 = time.monotonic()
@@ -115,6 +123,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
         out.finish()
         size = out.size
         out.close()
+        check_destination(path)  # again: nothing else came to be at PATH while this one was written
         os.rename(tmp, path)
     except BaseException as e:
         try:
@@ -139,6 +148,46 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
              L.format_bytes(size), dt, size / max(dt, 1e-9) / 1e9)
     return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
                         handle.name, size)
+
+
+def check_destination(path: str) -> None:
+    """SnapshotError unless `path` is free for a snapshot: nothing there, or a snapshot
+    (a file that starts with the snapshot magic, whole or not), which the new one
+    replaces. Anything else is refused by name and kind: a cache's segment, another
+    file, a directory, a link, a device."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise SnapshotError(f"snapshot {path}: cannot look at what is there ({e.strerror}); nothing was written") from e
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+        raise SnapshotError(f"snapshot {path}: there is {kind} at that path, not a snapshot; refusing to replace it "
+                            "(give the path of a snapshot file to write)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            first = os.pread(fd, len(MAGIC), 0)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise SnapshotError(f"snapshot {path}: a file is there and cannot be read to check that it is a snapshot "
+                            f"({e.strerror}); refusing to replace it") from e
+    if first == MAGIC:
+        return
+    if len(first) == len(MAGIC) and int.from_bytes(first, "little") == L.MAGIC:
+        what = "a shmcache cache segment (a cache's shared memory)"
+    elif st.st_size == 0:
+        what = "an empty file"
+    else:
+        what = f"a file of {L.format_bytes(st.st_size)} that is not a shmcache snapshot (it starts with {first!r})"
+    raise SnapshotError(f"snapshot {path}: there is {what} at that path; refusing to replace it (a snapshot only "
+                        "replaces a snapshot)")
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 def _not_written(e: OSError, path: str, what: str) -> OSError:

@@ -66,6 +66,8 @@ CASES = [
     (["snapshot", NAME, "/tmp/x.snap"], [f"cache '{NAME}' does not exist"]),
     (["snapshot", "{cache}", "/tmp/x.snap", "--rate", "1 TB/s"], ["--rate='1 TB/s' is not a size"]),
     (["snapshot", "{cache}", "/tmp/x.snap.tmp"], ["ending in .tmp", "unfinished snapshot"]),
+    (["snapshot", "{cache}", "/dev/shm/{cache}"], ["/dev/shm/", "a shmcache cache segment", "refusing to replace"]),
+    (["snapshot", "{cache}", str(REPO)], [str(REPO), "a directory", "refusing to replace"]),
     (["restore", "/nonexistent/x.snap", NAME], ["No such file", "/nonexistent/x.snap"]),
     (["restore", str(REPO / "README.md"), NAME], ["README.md", "not a shmcache snapshot"]),
 ]
@@ -91,7 +93,10 @@ def test_a_user_mistake_is_one_line_and_exit_2(cache, capsys, argv, fragments):
     _one_line(code, got.out, got.err, fragments)
 
 
-@pytest.mark.parametrize("i", [0, 3, len(CASES) - 1], ids=lambda i: " ".join(CASES[i][0])[:40])
+OVER_SEGMENT = next(i for i, (argv, _) in enumerate(CASES) if "/dev/shm/{cache}" in argv)
+
+
+@pytest.mark.parametrize("i", [0, 3, OVER_SEGMENT, len(CASES) - 1], ids=lambda i: " ".join(CASES[i][0])[:40])
 def test_as_a_user_runs_it(cache, i):
     argv, fragments = CASES[i]
     res = _cli(*[a.format(cache=cache) for a in argv])

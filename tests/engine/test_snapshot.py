@@ -20,7 +20,8 @@ import shmcache
 from shmcache.consumer import snapshots as policy
 from shmcache.engine import snapshot as S
 from shmcache.engine._snapshot_io import SnapshotOut
-from shmcache.errors import SnapshotCorruptError
+from shmcache.errors import SnapshotCorruptError, SnapshotError
+from shmcache.ipc.segment import path_of
 
 from _procs import check_table, universe, verify
 
@@ -206,7 +207,6 @@ def test_a_full_disk_fails_cleanly_and_keeps_the_previous_snapshot(cache_name, t
     assert S.verify(path).entries == 2000
 
 
-
 def test_overlapping_snapshots_to_one_path_leave_a_whole_one(cache_name, tmp_path):
     """A slow `shmcache snapshot --rate` started first, and a fast one that starts and
     finishes while the slow one is mid-write (stopped there with SIGSTOP, so that it is so
@@ -239,3 +239,41 @@ def test_overlapping_snapshots_to_one_path_leave_a_whole_one(cache_name, tmp_pat
     assert S.verify(path).entries == 20_000  # the slow one's, renamed last, whole
     assert _tmps(tmp_path) == []
 
+
+def test_a_snapshot_replaces_only_a_snapshot(cache_name, tmp_path):
+    """A PATH that holds anything but a snapshot is refused, naming PATH and what is there,
+    and left as it was, with no temporary file written: the cache's own segment in
+    /dev/shm, another file, an empty file, a directory, a symbolic link (even to a
+    snapshot), a FIFO; a name ending in .tmp (what no reader takes) too. A snapshot
+    there, whole or truncated (it starts as one), is replaced."""
+    with shmcache.create(cache_name, memory="40MiB") as w:
+        w.set(b"k" * 32, b"v")
+        good = Path(S.write(w, tmp_path / "good.snap").path)
+        other = tmp_path / "notes.txt"
+        other.write_text("not a snapshot\n")
+        (tmp_path / "empty").touch()
+        (tmp_path / "adir").mkdir()
+        (tmp_path / "link.snap").symlink_to(good)
+        os.mkfifo(tmp_path / "fifo")
+        seg = Path(path_of(cache_name))
+        seg_head = seg.read_bytes()[:4096]
+        listing = sorted(os.listdir(tmp_path))
+        for p, what in ((seg, "a shmcache cache segment"), (other, "not a shmcache snapshot"),
+                        (tmp_path / "empty", "an empty file"), (tmp_path / "adir", "a directory"),
+                        (tmp_path / "link.snap", "a symbolic link"), (tmp_path / "fifo", "a FIFO"),
+                        (tmp_path / "x.snap.tmp", "a name ending in .tmp")):
+            with pytest.raises(SnapshotError) as e:
+                S.write(w, p)
+            assert str(p) in str(e.value) and what in str(e.value), e.value
+            assert sorted(os.listdir(tmp_path)) == listing
+        assert seg.read_bytes()[:4096] == seg_head and other.read_text() == "not a snapshot\n"
+        assert os.readlink(tmp_path / "link.snap") == str(good) and (tmp_path / "empty").stat().st_size == 0
+        assert w.get(b"k" * 32) == b"v"
+        with shmcache.attach(cache_name) as r:
+            assert r.get(b"k" * 32) == b"v"
+        w.set(b"j" * 32, b"w")
+        truncated = tmp_path / "truncated.snap"
+        truncated.write_bytes(good.read_bytes()[:100])
+        for p in (good, truncated):
+            assert S.write(w, p).entries == 2 and S.verify(p).entries == 2
+        assert _tmps(tmp_path) == []
