@@ -26,9 +26,11 @@ snapshots while running and at a clean stop, and retention gaps.
 
 Files: DIR/NAME-<taken ns, 20 digits>.snap; a NAME-*.snap.<16 hex digits>.tmp is a
 snapshot being written (or one a killed writer left) and is never read; the next
-start of a supervisor with this DIR and NAME removes what a killed one left. A
-snapshot that cannot be written (DIR cannot be made, is read-only or full) is
-logged and counted, and the supervisor carries on.
+start of a supervisor with this DIR and NAME removes what a killed one left. DIR is
+made at `shmcache run`'s start if it does not exist (check_dir: one that is not a
+directory and cannot be made stops the start); a snapshot that cannot be written
+(the directory gone, read-only, full) is logged and counted, and the supervisor
+carries on.
 """
 
 from __future__ import annotations
@@ -74,6 +76,20 @@ def unfinished(directory, name: str) -> list[Path]:
         if final and final.endswith(SUFFIX) and final[len(name) + 1:-len(SUFFIX)].isdigit():
             out.append(p)
     return sorted(out)
+
+
+def check_dir(directory) -> None:
+    """At a supervisor's start: `directory` (the snapshot dir) is a directory, made if it
+    does not exist; ValueError naming it otherwise (a file there, a parent that cannot be
+    written), before anything starts."""
+    if not directory:
+        return
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(f"snapshot_dir {directory}: exists and is not a directory") from None
+    except OSError as e:
+        raise ValueError(f"snapshot_dir {directory}: is not a directory and cannot be made: {e.strerror or e}") from e
 
 
 class _LogProgress:

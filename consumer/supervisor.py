@@ -292,6 +292,7 @@ class Supervisor:
 
 
 def run(cfg: RunConfig) -> int:
+    snapshots_mod.check_dir(cfg.snapshot_dir)  # before anything starts: a ValueError naming it (exit 2 at the CLI)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     log.info("shmcache supervisor pid %d", os.getpid())

@@ -68,6 +68,10 @@ CASES = [
     (["snapshot", "{cache}", "/tmp/x.snap.tmp"], ["ending in .tmp", "unfinished snapshot"]),
     (["snapshot", "{cache}", "/dev/shm/{cache}"], ["/dev/shm/", "a shmcache cache segment", "refusing to replace"]),
     (["snapshot", "{cache}", str(REPO)], [str(REPO), "a directory", "refusing to replace"]),
+    (["run", "--name", NAME, "--bootstrap", "x:1", "--topic", "t", "--broker-wait", "1", "--snapshot-dir",
+      str(REPO / "README.md")], [f"snapshot_dir {REPO / 'README.md'}", "exists and is not a directory"]),
+    (["run", "--name", NAME, "--bootstrap", "x:1", "--topic", "t", "--broker-wait", "1", "--snapshot-dir",
+      str(REPO / "README.md" / "snaps")], [f"snapshot_dir {REPO / 'README.md' / 'snaps'}", "cannot be made"]),
     (["restore", "/nonexistent/x.snap", NAME], ["No such file", "/nonexistent/x.snap"]),
     (["restore", str(REPO / "README.md"), NAME], ["README.md", "not a shmcache snapshot"]),
 ]
