@@ -7,6 +7,7 @@ import json
 
 from rich.console import Console
 
+from shmcache.cli.args import mode_arg
 from shmcache.cli.snapshot import BucketProgress
 
 HELP = "create a cache from a snapshot file"
@@ -17,7 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("name", help="the cache to create (it must not exist)")
     p.add_argument("--memory", help="cache size (default: the snapshot's; another size re-inserts every entry)")
     p.add_argument("--max-value", type=int, help="largest value (default: the snapshot's)")
-    p.add_argument("--mode", type=lambda s: int(s, 8), default=0o600, help="octal file mode (default 600)")
+    p.add_argument("--mode", type=mode_arg, default=0o600, help="octal file mode (default 600)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

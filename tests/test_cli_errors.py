@@ -74,6 +74,7 @@ CASES = [
       str(REPO / "README.md" / "snaps")], [f"snapshot_dir {REPO / 'README.md' / 'snaps'}", "cannot be made"]),
     (["restore", "/nonexistent/x.snap", NAME], ["No such file", "/nonexistent/x.snap"]),
     (["restore", str(REPO / "README.md"), NAME], ["README.md", "not a shmcache snapshot"]),
+    (["restore", "/nonexistent/x.snap", NAME, "--mode", "999"], ["--mode", "'999' is not an octal file mode"]),
 ]
 
 
