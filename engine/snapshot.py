@@ -52,6 +52,7 @@ from shmcache.engine.snapshot_format import read_header, verify  # noqa: F401 - 
 from shmcache.errors import SnapshotCorruptError, SnapshotError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word
+from shmcache.ipc.segment import kind_of
 
 log = logging.getLogger("shmcache.snapshot")
 
@@ -119,6 +120,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
             out.chunk_done()
             if progress is not None:
                 progress(b0 + nb, L.NBUCKETS, out.size)
+        handle.raise_if_lost()  # a segment cut short under the copy gave zero pages, not the table
         out.write(END.pack(END_MAGIC, L.NBUCKETS // nb, 0, entries, sums.intdigest()))
         out.finish()
         size = out.size
@@ -162,7 +164,7 @@ def check_destination(path: str) -> None:
     except OSError as e:
         raise SnapshotError(f"snapshot {path}: cannot look at what is there ({e.strerror}); nothing was written") from e
     if not stat.S_ISREG(st.st_mode):
-        kind = next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+        kind = kind_of(st.st_mode)
         raise SnapshotError(f"snapshot {path}: there is {kind} at that path, not a snapshot; refusing to replace it "
                             "(give the path of a snapshot file to write)")
     try:
@@ -184,10 +186,6 @@ def check_destination(path: str) -> None:
         what = f"a file of {L.format_bytes(st.st_size)} that is not a shmcache snapshot (it starts with {first!r})"
     raise SnapshotError(f"snapshot {path}: there is {what} at that path; refusing to replace it (a snapshot only "
                         "replaces a snapshot)")
-
-
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 def _not_written(e: OSError, path: str, what: str) -> OSError:

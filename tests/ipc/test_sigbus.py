@@ -181,3 +181,23 @@ def test_closed_mappings_give_their_guard_back(cache):
             print("guarded", flush=True)
     """, cache))
     assert code == 0 and out.strip() == "guarded", (code, out, err)
+
+
+def test_a_snapshot_of_a_cache_cut_short_is_not_written(cache, tmp_path):
+    """What a snapshot copies after the cut is zero pages: written out, it would be an empty
+    table that a supervisor's next restore takes for the cache. It must fail, leaving the
+    previous snapshot as it was and no temporary file."""
+    code, out, err = _finish(_child("""
+        import os, sys, shmcache
+        name, path = sys.argv[1], sys.argv[2]
+        r = shmcache.attach(name)
+        shmcache.snapshot(r, path)
+        first = open(path, "rb").read()
+        os.truncate("/dev/shm/" + name, 4096)
+        try:
+            shmcache.snapshot(r, path)
+        except shmcache.CorruptCacheError as e:
+            print("refused", "cut short" in str(e), flush=True)
+        print(open(path, "rb").read() == first, sorted(os.listdir(os.path.dirname(path))), flush=True)
+    """, cache, str(tmp_path / "t.snap")))
+    assert code == 0 and out.splitlines() == ["refused True", "True ['t.snap']"], (code, out, err)
