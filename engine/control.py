@@ -54,15 +54,20 @@ SUPERVISOR_COUNTERS = {  # status() key -> header word
 class ControlView:
     """The control area of one mapped segment, read."""
 
-    def __init__(self, name: str, header: np.ndarray, workers: np.ndarray, partitions: np.ndarray):
+    def __init__(self, name: str, header: np.ndarray, workers: np.ndarray, partitions: np.ndarray,
+                 intact=None):
+        """intact(): raises if the mapping's words are no longer the segment's (its file was cut
+        short under it: ipc/sigbus.py); called after each status(), so that neither status()
+        nor wait_ready() reports, or waits on, the zero pages put in the file's place."""
         self.name = name
         self._h = header
+        self._intact = intact
         self.workers = workers.reshape(L.MAX_WORKERS, L.ROW_WORDS)
         self.partitions = partitions.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
 
     def release(self) -> None:
         """Drop the views of the mapping (the handle closes)."""
-        self._h = self.workers = self.partitions = None
+        self._h = self.workers = self.partitions = self._intact = None
 
     def word(self, h: int) -> int:
         """Header word h (an L.H_* index) as it stands."""
@@ -163,7 +168,10 @@ class ControlView:
     def status(self) -> dict:
         """Readiness and progress, from shared memory alone (no broker round trip;
         engine/control_status.py assembles it)."""
-        return control_status.status(self)
+        st = control_status.status(self)
+        if self._intact is not None:
+            self._intact()
+        return st
 
     def wait_ready(self, timeout: float | None = None, poll: float = 0.05) -> dict:
         """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10).

@@ -12,6 +12,7 @@ the old or the new value. stats() is a snapshot assembled without locks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -117,17 +118,29 @@ def _check_header(name: str, path: str, size: int, h: np.ndarray, magic: int) ->
     return L.Geometry.from_header(name, h, size)
 
 
+def _raise_if_lost(name: str, seg: Segment) -> None:
+    """Reader.raise_if_lost, for the control view too: it holds the segment, not the handle
+    (a handle its own view referred back to would wait for the cycle collector to unmap)."""
+    if seg.lost:
+        raise CorruptCacheError(
+            f"cache {name!r}: {seg.path} was cut short while this process mapped it (truncated by a process "
+            "that may write it); its content is gone from this handle: attach again, or destroy and re-create "
+            "the cache")
+
+
 def _header_check(name: str):
     """Segment's check of a file before it maps it (ipc/segment.py): its first page, read with
     pread(2), must be a whole cache's header for a file of its size. A stranger's file at
     the name (a sparse one of any size) is refused having cost one page read, not mapped
     and populated first."""
+    path = path_of(name)
+
     def check(fd: int, size: int) -> None:
         page = os.pread(fd, L.PAGE, 0) if size >= L.PAGE else b""
         if len(page) < L.PAGE:  # shrunk since its size was read, too
-            raise _too_small(name, path_of(name), size)
+            raise _too_small(name, path, size)
         h = np.frombuffer(page, np.int64)
-        _check_header(name, path_of(name), size, h, int(h[L.H_MAGIC]))
+        _check_header(name, path, size, h, int(h[L.H_MAGIC]))
     return check
 
 
@@ -190,7 +203,8 @@ class Reader:
         self._kstride = L.align(geo.key_size, 8)
         self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
         # the control area's public model (engine/control.py): read-only on a Reader
-        self.control = self._control_class(self.name, self._header, self._workers, self._partitions)
+        self.control = self._control_class(self.name, self._header, self._workers, self._partitions,
+                                           intact=functools.partial(_raise_if_lost, self.name, seg))
 
     @property
     def key_size(self) -> int:
@@ -250,12 +264,10 @@ class Reader:
     def raise_if_lost(self) -> None:
         """CorruptCacheError if the segment's file was cut short while this handle mapped it
         (ipc/sigbus.py: the mapping then holds zero pages, and what a call read from it since
-        is not the cache's). Checked after every lookup, write, stats() and status()."""
-        if self._seg is not None and self._seg.lost:
-            raise CorruptCacheError(
-                f"cache {self.name!r}: {self._seg.path} was cut short while this process mapped it (truncated by "
-                "a process that may write it); its content is gone from this handle: attach again, or destroy "
-                "and re-create the cache")
+        is not the cache's). Checked after every lookup, write, stats(), status() and
+        wait_ready() poll (the last two by the control view)."""
+        if self._seg is not None:
+            _raise_if_lost(self.name, self._seg)
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -403,9 +415,7 @@ class Reader:
     def status(self) -> dict:
         """Topic, supervisor, per-partition progress (applied, watermark, lag, caught up), workers."""
         self._check_open()
-        st = self.control.status()
-        self.raise_if_lost()
-        return st
+        return self.control.status()
 
     def wait_ready(self, timeout: float | None = None) -> dict:
         """Block until every partition of the topic is assigned to this cache and has caught up

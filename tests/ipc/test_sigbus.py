@@ -76,7 +76,7 @@ _BUSY = """
                 h.set_many(keys, vals)
     except shmcache.CorruptCacheError as e:
         print("refused", e, flush=True)
-    for call in (h.stats, h.status):
+    for call in (h.stats, h.status, h.wait_ready):  # wait_ready(None) waited forever on the zero pages
         try:
             call()
         except shmcache.CorruptCacheError:
@@ -93,7 +93,7 @@ def test_a_cache_cut_short_under_a_busy_process_is_an_error_not_a_sigbus(cache, 
     assert code == 0, (code, out, err)  # before: -SIGBUS
     lines = out.splitlines()
     assert lines[0].startswith(f"refused cache '{cache}': /dev/shm/{cache} was cut short"), out
-    assert lines[1:] == ["refused stats", "refused status"], out
+    assert lines[1:] == ["refused stats", "refused status", "refused wait_ready"], out
     with pytest.raises(shmcache.CorruptCacheError, match="the size of the file"):
         shmcache.attach(cache)  # and a new attach says what is wrong with it
 
