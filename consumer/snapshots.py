@@ -26,7 +26,8 @@ snapshots while running and at a clean stop, and retention gaps.
 
 Files: DIR/NAME-<taken ns, 20 digits>.snap; a NAME-*.snap.<16 hex digits>.tmp is a
 snapshot being written (or one a killed writer left) and is never read; the next
-start of a supervisor with this DIR and NAME removes what a killed one left. DIR is
+start of a supervisor with this DIR and NAME removes what a killed one left (a
+writer holds a lock on its file until the rename: one being written is left). DIR is
 made at `shmcache run`'s start if it does not exist (check_dir: one that is not a
 directory and cannot be made stops the start); a snapshot that cannot be written
 (the directory gone, read-only, full) is logged and counted, and the supervisor
@@ -151,13 +152,10 @@ class SnapshotPolicy:
         if self.dir and not restored and ctl.word(L.H_RESTORE_STATE) == L.RESTORE_NONE and not _entries(cache):
             ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_NONE_VALID)
         self._next = time.monotonic() + self.cfg.snapshot_interval
-        if self.dir:  # what a killed snapshot of this cache left (never read; this supervisor is its only writer)
+        if self.dir:  # what a killed snapshot of this cache left (never read); none still being written
             for tmp in unfinished(self.dir, self.cfg.name):
-                log.info("removing %s, left by a snapshot that did not finish", tmp)
-                try:
-                    tmp.unlink(missing_ok=True)
-                except OSError as e:
-                    log.warning("could not remove %s: %s", tmp, e)
+                if snapshot.remove_if_abandoned(tmp):
+                    log.info("removed %s, left by a snapshot that did not finish", tmp)
 
     # -- while running -------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import mmap
 import os
 import re
 import secrets
+import stat
 import threading
 import time
 
@@ -42,14 +43,11 @@ class SnapshotOut:
         """Create a new file beside `final` (the snapshot's path), of a name no other
         writer has: tmp_name(final), made with O_EXCL. Two snapshots to the same path
         at once each write their own file; the last rename wins, with a whole one."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         for _ in range(100):
             self.path = tmp_name(final)
-            try:
-                self.fd = os.open(self.path, flags, 0o600)
+            self.fd = _create_locked(self.path)
+            if self.fd >= 0:
                 break
-            except FileExistsError:
-                continue
         else:
             raise FileExistsError(errno.EEXIST, "no unused temporary name found for a snapshot", final)
         self.stage = None
@@ -121,7 +119,8 @@ class SnapshotOut:
         os.fdatasync(self.fd)
 
     def close(self) -> None:
-        """The file closed (it stays where it is: the caller renames or removes it)."""
+        """The file closed and its lock let go (it stays where it is: the caller renames or
+        removes it first, while the lock still says a writer is at work on it)."""
         fd, stage = self.fd, self.stage
         self.fd, self.stage = -1, None
         try:
@@ -137,6 +136,77 @@ def tmp_name(final: str) -> str:
     file system), unique to its writer, ending in TMP_SUFFIX as every unfinished
     snapshot's name does (never read: snapshot_format.parse_header refuses such names)."""
     return f"{final}.{secrets.token_hex(8)}{TMP_SUFFIX}"
+
+
+def _create_locked(path: str) -> int:
+    """A new file at `path` (O_EXCL), its fd holding an exclusive flock: the sign, for
+    remove_if_abandoned, that its writer is alive (the kernel lets a lock go with the last
+    fd, however the process ends). -1 if the name is taken, or if the file was removed
+    between its creation and the lock (by a remove_if_abandoned that came in between)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if _same_file(os.fstat(fd), path):
+            return fd
+    except OSError:  # BlockingIOError: a remover holds it for a moment, and will remove it
+        pass
+    os.close(fd)
+    return -1
+
+
+def _same_file(st, path: str) -> bool:
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def remove_if_abandoned(path) -> bool:
+    """Remove `path`, a snapshot's temporary file (tmp_name), if its writer is gone: no
+    process holds its lock (a writer holds it from the file's creation to its rename, so a
+    killed one's file is free). A file being written, a name that is not a regular file
+    of this user's (a FIFO, a link, someone else's file) is left. True if removed."""
+    path = os.fspath(path)
+    try:  # O_NONBLOCK: a FIFO planted under such a name opens without waiting for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not _same_file(st, path):
+            return False
+        os.unlink(path)  # under the lock: a writer that just made this name retries with another
+        return True
+    except OSError:  # BlockingIOError: its writer is at work
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_abandoned(final: str) -> list[str]:
+    """Remove what killed writers of snapshots of `final` left beside it (its
+    PATH.<16 hex>.tmp files that remove_if_abandoned finds free). Returns their paths."""
+    final = os.path.abspath(os.fspath(final))
+    d, base = os.path.split(final)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    gone = []
+    for n in sorted(names):
+        m = _TMP.fullmatch(n)
+        if m and m.group(1) == base and remove_if_abandoned(os.path.join(d, n)):
+            log.info("removed %s, left by a snapshot of %s that did not finish", n, final)
+            gone.append(os.path.join(d, n))
+    return gone
 
 
 def final_name(name: str) -> str | None:

@@ -10,7 +10,8 @@ waits); the file is written to a temporary file beside PATH whose name is its
 writer's own (PATH.<16 hex digits>.tmp), fsynced, renamed to PATH and its directory
 fsynced, so PATH is always a whole snapshot or the previous one, however many
 write to it at once (the last rename wins). A write that fails removes its
-temporary file; PATH is refused if it holds anything but a snapshot (a cache's
+temporary file; a writer holds a lock on its own until the rename, so the next
+write to PATH removes those whose writer was killed (and none being written); PATH is refused if it holds anything but a snapshot (a cache's
 segment, another file, a directory, a link), and a name ending in .tmp is refused
 (that is what an unfinished snapshot is called, and no reader takes it). Why replaying from
 offsets taken before the copy gives the table Kafka's order implies: DESIGN.md,
@@ -41,7 +42,8 @@ import xxhash
 from shmcache.engine import _repair
 from shmcache.engine import _snapshot_kernels as SK
 from shmcache.engine import layout as L
-from shmcache.engine._snapshot_io import TMP_SUFFIX, SnapshotOut, fsync_dir
+from shmcache.engine._snapshot_io import TMP_SUFFIX, SnapshotOut, fsync_dir, remove_abandoned
+from shmcache.engine._snapshot_io import remove_if_abandoned  # noqa: F401 - part of this module's API
 from shmcache.engine._snapshot_io import final_name  # noqa: F401 - part of this module's API
 from shmcache.engine._snapshot_io import lower_priority  # noqa: F401 - part of this module's API
 from shmcache.engine.lifecycle import destroy
@@ -98,6 +100,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     buf = Buffers(geo, nb)
     counts = np.zeros(2, np.int64)
     sums = xxhash.xxh3_64()
+    remove_abandoned(path)  # what writers of PATH that were killed left beside it
     try:
         out = SnapshotOut(path, rate)
     except OSError as e:
@@ -124,9 +127,9 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
         out.write(END.pack(END_MAGIC, L.NBUCKETS // nb, 0, entries, sums.intdigest()))
         out.finish()
         size = out.size
-        out.close()
         check_destination(path)  # again: nothing else came to be at PATH while this one was written
         os.rename(tmp, path)
+        out.close()  # after the rename: until then its lock says the .tmp is being written
     except BaseException as e:
         try:
             os.unlink(tmp)  # first: whatever else fails, no temporary file is left

@@ -18,6 +18,7 @@ import pytest
 
 import shmcache
 from shmcache.consumer import snapshots as policy
+from shmcache.consumer.config import RunConfig
 from shmcache.engine import snapshot as S
 from shmcache.engine._snapshot_io import SnapshotOut
 from shmcache.errors import SnapshotCorruptError, SnapshotError
@@ -238,6 +239,77 @@ def test_overlapping_snapshots_to_one_path_leave_a_whole_one(cache_name, tmp_pat
     assert slow.returncode == 0, err
     assert S.verify(path).entries == 20_000  # the slow one's, renamed last, whole
     assert _tmps(tmp_path) == []
+
+
+def _snapshot_mid_write(cache_name, path, d):
+    """A `shmcache snapshot --rate 1MiB` of PATH with its first bytes written: (process, its .tmp)."""
+    before = set(_tmps(d))
+    p = subprocess.Popen([sys.executable, "-m", "shmcache", "snapshot", cache_name, str(path), "--rate", "1MiB"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "CI": "true"})
+    deadline = time.monotonic() + 120
+    while True:
+        new = [t for t in _tmps(d) if t not in before and _size(t) > 0]
+        if new:
+            return p, new[0]
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.001)
+
+
+def test_the_next_snapshot_removes_what_killed_writers_left_and_nothing_else(cache_name, tmp_path):
+    """A writer of PATH stopped mid-write (SIGSTOP: alive, its file's lock held), then
+    another killed mid-write (SIGKILL), its .tmp left; a FIFO and a link wear the name of
+    a temporary file. The next snapshot of PATH removes the killed writer's file, and
+    only it: the stopped writer's file is left and, resumed, it finishes and renames a
+    whole snapshot; the FIFO (opened without waiting for a writer) and the link stay.
+    (The killed writer, started beside the stopped one, left that one's file too.)"""
+    path = tmp_path / "s.snap"
+    stopped = None
+    with shmcache.create(cache_name, memory="40MiB") as w:
+        _fill(w, 20_000, 12)
+        try:
+            stopped, live = _snapshot_mid_write(cache_name, path, tmp_path)
+            os.kill(stopped.pid, signal.SIGSTOP)
+            p, dead = _snapshot_mid_write(cache_name, path, tmp_path)
+            p.kill()
+            p.wait(30)
+            fifo = tmp_path / f"s.snap.{'f' * 16}.tmp"
+            os.mkfifo(fifo)
+            link = tmp_path / f"s.snap.{'e' * 16}.tmp"
+            link.symlink_to(dead)
+            assert set(_tmps(tmp_path)) == {dead, live, fifo, link}
+            assert S.write(w, path).entries == 20_000
+            assert set(_tmps(tmp_path)) == {live, fifo, link}  # the killed writer's file gone, the live one's kept
+        finally:
+            if stopped is not None:
+                os.kill(stopped.pid, signal.SIGCONT)
+                _, err = stopped.communicate(timeout=300)
+    assert stopped.returncode == 0, err
+    assert S.verify(path).entries == 20_000
+    assert set(_tmps(tmp_path)) == {fifo, link}
+
+
+def test_a_supervisor_start_leaves_a_snapshot_being_written(cache_name, tmp_path):
+    """What a supervisor removes at its start (SnapshotPolicy.opened): a killed writer's
+    .tmp in its snapshot dir, never one whose writer is alive (a `shmcache snapshot` into
+    the same dir, stopped mid-write)."""
+    with shmcache.create(cache_name, memory="40MiB") as w:
+        _fill(w, 20_000, 13)
+        p, dead = _snapshot_mid_write(cache_name, policy.path_for(tmp_path, cache_name, 1), tmp_path)
+        p.kill()
+        p.wait(30)
+        live_path = policy.path_for(tmp_path, cache_name, 2)
+        stopped, live = _snapshot_mid_write(cache_name, live_path, tmp_path)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        try:
+            assert policy.unfinished(tmp_path, cache_name) == [dead, live]
+            cfg = RunConfig(bootstrap="127.0.0.1:1", name=cache_name, topic="t", snapshot_dir=str(tmp_path))
+            policy.SnapshotPolicy(cfg).opened(w, restored=False)
+            assert policy.unfinished(tmp_path, cache_name) == [live]
+        finally:
+            os.kill(stopped.pid, signal.SIGCONT)
+            _, err = stopped.communicate(timeout=300)
+    assert stopped.returncode == 0, err
+    assert policy.unfinished(tmp_path, cache_name) == [] and policy.files(tmp_path, cache_name) == [live_path]
 
 
 def test_a_snapshot_replaces_only_a_snapshot(cache_name, tmp_path):
