@@ -1,4 +1,6 @@
-"""The read side of a cache: Packed results and the Reader handle (`shmcache.attach`).
+"""The read side of a cache: the Reader handle (`shmcache.attach`). Its batch results are
+Packed (engine/packed.py); what it checks of the file as it attaches, and after each
+call, is in engine/attach_checks.py.
 
 A Reader maps the segment with PROT_READ and looks keys up in batches through the
 compiled lookup kernel: it takes no lock, never blocks a writer and is never seen
@@ -23,13 +25,15 @@ import numpy as np
 
 from shmcache.engine import _input
 from shmcache.engine import _lookup as LK
+from shmcache.engine import attach_checks as checks
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 from shmcache.engine.control import ControlView
-from shmcache.errors import ClosedError, CorruptCacheError, LayoutVersionError, NotACacheError
+from shmcache.engine.packed import Packed
+from shmcache.errors import ClosedError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
-from shmcache.ipc.segment import Segment, path_of
+from shmcache.ipc.segment import Segment
 
 log = logging.getLogger("shmcache.engine")
 
@@ -41,43 +45,6 @@ SPIN_LIMIT = 2000
 # before it reports the key missing, counts a corruption and gives the bucket up for the
 # rest of the call. A healthy writer holds a bucket for microseconds.
 STUCK_GIVE_UP = 1.0
-
-
-class Packed:
-    """Lookup results without per-key objects: value i is data[offsets[i]:offsets[i + 1]]
-    where found[i]; offsets has len(found) + 1 entries (int64)."""
-
-    __slots__ = ("found", "offsets", "data")  # a plain class: built once per batch, cheaply
-
-    def __init__(self, found: np.ndarray, offsets: np.ndarray, data: np.ndarray):
-        self.found = found
-        self.offsets = offsets
-        self.data = data
-
-    def __repr__(self) -> str:
-        return f"Packed({len(self.found)} keys, {int(self.found.sum())} found, {len(self.data)} value bytes)"
-
-    def __len__(self) -> int:
-        return len(self.found)
-
-    def to_list(self) -> list[bytes | None]:
-        buf = self.data.tobytes()
-        o = self.offsets.tolist()
-        return [buf[o[i]:o[i + 1]] if f else None for i, f in enumerate(self.found.tolist())]
-
-    def to_arrow(self, large: bool = False):
-        """A pyarrow BinaryArray (nulls where not found), built from these buffers without per-row work."""
-        try:
-            import pyarrow as pa
-        except ImportError:  # optional dependency
-            raise ImportError("to_arrow() needs pyarrow: pip install 'shmcache[arrow]'") from None
-        n = len(self.found)
-        valid = pa.py_buffer(np.packbits(self.found, bitorder="little"))
-        if large or self.offsets[-1] > np.iinfo(np.int32).max:
-            return pa.Array.from_buffers(pa.large_binary(), n, [valid, pa.py_buffer(self.offsets), pa.py_buffer(self.data)])
-        offs = self.offsets.astype(np.int32)
-        return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(self.data)])
-
 
 
 class SegmentArrays(NamedTuple):
@@ -95,55 +62,6 @@ class SegmentArrays(NamedTuple):
     geo: np.ndarray  # the kernels' geometry vector (slots, ring, key_size, max_value, max_live, key stride)
 
 
-def _too_small(name: str, path: str, size: int) -> NotACacheError:
-    return NotACacheError(f"cache {name!r}: {path} is {size} bytes, not a shmcache segment")
-
-
-def _check_header(name: str, path: str, size: int, h: np.ndarray, magic: int) -> L.Geometry:
-    """The geometry of the cache whose header words are h and whose file holds size bytes;
-    NotACacheError, LayoutVersionError or CorruptCacheError naming what is wrong. magic
-    is h's H_MAGIC word as the caller read it (on a mapping, an acquire load: a creator
-    names its segment once the magic is in)."""
-    if magic == 0:
-        raise NotACacheError(
-            f"cache {name!r}: {path} has no shmcache magic (shmcache did not make it, or its header "
-            f"was overwritten): not a usable cache; remove it with shmcache destroy --force {name}")
-    if magic != L.MAGIC:
-        raise NotACacheError(f"cache {name!r}: {path} is not a shmcache segment (bad magic)")
-    if h[L.H_VERSION] != L.LAYOUT_VERSION:
-        raise LayoutVersionError(
-            f"cache {name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
-            f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
-        )
-    return L.Geometry.from_header(name, h, size)
-
-
-def _raise_if_lost(name: str, seg: Segment) -> None:
-    """Reader.raise_if_lost, for the control view too: it holds the segment, not the handle
-    (a handle its own view referred back to would wait for the cycle collector to unmap)."""
-    if seg.lost:
-        raise CorruptCacheError(
-            f"cache {name!r}: {seg.path} was cut short while this process mapped it (truncated by a process "
-            "that may write it); its content is gone from this handle: attach again, or destroy and re-create "
-            "the cache")
-
-
-def _header_check(name: str):
-    """Segment's check of a file before it maps it (ipc/segment.py): its first page, read with
-    pread(2), must be a whole cache's header for a file of its size. A stranger's file at
-    the name (a sparse one of any size) is refused having cost one page read, not mapped
-    and populated first."""
-    path = path_of(name)
-
-    def check(fd: int, size: int) -> None:
-        page = os.pread(fd, L.PAGE, 0) if size >= L.PAGE else b""
-        if len(page) < L.PAGE:  # shrunk since its size was read, too
-            raise _too_small(name, path, size)
-        h = np.frombuffer(page, np.int64)
-        _check_header(name, path, size, h, int(h[L.H_MAGIC]))
-    return check
-
-
 class Reader:
     """A read-only handle on a cache: `shmcache.attach(name)`."""
 
@@ -155,7 +73,7 @@ class Reader:
         """Attach to cache `name`; shmcache.attach(name). A name only ever holds a whole
         cache (a creator names its segment last: see ipc/segment.py), so there is no
         creator to wait for; anything but a regular file is refused by open_regular."""
-        self._setup(name, Segment(name, writable=self._writable, check=_header_check(name)))
+        self._setup(name, Segment(name, writable=self._writable, check=checks.header_check(name)))
 
     @classmethod
     def _adopt(cls, name: str, seg: Segment):
@@ -184,12 +102,12 @@ class Reader:
     def _map(self) -> None:
         seg = self._seg
         if seg.size < L.PAGE or seg.mm is None:
-            raise _too_small(self.name, seg.path, seg.size)
+            raise checks.too_small(self.name, seg.path, seg.size)
         self._header = h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
         # checked again on the mapping (the file may have changed since Segment's check read
         # it): every figure the kernels index with is checked once here and never re-read, so
         # a later change of these header words cannot move the arrays under the kernels
-        geo = _check_header(self.name, seg.path, seg.size, h, load_word(h, L.H_MAGIC))
+        geo = checks.check_header(self.name, seg.path, seg.size, h, load_word(h, L.H_MAGIC))
         self.geometry = geo
         mm = seg.mm
         rows = L.ROW_WORDS
@@ -204,7 +122,7 @@ class Reader:
         self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
         # the control area's public model (engine/control.py): read-only on a Reader
         self.control = self._control_class(self.name, self._header, self._workers, self._partitions,
-                                           intact=functools.partial(_raise_if_lost, self.name, seg))
+                                           intact=functools.partial(checks.raise_if_lost, self.name, seg))
 
     @property
     def key_size(self) -> int:
@@ -267,7 +185,7 @@ class Reader:
         is not the cache's). Checked after every lookup, write, stats(), status() and
         wait_ready() poll (the last two by the control view)."""
         if self._seg is not None:
-            _raise_if_lost(self.name, self._seg)
+            checks.raise_if_lost(self.name, self._seg)
 
     # -- input ----------------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
 """The table's front door: create, open and attach a cache (`shmcache.create`,
 `shmcache.open`, `shmcache.attach`), and the handles they return.
 
-The handles live beside this module: engine/reader.py (Packed, Reader: lookups,
-stats, status), engine/writer.py (Writer: apply and its forms), engine/_input.py
-(checking what callers hand in), engine/control.py (the control area's model),
+The handles live beside this module: engine/reader.py (Reader: lookups,
+stats, status), engine/packed.py (Packed: batch results), engine/writer.py
+(Writer: apply and its forms), engine/_input.py (checking what callers hand in), engine/control.py (the control area's model),
 engine/lifecycle.py (opening a name, exists, list_caches, destroy).
 
 Guaranteed: a created cache is fully initialised before anyone can map it (it is
@@ -27,7 +27,8 @@ import numpy as np
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401  (this module's API)
-from shmcache.engine.reader import Packed, Reader
+from shmcache.engine.packed import Packed
+from shmcache.engine.reader import Reader
 from shmcache.engine.writer import Writer
 from shmcache.errors import CacheExistsError, CacheNotFoundError, CacheSpaceError, GeometryMismatchError, ShmcacheError
 from shmcache.ipc.atomics import load_beside, store_word
