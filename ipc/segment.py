@@ -7,16 +7,8 @@ nothing is ever registered; a segment lives until destroy() unlinks it.
 `close()` unmaps, never destroys; `unlink()` removes the name (processes that
 still map it keep their mapping until they close).
 
-Huge pages: a lookup touches an index slot and a record at random in hundreds of
-MiB, and with 4 KiB pages each touch is a TLB miss and a page walk (a nested
-one under a hypervisor), which cost more than the cache misses themselves. So
-every mapping is placed at a 2 MiB-aligned address (libc mmap with MAP_FIXED
-into an aligned reservation; Python's mmap cannot choose the address), and the
-creator asks the kernel to back the file with 2 MiB pages (MADV_COLLAPSE, Linux
-6.1+, honoured for tmpfs even when /sys/.../shmem_enabled is "never"). Every
-process that then maps the file aligned gets 2 MiB mappings. Where the kernel
-refuses, everything works on 4 KiB pages, only slower: `Segment.huge` says which.
-Measured on a 2-core KVM guest: lookups ~20 % and writes ~15 % faster.
+Huge pages: every mapping is 2 MiB-aligned and the creator asks for 2 MiB pages
+(ipc/mapping.py says why and how); `Segment.huge` says whether it got them.
 
 /dev/shm is writable by every user, so anything can sit at a cache's name: a FIFO
 (whose plain open blocks until a writer comes), a directory, a symlink to a file
@@ -34,13 +26,10 @@ memory goes back with its last mapping.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import mmap
 import os
 import re
 import stat
-import weakref
 
 from shmcache.errors import (
     CacheExistsError,
@@ -49,65 +38,11 @@ from shmcache.errors import (
     CacheSpaceError,
     NotACacheError,
 )
-from shmcache.ipc import sigbus
+from shmcache.ipc import mapping, sigbus
+from shmcache.ipc.mapping import HUGE_PAGE
 
 SHM_DIR = "/dev/shm"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-
-HUGE_PAGE = 2 << 20
-COLLAPSE_CHUNK = 64 * HUGE_PAGE  # the piece of a new segment one thread asks 2 MiB pages for
-_MADV_COLLAPSE = 25  # linux/mman.h; Python's mmap module does not define it
-_MADV_POPULATE_WRITE = 23
-_MAP_FIXED = 0x10
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
-
-def _map_aligned(fd: int, size: int, writable: bool, populate: bool = True) -> tuple[memoryview, int, int]:
-    """Map fd at a HUGE_PAGE-aligned address; the memoryview (read-only unless writable)
-    keeps the mapping alive, and the mapping goes when the last view of it does.
-    populate=False leaves the page tables empty (the creator fills them after its collapse).
-    The mapping is guarded against the file being cut short (ipc/sigbus.py): the third
-    item is its token there."""
-    # Reserve size + one huge page of address space, then map the file over its
-    # aligned part and give back the unused head and tail.
-    base = _libc.mmap(None, size + HUGE_PAGE, 0,  # PROT_NONE
-                      mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0), -1, 0)
-    if base in (None, _MAP_FAILED):
-        raise OSError(ctypes.get_errno(), f"mmap reserve: {os.strerror(ctypes.get_errno())}")
-    addr = (base + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE
-    prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-    # MAP_POPULATE: fault every page table entry in now, not one page at a time
-    # during the first lookups or writes (once per process).
-    populate_flag = getattr(mmap, "MAP_POPULATE", 0) if populate else 0
-    got = _libc.mmap(addr, size, prot, mmap.MAP_SHARED | _MAP_FIXED | populate_flag, fd, 0)
-    if got != addr:
-        err = ctypes.get_errno()
-        _libc.munmap(base, size + HUGE_PAGE)
-        raise OSError(err, f"mmap: {os.strerror(err)}")
-    if addr > base:
-        _libc.munmap(base, addr - base)
-    end = base + size + HUGE_PAGE
-    if end > addr + size:
-        _libc.munmap(addr + size, end - (addr + size))
-    token = sigbus.guard(addr, size, prot)
-    buf = (ctypes.c_uint8 * size).from_address(addr)
-    # munmap when the ctypes array is collected: every numpy view holds the memoryview,
-    # which holds the array, so no view can outlive the mapping.
-    weakref.finalize(buf, _unmap, addr, size, token).atexit = False
-    view = memoryview(buf).cast("B")  # plain bytes: ctypes exports "<B", which memoryview cannot slice-assign
-    return (view if writable else view.toreadonly()), addr, token
-
-
-def _unmap(addr: int, size: int, token: int) -> None:
-    sigbus.unguard(token)  # first: once unmapped, the addresses may hold anything
-    _libc.munmap(addr, size)
-
 
 def check_name(name: str) -> str:
     """A cache name is one file name under /dev/shm: letters, digits, '.', '_', '-'."""
@@ -234,7 +169,7 @@ class Segment:
                 check(self.fd, self.size)
             if self.size:
                 try:
-                    self.mm, self.addr, self._guard = _map_aligned(self.fd, self.size, writable,
+                    self.mm, self.addr, self._guard = mapping.map_aligned(self.fd, self.size, writable,
                                                                    populate=not self.created)
                 except OSError as e:
                     raise OSError(e.errno, f"cache {self.name!r}: cannot map {self.path}{self.what} "
@@ -334,33 +269,10 @@ class Segment:
             os.posix_fallocate(self.fd, 0, self.size)
         except OSError as e:
             raise self._space_error(e, self.size) from None
-        _libc.madvise(self.addr, self.size, _MADV_POPULATE_WRITE)
+        mapping.populate_write(self.addr, self.size)
 
     def _collapse(self) -> None:
-        """Ask for 2 MiB pages (a hint: refused on older kernels or under memory pressure), in
-        COLLAPSE_CHUNK pieces over one thread per CPU: the call spends its time allocating and
-        zeroing pages (in a VM, the host faulting them in), which the CPUs do side by side
-        (256 MiB on the 2-core KVM guest: 0.43 s instead of 0.82-1.0 s)."""
-        n = self.size // HUGE_PAGE * HUGE_PAGE
-        if n == 0:
-            self.huge = False
-            return
-        spans = [(a, min(COLLAPSE_CHUNK, n - a)) for a in range(0, n, COLLAPSE_CHUNK)]
-        threads = min(len(spans), os.cpu_count() or 1, 8)
-        if threads == 1:
-            self.huge = all(self._collapse_span(a, size) for a, size in spans)
-            return
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(threads, thread_name_prefix="shmcache-collapse") as pool:
-            self.huge = all(pool.map(lambda span: self._collapse_span(*span), spans))  # ctypes drops the GIL
-
-    def _collapse_span(self, offset: int, size: int) -> bool:
-        if _libc.madvise(self.addr + offset, size, _MADV_COLLAPSE) == 0:
-            return True
-        # a transient miss on some 2 MiB ranges (a page briefly locked or mapped elsewhere):
-        # the kernel went on with the rest, so a second pass only redoes those
-        return ctypes.get_errno() == errno.EAGAIN and _libc.madvise(self.addr + offset, size, _MADV_COLLAPSE) == 0
+        self.huge = mapping.collapse(self.addr, self.size)
 
     def _open(self) -> None:
         flags = os.O_RDWR if self.writable else os.O_RDONLY

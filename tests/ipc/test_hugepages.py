@@ -1,5 +1,5 @@
 """Segments are mapped 2 MiB-aligned and, where the kernel allows, backed by 2 MiB pages,
-in the creator and in every process that attaches (see ipc/segment.py)."""
+in the creator and in every process that attaches (see ipc/mapping.py)."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import shmcache
-from shmcache.ipc.segment import HUGE_PAGE
+from shmcache.ipc.mapping import HUGE_PAGE
 
 SMAPS_PMD = ("ShmemPmdMapped:", "FilePmdMapped:")
 
