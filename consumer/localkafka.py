@@ -62,9 +62,10 @@ class LocalBroker:
     After a start the ports are kept, so a later `start(keep_data=True)` comes back on the
     same address with the topics and offsets of the run before."""
 
-    def __init__(self, run_dir: Path, port: int = 0, controller_port: int = 0):
+    def __init__(self, run_dir: Path, port: int = 0, controller_port: int = 0, advertised_port: int = 0):
         self.dir = Path(run_dir)
         self.port, self.cport = port, controller_port
+        self.advertised_port = advertised_port  # clients are told to connect there (a test's proxy); 0: `port`
         self.info: dict | None = None
         self.pid: int | None = None
         self.bootstrap = f"127.0.0.1:{port}" if port else ""
@@ -82,6 +83,8 @@ class LocalBroker:
             cmd += ["--port", str(self.port), "--controller-port", str(self.cport)]
         if keep_data:
             cmd.append("--keep-data")
+        if self.advertised_port:
+            cmd += ["--advertised-port", str(self.advertised_port)]
         if ready_timeout is not None:
             cmd += ["--timeout", f"{ready_timeout:g}"]
         p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

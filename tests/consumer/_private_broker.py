@@ -14,8 +14,9 @@ from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError, free_port
 
 
 class PrivateBroker(LocalBroker):
-    def __init__(self, run_dir: Path):
-        super().__init__(run_dir, *free_ports(2))
+    def __init__(self, run_dir: Path, advertised_port: int = 0):
+        """`advertised_port`: clients are told to connect there (tests/consumer/_kafka_gate.py's proxy)."""
+        super().__init__(run_dir, *free_ports(2), advertised_port=advertised_port)
         self.starts = 0
 
     def start(self, timeout: float = 300.0) -> None:

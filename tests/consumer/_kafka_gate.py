@@ -1,0 +1,109 @@
+"""A TCP proxy in front of a test's own broker that stops every connection at a chosen
+request, so a test can freeze the broker at exactly that moment (SIGSTOP while the
+request waits at the gate), not a moment before or after.
+
+The broker advertises the gate's port (PrivateBroker(advertised_port=gate.port)), so
+every connection a client makes after its bootstrap goes through the gate. `hold_at`
+arms it: the first request of one of the given API keys from a client whose client.id
+starts with the given prefix stops all forwarding, both ways, on every connection
+(`held` is set); `release()` lets everything through again. The request header's
+client_id is a plain nullable string in every version (the Kafka protocol keeps it so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+
+OFFSET_FETCH = 9  # consumer.committed()
+LIST_OFFSETS = 2  # consumer.get_watermark_offsets()
+
+
+class KafkaGate:
+    def __init__(self, broker_port: int):
+        self.broker_port = broker_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = threading.Event()  # set: bytes flow
+        self.open.set()
+        self.held = threading.Event()  # the armed request arrived; everything waits
+        self.request = None  # (api_key, client_id) of the request that closed the gate
+        self._armed: tuple[frozenset, str] | None = None
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="kafka-gate").start()
+
+    def hold_at(self, api_keys, client_prefix: str) -> None:
+        with self._lock:
+            self.held.clear()
+            self._armed = (frozenset(api_keys), client_prefix)
+
+    def release(self) -> None:
+        self.open.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self.open.set()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        for s in list(self._socks):
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+                server = socket.create_connection(("127.0.0.1", self.broker_port))
+            except OSError:
+                if self._closed:
+                    return
+                continue
+            self._socks += [client, server]
+            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        """Responses, as they come, while the gate is open."""
+        try:
+            while data := src.recv(65536):
+                self.open.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        self._shut(src, dst)
+
+    def _requests(self, src, dst) -> None:
+        """Requests, one whole frame at a time, each looked at before it goes."""
+        buf = b""
+        try:
+            while data := src.recv(65536):
+                buf += data
+                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
+                    n = 4 + struct.unpack_from(">i", buf)[0]
+                    frame, buf = buf[:n], buf[n:]
+                    self._look(frame)
+                    self.open.wait()
+                    dst.sendall(frame)
+        except (OSError, struct.error):
+            pass
+        self._shut(src, dst)
+
+    def _look(self, frame: bytes) -> None:
+        api_key = struct.unpack_from(">h", frame, 4)[0]
+        n = struct.unpack_from(">h", frame, 12)[0]
+        client_id = frame[14:14 + n].decode(errors="replace") if n > 0 else ""
+        with self._lock:
+            if self._armed and api_key in self._armed[0] and client_id.startswith(self._armed[1]):
+                self._armed = None
+                self.request = (api_key, client_id)
+                self.open.clear()
+                self.held.set()
+
+    def _shut(self, *socks) -> None:
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
