@@ -9,6 +9,12 @@ idempotent); skipping is not. It goes to the worker with the fewest partitions, 
 row (engine/layout.py P_*) is published before the worker is told, with a new
 generation, so a reader never calls a half-published assignment ready (H_ASSIGNING).
 
+Where a partition starts takes the broker's word (its committed offset and watermarks).
+A broker that does not answer then (stopped, or frozen with its connections open) leaves
+the partitions pending: the callback returns, status says "waiting for the broker"
+(consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
+the broker answers (`retry`), each request bounded by LOOKUP_TIMEOUT_S.
+
 A revoked partition is drained first: its worker finishes its batch and reports what it
 applied, which is committed before the callback returns (DESIGN invariant 1). A lost
 partition is someone else's already: it is stopped and nothing is committed.
@@ -20,12 +26,13 @@ import logging
 import time
 from typing import Callable
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.engine import layout as L
 
 log = logging.getLogger("shmcache.supervisor")
 
-KAFKA_TIMEOUT_S = 15.0
+LOOKUP_TIMEOUT_S = 5.0  # each committed() or watermark request of an assignment (the loop beats between them)
 
 
 class Assignment:
@@ -34,11 +41,15 @@ class Assignment:
     commit is made elsewhere, and new partitions are not handed out); `rebalanced()` runs
     after each completed assignment."""
 
-    def __init__(self, cfg, cache, workers: list, commits, stopping: Callable[[], bool],
+    def __init__(self, cfg, cache, workers: list, commits, broker, stopping: Callable[[], bool],
                  rebalanced: Callable[[], None]) -> None:
         self.cfg, self.cache, self.workers, self.commits = cfg, cache, workers, commits
+        self.broker = broker  # consumer/broker.py BrokerWatch: a lookup the broker did not answer is a wait
         self.stopping, self.rebalanced = stopping, rebalanced
         self.assigned: dict[int, int] = {}
+        self.pending: set[int] = set()  # assigned by the group, start offset not known yet: no worker has them
+        self._retry_at = 0.0  # monotonic time of the next lookup of the pending partitions
+        self._delay = broker_mod.RETRY_FIRST_S
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
@@ -52,8 +63,6 @@ class Assignment:
         self.rebalanced()
 
     def _assign(self, consumer, tps) -> None:
-        from confluent_kafka import TopicPartition
-
         if self.cfg.cooperative:
             consumer.incremental_assign(tps)
         else:
@@ -66,13 +75,41 @@ class Assignment:
         log.info("assignment of partitions %s received; handing them to the workers", parts)
         if parts[-1] >= self.cache.control.npartitions and parts[-1] < L.MAX_PARTITIONS:
             self.cache.control.set_topic(self.cfg.topic, parts[-1] + 1)  # the topic grew: ready means all
-        committed = {tp.partition: tp.offset for tp in consumer.committed(
-            [TopicPartition(self.cfg.topic, p) for p in parts], timeout=KAFKA_TIMEOUT_S)}
+        self.pending.update(parts)
+        self._hand_out(consumer)
+
+    def retry(self, consumer) -> None:
+        """The supervisor's loop: partitions still pending are looked up again once the broker
+        answers (its probes, consumer/startup.py check_broker, say when) and their backoff is over."""
+        if not self.pending or self.stopping() or self.broker.down or time.monotonic() < self._retry_at:
+            return
+        self.cache.control.set_word(L.H_ASSIGNING, 1)
+        try:
+            self._hand_out(consumer)
+        finally:
+            self.cache.control.set_word(L.H_ASSIGNING, 0)
+
+    def _hand_out(self, consumer) -> None:
+        """Give the pending partitions to the workers, if the broker says where each starts."""
+        from confluent_kafka import KafkaException
+
+        parts = sorted(self.pending)
+        try:
+            offsets = self._lookup(consumer, parts)
+        except KafkaException as e:
+            err = e.args[0] if e.args else e
+            self.broker.failed(f"looking up where partitions {parts} start: {err.str() if hasattr(err, 'str') else err}")
+            self._retry_at = time.monotonic() + self._delay
+            self._delay = min(self._delay * 2, broker_mod.RETRY_MAX_S)
+            return
+        self.pending.clear()
+        self._delay = broker_mod.RETRY_FIRST_S
+        self.broker.answered()
         rows = self.cache.control.partitions
         plan: dict[int, list] = {}
         for p in parts:
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=KAFKA_TIMEOUT_S)
-            start = self._start_offset(p, lo, committed[p])
+            lo, hi, committed = offsets[p]
+            start = self._start_offset(p, lo, committed)
             w = min(self.workers, key=lambda h: len(h.partitions))
             w.partitions.add(p)
             self.assigned[p] = w.index
@@ -81,7 +118,7 @@ class Assignment:
             row[L.P_HIGH_WATERMARK] = hi
             row[L.P_LATEST] = hi
             row[L.P_CAUGHT_UP] = int(start >= hi)
-            row[L.P_COMMITTED] = committed[p]
+            row[L.P_COMMITTED] = committed
             row[L.P_OWNER] = w.index + 1
             row[L.P_GENERATION] += 1
             row[L.P_ASSIGNED] = 1
@@ -90,6 +127,24 @@ class Assignment:
             self.workers[idx].request(("assign", items), "assigned", self.cfg.drain_timeout)
         log.info("assigned %s", {p: (self.assigned[p], int(rows[p, L.P_APPLIED]), int(rows[p, L.P_HIGH_WATERMARK]))
                                  for p in parts})
+
+    def _lookup(self, consumer, parts) -> dict[int, tuple[int, int, int]]:
+        """partition -> (low watermark, high watermark, committed offset or negative), from the
+        broker; KafkaException when it does not answer within LOOKUP_TIMEOUT_S per request."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        topic, beat = self.cfg.topic, self.cache.control.beat
+        committed = {}
+        for tp in consumer.committed([TopicPartition(topic, p) for p in parts], timeout=LOOKUP_TIMEOUT_S):
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            committed[tp.partition] = tp.offset
+        out = {}
+        for p in parts:
+            beat()  # each request waits up to LOOKUP_TIMEOUT_S: the heartbeat goes on meanwhile
+            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=LOOKUP_TIMEOUT_S)
+            out[p] = (lo, hi, committed[p])
+        return out
 
     def _start_offset(self, p: int, lo: int, committed: int) -> int:
         have = int(self.cache.control.partitions[p, L.P_APPLIED])
@@ -122,6 +177,7 @@ class Assignment:
     def on_revoke(self, consumer, tps) -> None:
         """Partitions leave: drain their workers, commit what they applied, before returning."""
         log.info("revoked %s", sorted(tp.partition for tp in tps))
+        self.pending.difference_update(tp.partition for tp in tps)  # never handed out: nothing to drain
         self.commits.hold(time.monotonic())
         self.release(tps, commit=True)
         self._unassign(consumer, tps)
@@ -129,6 +185,7 @@ class Assignment:
     def on_lost(self, consumer, tps) -> None:
         """Partitions are already someone else's: stop them, commit nothing."""
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
+        self.pending.difference_update(tp.partition for tp in tps)
         self.commits.hold(time.monotonic())
         self.cache.control.count(L.H_PARTITIONS_LOST, len(tps))
         self.release(tps, commit=False)

@@ -159,7 +159,7 @@ class Supervisor:
         warming = None if warm.is_warm() else warm.start()
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
         self.commits = commits_mod.Committer(self.cache.control, cfg.topic, self.broker)
-        self.assignment = Assignment(cfg, self.cache, self.workers, self.commits,
+        self.assignment = Assignment(cfg, self.cache, self.workers, self.commits, self.broker,
                                      stopping=lambda: self.state is State.STOPPING, rebalanced=self._rebalanced)
         self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
                                                        **broker_mod.client_settings(self.broker.on_error)))
@@ -272,6 +272,7 @@ class Supervisor:
         for w in self.workers:
             if w.check(now):  # it died and its backoff (consumer/worker_handle.py) is over
                 self._restart(w)
+        self.assignment.retry(self.consumer)  # partitions whose start the broker did not say yet
         self.commits.tick(now, list(self.assignment.assigned), self.cfg.commit_interval)
         if self.group_watch is None:
             from shmcache.consumer.group import GroupWatch

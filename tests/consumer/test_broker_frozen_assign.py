@@ -1,0 +1,153 @@
+"""A broker that stops answering while an assignment asks it where the partitions start
+(consumer/rebalance.py: the group's committed offsets, the partitions' watermarks),
+against a broker of the test's own. The freeze is put exactly there: the broker sits
+behind a gate (tests/consumer/_kafka_gate.py) that stops every connection at the
+supervisor's first OffsetFetch (committed()) or ListOffsets (get_watermark_offsets())
+request; the broker is SIGSTOPped while the request waits at the gate, then the gate
+opens onto the frozen broker.
+
+The supervisor must not exit (it did: the KafkaException left consumer.poll() as a
+traceback, exit 1). It says "waiting for the broker", logs each retry of the lookup,
+gives no worker a partition whose start it does not know, and once the broker answers
+(SIGCONT) it carries on: everything produced is in the cache, and the group's committed
+offsets equal the applied offsets, which equal the topic's end.
+"""
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, KafkaGate  # noqa: E402
+from _pipeline import Harness, KafkaProbe, Model, applied, check_table, poll_until, wait_applied  # noqa: E402
+from _private_broker import PrivateBroker  # noqa: E402
+
+PARTITIONS = 3
+WAITING = "waiting for the broker"
+SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py group_settings: the supervisor's client.id
+
+
+def _stopped(pid: int) -> bool:
+    """Every thread of `pid` is stopped (SIGSTOP delivered, not only sent)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return all((t / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for t in tasks.iterdir())
+
+
+@pytest.fixture
+def gated(tmp_path):
+    """(gate, broker, freeze): a private broker that advertises the gate's port; freeze(True)
+    SIGSTOPs it and returns once every thread is stopped. Always thawed and stopped at the end."""
+    gate = KafkaGate(0)
+    b = PrivateBroker(tmp_path / "kafka", advertised_port=gate.port)
+    gate.broker_port = b.port
+
+    def freeze(frozen: bool) -> None:
+        os.kill(b.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+        if frozen:
+            poll_until(lambda: _stopped(b.pid), 10, "the broker's threads to stop")
+    try:
+        yield gate, b, freeze
+    finally:
+        if b.pid is not None:
+            try:
+                os.kill(b.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        b.stop()
+        gate.close()
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=30)[topic].result(timeout=60)
+
+
+def _produce(h: Harness, topic: str, model: Model, batches: int) -> list[int]:
+    """Send `batches` Model batches; the topic's end offsets once all are acknowledged."""
+    p = h.producer(topic, model, rate=1000, max_batches=batches)
+    p.start()
+    p.finish()
+    probe = KafkaProbe(h.bootstrap, topic, PARTITIONS)
+    try:
+        return probe.end_offsets()
+    finally:
+        probe.close()
+
+
+def _start_frozen_at(h, gate, freeze, api_key: int, start):
+    """Start a supervisor with the gate armed at `api_key`; freeze the broker while that
+    request waits at the gate, then let it through to the frozen broker."""
+    gate.hold_at({api_key}, SUPERVISOR_CLIENT)
+    sup = start()
+
+    def at_gate():
+        assert sup.running(), sup.log_text()[-3000:]
+        return gate.held.is_set()
+    poll_until(at_gate, 120, "the supervisor's lookup to reach the gate")
+    freeze(True)
+    gate.release()
+    return sup
+
+
+def _rides_it_out(h, r, sup, topic, group, model, freeze) -> None:
+    """While frozen: running, waiting for the broker, the lookup retried, no partition given
+    to a worker. After SIGCONT: everything in the cache, committed == applied == end."""
+    def waiting():
+        assert sup.running(), sup.log_text()[-3000:]
+        return r.status()["broker"] == WAITING
+    poll_until(waiting, 60, lambda: f"status to say {WAITING!r}: {r.status()}\n{sup.log_text()[-3000:]}")
+    st = r.status()
+    assert st["assigned"] == [] and not st["ready"], st  # no worker got a partition it cannot start
+    poll_until(lambda: "still waiting for the Kafka broker" in sup.log_text(), 60,
+               lambda: f"a retry while the broker is frozen:\n{sup.log_text()[-3000:]}")
+    log = sup.log_text()
+    received = log.index(f"assignment of partitions {list(range(PARTITIONS))} received")
+    failed = log.index(f"does not answer (looking up where partitions {list(range(PARTITIONS))} start")
+    assert received < failed, log[-3000:]  # the freeze hit the lookup inside the assignment
+    assert sup.running() and "Traceback" not in log, log[-3000:]
+
+    freeze(False)
+    ends = _produce(h, topic, model, 30)
+    wait_applied(r, ends, 120, sup)
+    st = r.wait_ready(timeout=120)
+    assert st["broker"] == "up" and sorted(p["partition"] for p in st["assigned"]) == list(range(PARTITIONS))
+    check_table(r, model.snapshot())
+    probe = KafkaProbe(h.bootstrap, topic, PARTITIONS, group=group)
+    try:
+        poll_until(lambda: probe.committed() == applied(r, PARTITIONS) == ends, 60,
+                   lambda: f"committed {probe.committed()} == applied {applied(r, PARTITIONS)} == end {ends}")
+    finally:
+        probe.close()
+    assert "answers again" in sup.log_text()
+
+
+def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path, gated):
+    gate, b, freeze = gated
+    b.start()
+    bootstrap = f"127.0.0.1:{gate.port}"
+    topic = "t-assign-frozen"
+    _create_topic(bootstrap, topic)
+    h = Harness(tmp_path, bootstrap)
+    try:
+        name, group = h.cache_name("assign-frozen"), h.group("assign-frozen")
+        model = Model("v1", PARTITIONS, seed=23)
+        _produce(h, topic, model, 30)
+
+        # at start-up, a new group: frozen at committed()
+        sup = _start_frozen_at(h, gate, freeze, OFFSET_FETCH, lambda: h.supervisor(name, topic, group))
+        r = h.attach(name, sup=sup)
+        _rides_it_out(h, r, sup, topic, group, model, freeze)
+        assert sup.terminate() == 0
+
+        # restarted, the group's offsets committed: frozen at the watermarks
+        sup = _start_frozen_at(h, gate, freeze, LIST_OFFSETS, lambda: h.supervisor(name, topic, group))
+        assert gate.request[0] == LIST_OFFSETS and gate.request[1].startswith(f"{SUPERVISOR_CLIENT}{name}@")
+        _rides_it_out(h, r, sup, topic, group, model, freeze)
+        assert sup.terminate() == 0
+    finally:
+        h.close()
