@@ -15,6 +15,11 @@ the partitions pending: the callback returns, status says "waiting for the broke
 (consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
 the broker answers (`retry`), each request bounded by LOOKUP_TIMEOUT_S.
 
+An applied or committed offset above the partition's high watermark belongs to another
+log than the one there now: the topic was deleted and re-created (or its log truncated).
+That is logged as an error and the partition starts over at its low watermark, not caught
+up until it reaches the high watermark; the table keeps what the old log put in it.
+
 A revoked partition is drained first: its worker finishes its batch and reports what it
 applied, which is committed before the callback returns (DESIGN invariant 1). A lost
 partition is someone else's already: it is stopped and nothing is committed.
@@ -109,7 +114,7 @@ class Assignment:
         plan: dict[int, list] = {}
         for p in parts:
             lo, hi, committed = offsets[p]
-            start = self._start_offset(p, lo, committed)
+            start = self._start_offset(p, lo, hi, committed)
             w = min(self.workers, key=lambda h: len(h.partitions))
             w.partitions.add(p)
             self.assigned[p] = w.index
@@ -146,8 +151,16 @@ class Assignment:
             out[p] = (lo, hi, committed[p])
         return out
 
-    def _start_offset(self, p: int, lo: int, committed: int) -> int:
+    def _start_offset(self, p: int, lo: int, hi: int, committed: int) -> int:
         have = int(self.cache.control.partitions[p, L.P_APPLIED])
+        above = [f"{what} offset {o}" for what, o in (("applied", have), ("committed", committed)) if o > hi]
+        if above:  # another log than this one had them: start it over, from its beginning
+            log.error("topic %r partition %d: the %s %s above the partition's high watermark %d: the topic was "
+                      "deleted and re-created (or its log truncated); starting the partition over at its low "
+                      "watermark %d, not caught up until it reaches %d; the cache keeps the entries it applied "
+                      "from the old topic (DELETEs in the new one still apply)",
+                      self.cfg.topic, p, " and the ".join(above), "are" if len(above) > 1 else "is", hi, lo, hi)
+            have = committed = -1
         start = have if have >= 0 else lo
         if committed >= 0:
             start = min(start, committed)

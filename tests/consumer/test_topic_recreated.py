@@ -1,0 +1,133 @@
+"""A topic deleted and re-created under the cache's name, against the real broker: the
+cache's applied offsets (100 per partition) are above the new topic's end (10).
+
+Before, the supervisor started each partition at its applied offset: the cache said
+ready at once without the new topic's entries, and commits of the old offsets landed on
+the new topic (the restart test commits them there too). Now an applied or committed
+offset above the high watermark is an error, logged naming topic, partition, offset and
+watermark; the partition starts over at the new topic's low watermark and is not ready
+until it has applied up to the high watermark; commits follow what was applied from the
+new topic. The old topic's entries stay in the cache (DESIGN.md).
+"""
+
+import os
+import sys
+
+import numpy as np
+from confluent_kafka import Producer
+
+from shmcache.consumer import wire
+from shmcache.consumer.topics import create_topic
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline import Harness, KafkaProbe, applied, poll_until, wait_applied  # noqa: E402
+
+PARTITIONS = 2
+OLD, NEW, MORE = 100, 10, 150  # messages per partition: the old topic, the new one, then produced to it
+
+
+def _produce(bootstrap: str, topic: str, n: int, rng) -> dict[bytes, bytes]:
+    """n one-entry v1 messages to each partition; {key: value} sent."""
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    sent = {}
+    for p in range(PARTITIONS):
+        for _ in range(n):
+            key, value = rng.bytes(32), rng.bytes(80)
+            prod.produce(topic, wire.encode_v1([key], [wire.ADD], [value]), partition=p)
+            sent[key] = value
+    assert prod.flush(30) == 0
+    return sent
+
+
+def _recreate(admin, bootstrap: str, topic: str) -> None:
+    """Delete the topic and create it again at once (the broker may still be deleting it)."""
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+
+    def created():
+        try:
+            create_topic(bootstrap, topic, PARTITIONS)
+            return True
+        except Exception as e:  # noqa: BLE001 - "marked for deletion" until the broker is done
+            if "exist" not in str(e).lower() and "deletion" not in str(e).lower():
+                raise
+            return False
+    poll_until(created, 60, f"topic {topic} to be created again", interval=0.1)
+
+
+def _commit(bootstrap: str, topic: str, group: str, offsets: list[int]) -> None:
+    """Commit `offsets` for `group` (no member: the group is empty), as a supervisor did before
+    this fix: the old topic's offsets, onto the new topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in enumerate(offsets)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def _committed(bootstrap: str, topic: str, group: str) -> list[int]:
+    probe = KafkaProbe(bootstrap, topic, PARTITIONS, group=group)
+    try:
+        return probe.committed()
+    finally:
+        probe.close()
+
+
+def _fill_old_topic(h, topic, name, group, rng):
+    old = _produce(h.bootstrap, topic, OLD, rng)
+    sup = h.supervisor(name, topic, group)
+    r = h.attach(name, sup=sup)
+    r.wait_ready(60)
+    assert applied(r, PARTITIONS) == [OLD] * PARTITIONS
+    poll_until(lambda: _committed(h.bootstrap, topic, group) == [OLD] * PARTITIONS, 60, "the old topic's commits")
+    return sup, r, old
+
+
+def _ready_only_with_the_new_topic(r, sup, new: dict) -> None:
+    """The first time status says ready, every partition applied the new topic to its end."""
+    def ready():
+        assert sup.running(), sup.log_text()[-3000:]
+        st = r.status()
+        return st if st["ready"] else None
+    st = poll_until(ready, 90, lambda: f"ready: {r.status()}\n{sup.log_text()[-3000:]}", interval=0.02)
+    assert [(p["applied"], p["high_watermark"]) for p in st["assigned"]] == [(NEW, NEW)] * PARTITIONS, st
+    assert r.get_many(list(new)) == list(new.values())
+
+
+def _everything_after_applied_and_committed(h, r, sup, topic, group, rng, old, new) -> None:
+    more = _produce(h.bootstrap, topic, MORE, rng)  # offsets 10..159 of each partition
+    wait_applied(r, [NEW + MORE] * PARTITIONS, 60, sup)
+    assert r.get_many(list(new) + list(more)) == list(new.values()) + list(more.values())
+    assert r.get_many(list(old)) == list(old.values())  # the old topic's entries stay (DESIGN.md)
+    poll_until(lambda: _committed(h.bootstrap, topic, group) == applied(r, PARTITIONS) == [NEW + MORE] * PARTITIONS,
+               60, lambda: f"committed {_committed(h.bootstrap, topic, group)} == applied "
+                           f"{applied(r, PARTITIONS)} == the new topic's end {NEW + MORE}")
+    assert "Traceback" not in sup.log_text()
+    assert sup.terminate() == 0
+
+
+def test_a_topic_recreated_while_the_supervisor_was_stopped_starts_over(tmp_path, kafka_broker, kafka_topic,
+                                                                       kafka_admin):
+    rng = np.random.default_rng(31)
+    topic = kafka_topic(PARTITIONS)
+    h = Harness(tmp_path, kafka_broker.bootstrap)
+    try:
+        name, group = h.cache_name("recreated"), h.group("recreated")
+        sup, r, old = _fill_old_topic(h, topic, name, group, rng)
+        assert sup.terminate() == 0
+
+        _recreate(kafka_admin, h.bootstrap, topic)
+        new = _produce(h.bootstrap, topic, NEW, rng)
+        _commit(h.bootstrap, topic, group, [OLD] * PARTITIONS)  # the old offsets, committed on the new topic
+        sup = h.supervisor(name, topic, group)
+        _ready_only_with_the_new_topic(r, sup, new)
+        log = sup.log_text()
+        for p in range(PARTITIONS):
+            said = f"{topic!r} partition {p}: the applied offset {OLD} and the committed offset {OLD} are above"
+            line = next((x for x in log.splitlines() if said in x), "")
+            assert " ERROR " in line and f"high watermark {NEW}" in line and "starting the partition over" in line \
+                and "keeps the entries" in line, log[-3000:]
+        _everything_after_applied_and_committed(h, r, sup, topic, group, rng, old, new)
+    finally:
+        h.close()
