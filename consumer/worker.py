@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import forkserver
+from shmcache.consumer import forkserver, log_replaced
 from shmcache.consumer import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
@@ -68,6 +68,7 @@ class Worker:
         self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker",
                                                           **broker_mod.client_settings()}))
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
+        self.next: dict[int, int] = {}  # partition -> the offset its next message must have (consumer/log_replaced.py)
         self.stopping = False
         self.orphaned = False  # the supervisor died (its pipe closed, or the fork server died with it)
         self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
@@ -101,6 +102,7 @@ class Worker:
             if p in self.owned:  # re-assigned to us: restart it at the given offset
                 self.consumer.incremental_unassign([TopicPartition(self.cfg.topic, p)])
             self.owned[p] = gen
+            self.next[p] = offset
             tps.append(TopicPartition(self.cfg.topic, p, offset))
         if tps:
             self.consumer.incremental_assign(tps)
@@ -118,7 +120,7 @@ class Worker:
             self.consumer.resume(tps)  # or a pause flag outlives the assignment (see above); else a no-op
             self.consumer.incremental_unassign(tps)
         for p in mine:
-            del self.owned[p]
+            del self.owned[p], self.next[p]
         return {p: int(self.rows[p, L.P_APPLIED]) for p in mine}
 
     def _cmd_revoke(self, parts) -> None:
@@ -183,24 +185,28 @@ class Worker:
             self.paused_until = self.window_start + 1.0
 
     def _apply(self, msgs) -> None:
-        kv = self.cfg.format == "kv"
-        good = []
+        fetched = []
         for m in msgs:
             err = m.error()
             if err is not None:
                 log.warning("worker %d: %s [%d]: %s", self.index, m.topic(), m.partition() or -1, err)
                 continue
-            if m.partition() in self.owned:  # a message fetched just before a revoke is not ours
-                good.append(m)
-        if not good:
-            return
-        if kv:
-            self._apply_kv(good)
-        else:
-            self._apply_wire_batch(good)
-        self.me[L.K_MESSAGES] += len(good)
-        self.prof.messages += len(good)
-        self.prof.batches += 1
+            fetched.append(m)
+        # a message fetched just before a revoke is not ours; one below its partition's offset
+        # comes from a new log (a re-created topic): that partition starts over after this batch
+        good, replaced = log_replaced.split(fetched, self.next)
+        if good:
+            if self.cfg.format == "kv":
+                self._apply_kv(good)
+            else:
+                self._apply_wire_batch(good)
+            self.me[L.K_MESSAGES] += len(good)
+            self.prof.messages += len(good)
+            self.prof.batches += 1
+        for p, offset in replaced.items():
+            current = self.rows[p, L.P_GENERATION] == self.owned[p]
+            self.next[p] = log_replaced.start_over(self.consumer, self.cfg.topic, self.rows[p], p, offset,
+                                                   self.next[p], current, bool(self.paused_until), self.index)
 
     def _apply_wire_batch(self, msgs) -> None:
         """The whole consume() batch as one decode and one apply (consumer/wire_batch.py): the

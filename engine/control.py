@@ -20,7 +20,9 @@ Who writes what (one writer per word, so no locks are needed):
   watermark at assignment; a worker row's start count;
 - the owning worker: its partitions' applied offset, caught-up flag and, after
   each batch, latest watermark (the high watermark of its last fetch), and its
-  own row (owner word, heartbeat, counters).
+  own row (owner word, heartbeat, counters); and a partition's high watermark
+  when it finds the partition's log replaced under it (consumer/log_replaced.py:
+  the new log's is the readiness target then).
 Readers (status, wait_ready, metrics, top) only read. Values are published with
 plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
 one partition's row a moment older than another's. The segment is untrusted

@@ -7,7 +7,10 @@ the new topic (the restart test commits them there too). Now an applied or commi
 offset above the high watermark is an error, logged naming topic, partition, offset and
 watermark; the partition starts over at the new topic's low watermark and is not ready
 until it has applied up to the high watermark; commits follow what was applied from the
-new topic. The old topic's entries stay in the cache (DESIGN.md).
+new topic. The same while the
+supervisor runs: its workers see the new log's first message below the offset they were
+at (consumer/log_replaced.py), or, when the group saw the topic gone, the next
+assignment does. The old topic's entries stay in the cache (DESIGN.md).
 """
 
 import os
@@ -131,3 +134,32 @@ def test_a_topic_recreated_while_the_supervisor_was_stopped_starts_over(tmp_path
         _everything_after_applied_and_committed(h, r, sup, topic, group, rng, old, new)
     finally:
         h.close()
+
+
+def test_a_topic_recreated_under_a_running_supervisor_starts_over(tmp_path, kafka_broker, kafka_topic, kafka_admin):
+    rng = np.random.default_rng(37)
+    topic = kafka_topic(PARTITIONS)
+    h = Harness(tmp_path, kafka_broker.bootstrap)
+    try:
+        _recreated_under_a_running_supervisor(h, topic, kafka_admin, rng)
+    finally:
+        h.close()
+
+
+def _recreated_under_a_running_supervisor(h, topic, admin, rng) -> None:
+    name, group = h.cache_name("recreated-live"), h.group("recreated-live")
+    sup, r, old = _fill_old_topic(h, topic, name, group, rng)
+
+    _recreate(admin, h.bootstrap, topic)
+    new = _produce(h.bootstrap, topic, NEW, rng)
+    # a worker sees the new log's first message below its offset; or, if the group saw the
+    # topic gone, the assignment that gives it back sees the applied offset above the end
+    said = ("the partition's log was replaced", "above the partition's high watermark")
+
+    def logged():
+        assert sup.running(), sup.log_text()[-3000:]
+        lines = [x for x in sup.log_text().splitlines() if " ERROR " in x and any(s in x for s in said)]
+        return all(any(f"{topic!r} partition {p}: " in x for x in lines) for p in range(PARTITIONS))
+    poll_until(logged, 60, lambda: f"an error line per partition:\n{sup.log_text()[-3000:]}")
+    _ready_only_with_the_new_topic(r, sup, new)
+    _everything_after_applied_and_committed(h, r, sup, topic, group, rng, old, new)

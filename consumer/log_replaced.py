@@ -1,0 +1,75 @@
+"""A partition's log replaced under a running worker (consumer/worker.py): the topic was
+deleted and re-created (or its log truncated) between two of the worker's fetches.
+
+The worker fetches at an offset past the new log's end; the broker says it is out of
+range and librdkafka resets to the log's start (auto.offset.reset) and delivers the new
+log's messages, but its position() stays at the old offset until the new log passes it
+(librdkafka 2.16). The applied offset would then stay that of the old log: the cache
+said caught up without the new messages, and commits of the old offsets landed on the
+new topic. The supervisor's group consumer does not see a topic re-created between two
+of its metadata refreshes; one that sees the topic gone gets it back through a new
+assignment, which consumer/rebalance.py checks against the new watermarks.
+
+What shows it here: a message below the offset the partition was at (librdkafka never
+delivers one below its fetch position otherwise). The worker then drops that message
+and the rest of the partition's batch, logs one error line, starts the partition over
+at the new log's low watermark (a new assignment of its own, which resets position()),
+and publishes it as not caught up until it reaches the new log's high watermark. A
+re-created topic is seen at its first message: an empty one is not.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from shmcache.engine import layout as L
+
+log = logging.getLogger("shmcache.worker")
+
+
+def split(msgs, next_offsets: dict[int, int]) -> tuple[list, dict[int, int]]:
+    """The messages to apply, and {partition: offset} of each partition whose log was
+    replaced (the first message below its next offset); a partition not in `next_offsets`
+    (not owned) has none applied. `next_offsets` advances past every message kept."""
+    good, replaced = [], {}
+    for m in msgs:
+        p = m.partition()
+        if p not in next_offsets or p in replaced:
+            continue
+        if m.offset() < next_offsets[p]:
+            replaced[p] = m.offset()
+            continue
+        next_offsets[p] = m.offset() + 1
+        good.append(m)
+    return good, replaced
+
+
+def start_over(consumer, topic: str, row, p: int, offset: int, was: int, current: bool, paused: bool,
+               index: int) -> int:
+    """Start partition `p` over at the new log's low watermark (`offset`, the first message
+    seen from it, if the watermark is unknown); its row (when `current`: still this worker's
+    generation) says so. Returns the offset it starts at."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    tp = TopicPartition(topic, p)
+    try:
+        lo, hi = consumer.get_watermark_offsets(tp, cached=True)  # the fetch that brought the message's
+    except KafkaException:
+        lo, hi = -1, -1
+    start = lo if 0 <= lo <= offset else offset
+    hi = max(hi, start)
+    log.error("worker %d: topic %r partition %d: offset %d came where %d was next: the partition's log was replaced "
+              "(the topic deleted and re-created, or its log truncated); starting it over at offset %d, not caught "
+              "up until it reaches %d; the cache keeps the entries it applied from the old log (DELETEs in the new "
+              "one still apply)", index, topic, p, offset, was, start, hi)
+    if current:  # readers see it lagging before they see the lower offset
+        row[L.P_CAUGHT_UP] = 0
+        row[L.P_HIGH_WATERMARK] = hi
+        row[L.P_LATEST] = hi
+        row[L.P_APPLIED] = start
+    consumer.resume([tp])  # a pause flag must not outlive the assignment (consumer/worker.py)
+    consumer.incremental_unassign([tp])
+    consumer.incremental_assign([TopicPartition(topic, p, start)])
+    if paused:
+        consumer.pause([tp])
+    return start
