@@ -455,6 +455,22 @@ def produce_and_wait(harness, topic: str, model: "Model", partitions: int, **kw)
     return ends
 
 
+def produce_entries(bootstrap: str, topic: str, counts: dict[int, int], rng) -> dict[bytes, bytes]:
+    """One-entry v1 messages (ADD of a new random key), counts[p] of them to partition p;
+    returns {key: value} sent, once every message is acknowledged."""
+    from confluent_kafka import Producer
+
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    sent = {}
+    for p, n in counts.items():
+        for _ in range(n):
+            key, value = rng.bytes(32), rng.bytes(80)
+            prod.produce(topic, wire.encode_v1([key], [ADD], [value]), partition=p)
+            sent[key] = value
+    assert prod.flush(30) == 0
+    return sent
+
+
 def applied(r, partitions: int) -> list[int]:
     """Applied offsets from the segment's control area (valid after the supervisor exits too)."""
     rows = r.control.partitions

@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from shmcache.consumer.topics import create_topic
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, KafkaGate  # noqa: E402
-from _pipeline import Harness, KafkaProbe, Model, applied, check_table, poll_until, wait_applied  # noqa: E402
+from _pipeline import (Harness, KafkaProbe, Model, applied, check_table, poll_until,  # noqa: E402
+                       produce_and_wait, wait_applied)
 from _private_broker import PrivateBroker  # noqa: E402
 
 PARTITIONS = 3
@@ -60,25 +63,6 @@ def gated(tmp_path):
         gate.close()
 
 
-def _create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=30)[topic].result(timeout=60)
-
-
-def _produce(h: Harness, topic: str, model: Model, batches: int) -> list[int]:
-    """Send `batches` Model batches; the topic's end offsets once all are acknowledged."""
-    p = h.producer(topic, model, rate=1000, max_batches=batches)
-    p.start()
-    p.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTITIONS)
-    try:
-        return probe.end_offsets()
-    finally:
-        probe.close()
-
-
 def _start_frozen_at(h, gate, freeze, api_key: int, start):
     """Start a supervisor with the gate armed at `api_key`; freeze the broker while that
     request waits at the gate, then let it through to the frozen broker."""
@@ -112,7 +96,7 @@ def _rides_it_out(h, r, sup, topic, group, model, freeze) -> None:
     assert sup.running() and "Traceback" not in log, log[-3000:]
 
     freeze(False)
-    ends = _produce(h, topic, model, 30)
+    ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=30)
     wait_applied(r, ends, 120, sup)
     st = r.wait_ready(timeout=120)
     assert st["broker"] == "up" and sorted(p["partition"] for p in st["assigned"]) == list(range(PARTITIONS))
@@ -131,12 +115,12 @@ def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path, gated)
     b.start()
     bootstrap = f"127.0.0.1:{gate.port}"
     topic = "t-assign-frozen"
-    _create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, PARTITIONS)
     h = Harness(tmp_path, bootstrap)
     try:
         name, group = h.cache_name("assign-frozen"), h.group("assign-frozen")
         model = Model("v1", PARTITIONS, seed=23)
-        _produce(h, topic, model, 30)
+        produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=30)
 
         # at start-up, a new group: frozen at committed()
         sup = _start_frozen_at(h, gate, freeze, OFFSET_FETCH, lambda: h.supervisor(name, topic, group))

@@ -17,29 +17,17 @@ import os
 import sys
 
 import numpy as np
-from confluent_kafka import Producer
-
-from shmcache.consumer import wire
 from shmcache.consumer.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import Harness, KafkaProbe, applied, poll_until, wait_applied  # noqa: E402
+from _pipeline import Harness, KafkaProbe, applied, poll_until, produce_entries, wait_applied  # noqa: E402
 
 PARTITIONS = 2
 OLD, NEW, MORE = 100, 10, 150  # messages per partition: the old topic, the new one, then produced to it
 
 
 def _produce(bootstrap: str, topic: str, n: int, rng) -> dict[bytes, bytes]:
-    """n one-entry v1 messages to each partition; {key: value} sent."""
-    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    sent = {}
-    for p in range(PARTITIONS):
-        for _ in range(n):
-            key, value = rng.bytes(32), rng.bytes(80)
-            prod.produce(topic, wire.encode_v1([key], [wire.ADD], [value]), partition=p)
-            sent[key] = value
-    assert prod.flush(30) == 0
-    return sent
+    return produce_entries(bootstrap, topic, {p: n for p in range(PARTITIONS)}, rng)
 
 
 def _recreate(admin, bootstrap: str, topic: str) -> None:
