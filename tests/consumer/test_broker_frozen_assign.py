@@ -10,7 +10,8 @@ The supervisor must not exit (it did: the KafkaException left consumer.poll() as
 traceback, exit 1). It says "waiting for the broker", logs each retry of the lookup,
 gives no worker a partition whose start it does not know, and once the broker answers
 (SIGCONT) it carries on: everything produced is in the cache, and the group's committed
-offsets equal the applied offsets, which equal the topic's end.
+offsets equal the applied offsets, which equal the topic's end. With `--broker-wait` it
+gives up past that bound instead: one line naming the broker, exit 2, no traceback.
 """
 
 import os
@@ -133,5 +134,16 @@ def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path, gated)
         assert gate.request[0] == LIST_OFFSETS and gate.request[1].startswith(f"{SUPERVISOR_CLIENT}{name}@")
         _rides_it_out(h, r, sup, topic, group, model, freeze)
         assert sup.terminate() == 0
+
+        # with --broker-wait, a broker that stays frozen ends the run: one line, exit 2
+        sup = _start_frozen_at(h, gate, freeze, OFFSET_FETCH,
+                               lambda: h.supervisor(name, topic, group, args=("--broker-wait", "3")))
+        code = sup.wait(120)
+        log = sup.log_text()
+        assert code == 2 and "Traceback" not in log, f"exit {code}:\n{log[-3000:]}"
+        last = log.strip().splitlines()[-1]
+        assert last.startswith("shmcache: ") and bootstrap in last and "broker_wait 3" in last, log[-3000:]
+        freeze(False)
+        check_table(r, model.snapshot())  # the cache stays, whole, for its readers
     finally:
         h.close()
