@@ -162,12 +162,12 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
     workers = Table(title="workers", title_justify="left")
     for col in ("worker", "pid", "state", "heartbeat", "restarts", "backoff", "ADD", "DELETE", "messages"):
         workers.add_column(col, justify="right")
-    from shmcache.cli.status import backoff_text, group_lines
+    from shmcache.cli.status import backoff_text, group_lines, heartbeat_text
 
     for w in st["workers"]:
-        hb = "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago"
         workers.add_row(str(w["worker"]), str(w["pid"] or "-"),
-                        Text(w["state"], WORKER_STATE_STYLE[w["state"]]), hb,
+                        Text(w["state"], WORKER_STATE_STYLE[w["state"]]),
+                        Text(heartbeat_text(w), "bold red" if w.get("stale") else ""),
                         str(max(0, w["starts"] - 1)), backoff_text(w), f"{w['adds']:,}", f"{w['deletes']:,}",
                         f"{w['messages']:,}")
 

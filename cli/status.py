@@ -12,6 +12,7 @@ from rich.table import Table
 
 import shmcache
 from shmcache.consumer import snapshots
+from shmcache.engine.control_status import why
 
 HELP = "per-partition progress and readiness of a cache"
 SLOW_COMMIT_S = 5.0  # a commit in flight longer than this is shown
@@ -36,13 +37,15 @@ def run(a) -> int:
                      if st.get("broker") == "waiting for the broker" else "")
                   + (f", [yellow]a commit has waited {st['commit_pending_s']:.0f} s for Kafka[/]"
                      if (st.get("commit_pending_s") or 0) >= SLOW_COMMIT_S else ""))
+    if not st["ready"]:
+        console.print(f"not ready: {why(st)}", markup=False, highlight=False)
     t = Table()
     for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "committed", "caught up"):
         t.add_column(col, justify="right")
     for p in st["assigned"]:
         t.add_row(str(p["partition"]), str(p["worker"]), str(p["worker_pid"]), f"{p['applied']:,}",
                   f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
-                  "yes" if p["caught_up"] else "no")
+                  "yes" if p["caught_up"] else f"no (worker {p['worker_down']})" if p.get("worker_down") else "no")
     console.print(t)
     for what, value, _ in snapshots.summary_rows(st):
         console.print(f"{what}: {value}")
@@ -55,10 +58,17 @@ def run(a) -> int:
             t.add_column(col, justify="right")
         for w in st["workers"]:
             t.add_row(str(w["worker"]), str(w["pid"] or "-"), w["state"], str(max(0, w["starts"] - 1)), backoff_text(w),
-                      "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f} s ago",
+                      heartbeat_text(w),
                       f"{w['adds']:,}", f"{w['deletes']:,}", f"{w['messages']:,}", f"{w['malformed']:,}")
         console.print(t)
     return 0
+
+
+def heartbeat_text(w: dict) -> str:
+    """A worker's heartbeat for the workers table: its age, marked when over the supervisor's bound."""
+    if w["heartbeat_age_s"] is None:
+        return "-"
+    return f"{w['heartbeat_age_s']:.1f} s ago" + (" (stale)" if w.get("stale") else "")
 
 
 def backoff_text(w: dict) -> str:

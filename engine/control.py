@@ -50,6 +50,7 @@ SUPERVISOR_COUNTERS = {  # status() key -> header word
     "commits_deferred": L.H_COMMITS_DEFERRED,
     "rebalances": L.H_REBALANCES,
     "partitions_lost": L.H_PARTITIONS_LOST,
+    "stale_worker_kills": L.H_STALE_KILLS,
 }
 
 
@@ -212,11 +213,14 @@ class ControlArea(ControlView):
         h[L.H_TOPIC_LEN] = len(raw)
         h[L.H_PARTITIONS] = npartitions
 
-    def reset_supervisor(self, metrics_port: int = 0, accept_gaps: bool = False) -> None:
+    def reset_supervisor(self, metrics_port: int = 0, accept_gaps: bool = False,
+                         worker_stale_s: float = 0.0) -> None:
         """A supervisor starts: its counters count from zero (as the worker rows do), and
-        whether it serves a table with retention gaps as ready is its own say."""
+        whether it serves a table with retention gaps as ready, and how old a worker's
+        heartbeat may be (0: no bound), are its own say."""
         h = self._h
         h[L.H_ACCEPT_GAPS] = int(accept_gaps)
+        h[L.H_WORKER_STALE_NS] = max(0, int(worker_stale_s * 1e9))
         for word in SUPERVISOR_COUNTERS.values():
             h[word] = 0
         h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set

@@ -5,7 +5,10 @@ the group, the broker's state and the supervisor's counters.
 The segment is untrusted (DESIGN.md, invariant 8): a word out of its range is named in
 status's "damaged" and read as nothing, never raised on. Ready means the whole topic,
 now (invariant 10): every partition assigned here by the live supervisor and caught up,
-the assignment settled, the broker answering.
+the assignment settled, the broker answering. A partition is caught up only while its
+worker is up and its heartbeat younger than the live supervisor's bound
+(H_WORKER_STALE_NS): one starting, backing off, stopping, dead or stale (hung, stopped)
+applies nothing, whatever the partition's flag says.
 """
 
 from __future__ import annotations
@@ -31,7 +34,18 @@ def _age(view, word: int, now: int) -> float | None:
     return max(0.0, (now - t) / 1e9) if t > 0 else None
 
 
-def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> list[dict]:
+def _worker_down(w: dict | None) -> str | None:
+    """Why a partition's worker cannot keep it applied now (None: it is up and beating)."""
+    if w is None:
+        return "not running"
+    if w["state"] != "up":
+        return w["state"]
+    if w["stale"]:
+        return f"stale, no heartbeat for {w['heartbeat_age_s']:.0f} s"
+    return None
+
+
+def _partition_rows(view, nparts: int, gapped: set[int], ws: dict[int, dict], damaged: list[str]) -> list[dict]:
     wrows = view.workers
     parts = []
     for p in range(nparts):
@@ -44,6 +58,7 @@ def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> 
             owner = -1
         applied = r[L.P_APPLIED]
         latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK], applied)  # never shown below applied
+        down = _worker_down(ws.get(owner))
         parts.append({
             "partition": p,
             "worker": owner if owner >= 0 else None,
@@ -53,13 +68,15 @@ def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> 
             "latest": latest,
             "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
             "committed": r[L.P_COMMITTED],
-            "caught_up": bool(r[L.P_CAUGHT_UP]),
+            "caught_up": bool(r[L.P_CAUGHT_UP]) and down is None,
+            "worker_down": down,  # why its worker applies nothing now (None: up and beating)
             "gap": p in gapped,  # retention deleted offsets this table never had
         })
     return parts
 
 
 def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
+    bound = view.word(L.H_WORKER_STALE_NS) if sup_alive else 0  # the live supervisor's, ns; 0 none
     ws = []
     for i in range(L.MAX_WORKERS):
         r = view.workers[i].tolist()
@@ -67,8 +84,8 @@ def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
             continue
         alive = bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER])
         published, failures, restart_at = view.worker_handle(i) if sup_alive else (None, 0, None)
-        if alive:
-            state = "stopping" if published == "stopping" else "up"
+        if alive:  # backing-off: killed by the supervisor, not gone yet
+            state = published if published in ("stopping", "backing-off") else "up"
         elif not sup_alive:
             state = "stopped"
         else:  # a worker claims its row once its imports are done; until then the supervisor starts it
@@ -82,6 +99,8 @@ def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
             "restart_failures": failures,
             "next_restart_s": restart_at,
             "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
+            # up, but its heartbeat is older than the supervisor's bound: hung or stopped
+            "stale": alive and bound > 0 and r[L.K_HEARTBEAT] > 0 and now - r[L.K_HEARTBEAT] > bound,
             "starts": r[L.K_STARTS],
             "adds": r[L.K_ADDS],
             "deletes": r[L.K_DELETES],
@@ -109,10 +128,10 @@ def status(view) -> dict:
     # rebalance count and the assigning flag, and call nothing ready across a change.
     rebalances, assigning = word(L.H_REBALANCES), word(L.H_ASSIGNING)
     gap_parts = [p for p in range(nparts) if view.has_gap(p)]  # each bit read once
-    parts = _partition_rows(view, nparts, set(gap_parts), damaged)
-    here = {p["partition"] for p in parts}
     sup_alive = bool(sup) and liveness.is_alive(sup)
     ws = _worker_rows(view, sup_alive, now)
+    parts = _partition_rows(view, nparts, set(gap_parts), {w["worker"]: w for w in ws}, damaged)
+    here = {p["partition"] for p in parts}
     group = view.group(nparts, damaged) if sup_alive else dict(NO_GROUP)
     settled = not assigning and not word(L.H_ASSIGNING) and word(L.H_REBALANCES) == rebalances
     started = word(L.H_SUPERVISOR_STARTED)
@@ -213,7 +232,10 @@ def why(st: dict) -> str:
             who = ", ".join(f"{o['client_id']} on {o['host']}" for o in st["group_others"])
             text += f" ({len(st['elsewhere'])} held by another member of the group: {who})"
         return text
-    lagging = [f"{p['partition']} (lag {p['lag']})" for p in st["assigned"] if not p["caught_up"]]
+    lagging = [f"{p['partition']} (lag {p['lag']}"
+               + (")" if not p.get("worker_down") else ", no worker)" if p["worker"] is None
+                  else f", worker {p['worker']} {p['worker_down']})")
+               for p in st["assigned"] if not p["caught_up"]]
     if not lagging and st["gap_partitions"]:
         return (f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
                 f"{st['gap_partitions'][:32]} before this cache had them, so the table lacks what they held; "

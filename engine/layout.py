@@ -99,6 +99,11 @@ H_COMMIT_PENDING_SINCE = 56  # time.time_ns() the supervisor's commit in flight 
 # 1 when the live supervisor was told to serve a table with retention gaps as ready
 # (`run --accept-gaps`); written at its start, so it is the supervisor alive now that says so
 H_ACCEPT_GAPS = 57
+# The live supervisor's bound on a worker's heartbeat (`worker_heartbeat_timeout`, in ns; 0
+# none): a worker whose heartbeat (K_HEARTBEAT) is older is stale, its partitions are not
+# caught up, and the supervisor kills and restarts it. Written at the supervisor's start.
+H_WORKER_STALE_NS = 58
+H_STALE_KILLS = 59  # workers the supervisor killed for a stale heartbeat (a counter, zeroed at its start)
 WIRE_FORMATS = ("v1", "v2", "kv")
 H_RESTORE_STATE = 400  # RESTORE_* below
 H_RESTORE_ENTRIES = 401  # entries the restore put in the table

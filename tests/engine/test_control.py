@@ -8,9 +8,11 @@ what lives with the segment (topic, partition rows, snapshot and restore words, 
 bits); a worker handle's word round-trips state, deaths in a row (capped) and the
 restart due; flag_gap/has_gap per partition at the word edges and out of range; and
 status()'s readiness rules, built up step by step with this test process as the
-supervisor: ready only with every partition assigned here, no assignment being
-published, every partition caught up, no retention gap unless the live supervisor
-accepts gaps, and never with a dead supervisor.
+supervisor (and its worker): ready only with every partition assigned here, no
+assignment being published, every partition caught up, no retention gap unless the
+live supervisor accepts gaps, and never with a dead supervisor; and never while a
+partition's worker is starting, backing off, dead or stale (its heartbeat older than
+the supervisor's bound), whatever the partition's flag says.
 """
 
 from __future__ import annotations
@@ -177,6 +179,15 @@ def _assign(c, p: int, applied: int, hw: int, caught_up: bool) -> None:
     row[L.P_ASSIGNED] = 1
 
 
+def _worker_up(c, i: int = 0, beat_age_s: float = 0.0) -> None:
+    """This process claims worker row i, as a worker does once its kernels are loaded, and
+    the supervisor's handle says up; its last heartbeat `beat_age_s` ago."""
+    c.workers[i, L.K_HEARTBEAT] = time.time_ns() - int(beat_age_s * 1e9)
+    c.workers[i, L.K_OWNER] = liveness.owner_word()
+    c.workers[i, L.K_STARTS] = 1
+    c.set_worker_handle(i, "up", 0)
+
+
 def _not_ready(r, why: str) -> dict:
     st_ = r.status()
     assert not st_["ready"], st_
@@ -206,6 +217,7 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     c.disown_partitions()
     c.reset_supervisor()
     c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    _worker_up(c)
     c.set_topic("t", 0)
     st_ = _not_ready(r, "no partitions assigned yet")
     assert st_["supervisor_alive"] and not st_["caught_up"]
@@ -242,6 +254,49 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     assert not st_["supervisor_alive"] and not st_["caught_up"] and not st_["gaps_accepted"]
     c.set_word(L.H_SUPERVISOR, liveness.owner_word())
     assert r.wait_ready(timeout=0)["ready"]
+
+
+def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles):
+    """The flag says caught up; the worker that holds the partition says otherwise: not ready,
+    with the reason, for each way a worker can be gone (the supervisor's handle says so, the
+    process is dead, or it stopped beating for longer than the supervisor's bound)."""
+    w, r = handles
+    c = w.control
+    c.reset_partitions()
+    c.disown_partitions()
+    c.reset_supervisor(worker_stale_s=2.0)
+    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_topic("t", 2)
+    _worker_up(c, 0)
+    _worker_up(c, 1)
+    _assign(c, 0, 10, 10, True)
+    _assign(c, 1, 7, 7, True)
+    c.partitions[1, L.P_OWNER] = 2  # worker 1
+    assert r.wait_ready(timeout=0)["ready"]
+
+    for state in ("backing-off", "stopping"):  # (a live row whose handle says starting is one just up)
+        c.set_worker_handle(1, state, 1)
+        st_ = _not_ready(r, rf"partitions not caught up: 1 \(lag 0, worker 1 {state}\)")
+        assert [p["caught_up"] for p in st_["assigned"]] == [True, False]
+        assert st_["assigned"][1]["worker_down"] == state
+    c.set_worker_handle(1, "up", 1)
+    assert r.wait_ready(timeout=0)["ready"]
+
+    _worker_up(c, 1, beat_age_s=5.0)  # alive, but no heartbeat for 5 s: hung or stopped
+    st_ = _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 stale, no heartbeat for 5 s\)")
+    assert st_["workers"][1]["stale"] and st_["workers"][1]["state"] == "up" and not st_["workers"][0]["stale"]
+    _worker_up(c, 1, beat_age_s=1.0)  # within the bound
+    assert r.wait_ready(timeout=0)["ready"]
+    c.reset_supervisor(worker_stale_s=0.5)  # a supervisor with a tighter bound
+    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    _not_ready(r, "worker 1 stale")
+
+    _worker_up(c, 1)
+    c.workers[1, L.K_OWNER] = _dead_owner_word()  # the process is gone; the supervisor has not seen it yet
+    st_ = _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 starting\)")
+    assert not st_["workers"][1]["alive"]
+    c.partitions[1, L.P_OWNER] = 0  # no worker at all
+    _not_ready(r, r"partitions not caught up: 1 \(lag 0, no worker\)")
 
 
 @pytest.mark.parametrize("since", [0, -(2**62), 2**62], ids=["between-stores", "negative", "future"])
