@@ -37,6 +37,9 @@ def add_arguments(rn) -> None:
     rn.add_argument("--snapshot-keep", type=int, metavar="K", help="snapshots kept (default 3)")
     rn.add_argument("--snapshot-rate", metavar="BYTES", help="bytes/s a periodic snapshot writes at most, e.g. "
                                                              "64MiB (default 128MiB; 0 = unlimited)")
+    rn.add_argument("--worker-heartbeat-timeout", type=float, metavar="SECONDS",
+                    help="kill and restart a worker whose heartbeat is older than this; its partitions are not "
+                         "caught up meanwhile (default 10)")
     rn.add_argument("--accept-gaps", action="store_true", default=None,
                     help="call the cache ready even where the topic's retention deleted offsets before the "
                          "cache had them (default: such a cache is caught up but not ready)")
@@ -49,7 +52,8 @@ def run(a) -> int:
     flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "max_value", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
                                         "metrics_host", "broker_wait", "machine", "snapshot_dir", "snapshot_interval",
-                                        "snapshot_keep", "snapshot_rate", "accept_gaps")}
+                                        "snapshot_keep", "snapshot_rate", "accept_gaps",
+                                        "worker_heartbeat_timeout")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)

@@ -56,7 +56,11 @@ class RunConfig:
     max_value: int | None = None
     batch_messages: int = 256  # messages a worker takes per consume() call
     max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)
-    drain_timeout: float = 30.0  # how long a revoke or shutdown waits for workers to drain
+    drain_timeout: float = 30.0  # how long a revoke waits for workers to drain; a shutdown, for all of them
+    # a worker whose heartbeat (one per loop: every 0.1 s idle, after every batch busy) is older
+    # than this is stale (hung, stopped): its partitions are not caught up, and it is killed and
+    # restarted. The longest gap measured: 0.43 s, a 180,000-entry batch with 6 CPU hogs on 2 cores
+    worker_heartbeat_timeout: float = 10.0
     metrics_port: int = 0  # serve Prometheus metrics on this port; 0 = no endpoint
     metrics_host: str = "127.0.0.1"  # the endpoint's address: loopback unless asked otherwise
     broker_wait: float = 0.0  # seconds to wait for an unreachable broker before exiting; 0 = wait for ever
@@ -106,6 +110,8 @@ class RunConfig:
         self.snapshot_rate_bytes  # a clear ValueError for a rate that is no size
         if not isinstance(self.accept_gaps, bool):
             raise ValueError(f"accept_gaps={self.accept_gaps!r}: expected true or false")
+        if not self.worker_heartbeat_timeout > 0:
+            raise ValueError(f"worker_heartbeat_timeout={self.worker_heartbeat_timeout}: must be positive seconds")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.max_value is not None and (isinstance(self.max_value, bool) or not isinstance(self.max_value, int)

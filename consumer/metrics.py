@@ -15,7 +15,8 @@ counted twice and nothing is kept in this process. Every sample carries a
     shmcache_partition_lag_messages                   gauge    partition (high watermark of the
                                                                           last fetch minus applied)
     shmcache_partition_caught_up                      gauge    partition (1 = applied reached the
-                                                                          high watermark at assignment)
+                                                                          high watermark at assignment, and
+                                                                          its worker is up and beating)
     shmcache_partition_applied_offset                 gauge    partition (next offset to apply)
     shmcache_partition_committed_offset               gauge    partition (-1 = none)
     shmcache_ready                                    gauge    (1 = every partition of the topic assigned here
@@ -32,6 +33,7 @@ counted twice and nothing is kept in this process. Every sample carries a
     shmcache_partitions_lost_total                    counter
     shmcache_worker_up                                gauge    worker
     shmcache_worker_restarts_total                    counter  worker
+    shmcache_worker_stale_kills_total                 counter  (workers killed for a stale heartbeat)
     shmcache_table_entries                            gauge
     shmcache_table_bytes                              gauge    (ring bytes held by live records)
     shmcache_table_capacity_bytes                     gauge    (ring bytes in all)
@@ -150,6 +152,8 @@ class CacheCollector:
                     [((w["worker"],), int(w["alive"])) for w in ws])
         yield counter("worker_restarts", "Times a dead worker was started again.", None, ["worker"],
                       [((w["worker"],), max(0, w["starts"] - 1)) for w in ws])
+        yield counter("worker_stale_kills", "Workers killed (and restarted) for a heartbeat older than "
+                      "worker_heartbeat_timeout: hung or stopped.", st["stale_worker_kills"])
         yield gauge("table_entries", "Live entries in the table.", s["entries"])
         yield gauge("table_bytes", "Ring bytes held by live records.", s["bytes_used"])
         yield gauge("table_capacity_bytes", "Ring bytes in all buckets.", s["capacity_bytes"])

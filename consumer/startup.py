@@ -64,7 +64,7 @@ def open_cache(cfg):
     # assigned now, so nobody reads its rows as ready (DESIGN invariant 10)
     cache.control.disown_partitions()
     cache.control.workers[:] = 0
-    cache.control.reset_supervisor(accept_gaps=cfg.accept_gaps)
+    cache.control.reset_supervisor(accept_gaps=cfg.accept_gaps, worker_stale_s=cfg.worker_heartbeat_timeout)
     segment_id = identify_segment(cfg.name, cache)
     cache.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
     repaired = cache.repair_dead_locks()

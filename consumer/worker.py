@@ -61,8 +61,8 @@ class Worker:
         self.me = self.cache.control.workers[index]
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
+        self.me[L.K_HEARTBEAT] = time.time_ns()  # first: a row that names this process is never seen stale
         self.me[L.K_OWNER] = liveness.owner_word()
-        self.me[L.K_HEARTBEAT] = time.time_ns()
         # group.id only because librdkafka wants one; assign() never joins the group
         # librdkafka's log and errors go to debug: the supervisor reports the broker's state
         self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker",

@@ -5,6 +5,14 @@ States (published in the segment, so `status()` and `shmcache top` show them):
     stopped --start()--> starting --row claimed--> up --stop()--> stopping --> stopped
                             |                        |
                             +------- it died --------+--> backing-off --restart due--> starting
+                                                     |
+                                   stale heartbeat --+ (killed with SIGKILL, then as a death)
+
+A worker that is up beats (K_HEARTBEAT) once per loop: every 0.1 s when idle, after every
+batch when busy. One whose heartbeat is older than `worker_heartbeat_timeout` is hung or
+stopped: it is killed by pid (SIGKILL) and goes the way of a death, through the backoff,
+and counted (H_STALE_KILLS). The clock starts when the supervisor sees it up, after its
+kernels are loaded, so a slow start is never taken for a hang.
 
 A worker that dies is restarted after a backoff that doubles with each death in a
 row (BACKOFF_FIRST_S, 2x, 4x ... up to BACKOFF_MAX_S), so a worker that dies at
@@ -100,6 +108,8 @@ class WorkerHandle:
         self.restart_at_ns = 0  # the restart due as time.time_ns(), for status
         self.word = 0  # the running process's owner word (pid and start time; ipc/liveness.py)
         self.killed_stray = False  # alive() killed it after its fork server died
+        self.up_ns = 0  # time.time_ns() the supervisor saw the current instance up (its heartbeat's floor)
+        self.killed_stale = 0.0  # the heartbeat's age (s) when check() killed it as stale; 0 if not
 
     @property
     def failures(self) -> int:
@@ -124,6 +134,7 @@ class WorkerHandle:
         self.proc.start()
         child.close()
         self.killed_stray = False
+        self.killed_stale = 0.0
         try:
             self.word = liveness.owner_word(self.proc.pid)
         except psutil.Error:  # gone already: check() sees it and the backoff applies
@@ -132,6 +143,22 @@ class WorkerHandle:
         self.state = WorkerState.STARTING
         self._publish()
         log.info("worker %d started, pid %d", self.index, self.proc.pid)
+
+    def _runs(self) -> bool:
+        """The process runs (multiprocessing says so, or, its fork server gone, the process itself)."""
+        return self.proc is not None and (self.proc.is_alive() or bool(self.word and liveness.is_alive(self.word)))
+
+    def _kill(self) -> None:
+        """SIGKILL, by pid, if the owner word still names a live process (pids are reused);
+        without a word (the process was gone before it could be read), if multiprocessing
+        says it runs."""
+        if self.word and not liveness.is_alive(self.word):
+            return
+        if self.word or self.proc.is_alive():
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def alive(self) -> bool:
         """The process runs. multiprocessing learns of a worker's exit from the fork server, and
@@ -148,11 +175,26 @@ class WorkerHandle:
             log.warning("worker %d (pid %d) is still running but its fork server is gone; killing it",
                         self.index, self.proc.pid)
             self.killed_stray = True
-        try:
-            os.kill(self.proc.pid, signal.SIGKILL)  # the owner word names this very process
-        except OSError:
-            pass
+        self._kill()
         return True  # until it is gone
+
+    def heartbeat_age(self) -> float:
+        """Seconds since the up worker's last heartbeat (or since it was seen up, if later)."""
+        beat = int(self.sup.cache.control.workers[self.index, L.K_HEARTBEAT])
+        return (time.time_ns() - max(beat, self.up_ns)) / 1e9
+
+    def _check_heartbeat(self) -> None:
+        """An up worker whose heartbeat is older than the bound is hung or stopped: kill it
+        (by pid), and let check() see it die. Its partitions are not caught up from the moment
+        the bound passed (engine/control_status.py reads the same words)."""
+        age = self.heartbeat_age()
+        if age <= self.sup.cfg.worker_heartbeat_timeout or not self.alive():
+            return
+        if not self.killed_stale:
+            self.killed_stale = age
+            self.sup.cache.control.count(L.H_STALE_KILLS)
+        self._kill()
+        self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
 
     def check(self, now: float) -> bool:
         """Follow the process (called every supervisor tick); True when a restart is due now."""
@@ -160,8 +202,11 @@ class WorkerHandle:
             owner = int(self.sup.cache.control.workers[self.index, L.K_OWNER])
             if owner and liveness.word_pid(owner) == self.proc.pid:
                 self.state = WorkerState.UP
+                self.up_ns = time.time_ns()
                 self.backoff.up(now)
                 self._publish()
+        if self.state is WorkerState.UP:
+            self._check_heartbeat()
         if self.state is WorkerState.UP and self.backoff.settle(now):
             self._publish()  # it stayed up: the next death is a first one again
         if self.state in (WorkerState.STARTING, WorkerState.UP) and not self.alive():
@@ -174,8 +219,11 @@ class WorkerHandle:
         self.state = WorkerState.BACKING_OFF
         self.restart_at_ns = time.time_ns() + int(wait * 1e9)
         self._publish()
-        log.warning("worker %d (pid %s) died with exit code %s; restarting in %.1f s (%d deaths in a row)",
-                    self.index, self.proc.pid if self.proc is not None else "?", code, wait, self.failures)
+        how = (f"was stale (no heartbeat for {self.killed_stale:.1f} s, worker_heartbeat_timeout "
+               f"{self.sup.cfg.worker_heartbeat_timeout:g} s: hung or stopped) and was killed with SIGKILL"
+               if self.killed_stale else f"died with exit code {code}")
+        log.warning("worker %d (pid %s) %s; restarting in %.1f s (%d deaths in a row)",
+                    self.index, self.proc.pid if self.proc is not None else "?", how, wait, self.failures)
         if self.conn is not None:
             self.conn.close()
 
