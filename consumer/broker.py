@@ -37,6 +37,23 @@ def client_settings(on_error=None) -> dict:
     return {"logger": kafka_log, "error_cb": on_error or _log_error}
 
 
+# librdkafka settings an AdminClient takes from the run's [kafka] table (how to reach and
+# authenticate to the broker); consumer settings would only draw warnings from it
+_ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns", "client.id")
+
+
+def admin_client(cfg):
+    """An AdminClient for the run's broker (cfg: consumer/config.py RunConfig), with its
+    connection and authentication settings, as quiet as the consumers."""
+    from confluent_kafka.admin import AdminClient
+
+    conf = {k: v for k, v in cfg.kafka.items() if k.startswith(_ADMIN_PREFIXES)}
+    conf["bootstrap.servers"] = cfg.bootstrap
+    conf.setdefault("log_level", 2)
+    conf.update(client_settings())
+    return AdminClient(conf)
+
+
 def _log_error(err) -> None:
     """A worker's errors: the supervisor reports the broker's state, so these are debug only."""
     kafka_log.debug("%s", err)

@@ -28,10 +28,6 @@ SOON_S = 1.0  # after a rebalance: look again this soon
 REMIND_S = 60.0  # a warning this often while the group is shared
 TIMEOUT_S = 10.0
 
-# librdkafka settings an AdminClient takes from the run's [kafka] table (how to reach and
-# authenticate to the broker); consumer settings would only draw warnings from it
-_ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns", "client.id")
-
 
 class GroupWatch:
     def __init__(self, cfg: RunConfig, cache, consumer, on_fenced=None):
@@ -75,14 +71,8 @@ class GroupWatch:
     # client, and the next look makes a new one.
 
     def _ask(self) -> None:
-        from confluent_kafka.admin import AdminClient
-
         if self.admin is None:
-            conf = {k: v for k, v in self.cfg.kafka.items() if k.startswith(_ADMIN_PREFIXES)}
-            conf["bootstrap.servers"] = self.cfg.bootstrap
-            conf.setdefault("log_level", 2)  # quiet as the consumers are (consumer/broker.py)
-            conf.update(broker_mod.client_settings())
-            self.admin = AdminClient(conf)
+            self.admin = broker_mod.admin_client(self.cfg)
         try:
             self.asked_as = self.consumer.memberid()
             self.future = self.admin.describe_consumer_groups([self.cfg.group], request_timeout=TIMEOUT_S)[self.cfg.group]

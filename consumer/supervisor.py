@@ -22,9 +22,11 @@ topic, removing a cache a failed start created) and the broker probes are
 consumer/startup.py.
 
 Each worker process is driven through a handle (consumer/worker_handle.py) with
-explicit states (starting, up, stopping, stopped, backing-off) and the restart
-backoff; this module is the policy: group membership, rebalances, commits, and
-what a restart does to a worker's partitions.
+explicit states (starting, up, stopping, stopped, backing-off), the restart
+backoff and the kill of a worker whose heartbeat is stale; this module is the
+policy: group membership, rebalances, commits, and what a restart does to a
+worker's partitions (consumer/watermarks.py: not caught up until applied again up
+to a high watermark the supervisor asked the broker for).
 
 What it publishes besides: its commits, commit failures, rebalances and lost
 partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
@@ -49,6 +51,7 @@ from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.rebalance import Assignment
+from shmcache.consumer.watermarks import WatermarkWatch
 from shmcache.consumer.worker_handle import WorkerHandle
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
@@ -84,6 +87,7 @@ class Supervisor:
         self.commits = None  # consumer/commits.py Committer, once the cache is open
         self.close_abandoned = False  # librdkafka's close did not return in time (see _close_consumer)
         self.group_watch = None
+        self.watermarks = None  # consumer/watermarks.py WatermarkWatch, once the cache is open
         self.snapshots = None  # snapshots_mod.SnapshotPolicy, made in run()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -159,6 +163,7 @@ class Supervisor:
         warming = None if warm.is_warm() else warm.start()
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
         self.commits = commits_mod.Committer(self.cache.control, cfg.topic, self.broker)
+        self.watermarks = WatermarkWatch(cfg, self.cache.control)
         self.assignment = Assignment(cfg, self.cache, self.workers, self.commits, self.broker,
                                      stopping=lambda: self.state is State.STOPPING, rebalanced=self._rebalanced)
         self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
@@ -270,9 +275,10 @@ class Supervisor:
             if self._stop_reason:
                 return
         for w in self.workers:
-            if w.check(now):  # it died and its backoff (consumer/worker_handle.py) is over
+            if w.check(now):  # it died (or was killed, stale) and its backoff (consumer/worker_handle.py) is over
                 self._restart(w)
         self.assignment.retry(self.consumer)  # partitions whose start the broker did not say yet
+        self.watermarks.tick(self.assignment.assigned, self.workers, self.broker.down)
         self.commits.tick(now, list(self.assignment.assigned), self.cfg.commit_interval)
         if self.group_watch is None:
             from shmcache.consumer.group import GroupWatch
@@ -289,6 +295,7 @@ class Supervisor:
         if repaired:
             log.warning("repaired %d buckets the dead worker left locked", repaired)
         w.start()
+        self.watermarks.restarting(w.partitions)  # not caught up until applied up to a look from now on
         self.assignment.reassign(w)
 
 

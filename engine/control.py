@@ -14,15 +14,19 @@ else reads or writes these words.
 
 Who writes what (one writer per word, so no locks are needed):
 - the supervisor: topic and partition count, its own counters (commits, commit
-  failures, rebalances, lost partitions), start time, heartbeat, metrics port,
-  the broker's state and the group words; per partition the high watermark at
-  assignment, owner, assigned flag, generation, committed offset and the latest
-  watermark at assignment; a worker row's start count;
+  failures, rebalances, lost partitions, stale workers killed), start time,
+  heartbeat, metrics port, the bound on a worker's heartbeat, the broker's state and
+  the group words; per partition the readiness target (the high watermark at
+  assignment, raised by its own looks while the worker cannot be trusted:
+  consumer/watermarks.py), owner, assigned flag, generation, committed offset and the
+  latest watermark at assignment; a worker row's start count;
 - the owning worker: its partitions' applied offset, caught-up flag and, after
   each batch, latest watermark (the high watermark of its last fetch), and its
   own row (owner word, heartbeat, counters); and a partition's high watermark
   when it finds the partition's log replaced under it (consumer/log_replaced.py:
-  the new log's is the readiness target then).
+  the new log's is the readiness target then). A partition's caught-up flag is the
+  supervisor's while no live worker has it: cleared when its worker is lost, set again
+  when a look after the restart finds it applied up to the high watermark.
 Readers (status, wait_ready, metrics, top) only read. Values are published with
 plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
 one partition's row a moment older than another's. The segment is untrusted

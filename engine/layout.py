@@ -148,7 +148,8 @@ K_MESSAGES = 7  # Kafka messages applied
 
 MAX_PARTITIONS = 1024  # partitions of the cache's topic, row = partition number
 P_APPLIED = 0  # next offset to apply: every message before it is in the table; -1 none yet
-P_HIGH_WATERMARK = 1  # high watermark seen at assignment (readiness target); -1 unknown
+P_HIGH_WATERMARK = 1  # readiness target: high watermark seen at assignment, raised by the supervisor's own looks
+# while the worker is down, stale or restarted (consumer/watermarks.py); -1 unknown
 P_OWNER = 2  # worker index + 1 that owns the partition now; 0 unowned
 P_CAUGHT_UP = 3  # 1 once applied >= high watermark at assignment
 P_COMMITTED = 4  # last offset the supervisor committed to Kafka; -1 none

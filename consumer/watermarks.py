@@ -1,0 +1,137 @@
+"""The supervisor's own look at the high watermarks, for partitions whose worker cannot be
+trusted to publish them (DESIGN invariant 10: ready means the whole topic, now).
+
+A worker publishes its partitions' applied offsets and the high watermark of its last
+fetch (consumer/worker.py). One that hangs, is stopped, dies, or backs off between
+restarts publishes nothing: its partitions would go on showing the lag of its last
+batch, and their caught-up flags what they said before it. So, every REFRESH_S, the
+supervisor asks the broker itself (AdminClient.list_offsets, latest; a future looked at
+on the next tick, so a broker that does not answer stops nothing) for the high
+watermarks of the partitions
+
+  - whose worker is not up (starting, backing off) or has not beaten for SLOW_S, and
+  - whose worker was restarted, until they are caught up again,
+
+and raises their readiness target (P_HIGH_WATERMARK, the supervisor's word) to the
+answer, so status() shows their lag growing. A partition still catching up under a live
+worker keeps its assignment's target.
+
+Readiness (P_CAUGHT_UP): a partition whose worker died (backing off; a stale one was
+killed) is not caught up: its flag is cleared, nobody else writes it then. At the
+restart, before the new worker is told, its target is unknown (-1: the new worker cannot
+call it caught up against an old one; the last known stays in P_LATEST, where the lag
+is read from). It is caught up again once the applied offset reaches a high watermark
+asked for after the restart: the worker says so after a batch, the supervisor when the
+answer comes (nothing new arrived, so the worker fetched nothing to say it with).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from shmcache.consumer import broker as broker_mod
+from shmcache.consumer.worker_handle import WorkerState
+from shmcache.engine import layout as L
+
+log = logging.getLogger("shmcache.supervisor")
+
+REFRESH_S = 1.0  # between two looks
+SLOW_S = 1.0  # an up worker's heartbeat older than this (10 idle loops): its partitions are looked at
+TIMEOUT_S = 10.0  # a look's request timeout; one unanswered for twice this is dropped
+
+
+class WatermarkWatch:
+    def __init__(self, cfg, control):
+        self.cfg = cfg
+        self.control = control  # the cache's ControlArea (engine/control.py)
+        self.admin = None  # made at the first look; dropped after a failed one (see consumer/group.py)
+        self.pending = None  # (monotonic time asked, {partition: future}) while a look is out
+        self.next = 0.0  # monotonic time of the next look
+        self.restarted: dict[int, float] = {}  # partition -> monotonic time of its worker's restart
+
+    def restarting(self, parts) -> None:
+        """A restarted worker is about to get these partitions back (before it is told)."""
+        now = time.monotonic()
+        rows = self.control.partitions
+        for p in parts:
+            row = rows[p]
+            row[L.P_LATEST] = max(row[L.P_LATEST], row[L.P_HIGH_WATERMARK])
+            row[L.P_HIGH_WATERMARK] = -1
+            row[L.P_CAUGHT_UP] = 0
+            self.restarted[p] = now
+        self.next = 0.0  # look at once
+
+    def tick(self, assigned: dict[int, int], workers: list, broker_down: bool) -> None:
+        """The supervisor's loop, after its workers' checks: `assigned` is partition -> worker index."""
+        now = time.monotonic()
+        rows = self.control.partitions
+        for p, i in assigned.items():
+            if workers[i].state is WorkerState.BACKING_OFF and rows[p, L.P_CAUGHT_UP]:
+                rows[p, L.P_CAUGHT_UP] = 0  # lost with its worker: applied up to the end no more
+        for p in [p for p in self.restarted if p not in assigned]:
+            del self.restarted[p]  # revoked: a new assignment sets its own target
+        if self.pending is not None:
+            asked, futures = self.pending
+            if now - asked < 2 * TIMEOUT_S and not all(f.done() for f in futures.values()):
+                return
+            self.pending = None
+            self._answered(asked, futures, assigned, workers)
+        if now < self.next or broker_down:
+            return
+        self.next = now + REFRESH_S
+        watched = [p for p, i in assigned.items() if p in self.restarted or not self._trusted(workers[i])]
+        if watched:
+            self._ask(watched, now)
+
+    @staticmethod
+    def _trusted(w) -> bool:
+        return w.state is WorkerState.UP and w.heartbeat_age() <= SLOW_S
+
+    def _ask(self, parts: list[int], now: float) -> None:
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        committed = self.cfg.kafka.get("isolation.level", "read_committed") == "read_committed"
+        try:
+            if self.admin is None:
+                self.admin = broker_mod.admin_client(self.cfg)
+            futures = self.admin.list_offsets(
+                {TopicPartition(self.cfg.topic, p): OffsetSpec.latest() for p in parts},
+                isolation_level=IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - the next look tries again
+            log.debug("asking for the high watermarks of %s failed: %s", parts, e)
+            self.admin = None
+            return
+        self.pending = (now, {tp.partition: f for tp, f in futures.items()})
+
+    def _answered(self, asked: float, futures: dict, assigned: dict[int, int], workers: list) -> None:
+        rows = self.control.partitions
+        if not all(f.done() for f in futures.values()):
+            self.admin = None  # unanswered: the next look makes a new client (see consumer/group.py)
+        for p, fut in futures.items():
+            try:
+                hi = fut.result(timeout=0).offset if fut.done() else -1
+            except Exception as e:  # noqa: BLE001 - a broker hiccup: the next look tries again
+                log.debug("high watermark of partition %d: %s", p, e)
+                self.admin = None
+                continue
+            if p not in assigned or hi < 0:
+                continue
+            row, w = rows[p], workers[assigned[p]]
+            since = self.restarted.get(p)
+            if since is not None and asked < since:
+                continue  # asked before the restart: no target for the new worker
+            if since is None and not row[L.P_CAUGHT_UP] and w.state is WorkerState.UP:
+                continue  # catching up under a live worker: its assignment's target stays
+            if hi > row[L.P_HIGH_WATERMARK]:
+                row[L.P_HIGH_WATERMARK] = hi
+            if since is None or w.state is not WorkerState.UP:
+                continue
+            if not row[L.P_CAUGHT_UP] and 0 <= row[L.P_HIGH_WATERMARK] <= row[L.P_APPLIED]:
+                row[L.P_CAUGHT_UP] = 1
+                log.info("partition %d caught up again at offset %d after its worker's restart", p,
+                         int(row[L.P_APPLIED]))
+            if row[L.P_CAUGHT_UP]:
+                del self.restarted[p]
