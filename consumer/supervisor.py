@@ -26,7 +26,8 @@ explicit states (starting, up, stopping, stopped, backing-off), the restart
 backoff and the kill of a worker whose heartbeat is stale; this module is the
 policy: group membership, rebalances, commits, and what a restart does to a
 worker's partitions (consumer/watermarks.py: not caught up until applied again up
-to a high watermark the supervisor asked the broker for).
+to a high watermark the supervisor asked the broker for). A stop asks every worker
+at once and waits for all of them against one deadline (drain_timeout).
 
 What it publishes besides: its commits, commit failures, rebalances and lost
 partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
@@ -52,7 +53,7 @@ from shmcache.consumer import startup
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.rebalance import Assignment
 from shmcache.consumer.watermarks import WatermarkWatch
-from shmcache.consumer.worker_handle import WorkerHandle
+from shmcache.consumer.worker_handle import WorkerHandle, stop_all
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
 
@@ -209,8 +210,8 @@ class Supervisor:
         clean = self.state is State.RUNNING and not self._exit_code and not self._fatal
         self.state = State.STOPPING
         reason = self._stop_reason or "error"
-        for w in self.workers:  # workers stop fetching and report; then the final commit
-            w.stop(reason, self.cfg.drain_timeout)
+        # every worker stops fetching and exits (killed if not by the one deadline); then the final commit
+        stop_all(self.workers, reason, self.cfg.drain_timeout)
         if self.consumer is not None:
             if not self._fatal:
                 self.commits.at_stop(list(self.assignment.assigned), self._beat)  # bounded: the broker may be gone

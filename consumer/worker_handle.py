@@ -2,7 +2,7 @@
 
 States (published in the segment, so `status()` and `shmcache top` show them):
 
-    stopped --start()--> starting --row claimed--> up --stop()--> stopping --> stopped
+    stopped --start()--> starting --row claimed--> up --ask_stop()--> stopping --> stopped
                             |                        |
                             +------- it died --------+--> backing-off --restart due--> starting
                                                      |
@@ -22,6 +22,9 @@ to zero once a worker has stayed up for BACKOFF_RESET_S.
 Each (re)start gets a new pipe, so replies from an old instance can never be
 mistaken for the new one's. What a restart does to the worker's partitions
 (repair, re-assign) is the supervisor's policy (consumer/supervisor.py).
+
+A stop (stop_all) has one deadline for every worker: each is asked first, then all
+are waited for until `timeout` from the ask, and those left then are killed.
 """
 
 from __future__ import annotations
@@ -245,27 +248,52 @@ class WorkerHandle:
         return None
 
     def stop(self, reason: str, timeout: float) -> None:
-        """Ask, wait, then terminate (1 s), then kill (5 s at most): every stop ends within about
-        `timeout` + 6 s."""
-        if self.proc is None:
-            self.state = WorkerState.STOPPED
-            self._publish()
-            return
-        self.state = WorkerState.STOPPING
+        """Stop this worker alone: stop_all of one."""
+        stop_all([self], reason, timeout)
+
+    def ask_stop(self, reason: str) -> None:
+        """The first half of a stop (see stop_all): ask the worker to stop fetching and exit;
+        it finishes its batch, reports what it applied and exits."""
+        self.state = WorkerState.STOPPING if self.proc is not None else WorkerState.STOPPED
         self._publish()
+        if self.proc is None:
+            return
         log.info("stopping worker %d (pid %d): %s", self.index, self.proc.pid, reason)
         if self.alive():
-            self.request(("stop",), "stopped", timeout)
-        self.proc.join(timeout)
-        if self.alive():
-            log.warning("worker %d ignored stop; terminating", self.index)
-            self.proc.terminate()
-            self.proc.join(1)
-        deadline = time.monotonic() + 5.0
-        while self.alive() and time.monotonic() < deadline:  # alive() kills one its fork server lost
-            self.proc.kill()
+            try:
+                self.conn.send(("stop",))
+            except OSError:  # its pipe is gone: it died
+                pass
+
+    def await_stop(self, deadline: float, timeout: float) -> None:
+        """The second half: wait for the process to exit until `deadline` (monotonic), then
+        kill it (SIGKILL, by pid; 5 s at most for the kernel to take it down)."""
+        if self.proc is None:
+            return
+        while self._runs() and time.monotonic() < deadline:
+            self.proc.join(min(0.05, max(0.0, deadline - time.monotonic())))
+            if not self.proc.is_alive():
+                time.sleep(0.05)  # its fork server is gone: follow the process itself
+        if self._runs():
+            log.warning("worker %d (pid %d) did not stop within %g s (drain_timeout): hung or stopped; killing it "
+                        "(SIGKILL)", self.index, self.proc.pid, timeout)
+        end = time.monotonic() + 5.0
+        while self._runs() and time.monotonic() < end:
+            self._kill()
             self.proc.join(0.1)
         self.conn.close()
         self.proc = None
         self.state = WorkerState.STOPPED
         self._publish()
+
+
+def stop_all(handles: list[WorkerHandle], reason: str, timeout: float) -> None:
+    """Stop every worker against one deadline, `timeout` seconds from now: all are asked
+    first, so they drain at once, then waited for; whoever is left at the deadline is
+    killed. A stop so takes at most `timeout` (+ a moment to kill), whatever the count of
+    workers or how many of them hang."""
+    deadline = time.monotonic() + timeout
+    for h in handles:
+        h.ask_stop(reason)
+    for h in handles:
+        h.await_stop(deadline, timeout)
