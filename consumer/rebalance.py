@@ -22,7 +22,10 @@ up until it reaches the high watermark; the table keeps what the old log put in 
 
 A revoked partition is drained first: its worker finishes its batch and reports what it
 applied, which is committed before the callback returns (DESIGN invariant 1). A lost
-partition is someone else's already: it is stopped and nothing is committed.
+partition is someone else's already: it is stopped and nothing is committed. Every worker
+concerned is asked at once and all are waited for against one deadline (drain_timeout); one
+that does not answer by then (hung, stopped) is killed before the callback returns, as it
+must not wake up later still applying partitions that have gone elsewhere.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Callable
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import snapshots as snapshots_mod
+from shmcache.consumer.worker_handle import request_all
 from shmcache.engine import layout as L
 
 log = logging.getLogger("shmcache.supervisor")
@@ -128,8 +132,8 @@ class Assignment:
             row[L.P_GENERATION] += 1
             row[L.P_ASSIGNED] = 1
             plan.setdefault(w.index, []).append((p, start, int(row[L.P_GENERATION])))
-        for idx, items in plan.items():
-            self.workers[idx].request(("assign", items), "assigned", self.cfg.drain_timeout)
+        request_all([(self.workers[idx], ("assign", items)) for idx, items in plan.items()], "assigned",
+                    self.cfg.drain_timeout)
         log.info("assigned %s", {p: (self.assigned[p], int(rows[p, L.P_APPLIED]), int(rows[p, L.P_HIGH_WATERMARK]))
                                  for p in parts})
 
@@ -175,11 +179,12 @@ class Assignment:
             by_worker: dict[int, list[int]] = {}
             for p in parts:
                 by_worker.setdefault(self.assigned[p], []).append(p)
+            asked = [(self.workers[idx], ("revoke", ps)) for idx, ps in by_worker.items() if self.workers[idx].alive()]
+            for (w, (_, ps)), answer in zip(asked, request_all(asked, "revoked", self.cfg.drain_timeout)):
+                if answer is None:  # hung or stopped: it must not wake up later still applying them
+                    w.kill_unanswered(f"the revoke of partitions {ps}", self.cfg.drain_timeout)
             for idx, ps in by_worker.items():
-                w = self.workers[idx]
-                if w.alive():
-                    w.request(("revoke", ps), "revoked", self.cfg.drain_timeout)
-                w.partitions.difference_update(ps)
+                self.workers[idx].partitions.difference_update(ps)
         if commit and not self.stopping():  # a stop made its final commit already
             self.commits.in_callback(parts)
         rows = self.cache.control.partitions

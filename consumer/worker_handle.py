@@ -1,4 +1,5 @@
-"""The supervisor's handle on one worker process: its states and its restart backoff.
+"""The supervisor's handle on one worker process: its states, its restart backoff
+(consumer/backoff.py), its stale-heartbeat kill and the requests and stops sent to it.
 
 States (published in the segment, so `status()` and `shmcache top` show them):
 
@@ -15,9 +16,7 @@ and counted (H_STALE_KILLS). The clock starts when the supervisor sees it up, af
 kernels are loaded, so a slow start is never taken for a hang.
 
 A worker that dies is restarted after a backoff that doubles with each death in a
-row (BACKOFF_FIRST_S, 2x, 4x ... up to BACKOFF_MAX_S), so a worker that dies at
-once is not restarted ten times a second; the count of deaths in a row goes back
-to zero once a worker has stayed up for BACKOFF_RESET_S.
+row (consumer/backoff.py).
 
 Each (re)start gets a new pipe, so replies from an old instance can never be
 mistaken for the new one's. What a restart does to the worker's partitions
@@ -31,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import multiprocessing.connection
 import os
 import signal
 import time
@@ -38,16 +38,12 @@ import time
 import psutil
 
 from shmcache.consumer import forkserver
+from shmcache.consumer.backoff import RestartBackoff
 from shmcache.consumer import worker as worker_mod
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
 
 log = logging.getLogger("shmcache.supervisor")
-
-BACKOFF_FIRST_S = 0.5  # wait before restarting a worker that died after a good run
-BACKOFF_MAX_S = 10.0  # the longest wait between two restarts
-BACKOFF_RESET_S = 10.0  # up this long, a worker's deaths in a row count from zero again
-
 
 class WorkerState(enum.Enum):
     STOPPED = "stopped"
@@ -55,43 +51,6 @@ class WorkerState(enum.Enum):
     UP = "up"
     STOPPING = "stopping"
     BACKING_OFF = "backing-off"  # died; restarted at `restart_at`
-
-
-def backoff_s(failures: int) -> float:
-    """The wait before the restart that follows `failures` deaths in a row (failures >= 1)."""
-    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2.0 ** min(max(failures - 1, 0), 32))
-
-
-class RestartBackoff:
-    """The restart policy of one worker slot, on the caller's clock (monotonic seconds):
-    deaths in a row, when the next restart is due, and the reset after a long enough stay up."""
-
-    def __init__(self):
-        self.failures = 0  # deaths in a row, without a stay of BACKOFF_RESET_S up between them
-        self.up_since = 0.0  # when the current instance came up
-        self.restart_at = 0.0  # when the restart is due, after a death
-
-    def up(self, now: float) -> None:
-        """The worker came up (claimed its row)."""
-        self.up_since = now
-
-    def settle(self, now: float) -> bool:
-        """The worker is still up: True if it has now stayed up long enough that its deaths in a
-        row count from zero again (they were not zero before)."""
-        if self.failures and now - self.up_since >= BACKOFF_RESET_S:
-            self.failures = 0
-            return True
-        return False
-
-    def died(self, now: float) -> float:
-        """The worker died: count it, and return the wait before its restart (due at restart_at)."""
-        self.failures += 1
-        wait = backoff_s(self.failures)
-        self.restart_at = now + wait
-        return wait
-
-    def due(self, now: float) -> bool:
-        return now >= self.restart_at
 
 
 class WorkerHandle:
@@ -112,7 +71,7 @@ class WorkerHandle:
         self.word = 0  # the running process's owner word (pid and start time; ipc/liveness.py)
         self.killed_stray = False  # alive() killed it after its fork server died
         self.up_ns = 0  # time.time_ns() the supervisor saw the current instance up (its heartbeat's floor)
-        self.killed_stale = 0.0  # the heartbeat's age (s) when check() killed it as stale; 0 if not
+        self.killed_for = ""  # why the supervisor killed the current instance (stale, unanswered revoke), if it did
 
     @property
     def failures(self) -> int:
@@ -137,7 +96,7 @@ class WorkerHandle:
         self.proc.start()
         child.close()
         self.killed_stray = False
-        self.killed_stale = 0.0
+        self.killed_for = ""
         try:
             self.word = liveness.owner_word(self.proc.pid)
         except psutil.Error:  # gone already: check() sees it and the backoff applies
@@ -193,8 +152,9 @@ class WorkerHandle:
         age = self.heartbeat_age()
         if age <= self.sup.cfg.worker_heartbeat_timeout or not self.alive():
             return
-        if not self.killed_stale:
-            self.killed_stale = age
+        if not self.killed_for:
+            self.killed_for = (f"was stale (no heartbeat for {age:.1f} s, worker_heartbeat_timeout "
+                               f"{self.sup.cfg.worker_heartbeat_timeout:g} s: hung or stopped)")
             self.sup.cache.control.count(L.H_STALE_KILLS)
         self._kill()
         self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
@@ -222,9 +182,7 @@ class WorkerHandle:
         self.state = WorkerState.BACKING_OFF
         self.restart_at_ns = time.time_ns() + int(wait * 1e9)
         self._publish()
-        how = (f"was stale (no heartbeat for {self.killed_stale:.1f} s, worker_heartbeat_timeout "
-               f"{self.sup.cfg.worker_heartbeat_timeout:g} s: hung or stopped) and was killed with SIGKILL"
-               if self.killed_stale else f"died with exit code {code}")
+        how = f"{self.killed_for} and was killed with SIGKILL" if self.killed_for else f"died with exit code {code}"
         log.warning("worker %d (pid %s) %s; restarting in %.1f s (%d deaths in a row)",
                     self.index, self.proc.pid if self.proc is not None else "?", how, wait, self.failures)
         if self.conn is not None:
@@ -232,20 +190,37 @@ class WorkerHandle:
 
     def request(self, cmd: tuple, reply: str, timeout: float):
         """Send a command and wait for its reply; None if the worker died or did not answer."""
+        return request_all([(self, cmd)], reply, timeout)[0]
+
+    def _send(self, cmd: tuple) -> bool:
         try:
             self.conn.send(cmd)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.conn.poll(0.05):
-                    kind, payload = self.conn.recv()
-                    if kind == reply:
-                        return payload
-                elif not self.alive():
-                    return None
+            return True
+        except (OSError, EOFError):  # its pipe is gone: it died
+            return False
+
+    def _reply(self, reply: str):
+        """The reply waiting in the pipe, if there is one: (True, payload); (True, None) if the
+        worker is gone; (False, None) if it has not answered yet."""
+        try:
+            while self.conn.poll(0):
+                kind, payload = self.conn.recv()
+                if kind == reply:
+                    return True, payload
         except (OSError, EOFError):
-            return None
-        log.warning("worker %d did not answer %r within %.0f s", self.index, cmd[0], timeout)
-        return None
+            return True, None
+        return (False, None) if self.alive() else (True, None)
+
+    def kill_unanswered(self, what: str, timeout: float) -> None:
+        """A worker that did not answer a revoke within `timeout` while alive is hung or stopped:
+        kill it now (SIGKILL, by pid), before its partitions go anywhere else. Resumed later, it
+        would go on applying partitions that are no longer its own, out of order with their
+        next owner's writes. check() then sees it die and restarts it with what it still holds."""
+        if self.proc is None or not self.alive():
+            return
+        self.killed_for = f"did not answer {what} within {timeout:g} s (drain_timeout): hung or stopped"
+        self._kill()
+        self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
 
     def stop(self, reason: str, timeout: float) -> None:
         """Stop this worker alone: stop_all of one."""
@@ -297,3 +272,24 @@ def stop_all(handles: list[WorkerHandle], reason: str, timeout: float) -> None:
         h.ask_stop(reason)
     for h in handles:
         h.await_stop(deadline, timeout)
+
+
+def request_all(requests: list[tuple[WorkerHandle, tuple]], reply: str, timeout: float) -> list:
+    """Send each worker its command, then wait for every reply against one deadline,
+    `timeout` seconds from now (so hung workers cost one timeout, not one each). The replies'
+    payloads in order; None for a worker that died or did not answer."""
+    deadline = time.monotonic() + timeout
+    out: list = [None] * len(requests)
+    waiting = [i for i, (h, cmd) in enumerate(requests) if h._send(cmd)]
+    while waiting:
+        for i in list(waiting):
+            done, out[i] = requests[i][0]._reply(reply)
+            if done:
+                waiting.remove(i)
+        if not waiting or time.monotonic() >= deadline:
+            break
+        multiprocessing.connection.wait([requests[i][0].conn for i in waiting],
+                                        min(0.05, max(0.0, deadline - time.monotonic())))
+    for i in waiting:
+        log.warning("worker %d did not answer %r within %.0f s", requests[i][0].index, requests[i][1][0], timeout)
+    return out

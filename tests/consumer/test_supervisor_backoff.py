@@ -18,7 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import harness, poll_until  # noqa: E402,F401
 
-from shmcache.consumer.worker_handle import BACKOFF_RESET_S, backoff_s  # noqa: E402
+from shmcache.consumer.backoff import BACKOFF_RESET_S, backoff_s  # noqa: E402
 
 FAILS = 4
 

@@ -19,7 +19,7 @@ import pytest
 
 import shmcache
 from shmcache.consumer.commits import REBALANCE_HOLD_S
-from shmcache.consumer.worker_handle import BACKOFF_FIRST_S, BACKOFF_MAX_S, BACKOFF_RESET_S, RestartBackoff, backoff_s
+from shmcache.consumer.backoff import BACKOFF_FIRST_S, BACKOFF_MAX_S, BACKOFF_RESET_S, RestartBackoff, backoff_s
 from shmcache.engine import layout as L
 
 
