@@ -45,7 +45,7 @@ def _worker_down(w: dict | None) -> str | None:
     return None
 
 
-def _partition_rows(view, nparts: int, gapped: set[int], ws: dict[int, dict], damaged: list[str]) -> list[dict]:
+def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> list[dict]:
     wrows = view.workers
     parts = []
     for p in range(nparts):
@@ -58,7 +58,6 @@ def _partition_rows(view, nparts: int, gapped: set[int], ws: dict[int, dict], da
             owner = -1
         applied = r[L.P_APPLIED]
         latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK], applied)  # never shown below applied
-        down = _worker_down(ws.get(owner))
         parts.append({
             "partition": p,
             "worker": owner if owner >= 0 else None,
@@ -68,11 +67,19 @@ def _partition_rows(view, nparts: int, gapped: set[int], ws: dict[int, dict], da
             "latest": latest,
             "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
             "committed": r[L.P_COMMITTED],
-            "caught_up": bool(r[L.P_CAUGHT_UP]) and down is None,
-            "worker_down": down,  # why its worker applies nothing now (None: up and beating)
+            "caught_up": bool(r[L.P_CAUGHT_UP]),  # and its worker up and beating: _judge_workers
+            "worker_down": None,  # why its worker applies nothing now (None: up and beating)
             "gap": p in gapped,  # retention deleted offsets this table never had
         })
     return parts
+
+
+def _judge_workers(parts: list[dict], ws: list[dict]) -> None:
+    """Each partition caught up only while its worker is up and beating (read after the rows)."""
+    by_index = {w["worker"]: w for w in ws}
+    for p in parts:
+        p["worker_down"] = _worker_down(by_index.get(-1 if p["worker"] is None else p["worker"]))
+        p["caught_up"] = p["caught_up"] and p["worker_down"] is None
 
 
 def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
@@ -129,8 +136,11 @@ def status(view) -> dict:
     rebalances, assigning = word(L.H_REBALANCES), word(L.H_ASSIGNING)
     gap_parts = [p for p in range(nparts) if view.has_gap(p)]  # each bit read once
     sup_alive = bool(sup) and liveness.is_alive(sup)
+    # the partition rows before the worker rows: a worker counts a batch's entries before it
+    # publishes the offsets after it, so counters read after the offsets include them all
+    parts = _partition_rows(view, nparts, set(gap_parts), damaged)
     ws = _worker_rows(view, sup_alive, now)
-    parts = _partition_rows(view, nparts, set(gap_parts), {w["worker"]: w for w in ws}, damaged)
+    _judge_workers(parts, ws)
     here = {p["partition"] for p in parts}
     group = view.group(nparts, damaged) if sup_alive else dict(NO_GROUP)
     settled = not assigning and not word(L.H_ASSIGNING) and word(L.H_REBALANCES) == rebalances
