@@ -8,7 +8,7 @@ errors to `error_cb`; the supervisor turns them into one state, in two header
 words it alone writes (through the cache's engine/control.py ControlArea):
 
     H_BROKER_STATE    BROKER_UNKNOWN (no answer yet), BROKER_UP, BROKER_WAITING
-    H_BROKER_SINCE    time.time_ns() the current wait started (0 when up)
+    H_BROKER_SINCE    time.monotonic_ns() the current wait started (0 when up)
 
 and one log line per retry, with backoff (RETRY_FIRST_S doubling up to
 RETRY_MAX_S). status(), `shmcache status`, `top` and the metrics read them.
@@ -100,7 +100,7 @@ class BrokerWatch:
             self.since = now
             self.delay = RETRY_FIRST_S
             self.next_try = now + self.delay
-            self.control.set_word(L.H_BROKER_SINCE, time.time_ns())
+            self.control.set_word(L.H_BROKER_SINCE, time.monotonic_ns())
             self.control.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
             log.warning("the Kafka broker at %s does not answer (%s); waiting for it", self.bootstrap, why)
             return

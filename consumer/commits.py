@@ -163,7 +163,7 @@ class Committer:
         from confluent_kafka import KafkaException
 
         self.inflight, self._final = dict(todo), final
-        self.control.set_word(L.H_COMMIT_PENDING_SINCE, time.time_ns())
+        self.control.set_word(L.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
         try:
             self.consumer.commit(offsets=self._offsets(todo), asynchronous=True)
         except KafkaException as e:  # refused before it was sent (e.g. no assignment any more)

@@ -61,7 +61,7 @@ class Worker:
         self.me = self.cache.control.workers[index]
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
-        self.me[L.K_HEARTBEAT] = time.time_ns()  # first: a row that names this process is never seen stale
+        self.me[L.K_HEARTBEAT] = time.monotonic_ns()  # first: a row that names this process is never seen stale
         self.me[L.K_OWNER] = liveness.owner_word()
         # group.id only because librdkafka wants one; assign() never joins the group
         # librdkafka's log and errors go to debug: the supervisor reports the broker's state
@@ -157,7 +157,7 @@ class Worker:
                         self._apply(msgs)
                     self._publish()
                     self._flow_control()
-                self.me[L.K_HEARTBEAT] = time.time_ns()
+                self.me[L.K_HEARTBEAT] = time.monotonic_ns()
                 prof.mark("publish")
         finally:
             prof.report(self.index)

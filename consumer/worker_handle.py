@@ -70,7 +70,7 @@ class WorkerHandle:
         self.restart_at_ns = 0  # the restart due as time.time_ns(), for status
         self.word = 0  # the running process's owner word (pid and start time; ipc/liveness.py)
         self.killed_stray = False  # alive() killed it after its fork server died
-        self.up_ns = 0  # time.time_ns() the supervisor saw the current instance up (its heartbeat's floor)
+        self.up_ns = 0  # time.monotonic_ns() the supervisor saw the current instance up (its heartbeat's floor)
         self.killed_for = ""  # why the supervisor killed the current instance (stale, unanswered revoke), if it did
 
     @property
@@ -143,7 +143,7 @@ class WorkerHandle:
     def heartbeat_age(self) -> float:
         """Seconds since the up worker's last heartbeat (or since it was seen up, if later)."""
         beat = int(self.sup.cache.control.workers[self.index, L.K_HEARTBEAT])
-        return (time.time_ns() - max(beat, self.up_ns)) / 1e9
+        return (time.monotonic_ns() - max(beat, self.up_ns)) / 1e9  # the age clock (L.H_AGE_CLOCK)
 
     def _check_heartbeat(self) -> None:
         """An up worker whose heartbeat is older than the bound is hung or stopped: kill it
@@ -165,7 +165,7 @@ class WorkerHandle:
             owner = int(self.sup.cache.control.workers[self.index, L.K_OWNER])
             if owner and liveness.word_pid(owner) == self.proc.pid:
                 self.state = WorkerState.UP
-                self.up_ns = time.time_ns()
+                self.up_ns = time.monotonic_ns()
                 self.backoff.up(now)
                 self._publish()
         if self.state is WorkerState.UP:

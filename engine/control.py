@@ -107,6 +107,13 @@ class ControlView:
         """The supervisor's counters since it started (SUPERVISOR_COUNTERS)."""
         return {k: int(self._h[w]) for k, w in SUPERVISOR_COUNTERS.items()}
 
+    def age_now_ns(self) -> int:
+        """Now, on the clock of this segment's age words (L.H_AGE_CLOCK): CLOCK_MONOTONIC, or the
+        wall clock for a segment an earlier shmcache's supervisor wrote them in."""
+        if int(self._h[L.H_AGE_CLOCK]) == L.AGE_CLOCK_MONOTONIC:
+            return time.monotonic_ns()
+        return time.time_ns()
+
     def broker(self) -> dict:
         """The broker's state as status() shows it: "up", "connecting" or "waiting for the broker",
         and broker_waiting_s: a number while waiting, else None. The supervisor writes the two
@@ -117,7 +124,7 @@ class ControlView:
         waiting = state == L.BROKER_WAITING
         return {
             "broker": L.BROKER_STATE_NAMES.get(state, "connecting"),
-            "broker_waiting_s": (max(0.0, (time.time_ns() - since) / 1e9) if since > 0 else 0.0) if waiting else None,
+            "broker_waiting_s": (max(0.0, (self.age_now_ns() - since) / 1e9) if since > 0 else 0.0) if waiting else None,
         }
 
     def group(self, nparts: int, damaged: list[str]) -> dict:
@@ -200,7 +207,8 @@ class ControlArea(ControlView):
 
     def beat(self) -> None:
         """The supervisor went round its loop (H_SUPERVISOR_HEARTBEAT)."""
-        self._h[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+        self._h[L.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
+
 
     def count(self, word: int, n: int = 1) -> None:
         """Add to one of the supervisor's header counters (the supervisor is their only writer)."""
@@ -231,8 +239,9 @@ class ControlArea(ControlView):
         h[L.H_COMMIT_PENDING_SINCE] = 0
         self.set_group(0, [], {})
         h[L.H_WORKER_HANDLES:L.H_WORKER_HANDLES + L.MAX_WORKERS] = 0
-        h[L.H_SUPERVISOR_STARTED] = time.time_ns()
-        h[L.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
+        h[L.H_SUPERVISOR_STARTED] = time.time_ns()  # a time of day (status: supervisor_started_s)
+        h[L.H_AGE_CLOCK] = L.AGE_CLOCK_MONOTONIC  # its workers' heartbeats and its own (time.monotonic_ns())
+        h[L.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
         h[L.H_METRICS_PORT] = metrics_port
 
     def set_worker_handle(self, i: int, state: str, failures: int, restart_at_ns: int = 0) -> None:

@@ -29,7 +29,7 @@ NO_GROUP = {"members": None, "others": [], "elsewhere": {}, "checked_s": None}
 
 
 def _age(view, word: int, now: int) -> float | None:
-    """Seconds since the time.time_ns() in header word `word`; None if it holds none."""
+    """Seconds since the time in header word `word`, on the age clock (`now`); None if it holds none."""
     t = view.word(word)
     return max(0.0, (now - t) / 1e9) if t > 0 else None
 
@@ -129,7 +129,8 @@ def status(view) -> dict:
     tlen = word(L.H_TOPIC_LEN)
     if not 0 <= tlen <= L.TOPIC_MAX:
         damaged.append(f"topic length {tlen} (should be 0..{L.TOPIC_MAX})")
-    now = time.time_ns()
+    now = time.time_ns()  # for the snapshot words: times of day
+    age_now = view.age_now_ns()  # for the heartbeats and the waits (L.H_AGE_CLOCK)
     sup = word(L.H_SUPERVISOR)
     # An assignment is published row by row: read the rows between two looks at the
     # rebalance count and the assigning flag, and call nothing ready across a change.
@@ -139,13 +140,13 @@ def status(view) -> dict:
     # the partition rows before the worker rows: a worker counts a batch's entries before it
     # publishes the offsets after it, so counters read after the offsets include them all
     parts = _partition_rows(view, nparts, set(gap_parts), damaged)
-    ws = _worker_rows(view, sup_alive, now)
+    ws = _worker_rows(view, sup_alive, age_now)
     _judge_workers(parts, ws)
     here = {p["partition"] for p in parts}
     group = view.group(nparts, damaged) if sup_alive else dict(NO_GROUP)
     settled = not assigning and not word(L.H_ASSIGNING) and word(L.H_REBALANCES) == rebalances
     started = word(L.H_SUPERVISOR_STARTED)
-    beat_age = _age(view, L.H_SUPERVISOR_HEARTBEAT, now) if sup_alive else None
+    beat_age = _age(view, L.H_SUPERVISOR_HEARTBEAT, age_now) if sup_alive else None
     # ready means the whole topic, now (DESIGN invariant 10): every partition assigned here
     # by the live supervisor (whose start disowned every row a dead one left) and caught up
     whole = nparts > 0 and len(here) == nparts
@@ -184,7 +185,7 @@ def status(view) -> dict:
         # the last (or current) supervisor's counters, since it started
         **view.counters(),
         # seconds the live supervisor's commit has waited for Kafka's answer (None: none waits)
-        "commit_pending_s": _age(view, L.H_COMMIT_PENDING_SINCE, now) if sup_alive else None,
+        "commit_pending_s": _age(view, L.H_COMMIT_PENDING_SINCE, age_now) if sup_alive else None,
         "supervisor_started_s": started / 1e9 if started > 0 else None,
         "metrics_port": port if 0 < port <= 65535 else None,
         "damaged": damaged,

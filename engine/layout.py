@@ -59,7 +59,16 @@ H_SUPERVISOR = 10  # owner word (pid << 32 | start stamp) of the supervisor, 0 i
 # word 11 is free (it was a state word nobody read: the magic, written last, says a segment is made)
 H_TOPIC_LEN = 12
 H_PARTITIONS = 13  # partitions of the topic (0 until a supervisor has seen it)
-H_SUPERVISOR_HEARTBEAT = 14  # time.time_ns() of the supervisor's last loop (status: supervisor_heartbeat_age_s)
+H_SUPERVISOR_HEARTBEAT = 14  # the supervisor's last loop, on the age clock (status: supervisor_heartbeat_age_s)
+# The clock of the words that measure an age: K_HEARTBEAT, H_SUPERVISOR_HEARTBEAT,
+# H_BROKER_SINCE, H_COMMIT_PENDING_SINCE. AGE_CLOCK_MONOTONIC: CLOCK_MONOTONIC ns
+# (time.monotonic_ns()), one clock for every process of the machine that a step of the
+# wall clock (NTP, an operator, a VM resumed) does not move: with time.time_ns(), a clock
+# set back an hour made a hung worker's heartbeat look fresh for that hour, and one set
+# forward made every worker look hung. AGE_CLOCK_WALL (0): time.time_ns(), as an earlier
+# shmcache wrote them. Set when the segment is made and when a supervisor starts.
+H_AGE_CLOCK = 15
+AGE_CLOCK_WALL, AGE_CLOCK_MONOTONIC = 0, 1
 H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8, for status output
 TOPIC_MAX = 32 * WORD
 # Supervisor counters and facts: written by the supervisor only, zeroed when one starts
@@ -73,7 +82,7 @@ H_METRICS_PORT = 53  # TCP port of the supervisor's Prometheus endpoint, 0 if no
 H_ASSIGNING = 54  # 1 while the supervisor publishes an assignment (rows half-written): not ready
 # The broker's state as the supervisor sees it (consumer/broker.py), written by it alone.
 H_BROKER_STATE = 60  # BROKER_* below
-H_BROKER_SINCE = 61  # time.time_ns() the current wait for the broker began; 0 when it answers
+H_BROKER_SINCE = 61  # the current wait for the broker began, on the age clock; 0 when it answers
 BROKER_UNKNOWN, BROKER_UP, BROKER_WAITING = 0, 1, 2
 BROKER_STATE_NAMES = {BROKER_UNKNOWN: "connecting", BROKER_UP: "up", BROKER_WAITING: "waiting for the broker"}
 # The consumer group as the supervisor last saw it (engine/control.py set_group): who else
@@ -95,7 +104,7 @@ WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
 # Snapshots (engine/snapshot.py, consumer/snapshots.py). These describe the table's content,
 # so they live as long as the segment (a supervisor's start does not zero them).
 H_WIRE_FORMAT = 55  # WIRE_FORMATS index + 1 of the topic's format, set by the supervisor; 0 unknown
-H_COMMIT_PENDING_SINCE = 56  # time.time_ns() the supervisor's commit in flight was sent; 0 none
+H_COMMIT_PENDING_SINCE = 56  # the supervisor's commit in flight was sent, on the age clock; 0 none
 # 1 when the live supervisor was told to serve a table with retention gaps as ready
 # (`run --accept-gaps`); written at its start, so it is the supervisor alive now that says so
 H_ACCEPT_GAPS = 57
@@ -138,7 +147,7 @@ W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, s
 MAX_WORKERS = 64  # consumer worker processes, one row each (written by that worker only)
 assert H_WORKER_HANDLES + MAX_WORKERS <= H_ELSEWHERE
 K_OWNER = 0  # owner word of the worker process, 0 if none
-K_HEARTBEAT = 1  # time.time_ns() of the worker's last loop
+K_HEARTBEAT = 1  # the worker's last loop, on the age clock (H_AGE_CLOCK)
 K_STARTS = 2  # how many times this worker slot was (re)started (written by the supervisor)
 K_ADDS = 3  # entries applied, by action
 K_DELETES = 4

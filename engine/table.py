@@ -81,6 +81,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_SIZE] = geo.size
         h[L.H_CREATION_ID] = creation_id
         h[L.H_CREATED_NS] = time.time_ns()
+        h[L.H_AGE_CLOCK] = L.AGE_CLOCK_MONOTONIC
         h[L.H_VERSION] = L.LAYOUT_VERSION
         if loading is not None:
             loading.join()

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -73,8 +74,9 @@ class SupervisorProc(SupervisorProcess):
     def __init__(self, log_path: Path, name: str, bootstrap: str, topic: str, group: str, *,
                  workers: int = 2, fmt: str = "v1", memory: str = "128MiB", commit_interval: float = 0.5,
                  assignment: str | None = None, max_rate: int | None = None, sets: tuple = (),
-                 config: dict | None = None, args: tuple = ()):
+                 config: dict | None = None, args: tuple = (), env: dict | None = None):
         self.name = name
+        self.env = None if env is None else {**os.environ, **env}  # added to the test's own
         self.group = group
         argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap,
                 "--topic", topic, "--group", group, "--workers", str(workers), "--format", fmt,
@@ -97,7 +99,7 @@ class SupervisorProc(SupervisorProcess):
     def start(self) -> "SupervisorProc":
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, cwd=str(self.log_path.parent))
+                                     stderr=subprocess.STDOUT, cwd=str(self.log_path.parent), env=self.env)
         self._seen[self.proc.pid] = psutil.Process(self.proc.pid)
         return self
 

@@ -74,11 +74,12 @@ def test_reset_supervisor_zeroes_a_runs_words_and_keeps_the_segments(handles):
     for i, word in enumerate(SUPERVISOR_COUNTERS.values()):
         c.count(word, 10 + i)
     c.set_word(L.H_ASSIGNING, 1)
-    c.set_word(L.H_COMMIT_PENDING_SINCE, time.time_ns())
+    c.set_word(L.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
     c.set_group(3, [{"client_id": "other", "host": "h", "instance_id": ""}], {1: 0})
     c.set_worker_handle(5, "backing-off", 4, time.time_ns() + 10**9)
     c.set_word(L.H_METRICS_PORT, 9999)
-    before = time.time_ns()
+    before, before_mono = time.time_ns(), time.monotonic_ns()
+    c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_WALL)  # as an earlier shmcache left it
 
     c.reset_supervisor(metrics_port=8080)
 
@@ -90,7 +91,8 @@ def test_reset_supervisor_zeroes_a_runs_words_and_keeps_the_segments(handles):
     assert all(v.word(L.H_WORKER_HANDLES + i) == 0 for i in range(L.MAX_WORKERS))
     assert v.worker_handle(5) == (None, 0, None)
     assert v.word(L.H_METRICS_PORT) == 8080
-    assert v.word(L.H_SUPERVISOR_STARTED) >= before and v.word(L.H_SUPERVISOR_HEARTBEAT) >= before
+    assert v.word(L.H_SUPERVISOR_STARTED) >= before  # a time of day
+    assert v.word(L.H_AGE_CLOCK) == L.AGE_CLOCK_MONOTONIC and v.word(L.H_SUPERVISOR_HEARTBEAT) >= before_mono
     # what lives with the segment stays
     assert {word: v.word(word) for word in SEGMENT_WORDS} == SEGMENT_WORDS
     assert (v.topic, v.npartitions) == ("the-topic", 4)
@@ -182,7 +184,7 @@ def _assign(c, p: int, applied: int, hw: int, caught_up: bool) -> None:
 def _worker_up(c, i: int = 0, beat_age_s: float = 0.0) -> None:
     """This process claims worker row i, as a worker does once its kernels are loaded, and
     the supervisor's handle says up; its last heartbeat `beat_age_s` ago."""
-    c.workers[i, L.K_HEARTBEAT] = time.time_ns() - int(beat_age_s * 1e9)
+    c.workers[i, L.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age_s * 1e9)
     c.workers[i, L.K_OWNER] = liveness.owner_word()
     c.workers[i, L.K_STARTS] = 1
     c.set_worker_handle(i, "up", 0)
@@ -287,6 +289,14 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     assert st_["workers"][1]["stale"] and st_["workers"][1]["state"] == "up" and not st_["workers"][0]["stale"]
     _worker_up(c, 1, beat_age_s=1.0)  # within the bound
     assert r.wait_ready(timeout=0)["ready"]
+    c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_WALL)  # words an earlier shmcache wrote: time.time_ns(), read as such
+    c.workers[0:2, L.K_HEARTBEAT] = [time.time_ns(), time.time_ns() - 5 * 10**9]
+    _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 stale, no heartbeat for 5 s\)")
+    c.workers[1, L.K_HEARTBEAT] = time.time_ns()
+    assert r.wait_ready(timeout=0)["ready"]
+    c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_MONOTONIC)
+    _worker_up(c, 0)
+    _worker_up(c, 1, beat_age_s=1.0)
     c.reset_supervisor(worker_stale_s=0.5)  # a supervisor with a tighter bound
     c.set_word(L.H_SUPERVISOR, liveness.owner_word())
     _not_ready(r, "worker 1 stale")
@@ -311,7 +321,7 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
     c = w.control
     c.reset_supervisor()
     c.set_word(L.H_SUPERVISOR, liveness.owner_word())
-    c.set_word(L.H_BROKER_SINCE, time.time_ns() - 3 * 10**9)
+    c.set_word(L.H_BROKER_SINCE, time.monotonic_ns() - 3 * 10**9)
     c.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
     assert r.status()["broker_waiting_s"] == pytest.approx(3, abs=1)  # an ordinary wait
 
