@@ -28,7 +28,6 @@ import re
 import sys
 
 import psutil
-import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import Model, check_table, harness, poll_until, produce_and_wait  # noqa: E402,F401
