@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import forkserver, log_replaced
+from shmcache.consumer import forkserver, lock_wait, log_replaced
 from shmcache.consumer import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
@@ -57,6 +57,7 @@ class Worker:
         self.conn = conn
         self.parent = os.getppid()  # the fork server, which lives while the supervisor or a worker does
         self.cache = open_writer(cfg.name)
+        self.cache.on_wait = lock_wait.LockWait(index, self.cache.control.workers[index], self.parent)
         self.rows = self.cache.control.partitions
         self.me = self.cache.control.workers[index]
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied

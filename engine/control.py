@@ -62,7 +62,7 @@ class ControlView:
     """The control area of one mapped segment, read."""
 
     def __init__(self, name: str, header: np.ndarray, workers: np.ndarray, partitions: np.ndarray,
-                 intact=None):
+                 writers: np.ndarray, intact=None):
         """intact(): raises if the mapping's words are no longer the segment's (its file was cut
         short under it: ipc/sigbus.py); called after each status(), so that neither status()
         nor wait_ready() reports, or waits on, the zero pages put in the file's place."""
@@ -71,10 +71,11 @@ class ControlView:
         self._intact = intact
         self.workers = workers.reshape(L.MAX_WORKERS, L.ROW_WORDS)
         self.partitions = partitions.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
+        self.writers = writers.reshape(L.MAX_WRITERS, L.ROW_WORDS)  # read for L.W_WAIT only
 
     def release(self) -> None:
         """Drop the views of the mapping (the handle closes)."""
-        self._h = self.workers = self.partitions = self._intact = None
+        self._h = self.workers = self.partitions = self.writers = self._intact = None
 
     def word(self, h: int) -> int:
         """Header word h (an L.H_* index) as it stands."""

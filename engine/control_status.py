@@ -42,6 +42,8 @@ def _worker_down(w: dict | None) -> str | None:
         return w["state"]
     if w["stale"]:
         return f"stale, no heartbeat for {w['heartbeat_age_s']:.0f} s"
+    if w["waiting_for_bucket"] is not None:
+        return f"waiting for bucket {w['waiting_for_bucket']}'s lock, held by another live process"
     return None
 
 
@@ -84,6 +86,8 @@ def _judge_workers(parts: list[dict], ws: list[dict]) -> None:
 
 def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
     bound = view.word(L.H_WORKER_STALE_NS) if sup_alive else 0  # the live supervisor's, ns; 0 none
+    # a writer's lock wait (L.W_WAIT) by its owner word: a worker's writer row is its process's
+    waits = {o: w for o, w in view.writers[:, [L.W_OWNER, L.W_WAIT]].tolist() if o and 0 < w <= L.NBUCKETS}
     ws = []
     for i in range(L.MAX_WORKERS):
         r = view.workers[i].tolist()
@@ -108,6 +112,8 @@ def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
             "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
             # up, but its heartbeat is older than the supervisor's bound: hung or stopped
             "stale": alive and bound > 0 and r[L.K_HEARTBEAT] > 0 and now - r[L.K_HEARTBEAT] > bound,
+            # up and beating, but its write waits for a lock a live process holds (engine/writer.py)
+            "waiting_for_bucket": waits[r[L.K_OWNER]] - 1 if alive and r[L.K_OWNER] in waits else None,
             "starts": r[L.K_STARTS],
             "adds": r[L.K_ADDS],
             "deletes": r[L.K_DELETES],

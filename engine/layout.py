@@ -140,7 +140,9 @@ W_SETS = 1
 W_DELETES = 2
 W_DELETE_MISSES = 3
 W_BATCHES = 4
-# word 5 is free (it counted takeovers per writer, never read: the bucket's M_TAKEOVERS counts them)
+# bucket + 1 whose lock this writer has waited for, for WAIT_REPORT_S or more, held by a live
+# process; 0 none (engine/writer.py: such a lock is never taken). Word 5 once counted takeovers.
+W_WAIT = 5
 W_UNKNOWN = 6  # entries of an unknown action, skipped
 W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _repair.py)
 

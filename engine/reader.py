@@ -122,7 +122,7 @@ class Reader:
         self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
         # the control area's public model (engine/control.py): read-only on a Reader
         self.control = self._control_class(self.name, self._header, self._workers, self._partitions,
-                                           intact=functools.partial(checks.raise_if_lost, self.name, seg))
+                                           self._writers, intact=functools.partial(checks.raise_if_lost, self.name, seg))
 
     @property
     def key_size(self) -> int:

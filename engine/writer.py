@@ -9,11 +9,21 @@ supervisor and the workers publish through.
 
 One entry point writes: `apply(keys, actions, values, hashes=None)`; set_many,
 delete_many, set and delete are apply with every action ADD or DELETE.
+
+A lock held by a live process is never taken, however long it is held (that process
+may go on writing the bucket: a stopped writer, one under a debugger). The writer waits
+for it, yielding the CPU at first and then sleeping between looks (at most
+WAIT_SLEEP_MAX_S), so a long wait does not burn a core. A wait of WAIT_REPORT_S or more
+is published in the writer's row (L.W_WAIT: status() shows a worker's, and its
+partitions are not caught up meanwhile), and `on_wait` lets the writer's owner (a
+consumer worker) say that it is alive and why it makes no progress.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,12 +38,20 @@ from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word, store_word
 
 
+WAIT_SPIN_S = 0.005  # a lock held by a live process longer than this: sleep between looks, not yield
+WAIT_SLEEP_MAX_S = 0.01  # the longest sleep between two looks at a held lock
+WAIT_REPORT_S = 1.0  # a wait this long is published in the writer's row (L.W_WAIT) until it ends
+
+
 class Writer(Reader):
     """A read-write handle: `shmcache.create(...)` or `shmcache.open(name)`."""
 
     _writable = True
     _slot = -1
     _control_class = ControlArea
+    # Called at each look while a lock held by a live process keeps a write waiting:
+    # on_wait(bucket, holder_pid, waited_s). The waiting write goes on when it returns.
+    on_wait: Callable[[int, int, float], None] | None = None
 
     def _setup(self, name, seg) -> None:
         super()._setup(name, seg)
@@ -119,22 +137,41 @@ class Writer(Reader):
         k8, k64 = _input.words(k, self._kstride)
         c = self._counters
         i = 0
-        while True:
-            i = K.apply_entries(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64, hashes,
-                                hashed, actions, starts, lens, data, i, self._me, SPIN_LIMIT, c)
-            if i >= n:
-                break
-            hashed = True  # the kernel hashed them all before it stopped
-            self._contended(int(hashes[i]) & (L.NBUCKETS - 1))
+        stuck_at, since = -1, 0.0  # the entry a held lock stopped, and since when
+        try:
+            while True:
+                i = K.apply_entries(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64, hashes,
+                                    hashed, actions, starts, lens, data, i, self._me, SPIN_LIMIT, c)
+                if i >= n:
+                    break
+                hashed = True  # the kernel hashed them all before it stopped
+                now = time.monotonic()
+                if i != stuck_at:
+                    stuck_at, since = i, now
+                    c[L.W_WAIT] = 0
+                self._contended(int(hashes[i]) & (L.NBUCKETS - 1), now - since)
+        finally:
+            c[L.W_WAIT] = 0
         self.raise_if_lost()  # written into zero pages: not into the cache
         c[L.W_BATCHES] += 1
 
-    def _contended(self, b: int) -> None:
-        """Bucket b's lock stayed held: take it over if its owner died, else yield the CPU."""
+    def _contended(self, b: int, waited: float) -> None:
+        """Bucket b's lock stayed held (for `waited` s so far): take it over if its owner died,
+        else give the CPU away, and say so (on_wait) when the owner is a live process."""
         lock = b * L.ROW_WORDS + L.M_LOCK
         owner = int(load_word(self._meta, lock))
-        if owner == 0 or liveness.is_alive(owner):
+        if owner == 0:  # released since the kernel looked
             os.sched_yield()
+            return
+        if liveness.is_alive(owner):
+            if waited >= WAIT_REPORT_S:
+                self._counters[L.W_WAIT] = b + 1
+            if waited < WAIT_SPIN_S:
+                os.sched_yield()
+            else:
+                time.sleep(min(WAIT_SLEEP_MAX_S, waited / 10))
+            if self.on_wait is not None:
+                self.on_wait(b, liveness.word_pid(owner), waited)
             return
         if self._take_over(b, owner):
             log.warning("cache %r: took over bucket %d from dead writer pid %d and rebuilt it",
