@@ -21,7 +21,7 @@ from shmcache.ipc import liveness
 
 # A live supervisor whose heartbeat (H_SUPERVISOR_HEARTBEAT) is older than this is shown as
 # stale in status() and `shmcache top`: alive, but not going round its loop (hung, stopped,
-# or blocked in a broker call for that long).
+# or blocked in a broker call or a rebalance for that long). The cache is not ready then.
 STALE_HEARTBEAT_S = 10.0
 
 # The group as status() shows it while no live supervisor has checked it.
@@ -159,7 +159,10 @@ def status(view) -> dict:
     # while the broker does not answer, nobody can say where the topic ends: not ready
     broker = view.broker() if sup_alive else {"broker": None, "broker_waiting_s": None}
     port = word(L.H_METRICS_PORT)
-    caught_up = (settled and sup_alive and whole and broker["broker"] != "waiting for the broker"
+    # a live supervisor that stopped going round its loop (SIGSTOP, a hang) restarts no dead
+    # worker and sees no new partition of the topic: what it published is not "now" any more
+    sup_stale = beat_age is not None and beat_age > STALE_HEARTBEAT_S
+    caught_up = (settled and sup_alive and not sup_stale and whole and broker["broker"] != "waiting for the broker"
                  and all(p["caught_up"] for p in parts))
     gaps = any(p["gap"] for p in parts)
     accepted = sup_alive and bool(word(L.H_ACCEPT_GAPS))
@@ -171,7 +174,7 @@ def status(view) -> dict:
         "supervisor_alive": sup_alive,
         # seconds since the live supervisor last went round its loop; stale past STALE_HEARTBEAT_S
         "supervisor_heartbeat_age_s": beat_age,
-        "supervisor_stale": beat_age is not None and beat_age > STALE_HEARTBEAT_S,
+        "supervisor_stale": sup_stale,
         "assigned": parts,
         # partitions of the topic not assigned here; those another group member holds are
         # in "elsewhere" and under "group_others"
@@ -237,6 +240,9 @@ def why(st: dict) -> str:
     """Why a status is not ready, in words."""
     if not st["supervisor_alive"]:
         return "no live supervisor"
+    if st["supervisor_stale"]:
+        return (f"the supervisor (pid {st['supervisor_pid']}) has not gone round its loop for "
+                f"{st['supervisor_heartbeat_age_s']:.0f} s: stopped or hung")
     if st["broker"] == "waiting for the broker":
         return f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
     if not st["assigned"] and not st["elsewhere"]:

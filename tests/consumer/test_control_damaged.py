@@ -102,7 +102,8 @@ def test_rows_of_a_dead_supervisor_are_never_ready(cache):
 
 def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
     """H_SUPERVISOR_HEARTBEAT is read: status() gives its age, and past STALE_HEARTBEAT_S a
-    supervisor that is alive but no longer goes round its loop is marked stale."""
+    supervisor that is alive but no longer goes round its loop is marked stale, and the
+    cache is not ready (it restarts no worker, sees no new partition)."""
     import time
 
     from shmcache.engine.control import STALE_HEARTBEAT_S
@@ -114,6 +115,12 @@ def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
     cache.control.set_word(L.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
     st = cache.status()
     assert st["supervisor_stale"] and st["supervisor_heartbeat_age_s"] >= STALE_HEARTBEAT_S + 50
+    assert not st["ready"]
+    with pytest.raises(shmcache.CacheNotReadyError, match=r"has not gone round its loop for 6\d s: stopped or hung"):
+        cache.wait_ready(timeout=0)
+    cache.control.beat()
+    assert cache.status()["ready"]
+    cache.control.set_word(L.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
     cache.control.set_word(L.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process: no age to show
     st = cache.status()
     assert st["supervisor_heartbeat_age_s"] is None and not st["supervisor_stale"]

@@ -151,3 +151,30 @@ def test_a_crash_looping_worker_keeps_the_cache_not_ready(harness, kafka_topic):
     # the killing stops: the worker comes up and catches up; ready again, with every entry
     _finish(harness, topic, model, prod, r, sup)
     assert sup.terminate() == 0, sup.log_text()[-3000:]
+
+
+def test_a_stopped_supervisor_leaves_the_cache_not_ready(harness, kafka_topic):
+    """The supervisor itself stopped (SIGSTOP: alive, not going round its loop): its workers
+    go on applying, but nothing restarts one that dies and no new partition of the topic is
+    seen, so past STALE_HEARTBEAT_S (10 s) the cache is not ready, saying why; once it goes
+    on, ready again and whole."""
+    topic = kafka_topic(2)
+    model = Model("v1", 2, seed=47)
+    produce_and_wait(harness, topic, model, 2, rate=1000, max_batches=4)
+    name = harness.cache_name("supstop")
+    sup = harness.supervisor(name, topic, harness.group("supstop"), workers=1)
+    r = harness.attach(name, sup=sup)
+    r.wait_ready(timeout=120)
+    proc = psutil.Process(sup.proc.pid)
+    proc.suspend()  # SIGSTOP
+    try:
+        why = poll_until(lambda: _not_ready(r), 60, lambda: f"the cache to turn not ready: {r.status()}")
+        assert f"the supervisor (pid {proc.pid}) has not gone round its loop for" in why, why
+        assert why.endswith("s: stopped or hung"), why
+        st = r.status()
+        assert st["supervisor_alive"] and st["supervisor_stale"], st
+    finally:
+        proc.resume()
+    r.wait_ready(timeout=120)
+    check_table(r, model.snapshot())
+    assert sup.terminate() == 0, sup.log_text()[-3000:]

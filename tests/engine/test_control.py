@@ -290,11 +290,13 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     _worker_up(c, 1, beat_age_s=1.0)  # within the bound
     assert r.wait_ready(timeout=0)["ready"]
     c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_WALL)  # words an earlier shmcache wrote: time.time_ns(), read as such
+    c.set_word(L.H_SUPERVISOR_HEARTBEAT, time.time_ns())
     c.workers[0:2, L.K_HEARTBEAT] = [time.time_ns(), time.time_ns() - 5 * 10**9]
     _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 stale, no heartbeat for 5 s\)")
     c.workers[1, L.K_HEARTBEAT] = time.time_ns()
     assert r.wait_ready(timeout=0)["ready"]
     c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_MONOTONIC)
+    c.beat()
     _worker_up(c, 0)
     _worker_up(c, 1, beat_age_s=1.0)
     c.reset_supervisor(worker_stale_s=0.5)  # a supervisor with a tighter bound
