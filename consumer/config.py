@@ -61,6 +61,12 @@ class RunConfig:
     # than this is stale (hung, stopped): its partitions are not caught up, and it is killed and
     # restarted. The longest gap measured: 0.43 s, a 180,000-entry batch with 6 CPU hogs on 2 cores
     worker_heartbeat_timeout: float = 10.0
+    # a worker that has not claimed its row (come up: opened the cache, loaded its kernels) this
+    # long after it was forked is hung or stopped before it came up: killed and restarted. A
+    # start takes about 1 s with the kernels in numba's cache (the supervisor warms them first);
+    # one that must compile them itself (a cache it cannot write) took 22.5 s at load 1 on 2
+    # cores: the bound leaves that room several times over, or such a worker would never come up
+    worker_start_timeout: float = 120.0
     metrics_port: int = 0  # serve Prometheus metrics on this port; 0 = no endpoint
     metrics_host: str = "127.0.0.1"  # the endpoint's address: loopback unless asked otherwise
     broker_wait: float = 0.0  # seconds to wait for an unreachable broker before exiting; 0 = wait for ever
@@ -112,6 +118,8 @@ class RunConfig:
             raise ValueError(f"accept_gaps={self.accept_gaps!r}: expected true or false")
         if not self.worker_heartbeat_timeout > 0:
             raise ValueError(f"worker_heartbeat_timeout={self.worker_heartbeat_timeout}: must be positive seconds")
+        if not self.worker_start_timeout > 0:
+            raise ValueError(f"worker_start_timeout={self.worker_start_timeout}: must be positive seconds")
         if self.commit_interval <= 0:
             raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.max_value is not None and (isinstance(self.max_value, bool) or not isinstance(self.max_value, int)

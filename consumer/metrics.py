@@ -154,6 +154,8 @@ class CacheCollector:
                       [((w["worker"],), max(0, w["starts"] - 1)) for w in ws])
         yield counter("worker_stale_kills", "Workers killed (and restarted) for a heartbeat older than "
                       "worker_heartbeat_timeout: hung or stopped.", st["stale_worker_kills"])
+        yield counter("worker_start_timeout_kills", "Workers killed (and restarted) for not coming up within "
+                      "worker_start_timeout: hung or stopped before they claimed their row.", st["start_timeout_kills"])
         yield gauge("table_entries", "Live entries in the table.", s["entries"])
         yield gauge("table_bytes", "Ring bytes held by live records.", s["bytes_used"])
         yield gauge("table_capacity_bytes", "Ring bytes in all buckets.", s["capacity_bytes"])

@@ -6,14 +6,19 @@ States (published in the segment, so `status()` and `shmcache top` show them):
     stopped --start()--> starting --row claimed--> up --ask_stop()--> stopping --> stopped
                             |                        |
                             +------- it died --------+--> backing-off --restart due--> starting
-                                                     |
-                                   stale heartbeat --+ (killed with SIGKILL, then as a death)
+                            |                        |
+       not up in time ------+                        +------ stale heartbeat
+       (worker_start_timeout)   (each killed with SIGKILL, then as a death)
 
 A worker that is up beats (K_HEARTBEAT) once per loop: every 0.1 s when idle, after every
 batch when busy. One whose heartbeat is older than `worker_heartbeat_timeout` is hung or
 stopped: it is killed by pid (SIGKILL) and goes the way of a death, through the backoff,
 and counted (H_STALE_KILLS). The clock starts when the supervisor sees it up, after its
-kernels are loaded, so a slow start is never taken for a hang.
+kernels are loaded, so a slow start is never taken for a hang. A start has its own bound:
+a worker still starting (forked, its row not claimed: it has not opened the cache or loaded
+its kernels) `worker_start_timeout` after it was forked is hung or stopped before it came
+up, and is killed the same way (H_START_KILLS); otherwise it stayed "starting" for ever,
+its partitions not ready and nothing restarting it.
 
 A worker that dies is restarted after a backoff that doubles with each death in a
 row (consumer/backoff.py).
@@ -72,6 +77,7 @@ class WorkerHandle:
         self.killed_stray = False  # alive() killed it after its fork server died
         self.up_ns = 0  # time.monotonic_ns() the supervisor saw the current instance up (its heartbeat's floor)
         self.killed_for = ""  # why the supervisor killed the current instance (stale, unanswered revoke), if it did
+        self.started_at = 0.0  # time.monotonic() the current instance was forked (its start's bound counts from it)
 
     @property
     def failures(self) -> int:
@@ -97,6 +103,7 @@ class WorkerHandle:
         child.close()
         self.killed_stray = False
         self.killed_for = ""
+        self.started_at = time.monotonic()
         try:
             self.word = liveness.owner_word(self.proc.pid)
         except psutil.Error:  # gone already: check() sees it and the backoff applies
@@ -159,6 +166,19 @@ class WorkerHandle:
         self._kill()
         self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
 
+    def _check_start(self) -> None:
+        """A worker that has not claimed its row `worker_start_timeout` after it was forked is
+        hung or stopped before it came up: kill it (by pid), and let check() see it die."""
+        bound = self.sup.cfg.worker_start_timeout
+        if time.monotonic() - self.started_at <= bound or not self.alive():
+            return
+        if not self.killed_for:
+            self.killed_for = (f"did not come up within {bound:g} s (worker_start_timeout: hung or stopped "
+                               f"before it opened the cache and loaded its kernels)")
+            self.sup.cache.control.count(L.H_START_KILLS)
+        self._kill()
+        self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
+
     def check(self, now: float) -> bool:
         """Follow the process (called every supervisor tick); True when a restart is due now."""
         if self.state is WorkerState.STARTING and self.alive():
@@ -168,6 +188,8 @@ class WorkerHandle:
                 self.up_ns = time.monotonic_ns()
                 self.backoff.up(now)
                 self._publish()
+            else:
+                self._check_start()
         if self.state is WorkerState.UP:
             self._check_heartbeat()
         if self.state is WorkerState.UP and self.backoff.settle(now):

@@ -55,6 +55,7 @@ SUPERVISOR_COUNTERS = {  # status() key -> header word
     "rebalances": L.H_REBALANCES,
     "partitions_lost": L.H_PARTITIONS_LOST,
     "stale_worker_kills": L.H_STALE_KILLS,
+    "start_timeout_kills": L.H_START_KILLS,
 }
 
 

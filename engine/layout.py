@@ -113,6 +113,7 @@ H_ACCEPT_GAPS = 57
 # caught up, and the supervisor kills and restarts it. Written at the supervisor's start.
 H_WORKER_STALE_NS = 58
 H_STALE_KILLS = 59  # workers the supervisor killed for a stale heartbeat (a counter, zeroed at its start)
+H_START_KILLS = 62  # workers it killed for not coming up within its worker_start_timeout (the same)
 WIRE_FORMATS = ("v1", "v2", "kv")
 H_RESTORE_STATE = 400  # RESTORE_* below
 H_RESTORE_ENTRIES = 401  # entries the restore put in the table
