@@ -43,6 +43,9 @@ def add_arguments(rn) -> None:
     rn.add_argument("--worker-start-timeout", type=float, metavar="SECONDS",
                     help="kill and restart a worker that has not come up (opened the cache, loaded its kernels) "
                          "this long after it was started (default 120)")
+    rn.add_argument("--stop-timeout", type=float, metavar="SECONDS",
+                    help="the whole stop's budget: drain, final commit, leaving the group, closing the Kafka "
+                         "consumer (default 50, inside systemd's TimeoutStopSec=60)")
     rn.add_argument("--accept-gaps", action="store_true", default=None,
                     help="call the cache ready even where the topic's retention deleted offsets before the "
                          "cache had them (default: such a cache is caught up but not ready)")
@@ -56,7 +59,7 @@ def run(a) -> int:
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
                                         "metrics_host", "broker_wait", "machine", "snapshot_dir", "snapshot_interval",
                                         "snapshot_keep", "snapshot_rate", "accept_gaps",
-                                        "worker_heartbeat_timeout", "worker_start_timeout")}
+                                        "worker_heartbeat_timeout", "worker_start_timeout", "stop_timeout")}
     kafka = key_values(a.set, "shmcache: --set", "a librdkafka setting")
     if a.config:
         cfg = RunConfig.from_toml(a.config, **flags)

@@ -13,6 +13,7 @@ in status(), no worker restarts. So:
   offsets go with the generation that had them; the coordinator started that
   rebalance, so it answers.
 - The final commit at shutdown is asynchronous and waited for at most FINAL_WAIT_S
+  (less if the stop's budget is short, never under its minimum: consumer/stop.py)
   while poll serves its result. One not confirmed by then is logged and left: whoever
   owns the partition next starts from the last committed offset, and applying an
   entry again is harmless (DESIGN.md, invariants).
@@ -92,18 +93,19 @@ class Committer:
             err = e.args[0] if e.args else e
         self._result(todo, err, final=True)
 
-    def at_stop(self, parts, beat) -> bool:
-        """The final commit of a stop, waited for at most FINAL_WAIT_S (consumer.poll serves its
-        result; `beat` keeps the heartbeat going meanwhile). True if nothing is left uncommitted."""
-        deadline = time.monotonic() + FINAL_WAIT_S
+    def at_stop(self, parts, beat, wait: float = FINAL_WAIT_S) -> bool:
+        """The final commit of a stop, waited for at most `wait` seconds (FINAL_WAIT_S, or what
+        the stop's budget leaves, consumer/stop.py; consumer.poll serves its result; `beat`
+        keeps the heartbeat going meanwhile). True if nothing is left uncommitted."""
+        deadline = time.monotonic() + wait
         while True:
             while self.inflight is not None and time.monotonic() < deadline:
                 self.consumer.poll(0.1)
                 beat()
             if self.inflight is not None:
-                log.warning("final commit of %s not confirmed after %.0f s (the broker does not answer); "
+                log.warning("final commit of %s not confirmed after %.1f s (the broker does not answer); "
                             "the partitions' next owner starts from the last committed offsets",
-                            self.inflight, FINAL_WAIT_S)
+                            self.inflight, wait)
                 return False
             if self.broker.down:
                 log.warning("final commit skipped: the broker does not answer")

@@ -57,6 +57,9 @@ class RunConfig:
     batch_messages: int = 256  # messages a worker takes per consume() call
     max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)
     drain_timeout: float = 30.0  # how long a revoke waits for workers to drain; a shutdown, for all of them
+    # the whole stop's budget (drain, final commit, group leave, consumer close: consumer/stop.py):
+    # inside the systemd unit's TimeoutStopSec=60 with room for the interpreter's exit
+    stop_timeout: float = 50.0
     # a worker whose heartbeat (one per loop: every 0.1 s idle, after every batch busy) is older
     # than this is stale (hung, stopped): its partitions are not caught up, and it is killed and
     # restarted. The longest gap measured: 0.43 s, a 180,000-entry batch with 6 CPU hogs on 2 cores
@@ -118,6 +121,8 @@ class RunConfig:
             raise ValueError(f"accept_gaps={self.accept_gaps!r}: expected true or false")
         if not self.worker_heartbeat_timeout > 0:
             raise ValueError(f"worker_heartbeat_timeout={self.worker_heartbeat_timeout}: must be positive seconds")
+        if not self.stop_timeout > 0:
+            raise ValueError(f"stop_timeout={self.stop_timeout}: must be positive seconds")
         if not self.worker_start_timeout > 0:
             raise ValueError(f"worker_start_timeout={self.worker_start_timeout}: must be positive seconds")
         if self.commit_interval <= 0:

@@ -27,7 +27,9 @@ backoff and the kill of a worker whose heartbeat is stale; this module is the
 policy: group membership, rebalances, commits, and what a restart does to a
 worker's partitions (consumer/watermarks.py: not caught up until applied again up
 to a high watermark the supervisor asked the broker for). A stop asks every worker
-at once and waits for all of them against one deadline (drain_timeout).
+at once and waits for all of them against one deadline (drain_timeout); the whole
+stop (the drain, the final commit, leaving the group, closing the consumer) has one
+budget, stop_timeout, each phase given what is left (consumer/stop.py).
 
 What it publishes besides: its commits, commit failures, rebalances and lost
 partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
@@ -42,7 +44,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 
 from shmcache.consumer import broker as broker_mod
@@ -50,6 +51,7 @@ from shmcache.consumer import commits as commits_mod
 from shmcache.consumer import forkserver
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer import startup
+from shmcache.consumer import stop as stop_mod
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.rebalance import Assignment
 from shmcache.consumer.watermarks import WatermarkWatch
@@ -59,7 +61,6 @@ from shmcache.errors import ShmcacheError
 
 log = logging.getLogger("shmcache.supervisor")
 
-CLOSE_WAIT_S = 15.0  # how long a stop waits for librdkafka's close
 SEGMENT_CHECK_S = 1.0  # how often the supervisor checks that /dev/shm/NAME is still its segment
 
 
@@ -86,7 +87,7 @@ class Supervisor:
         self._segment_id = None  # (st_dev, st_ino) of /dev/shm/NAME when this supervisor opened it
         self._last_segment_check = 0.0
         self.commits = None  # consumer/commits.py Committer, once the cache is open
-        self.close_abandoned = False  # librdkafka's close did not return in time (see _close_consumer)
+        self.close_abandoned = False  # librdkafka's close did not return in time (consumer/stop.py close_consumer)
         self.group_watch = None
         self.watermarks = None  # consumer/watermarks.py WatermarkWatch, once the cache is open
         self.snapshots = None  # snapshots_mod.SnapshotPolicy, made in run()
@@ -210,16 +211,22 @@ class Supervisor:
         clean = self.state is State.RUNNING and not self._exit_code and not self._fatal
         self.state = State.STOPPING
         reason = self._stop_reason or "error"
+        budget = stop_mod.StopBudget(self.cfg.stop_timeout)  # one for the whole stop (consumer/stop.py)
         # every worker stops fetching and exits (killed if not by the one deadline); then the final commit
-        stop_all(self.workers, reason, self.cfg.drain_timeout)
+        stop_all(self.workers, reason, budget.drain(self.cfg.drain_timeout))
         if self.consumer is not None:
-            if not self._fatal:
-                self.commits.at_stop(list(self.assignment.assigned), self._beat)  # bounded: the broker may be gone
-            self._leave()
-            self._close_consumer()  # on_revoke sees STOPPING: the final commit is made
+            if not self._fatal:  # bounded: the broker may be gone
+                self.commits.at_stop(list(self.assignment.assigned), self._beat, budget.commit())
+            self._leave(budget.leave())
+            # on_revoke sees STOPPING: the final commit is made
+            self.close_abandoned = not stop_mod.close_consumer(self.consumer, budget.close())
         if self.metrics is not None:  # before the cache closes: a scrape reads it
             self.metrics.close()
         if self.cache is not None:
+            if clean and self.cfg.snapshot_dir and not budget.left():
+                log.warning("no snapshot at this stop: its budget (stop_timeout %g s) is spent; the previous "
+                            "snapshots stay", self.cfg.stop_timeout)
+                clean = False
             self.snapshots.at_stop(clean)  # a clean stop: workers drained, offsets final
             self.cache.control.set_word(L.H_METRICS_PORT, 0)
             self.cache.control.set_word(L.H_SUPERVISOR, 0)
@@ -229,37 +236,24 @@ class Supervisor:
             log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
         self.state = State.STOPPED
 
-    def _close_consumer(self) -> None:
-        """consumer.close(), bounded. Against a broker that accepts connections but does not
-        answer, librdkafka's close waits minutes for its LeaveGroup; a close not done after
-        CLOSE_WAIT_S is left to the process's exit (the group drops this member after its
-        session timeout, as if it had died)."""
-        def close():
-            try:
-                self.consumer.close()
-            except Exception as e:  # noqa: BLE001 - reported; the stop goes on
-                log.warning("closing the Kafka consumer: %s", e)
-        t = threading.Thread(target=close, name="kafka-close", daemon=True)
-        t.start()
-        t.join(CLOSE_WAIT_S)
-        if t.is_alive():
-            self.close_abandoned = True
-            log.warning("the Kafka consumer did not close in %.0f s (the broker does not answer); "
-                        "leaving it to the process's exit", CLOSE_WAIT_S)
-
     def _fenced(self, reason: str) -> None:
         self._fatal = True
         self.request_stop(f"fatal: {reason}", code=1)
 
-    def _leave(self) -> None:
+    def _leave(self, wait: float) -> None:
         """A clean stop leaves the group, static member or not: librdkafka's close() does not
         send a static member's LeaveGroup, which would leave its partitions with nobody for
-        the whole session timeout while another member waits for them. An unsubscribe does."""
+        the whole session timeout while another member waits for them. An unsubscribe does.
+        `wait`: what the stop's budget leaves for it (consumer/stop.py); none, it is skipped."""
         if not self.cfg.static or self._fatal:
+            return
+        if wait <= 0:
+            log.warning("not leaving group %r: the stop's budget (stop_timeout %g s) is spent; the group drops "
+                        "this member after its session timeout", self.cfg.group, self.cfg.stop_timeout)
             return
         try:
             self.consumer.unsubscribe()
-            deadline = time.monotonic() + 5.0
+            deadline = time.monotonic() + wait
             while self.assignment.assigned and time.monotonic() < deadline:
                 self.consumer.poll(0.1)  # serves the revoke callback (commit of what was applied)
         except Exception as e:  # noqa: BLE001 - close() follows either way

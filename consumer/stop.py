@@ -1,0 +1,86 @@
+"""A supervisor's stop (SIGTERM, SIGINT, an error) has one budget: `stop_timeout` seconds
+(consumer/config.py, default 50) from its start, so that it fits in the systemd unit's
+TimeoutStopSec=60 (deploy/shmcache@.service) with room for the interpreter's exit, even
+when a worker hangs AND the broker stops answering. Its phases, in order, each given what
+the budget has left:
+
+    drain     every worker asked to stop, all waited for against one deadline, the ones
+              left then killed (consumer/worker_handle.py stop_all): drain_timeout, cut
+              so that FINAL_MIN_S + CLOSE_MIN_S are left after it
+    commit    the final commit of what was applied (consumer/commits.py at_stop): up to
+              FINAL_WAIT_S of what is left, never less than FINAL_MIN_S
+    leave     leaving the group (a static member's unsubscribe, consumer/supervisor.py):
+              up to LEAVE_WAIT_S, only out of what is left beyond CLOSE_MIN_S; else skipped
+    close     librdkafka's close: up to CLOSE_WAIT_S of what is left, never less than
+              CLOSE_MIN_S; one not done by then is abandoned to the process's exit
+              (os._exit, consumer/supervisor.py run)
+    snapshot  a clean stop's snapshot (with a snapshot dir): skipped once the budget is spent
+
+What a spent budget gives up, in this order: the snapshot (the previous ones stay), the
+close and the group leave (the group then drops this member after its session timeout,
+as if it had died), and last the commit of what was applied, which keeps FINAL_MIN_S
+whatever the drain took (without a commit the partitions' next owner re-applies from the
+last committed offset: harmless, only slower). So a stop takes at most stop_timeout, plus
+what killing hung workers takes past the drain's deadline (a moment: SIGKILL is delivered
+even to a stopped process), which the commit's and the close's minimums may then add to.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from shmcache.consumer.commits import FINAL_WAIT_S
+
+log = logging.getLogger("shmcache.supervisor")
+
+FINAL_MIN_S = 5.0  # the final commit's share, whatever the drain took
+CLOSE_MIN_S = 1.0  # librdkafka's close against a broker that answers: well under this
+LEAVE_WAIT_S = 5.0  # leaving the group: the revoke callback served
+CLOSE_WAIT_S = 15.0  # librdkafka's close: against a broker that does not answer it waits minutes
+
+
+class StopBudget:
+    """The deadline of one stop, `total` seconds from when it is made, and each phase's share."""
+
+    def __init__(self, total: float):
+        self.total = total
+        self.deadline = time.monotonic() + total
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def drain(self, drain_timeout: float) -> float:
+        """The first phase, asked for as the stop begins."""
+        return min(drain_timeout, max(0.0, self.total - FINAL_MIN_S - CLOSE_MIN_S))
+
+    def commit(self) -> float:
+        return min(FINAL_WAIT_S, max(FINAL_MIN_S, self.left() - CLOSE_MIN_S))
+
+    def leave(self) -> float:
+        """0 or less: no time to leave the group."""
+        return min(LEAVE_WAIT_S, self.left() - CLOSE_MIN_S)
+
+    def close(self) -> float:
+        return max(CLOSE_MIN_S, min(CLOSE_WAIT_S, self.left()))
+
+
+def close_consumer(consumer, wait: float) -> bool:
+    """consumer.close(), waited for at most `wait` seconds; False if it was abandoned. Against
+    a broker that accepts connections but does not answer, librdkafka's close waits minutes for
+    its LeaveGroup; one not done in time is left to the process's exit (the group drops this
+    member after its session timeout, as if it had died)."""
+    def close():
+        try:
+            consumer.close()
+        except Exception as e:  # noqa: BLE001 - reported; the stop goes on
+            log.warning("closing the Kafka consumer: %s", e)
+    t = threading.Thread(target=close, name="kafka-close", daemon=True)
+    t.start()
+    t.join(wait)
+    if t.is_alive():
+        log.warning("the Kafka consumer did not close in %.1f s (the broker does not answer; the stop's budget); "
+                    "leaving it to the process's exit", wait)
+        return False
+    return True

@@ -1,0 +1,110 @@
+"""A stop has one budget (`stop_timeout`), whatever hangs: a worker stopped (SIGSTOP) AND
+the broker frozen (SIGSTOP: its connections stay open, nothing answers), against a broker of
+the test's own.
+
+Each phase of the stop waited its own bound: the drain (drain_timeout), the final commit
+(10 s), leaving the group (5 s), librdkafka's close (15 s): 60 s with the defaults, past
+the systemd unit's TimeoutStopSec=60 once the interpreter's exit is added. Now the drain
+gets the budget less the final commit's minimum, and each later phase what is left: the
+supervisor exits 0 within the budget (+ a margin for a loaded machine; the time taken is
+printed), the hung worker is killed, no process of the supervisor is left, and once the
+cache is destroyed nothing of it is in /dev/shm.
+"""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import shmcache
+from shmcache.consumer.topics import create_topic
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _pipeline import Harness, Model, poll_until, produce_and_wait, wait_applied  # noqa: E402
+from _private_broker import PrivateBroker  # noqa: E402
+
+PARTITIONS = 4
+DRAIN_S = 6.0  # drain_timeout: the hung worker is killed at it
+STOP_S = 12.0  # --stop-timeout: the whole stop's budget
+MARGIN_S = 8.0  # for a loaded 2-core machine: the kill, the interpreter's exit
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _stopped(pid: int) -> bool:
+    """Every thread of `pid` is stopped (SIGSTOP delivered, not only sent)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return all((t / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for t in tasks.iterdir())
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = PrivateBroker(tmp_path / "kafka")
+    try:
+        yield b
+    finally:
+        if b.pid is not None:
+            try:
+                os.kill(b.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        b.stop()
+
+
+def test_a_stop_with_a_hung_worker_and_a_frozen_broker_fits_its_budget(tmp_path, broker):
+    broker.start()
+    topic = "t-stop-budget"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    h = Harness(tmp_path, broker.bootstrap)
+    hung = None
+    try:
+        model = Model("v1", PARTITIONS, seed=59)
+        ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=2 * PARTITIONS)
+        name = h.cache_name("stop-budget")
+        # no stale-worker kill: the stop alone must deal with the hung worker
+        sup = h.supervisor(name, topic, h.group("stop-budget"), workers=2,
+                           config={"drain_timeout": DRAIN_S, "worker_heartbeat_timeout": 600.0},
+                           args=("--stop-timeout", str(STOP_S)))
+        r = h.attach(name, sup=sup)
+        r.wait_ready(timeout=120)
+        wait_applied(r, ends, 120, sup)
+        st = r.status()
+        i = st["assigned"][0]["worker"]
+        hung = psutil.Process(st["assigned"][0]["worker_pid"])
+        procs = [psutil.Process(sup.pid), *sup.children()]  # the fork server and the workers
+        assert len([p for p in procs if p.pid != sup.pid]) >= 3, procs
+        hung.suspend()  # SIGSTOP
+        os.kill(broker.pid, signal.SIGSTOP)
+        poll_until(lambda: _stopped(broker.pid), 10, "the broker's threads to stop")
+        t0 = time.monotonic()
+        sup.signal(signal.SIGTERM)
+        code = sup.wait(STOP_S + 120)
+        took = time.monotonic() - t0
+        print(f"\nSIGTERM with one worker hung and the broker frozen: exit {code} after {took:.1f} s "
+              f"(drain_timeout {DRAIN_S:g} s, stop_timeout {STOP_S:g} s)")
+        log = sup.log_text()
+        assert code == 0, log[-3000:]
+        assert took <= STOP_S + MARGIN_S, (took, log[-3000:])
+        assert f"worker {i} (pid {hung.pid}) did not stop within" in log, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+        poll_until(lambda: not [p for p in procs if _running(p)], 30,
+                   lambda: f"every process of the supervisor to be gone: {[p for p in procs if _running(p)]}")
+        os.kill(broker.pid, signal.SIGCONT)
+        r.close()
+        h.readers.remove(r)
+        shmcache.destroy(name)
+        assert not [f for f in os.listdir("/dev/shm") if name in f]
+    finally:
+        if hung is not None and _running(hung):
+            hung.resume()
+        os.kill(broker.pid, signal.SIGCONT)
+        h.close()
