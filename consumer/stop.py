@@ -28,10 +28,14 @@ even to a stopped process), which the commit's and the close's minimums may then
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
+import traceback
 
 from shmcache.consumer.commits import FINAL_WAIT_S
+from shmcache.errors import ShmcacheError
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -84,3 +88,30 @@ def close_consumer(consumer, wait: float) -> bool:
                     "leaving it to the process's exit", wait)
         return False
     return True
+
+
+def error_exit_code(e: BaseException) -> int:
+    """What the command line does with an exception out of `shmcache run` (cli/__init__.py main,
+    which this layer may not import): a ShmcacheError, ValueError or OSError (e.g. the broker
+    gone past broker_wait, BrokerUnavailableError) is one line on stderr and exit 2; SystemExit
+    its own code (a text: printed, exit 2); anything else the interpreter's traceback and exit 1."""
+    if isinstance(e, (ShmcacheError, ValueError, OSError)):
+        print(f"shmcache: {e}", file=sys.stderr)
+        return 2
+    if isinstance(e, SystemExit):
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            return 2
+        return e.code or 0
+    traceback.print_exception(e)
+    return 1
+
+
+def exit_now(code: int) -> None:
+    """End the process at once, after an abandoned close (close_consumer False): the
+    interpreter's own exit could wait for librdkafka's handle, which the close thread still
+    holds. Everything else is shut by then; the logs and the standard streams are flushed."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

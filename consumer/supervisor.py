@@ -43,7 +43,6 @@ import enum
 import logging
 import os
 import signal
-import sys
 import time
 
 from shmcache.consumer import broker as broker_mod
@@ -300,10 +299,17 @@ def run(cfg: RunConfig) -> int:
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     log.info("shmcache supervisor pid %d", os.getpid())
     sup = Supervisor(cfg)
-    code = sup.run()
-    if sup.close_abandoned:  # the interpreter's exit would wait for librdkafka's handle: everything else is shut
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    code = 1
+    try:
+        code = sup.run()
+    except BaseException as e:
+        if not sup.close_abandoned:
+            raise
+        code = stop_mod.error_exit_code(e)  # said as the command line would: it never sees it
+    finally:
+        # the interpreter's exit could wait for librdkafka's handle: everything else is shut.
+        # Also when an error ended the run (BrokerUnavailableError past broker_wait), or it
+        # would reach the interpreter's exit first
+        if sup.close_abandoned:
+            stop_mod.exit_now(code)
     return code
