@@ -13,7 +13,13 @@ Where a partition starts takes the broker's word (its committed offset and water
 A broker that does not answer then (stopped, or frozen with its connections open) leaves
 the partitions pending: the callback returns, status says "waiting for the broker"
 (consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
-the broker answers (`retry`), each request bounded by LOOKUP_TIMEOUT_S.
+the broker answers (`retry`), each request bounded by LOOKUP_TIMEOUT_S. A look-up that fails
+while the broker answers (its metadata, asked at once) is not an outage: the group
+coordinator does not answer or refuses (an authorisation error, say). The broker is then not
+shown waiting; the log says it answers and what failed, and the look-up is retried with
+backoff. Either way `broker_wait` bounds how long the partitions stay pending, from the first
+failed look-up until one succeeds (the broker's answers in between do not start it again):
+past it, a ShmcacheError naming the partitions and the error (exit 2 at the command line).
 
 An applied or committed offset above the partition's high watermark belongs to another
 log than the one there now: the topic was deleted and re-created (or its log truncated).
@@ -38,6 +44,7 @@ from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer.worker_handle import request_all
 from shmcache.engine import layout as L
+from shmcache.errors import ShmcacheError
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -59,6 +66,8 @@ class Assignment:
         self.pending: set[int] = set()  # assigned by the group, start offset not known yet: no worker has them
         self._retry_at = 0.0  # monotonic time of the next lookup of the pending partitions
         self._delay = broker_mod.RETRY_FIRST_S
+        self._failing_since = 0.0  # monotonic time of the first failed look-up of the pending ones; 0 none
+        self._failure = ""  # the last failed look-up's error
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
@@ -90,7 +99,17 @@ class Assignment:
     def retry(self, consumer) -> None:
         """The supervisor's loop: partitions still pending are looked up again once the broker
         answers (its probes, consumer/startup.py check_broker, say when) and their backoff is over."""
-        if not self.pending or self.stopping() or self.broker.down or time.monotonic() < self._retry_at:
+        if not self.pending:
+            self._failing_since = 0.0
+            return
+        waited = time.monotonic() - self._failing_since
+        # while the broker is down its own wait (consumer/broker.py) is the one that runs out
+        if (self._failing_since and self.cfg.broker_wait and waited >= self.cfg.broker_wait
+                and not self.broker.down and not self.stopping()):
+            raise ShmcacheError(f"cache {self.cfg.name!r}: the Kafka broker at {self.cfg.bootstrap} answers, but "
+                                f"partitions {sorted(self.pending)} of topic {self.cfg.topic!r} have waited {waited:.0f} "
+                                f"s (broker_wait {self.cfg.broker_wait:g} s) for {self._failure}")
+        if self.stopping() or self.broker.down or time.monotonic() < self._retry_at:
             return
         self.cache.control.set_word(L.H_ASSIGNING, 1)
         try:
@@ -107,11 +126,21 @@ class Assignment:
             offsets = self._lookup(consumer, parts)
         except KafkaException as e:
             err = e.args[0] if e.args else e
-            self.broker.failed(f"looking up where partitions {parts} start: {err.str() if hasattr(err, 'str') else err}")
+            what, text = f"looking up where partitions {parts} start", err.str() if hasattr(err, "str") else err
+            self._failure = f"{what}: {text}"
+            self._failing_since = self._failing_since or time.monotonic()
+            if self._broker_answers(consumer):
+                self.broker.answered()
+                log.warning("the Kafka broker at %s answers, but %s failed: %s (its group coordinator does not answer "
+                            "or refuses: not a broker outage); retrying in %.1f s", self.cfg.bootstrap,
+                            what, text, self._delay)
+            else:
+                self.broker.failed(self._failure)
             self._retry_at = time.monotonic() + self._delay
             self._delay = min(self._delay * 2, broker_mod.RETRY_MAX_S)
             return
         self.pending.clear()
+        self._failing_since = 0.0
         self._delay = broker_mod.RETRY_FIRST_S
         self.broker.answered()
         rows = self.cache.control.partitions
@@ -136,6 +165,16 @@ class Assignment:
                     self.cfg.drain_timeout)
         log.info("assigned %s", {p: (self.assigned[p], int(rows[p, L.P_APPLIED]), int(rows[p, L.P_HIGH_WATERMARK]))
                                  for p in parts})
+
+    def _broker_answers(self, consumer) -> bool:
+        """The broker answers a metadata request (so a failed look-up is not an outage)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            consumer.list_topics(self.cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
+        except KafkaException:
+            return False
+        return True
 
     def _lookup(self, consumer, parts) -> dict[int, tuple[int, int, int]]:
         """partition -> (low watermark, high watermark, committed offset or negative), from the

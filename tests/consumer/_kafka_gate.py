@@ -8,6 +8,8 @@ arms it: the first request of one of the given API keys from a client whose clie
 starts with the given prefix stops all forwarding, both ways, on every connection
 (`held` is set); `release()` lets everything through again. The request header's
 client_id is a plain nullable string in every version (the Kafka protocol keeps it so).
+`hold_at(..., connection_only=True)` stops only the connection that request came on (a
+client's group coordinator connection, say), while its others go on.
 """
 
 from __future__ import annotations
@@ -30,23 +32,26 @@ class KafkaGate:
         self.open.set()
         self.held = threading.Event()  # the armed request arrived; everything waits
         self.request = None  # (api_key, client_id) of the request that closed the gate
-        self._armed: tuple[frozenset, str] | None = None
+        self._armed: tuple[frozenset, str, bool] | None = None
+        self._held_conns: list[threading.Event] = []  # connections stopped alone (connection_only)
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="kafka-gate").start()
 
-    def hold_at(self, api_keys, client_prefix: str) -> None:
+    def hold_at(self, api_keys, client_prefix: str, connection_only: bool = False) -> None:
         with self._lock:
             self.held.clear()
-            self._armed = (frozenset(api_keys), client_prefix)
+            self._armed = (frozenset(api_keys), client_prefix, connection_only)
 
     def release(self) -> None:
         self.open.set()
+        for e in self._held_conns:
+            e.set()
 
     def close(self) -> None:
         self._closed = True
-        self.open.set()
+        self.release()
         with contextlib.suppress(OSError):
             self.listener.close()
         for s in list(self._socks):
@@ -63,20 +68,23 @@ class KafkaGate:
                     return
                 continue
             self._socks += [client, server]
-            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+            conn_open = threading.Event()  # this connection's own gate (connection_only)
+            conn_open.set()
+            threading.Thread(target=self._requests, args=(client, server, conn_open), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, conn_open), daemon=True).start()
 
-    def _pump(self, src, dst) -> None:
+    def _pump(self, src, dst, conn_open) -> None:
         """Responses, as they come, while the gate is open."""
         try:
             while data := src.recv(65536):
                 self.open.wait()
+                conn_open.wait()
                 dst.sendall(data)
         except OSError:
             pass
         self._shut(src, dst)
 
-    def _requests(self, src, dst) -> None:
+    def _requests(self, src, dst, conn_open) -> None:
         """Requests, one whole frame at a time, each looked at before it goes."""
         buf = b""
         try:
@@ -85,22 +93,28 @@ class KafkaGate:
                 while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
                     n = 4 + struct.unpack_from(">i", buf)[0]
                     frame, buf = buf[:n], buf[n:]
-                    self._look(frame)
+                    self._look(frame, conn_open)
                     self.open.wait()
+                    conn_open.wait()
                     dst.sendall(frame)
         except (OSError, struct.error):
             pass
         self._shut(src, dst)
 
-    def _look(self, frame: bytes) -> None:
+    def _look(self, frame: bytes, conn_open: threading.Event) -> None:
         api_key = struct.unpack_from(">h", frame, 4)[0]
         n = struct.unpack_from(">h", frame, 12)[0]
         client_id = frame[14:14 + n].decode(errors="replace") if n > 0 else ""
         with self._lock:
             if self._armed and api_key in self._armed[0] and client_id.startswith(self._armed[1]):
+                connection_only = self._armed[2]
                 self._armed = None
                 self.request = (api_key, client_id)
-                self.open.clear()
+                if connection_only:
+                    conn_open.clear()
+                    self._held_conns.append(conn_open)
+                else:
+                    self.open.clear()
                 self.held.set()
 
     def _shut(self, *socks) -> None:

@@ -12,6 +12,13 @@ gives no worker a partition whose start it does not know, and once the broker an
 (SIGCONT) it carries on: everything produced is in the cache, and the group's committed
 offsets equal the applied offsets, which equal the topic's end. With `--broker-wait` it
 gives up past that bound instead: one line naming the broker, exit 2, no traceback.
+
+A lookup can fail while the broker answers (its metadata): the group coordinator's own
+connection frozen (the gate stops only the connection the OffsetFetch came on), or an
+error such as an authorisation failure. That is not "waiting for the broker": the log
+says the broker answers and what failed, and `--broker-wait` bounds it as well (it
+flipped between waiting and up, each answer starting the wait again, so the bound never
+ran out).
 """
 
 import os
@@ -146,4 +153,32 @@ def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path, gated)
         freeze(False)
         check_table(r, model.snapshot())  # the cache stays, whole, for its readers
     finally:
+        h.close()
+
+
+def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path, gated):
+    gate, b, _ = gated
+    b.start()
+    bootstrap = f"127.0.0.1:{gate.port}"
+    topic = "t-assign-coordinator"
+    create_topic(bootstrap, topic, PARTITIONS)
+    h = Harness(tmp_path, bootstrap)
+    try:
+        name, group = h.cache_name("assign-coord"), h.group("assign-coord")
+        model = Model("v1", PARTITIONS, seed=29)
+        produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=10)
+        # only the connection of the supervisor's OffsetFetch (its group coordinator's) stops
+        gate.hold_at({OFFSET_FETCH}, SUPERVISOR_CLIENT, connection_only=True)
+        sup = h.supervisor(name, topic, group, args=("--broker-wait", "8"))
+        poll_until(lambda: gate.held.is_set() or not sup.running(), 120, "the lookup to reach the gate")
+        code = sup.wait(90)
+        log = sup.log_text()
+        assert code == 2 and "Traceback" not in log, f"exit {code}:\n{log[-3000:]}"
+        parts = list(range(PARTITIONS))
+        assert f"the Kafka broker at {bootstrap} answers, but looking up where partitions {parts} start failed" \
+            in log, log[-3000:]
+        last = log.strip().splitlines()[-1]
+        assert last.startswith("shmcache: ") and f"partitions {parts}" in last and "broker_wait 8" in last, log[-3000:]
+    finally:
+        gate.release()
         h.close()
