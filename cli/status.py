@@ -65,10 +65,14 @@ def run(a) -> int:
 
 
 def heartbeat_text(w: dict) -> str:
-    """A worker's heartbeat for the workers table: its age, marked when over the supervisor's bound."""
+    """A worker's heartbeat for the workers table: its age, marked when over the supervisor's bound,
+    and the bucket lock it waits for, if a live process holds one it needs."""
     if w["heartbeat_age_s"] is None:
         return "-"
-    return f"{w['heartbeat_age_s']:.1f} s ago" + (" (stale)" if w.get("stale") else "")
+    text = f"{w['heartbeat_age_s']:.1f} s ago" + (" (stale)" if w.get("stale") else "")
+    if w.get("waiting_for_bucket") is not None:
+        text += f", waiting for bucket {w['waiting_for_bucket']}'s lock"
+    return text
 
 
 def backoff_text(w: dict) -> str:

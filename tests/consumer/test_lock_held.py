@@ -122,6 +122,9 @@ def test_a_worker_waiting_for_a_stopped_writers_lock_is_not_killed(harness, kafk
         cpu = sum(waiting.cpu_times()[:2]) - cpu0
         assert cpu < 0.25 * (time.monotonic() - seen), f"the waiting worker used {cpu:.1f} s of CPU"  # no spinning
         assert wproc.status() == psutil.STATUS_STOPPED  # still holding it
+        shown = subprocess.run([sys.executable, "-m", "shmcache", "status", name], capture_output=True, text=True,
+                               timeout=60)
+        assert f"waiting for bucket {bucket}'s lock" in shown.stdout, shown.stdout + shown.stderr
     finally:
         writer.kill()
         writer.wait()
