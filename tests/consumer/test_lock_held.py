@@ -123,8 +123,8 @@ def test_a_worker_waiting_for_a_stopped_writers_lock_is_not_killed(harness, kafk
         assert cpu < 0.25 * (time.monotonic() - seen), f"the waiting worker used {cpu:.1f} s of CPU"  # no spinning
         assert wproc.status() == psutil.STATUS_STOPPED  # still holding it
         shown = subprocess.run([sys.executable, "-m", "shmcache", "status", name], capture_output=True, text=True,
-                               timeout=60)
-        assert f"waiting for bucket {bucket}'s lock" in shown.stdout, shown.stdout + shown.stderr
+                               timeout=60, env={**os.environ, "COLUMNS": "250"})  # its lines unwrapped
+        assert f"waiting for bucket {bucket}'s lock" in " ".join(shown.stdout.split()), shown.stdout + shown.stderr
     finally:
         writer.kill()
         writer.wait()
