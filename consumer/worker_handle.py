@@ -157,25 +157,25 @@ class WorkerHandle:
         (by pid), and let check() see it die. Its partitions are not caught up from the moment
         the bound passed (engine/control_status.py reads the same words)."""
         age = self.heartbeat_age()
-        if age <= self.sup.cfg.worker_heartbeat_timeout or not self.alive():
-            return
-        if not self.killed_for:
-            self.killed_for = (f"was stale (no heartbeat for {age:.1f} s, worker_heartbeat_timeout "
-                               f"{self.sup.cfg.worker_heartbeat_timeout:g} s: hung or stopped)")
-            self.sup.cache.control.count(L.H_STALE_KILLS)
-        self._kill()
-        self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
+        if age > self.sup.cfg.worker_heartbeat_timeout:
+            self._kill_hung(L.H_STALE_KILLS, f"was stale (no heartbeat for {age:.1f} s, worker_heartbeat_timeout "
+                                             f"{self.sup.cfg.worker_heartbeat_timeout:g} s: hung or stopped)")
 
     def _check_start(self) -> None:
         """A worker that has not claimed its row `worker_start_timeout` after it was forked is
         hung or stopped before it came up: kill it (by pid), and let check() see it die."""
         bound = self.sup.cfg.worker_start_timeout
-        if time.monotonic() - self.started_at <= bound or not self.alive():
+        if time.monotonic() - self.started_at > bound:
+            self._kill_hung(L.H_START_KILLS, f"did not come up within {bound:g} s (worker_start_timeout: hung or "
+                                             f"stopped before it opened the cache and loaded its kernels)")
+
+    def _kill_hung(self, counter: int, why: str) -> None:
+        """Kill the running instance (by pid), said and counted once; check() then sees it die."""
+        if not self.alive():
             return
         if not self.killed_for:
-            self.killed_for = (f"did not come up within {bound:g} s (worker_start_timeout: hung or stopped "
-                               f"before it opened the cache and loaded its kernels)")
-            self.sup.cache.control.count(L.H_START_KILLS)
+            self.killed_for = why
+            self.sup.cache.control.count(counter)
         self._kill()
         self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
 
