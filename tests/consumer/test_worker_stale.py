@@ -25,6 +25,7 @@ from _pipeline import (KafkaProbe, Model, check_table, harness, poll_until,  # n
                        produce_and_wait, wait_applied)
 
 import shmcache  # noqa: E402
+from shmcache.engine import layout as L  # noqa: E402
 
 PARTITIONS = 4
 STALE_S = 6.0  # worker_heartbeat_timeout here: the default (10 s) would only make the test slower
@@ -157,14 +158,19 @@ def test_a_stopped_supervisor_leaves_the_cache_not_ready(harness, kafka_topic):
     """The supervisor itself stopped (SIGSTOP: alive, not going round its loop): its workers
     go on applying, but nothing restarts one that dies and no new partition of the topic is
     seen, so past STALE_HEARTBEAT_S (10 s) the cache is not ready, saying why; once it goes
-    on, ready again and whole."""
+    on, ready again and whole.
+
+    librdkafka 2.16 may abort the supervisor as it goes on (2 of ~40 runs here, more under
+    load): an admin request of its group watch, whose timeout ran out while the process was
+    stopped, is answered at the same moment, and librdkafka's own assertion fails
+    (rd_kafka_enq_once_del_source_return: eonce->refcnt > 0). That is a supervisor's death,
+    which the design survives: then a new supervisor, as systemd would start, must find the
+    cache and make it ready and whole. PYTHONFAULTHANDLER puts the abort's traceback in its log."""
     topic = kafka_topic(2)
     model = Model("v1", 2, seed=47)
     produce_and_wait(harness, topic, model, 2, rate=1000, max_batches=4)
-    name = harness.cache_name("supstop")
-    # a Python traceback in its log should it ever abort (once, in a full run, it ended with SIGABRT
-    # and no word after SIGCONT and SIGTERM; never seen again in 40 runs)
-    sup = harness.supervisor(name, topic, harness.group("supstop"), workers=1, env={"PYTHONFAULTHANDLER": "1"})
+    name, group = harness.cache_name("supstop"), harness.group("supstop")
+    sup = harness.supervisor(name, topic, group, workers=1, env={"PYTHONFAULTHANDLER": "1"})
     r = harness.attach(name, sup=sup)
     r.wait_ready(timeout=120)
     proc = psutil.Process(sup.proc.pid)
@@ -177,6 +183,20 @@ def test_a_stopped_supervisor_leaves_the_cache_not_ready(harness, kafka_topic):
         assert st["supervisor_alive"] and st["supervisor_stale"], st
     finally:
         proc.resume()
-    r.wait_ready(timeout=120)
+    beats = set()  # its heartbeats since it went on: the abort comes within its first rounds, if at all
+
+    def went_on():
+        if not sup.running():
+            return "died"
+        beats.add(r.control.word(L.H_SUPERVISOR_HEARTBEAT))
+        return "ready" if len(beats) > 10 and r.status()["ready"] else None
+
+    how = poll_until(went_on, 120, lambda: f"the supervisor to go on: {r.status()}", interval=0.02)
+    if how == "died":  # librdkafka's abort (see above), and nothing else
+        assert sup.proc.returncode == -signal.SIGABRT and "Fatal Python error: Aborted" in sup.log_text(), (
+            sup.proc.returncode, sup.log_text()[-3000:])
+        sup.reap_children(10)
+        sup = harness.supervisor(name, topic, group, workers=1)
+        r.wait_ready(timeout=120)
     check_table(r, model.snapshot())
     assert sup.terminate() == 0, sup.log_text()[-3000:]
