@@ -130,12 +130,13 @@ def test_a_clock_set_back_an_hour_still_lets_a_hung_worker_be_found(harness, kaf
                                            for p in st["assigned"] if p["worker"] == i)
 
         poll_until(stale_named, 60, lambda: f"worker {i} named stale: {r.status()}", interval=0.01)
-        poll_until(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, 60,
-                   lambda: f"pid {victim.pid} to be killed as stale; supervisor log:\n{sup.log_text()[-3000:]}")
+        said = f"worker {i} (pid {victim.pid}) was stale"  # logged on the supervisor's round after the death
+        kills = poll_until(lambda: _log_times(sup, said), 60,
+                           lambda: f"pid {victim.pid} to be killed as stale; supervisor log:\n{sup.log_text()[-3000:]}")
+        assert not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE
     finally:
         with contextlib.suppress(psutil.Error):
             victim.resume()
-    kills = _log_times(sup, f"worker {i} (pid {victim.pid}) was stale")
     assert len(kills) == 1, sup.log_text()[-3000:]
     behind = datetime.datetime.now() - kills[0]  # the supervisor's clock was an hour behind when it said so
     assert datetime.timedelta(minutes=59) < behind < datetime.timedelta(minutes=61), (kills, sup.log_text()[-2000:])
