@@ -57,9 +57,9 @@ class Worker:
         self.conn = conn
         self.parent = os.getppid()  # the fork server, which lives while the supervisor or a worker does
         self.cache = open_writer(cfg.name)
-        self.cache.on_wait = lock_wait.LockWait(index, self.cache.control.workers[index], self.parent)
         self.rows = self.cache.control.partitions
         self.me = self.cache.control.workers[index]
+        self.cache.on_wait = lock_wait.LockWait(index, self.me, self.parent)  # beats while a live writer's lock holds it
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
         self.me[L.K_HEARTBEAT] = time.monotonic_ns()  # first: a row that names this process is never seen stale

@@ -211,7 +211,6 @@ class ControlArea(ControlView):
         """The supervisor went round its loop (H_SUPERVISOR_HEARTBEAT)."""
         self._h[L.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
 
-
     def count(self, word: int, n: int = 1) -> None:
         """Add to one of the supervisor's header counters (the supervisor is their only writer)."""
         self._h[word] += n
