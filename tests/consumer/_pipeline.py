@@ -59,12 +59,24 @@ def poll_until(cond, timeout: float, what: str, interval: float = 0.05):
 # -- processes ---------------------------------------------------------------------------------
 
 
-def _running(p: psutil.Process) -> bool:
+def running(p: psutil.Process) -> bool:
     """Still running: not gone, not a zombie (what liveness.is_alive counts as alive)."""
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def threads_stopped(pid: int) -> bool:
+    """Every thread of `pid` is stopped (SIGSTOP delivered, not only sent)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return all((t / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for t in tasks.iterdir())
+
+
+def wait_gone(procs: list[psutil.Process], what: str = "every process of the supervisor") -> None:
+    """Until none of `procs` runs (running())."""
+    poll_until(lambda: not [p for p in procs if running(p)], 30,
+               lambda: f"{what} to be gone: {[p for p in procs if running(p)]}")
 
 
 class SupervisorProc(SupervisorProcess):
@@ -171,8 +183,7 @@ class SupervisorProc(SupervisorProcess):
             pass
         # SIGKILL is delivered, not done: a worker still runs until the kernel tears it down, and
         # its rows name a live process until then. Return when none of them does.
-        poll_until(lambda: not [p for p in killed if _running(p)], 30,
-                   lambda: f"SIGKILLed pids {[p.pid for p in killed if _running(p)]} to die")
+        wait_gone(killed, "SIGKILLed pids")
         for d in dirs:
             if d and Path(d).name.startswith("pymp-"):
                 shutil.rmtree(d, ignore_errors=True)

@@ -24,7 +24,6 @@ ran out).
 import os
 import signal
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -33,18 +32,12 @@ from shmcache.consumer.topics import create_topic
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, KafkaGate  # noqa: E402
 from _pipeline import (Harness, KafkaProbe, Model, applied, check_table, poll_until,  # noqa: E402
-                       produce_and_wait, wait_applied)
+                       produce_and_wait, threads_stopped, wait_applied)
 from _private_broker import PrivateBroker  # noqa: E402
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"
 SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py group_settings: the supervisor's client.id
-
-
-def _stopped(pid: int) -> bool:
-    """Every thread of `pid` is stopped (SIGSTOP delivered, not only sent)."""
-    tasks = Path(f"/proc/{pid}/task")
-    return all((t / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for t in tasks.iterdir())
 
 
 @pytest.fixture
@@ -58,7 +51,7 @@ def gated(tmp_path):
     def freeze(frozen: bool) -> None:
         os.kill(b.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
         if frozen:
-            poll_until(lambda: _stopped(b.pid), 10, "the broker's threads to stop")
+            poll_until(lambda: threads_stopped(b.pid), 10, "the broker's threads to stop")
     try:
         yield gate, b, freeze
     finally:

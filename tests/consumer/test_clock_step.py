@@ -30,7 +30,7 @@ import sys
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import Model, check_table, harness, poll_until, produce_and_wait  # noqa: E402,F401
+from _pipeline import Model, check_table, harness, poll_until, produce_and_wait, running  # noqa: E402,F401
 
 from shmcache.engine import layout as L  # noqa: E402
 
@@ -133,7 +133,7 @@ def test_a_clock_set_back_an_hour_still_lets_a_hung_worker_be_found(harness, kaf
         said = f"worker {i} (pid {victim.pid}) was stale"  # logged on the supervisor's round after the death
         kills = poll_until(lambda: _log_times(sup, said), 60,
                            lambda: f"pid {victim.pid} to be killed as stale; supervisor log:\n{sup.log_text()[-3000:]}")
-        assert not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE
+        assert not running(victim)
     finally:
         with contextlib.suppress(psutil.Error):
             victim.resume()

@@ -22,19 +22,12 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _pipeline import (KafkaProbe, Model, check_table, harness, poll_until, produce_and_wait,  # noqa: E402,F401
-                       wait_applied)
+                       running, wait_applied)
 
 PARTITIONS = 2
 DRAIN_S = 6.0
 FAST = ("heartbeat.interval.ms=500",)  # members notice a rebalance within 0.5 s, not 3 s
 CONFIG = {"drain_timeout": DRAIN_S, "worker_heartbeat_timeout": 600.0}  # no stale kill: the revoke alone
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _held(r) -> dict[int, dict]:
@@ -66,10 +59,10 @@ def test_a_worker_that_does_not_answer_a_revoke_is_killed_before_the_partition_m
         kept = 1 - moved
         # the revoked partition's worker was killed before A's callback returned (B's
         # assignment comes after it); the other worker, whose partition stayed, still runs
-        assert not _running(workers[moved]), a.log_text()[-3000:]
+        assert not running(workers[moved]), a.log_text()[-3000:]
         assert f"did not answer the revoke of partitions [{moved}] within {DRAIN_S:g} s" in a.log_text(), \
             a.log_text()[-3000:]
-        assert _running(workers[kept])
+        assert running(workers[kept])
         workers[kept].resume()
         ends = produce_and_wait(harness, topic, model, PARTITIONS, rate=1000, max_batches=4 * PARTITIONS)
         poll_until(lambda: (lambda h: moved in h and h[moved]["applied"] >= ends[moved])(_held(rb)), 120,
@@ -83,7 +76,7 @@ def test_a_worker_that_does_not_answer_a_revoke_is_killed_before_the_partition_m
         check_table(ra, model.snapshot())
     finally:
         for w in workers.values():
-            if _running(w):
+            if running(w):
                 w.resume()
         if b is not None:
             b.kill()

@@ -24,7 +24,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -33,7 +32,8 @@ import shmcache
 from shmcache.consumer.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import Harness, Model, poll_until, produce_and_wait, wait_applied  # noqa: E402
+from _pipeline import (Harness, Model, poll_until, produce_and_wait, running, threads_stopped,  # noqa: E402
+                       wait_applied, wait_gone)
 from _private_broker import PrivateBroker  # noqa: E402
 
 PARTITIONS = 4
@@ -42,17 +42,14 @@ STOP_S = 12.0  # --stop-timeout: the whole stop's budget
 MARGIN_S = 8.0  # for a loaded 2-core machine: the kill, the interpreter's exit
 
 
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _stopped(pid: int) -> bool:
-    """Every thread of `pid` is stopped (SIGSTOP delivered, not only sent)."""
-    tasks = Path(f"/proc/{pid}/task")
-    return all((t / "stat").read_text().rsplit(")", 1)[1].split()[0] == "T" for t in tasks.iterdir())
+def _all_gone(h, r, name: str, procs: list[psutil.Process], broker) -> None:
+    """The supervisor's processes are gone; the broker goes on; the cache, destroyed, leaves nothing."""
+    wait_gone(procs)
+    os.kill(broker.pid, signal.SIGCONT)
+    r.close()
+    h.readers.remove(r)
+    shmcache.destroy(name)
+    assert not [f for f in os.listdir("/dev/shm") if name in f]
 
 
 @pytest.fixture
@@ -93,7 +90,7 @@ def test_a_stop_with_a_hung_worker_and_a_frozen_broker_fits_its_budget(tmp_path,
         assert len([p for p in procs if p.pid != sup.pid]) >= 3, procs
         hung.suspend()  # SIGSTOP
         os.kill(broker.pid, signal.SIGSTOP)
-        poll_until(lambda: _stopped(broker.pid), 10, "the broker's threads to stop")
+        poll_until(lambda: threads_stopped(broker.pid), 10, "the broker's threads to stop")
         t0 = time.monotonic()
         sup.signal(signal.SIGTERM)
         code = sup.wait(STOP_S + 120)
@@ -105,15 +102,9 @@ def test_a_stop_with_a_hung_worker_and_a_frozen_broker_fits_its_budget(tmp_path,
         assert took <= STOP_S + MARGIN_S, (took, log[-3000:])
         assert f"worker {i} (pid {hung.pid}) did not stop within" in log, log[-3000:]
         assert "Traceback" not in log, log[-3000:]
-        poll_until(lambda: not [p for p in procs if _running(p)], 30,
-                   lambda: f"every process of the supervisor to be gone: {[p for p in procs if _running(p)]}")
-        os.kill(broker.pid, signal.SIGCONT)
-        r.close()
-        h.readers.remove(r)
-        shmcache.destroy(name)
-        assert not [f for f in os.listdir("/dev/shm") if name in f]
+        _all_gone(h, r, name, procs, broker)
     finally:
-        if hung is not None and _running(hung):
+        if hung is not None and running(hung):
             hung.resume()
         os.kill(broker.pid, signal.SIGCONT)
         h.close()
@@ -135,7 +126,7 @@ def test_an_error_after_an_abandoned_close_still_exits_at_once(tmp_path, broker)
         r.wait_ready(timeout=120)
         procs = [psutil.Process(sup.pid), *sup.children()]
         os.kill(broker.pid, signal.SIGSTOP)
-        poll_until(lambda: _stopped(broker.pid), 10, "the broker's threads to stop")
+        poll_until(lambda: threads_stopped(broker.pid), 10, "the broker's threads to stop")
         code = sup.wait(240)
         ended = datetime.datetime.now()
         log = sup.log_text()
@@ -147,13 +138,7 @@ def test_an_error_after_an_abandoned_close_still_exits_at_once(tmp_path, broker)
         assert after <= 10, (after, log[-3000:])  # at once, with room for a loaded machine
         last = log.strip().splitlines()[-1]
         assert last.startswith("shmcache: ") and broker.bootstrap in last and "broker_wait 3" in last, log[-3000:]
-        poll_until(lambda: not [p for p in procs if _running(p)], 30,
-                   lambda: f"every process of the supervisor to be gone: {[p for p in procs if _running(p)]}")
-        os.kill(broker.pid, signal.SIGCONT)
-        r.close()
-        h.readers.remove(r)
-        shmcache.destroy(name)
-        assert not [f for f in os.listdir("/dev/shm") if name in f]
+        _all_gone(h, r, name, procs, broker)
     finally:
         os.kill(broker.pid, signal.SIGCONT)
         h.close()

@@ -19,20 +19,13 @@ import time
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (KafkaProbe, Model, applied, harness, poll_until, produce_and_wait,  # noqa: E402,F401
-                       wait_applied)
+from _pipeline import (KafkaProbe, Model, applied, harness, produce_and_wait,  # noqa: E402,F401
+                       running, wait_applied, wait_gone)
 
 import shmcache  # noqa: E402
 
 PARTITIONS = 4
 DRAIN_S = float(os.environ.get("SHMCACHE_STOP_DRAIN_S", "12"))
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def test_sigterm_with_a_hung_worker_stops_within_one_drain_timeout(harness, kafka_topic):
@@ -64,15 +57,14 @@ def test_sigterm_with_a_hung_worker_stops_within_one_drain_timeout(harness, kafk
         code = sup.wait(DRAIN_S + 120)
         took = time.monotonic() - t0
     finally:
-        if _running(hung):
+        if running(hung):
             hung.resume()
     print(f"\nSIGTERM with one worker hung: exit {code} after {took:.1f} s (drain_timeout {DRAIN_S:g} s)")
     assert code == 0, sup.log_text()[-3000:]
     assert took <= DRAIN_S + 10, (took, sup.log_text()[-3000:])
     log = sup.log_text()
     assert f"worker {i} (pid {hung.pid}) did not stop within" in log, log[-3000:]
-    poll_until(lambda: not [p for p in procs if _running(p)], 30,
-               lambda: f"every process of the supervisor to be gone: {[p for p in procs if _running(p)]}")
+    wait_gone(procs)
 
     # the final commit is what was applied: all of it for the live worker's partitions, and for
     # the hung one's only what it applied before it was stopped
