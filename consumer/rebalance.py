@@ -8,6 +8,8 @@ a new segment or when older data is gone from the topic. Re-applying is safe (ap
 idempotent); skipping is not. It goes to the worker with the fewest partitions, and its
 row (engine/layout.py P_*) is published before the worker is told, with a new
 generation, so a reader never calls a half-published assignment ready (H_ASSIGNING).
+The worker is told without waiting for an answer (consumer/worker.py): one still starting
+(a restart, `reassign`) or hung reads it once up, and the supervisor's loop goes on.
 
 Where a partition starts takes the broker's word (its committed offset and watermarks).
 A broker that does not answer then (stopped, or frozen with its connections open) leaves
@@ -161,8 +163,8 @@ class Assignment:
             row[L.P_GENERATION] += 1
             row[L.P_ASSIGNED] = 1
             plan.setdefault(w.index, []).append((p, start, int(row[L.P_GENERATION])))
-        request_all([(self.workers[idx], ("assign", items)) for idx, items in plan.items()], "assigned",
-                    self.cfg.drain_timeout)
+        for idx, items in plan.items():  # not waited for (consumer/worker.py): a worker still starting reads it once up
+            self.workers[idx].tell(("assign", items))
         log.info("assigned %s", {p: (self.assigned[p], int(rows[p, L.P_APPLIED]), int(rows[p, L.P_HIGH_WATERMARK]))
                                  for p in parts})
 
@@ -269,4 +271,4 @@ class Assignment:
             rows[p, L.P_GENERATION] += 1
             items.append((p, int(rows[p, L.P_APPLIED]), int(rows[p, L.P_GENERATION])))
         if items:
-            w.request(("assign", items), "assigned", self.cfg.drain_timeout)
+            w.tell(("assign", items))  # read once it is up; the supervisor's loop goes on meanwhile

@@ -22,9 +22,11 @@ come back paused, after the resume that was due, and never be fetched again.
 
 Commands from the supervisor arrive on a pipe between batches, so a revoke or a
 stop always finds every fetched message applied:
-    ("assign", [(partition, offset, generation), ...]) -> ("assigned", [partition, ...])
-    ("revoke", [partition, ...])                       -> ("revoked", ({partition: applied}, paused))
-    ("stop",)                                          -> ("stopped", {partition: applied})
+    ("assign", [(partition, offset, generation), ...])  (no reply)
+    ("revoke", [partition, ...])                        -> ("revoked", ({partition: applied}, paused))
+    ("stop",)                                           -> ("stopped", {partition: applied})
+An assignment has no reply: the supervisor does not wait for it (a worker still starting,
+or hung, would hold its loop), and the pipe's order puts it before any later command.
 """
 
 from __future__ import annotations
@@ -110,7 +112,6 @@ class Worker:
             if self.paused_until:
                 self.consumer.pause(tps)  # paused now: new partitions wait with the others
         log.info("worker %d: fetching partitions %s", self.index, [(p, o) for p, o, _ in items])
-        self.conn.send(("assigned", [p for p, _, _ in items]))
 
     def _drop(self, parts) -> dict[int, int]:
         from confluent_kafka import TopicPartition

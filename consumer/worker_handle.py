@@ -210,9 +210,13 @@ class WorkerHandle:
         if self.conn is not None:
             self.conn.close()
 
-    def request(self, cmd: tuple, reply: str, timeout: float):
-        """Send a command and wait for its reply; None if the worker died or did not answer."""
-        return request_all([(self, cmd)], reply, timeout)[0]
+    def tell(self, cmd: tuple) -> bool:
+        """Send a command that has no reply (an assignment), without waiting: the worker reads
+        its pipe in order, between batches, so whatever is sent after it (a revoke, a stop)
+        finds it done. A worker still starting reads it once it is up; one that died, or is
+        killed before it reads it, takes it nowhere: its restart is told again (the
+        supervisor's re-assignment). False if the pipe is gone (it died)."""
+        return self._send(cmd)
 
     def _send(self, cmd: tuple) -> bool:
         try:
