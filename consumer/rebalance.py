@@ -44,6 +44,7 @@ from typing import Callable
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import snapshots as snapshots_mod
+from shmcache.consumer.topic_id import TopicIdentity
 from shmcache.consumer.worker_handle import request_all
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
@@ -70,6 +71,7 @@ class Assignment:
         self._delay = broker_mod.RETRY_FIRST_S
         self._failing_since = 0.0  # monotonic time of the first failed look-up of the pending ones; 0 none
         self._failure = ""  # the last failed look-up's error
+        self.identity = TopicIdentity(cfg, cache.control, self.start_over)  # a re-created topic (consumer/topic_id.py)
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
@@ -125,6 +127,8 @@ class Assignment:
 
         parts = sorted(self.pending)
         try:
+            self.identity.check(LOOKUP_TIMEOUT_S)  # the topic re-created: every partition is pending, from its start
+            parts = sorted(self.pending)
             offsets = self._lookup(consumer, parts)
         except KafkaException as e:
             err = e.args[0] if e.args else e
@@ -211,6 +215,33 @@ class Assignment:
             start = min(start, committed)
         snapshots_mod.note_start(self.cache, self.cfg.topic, p, have, lo)  # a retention gap is flagged
         return max(start, lo)  # older data is gone from the topic
+
+    def watch_topic(self) -> None:
+        """The supervisor's loop: a look at the topic's id now and then (consumer/topic_id.py)."""
+        if not self.stopping():
+            self.identity.tick()
+
+    def start_over(self, old: str, new: str) -> None:
+        """The topic was deleted and re-created (its id was `old`, is `new`): every partition
+        starts over at the new log's start. The held ones are drained first, nothing committed
+        (their offsets are the old log's), and wait with the others to be handed out again."""
+        from confluent_kafka import TopicPartition
+
+        ctl = self.cache.control
+        assigning = ctl.word(L.H_ASSIGNING)  # set already when a hand-out found it
+        ctl.set_word(L.H_ASSIGNING, 1)  # not ready from now on: the held partitions' flags are the old log's
+        try:
+            held = sorted(self.assigned)
+            log.error("topic %r was deleted and re-created (its id was %s, is %s): every partition starts over at "
+                      "the new topic's start, not caught up until it reaches its high watermark; the cache keeps the "
+                      "entries it applied from the old topic (DELETEs in the new one still apply)",
+                      self.cfg.topic, old, new)
+            self.release([TopicPartition(self.cfg.topic, p) for p in held], commit=False)
+            ctl.partitions[:, L.P_APPLIED] = -1  # none applied of the new log: start at its low watermark
+            self.pending.update(held)
+            self._retry_at = 0.0
+        finally:
+            ctl.set_word(L.H_ASSIGNING, assigning)
 
     def release(self, tps, commit: bool) -> None:
         """Drain the workers of the partitions in `tps` (each finishes its batch first), commit

@@ -278,8 +278,9 @@ class Supervisor:
             from shmcache.consumer.group import GroupWatch
 
             self.group_watch = GroupWatch(self.cfg, self.cache, self.consumer, on_fenced=self._fenced)
-        if not self.broker.down:  # its look at the group would only time out
+        if not self.broker.down:  # their looks would only time out
             self.group_watch.tick()
+            self.assignment.watch_topic()
         self.snapshots.tick(lambda: self.cache.control.status()["caught_up"])
 
     def _restart(self, w: WorkerHandle) -> None:

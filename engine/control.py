@@ -91,6 +91,13 @@ class ControlView:
         return self._bytes(L.H_TOPIC, n).tobytes().decode("utf-8", "replace")
 
     @property
+    def topic_id(self) -> str:
+        """The Kafka id of the topic whose offsets the table holds, as Kafka's tools write it
+        (URL-safe base64 of its 16 bytes); "" unknown (a table filled by an earlier shmcache,
+        or before the supervisor's first look)."""
+        return L.topic_id_text(int(self._h[L.H_TOPIC_ID]), int(self._h[L.H_TOPIC_ID + 1]))
+
+    @property
     def npartitions(self) -> int:
         """Partitions of the topic as the supervisor last saw it (0: not yet)."""
         return int(self._h[L.H_PARTITIONS])
@@ -225,6 +232,10 @@ class ControlArea(ControlView):
         h[L.H_TOPIC:L.H_TOPIC + len(words)] = words
         h[L.H_TOPIC_LEN] = len(raw)
         h[L.H_PARTITIONS] = npartitions
+
+    def set_topic_id(self, text: str) -> None:
+        """The topic's Kafka id (as topic_id gives it; "" unknown)."""
+        self._h[L.H_TOPIC_ID:L.H_TOPIC_ID + 2] = L.topic_id_words(text)
 
     def reset_supervisor(self, metrics_port: int = 0, accept_gaps: bool = False,
                          worker_stale_s: float = 0.0) -> None:

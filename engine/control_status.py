@@ -169,6 +169,7 @@ def status(view) -> dict:
     return {
         "name": view.name,
         "topic": view.topic,
+        "topic_id": view.topic_id,  # the Kafka id of the topic the table's offsets belong to; "" unknown
         "partitions": nparts,
         "supervisor_pid": liveness.word_pid(sup) if sup > 0 else None,
         "supervisor_alive": sup_alive,

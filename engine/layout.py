@@ -29,6 +29,7 @@ bucket when its ring or its index is full); evictions are counted.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -126,6 +127,12 @@ H_SNAPSHOT_NS = 407  # how long it took to write
 H_SNAPSHOTS = 408  # snapshots written
 H_SNAPSHOT_FAILURES = 409  # snapshots that failed (disk full, ...)
 H_GAP_OFFSETS = 410  # offsets that retention deleted before this table had them, summed
+# The Kafka topic id (a UUID: its most and least significant 64 bits; both 0 unknown) of the
+# topic whose offsets the table holds, set by the supervisor when it first asks the broker
+# (consumer/topic_id.py) and by a restore (the snapshot's). A topic deleted and re-created
+# under its name gets a new id: offsets alone cannot tell a new log that already holds more
+# messages than the table applied, its id can.
+H_TOPIC_ID = 411  # words 411, 412
 H_GAP_BITS = 448  # words 448..463: a bit per partition, set when that partition has a gap
 RESTORE_NONE, RESTORE_RUNNING, RESTORE_DONE, RESTORE_NONE_VALID = 0, 1, 2, 3
 RESTORE_STATE_NAMES = {RESTORE_NONE: "none", RESTORE_RUNNING: "restoring", RESTORE_DONE: "restored",
@@ -356,6 +363,29 @@ def parse_bytes(value: int | str, *, what: str = "memory") -> int:
     if n >= 1 << 63:  # a segment's size is an int64 header word
         raise ValueError(f"{what}={value!r} is more than any machine holds (the limit is 2**63-1 bytes)")
     return n
+
+
+def topic_id_text(msb: int, lsb: int) -> str:
+    """A Kafka topic id from its two 64-bit halves (signed, as the words hold them) as Kafka's
+    tools write it: URL-safe base64 of its 16 bytes, unpadded; "" for 0, 0 (unknown)."""
+    if msb == 0 and lsb == 0:
+        return ""
+    raw = (msb & (1 << 64) - 1).to_bytes(8, "big") + (lsb & (1 << 64) - 1).to_bytes(8, "big")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def topic_id_words(text: str) -> tuple[int, int]:
+    """topic_id_text's inverse: the two signed 64-bit halves ((0, 0) for ""); ValueError
+    naming the text if it is not 16 bytes of base64."""
+    if not text:
+        return 0, 0
+    try:
+        raw = base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_") + "=" * (-len(text) % 4))
+    except ValueError:
+        raw = b""
+    if len(raw) != 16:
+        raise ValueError(f"topic id {text!r}: not the base64 of 16 bytes")
+    return int.from_bytes(raw[:8], "big", signed=True), int.from_bytes(raw[8:], "big", signed=True)
 
 
 def format_bytes(n: float) -> str:

@@ -94,7 +94,8 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
             "max_value": geo.max_value, "slots": geo.slots, "ring": geo.ring, "size": geo.size,
             "topic": topic_of(header), "wire_format": format_of(header), "partitions": nparts,
             "offsets": list(offsets), "taken_ns": taken, "name": handle.name,
-            "creation_id": int(header[L.H_CREATION_ID]), "entries": entries}
+            "creation_id": int(header[L.H_CREATION_ID]), "entries": entries,
+            "topic_id": L.topic_id_text(int(header[L.H_TOPIC_ID]), int(header[L.H_TOPIC_ID + 1]))}
     raw = json.dumps(head, separators=(",", ":")).encode()
     nb = buckets_per_chunk(geo)
     buf = Buffers(geo, nb)
@@ -152,7 +153,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     log.info("cache %r: snapshot %s, %d entries, %s in %.2f s (%.2f GB/s)", handle.name, path, entries,
              L.format_bytes(size), dt, size / max(dt, 1e-9) / 1e9)
     return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
-                        handle.name, size)
+                        handle.name, size, head["topic_id"])
 
 
 def check_destination(path: str) -> None:
@@ -323,4 +324,5 @@ def _publish(w, info: SnapshotInfo) -> None:
     ctl.reset_partitions()
     ctl.partitions[:len(info.offsets), L.P_APPLIED] = info.offsets
     ctl.set_topic(info.topic, len(info.offsets))
+    ctl.set_topic_id(info.topic_id)  # the supervisor checks it against the topic's id now
     ctl.set_word(L.H_WIRE_FORMAT, L.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in L.WIRE_FORMATS else 0)

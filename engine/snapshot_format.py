@@ -6,7 +6,9 @@ The file (format version 1, all integers little-endian):
     "SHMSNAP1"  u32 format version  u32 n      header: n bytes of JSON, then its u64 xxh3-64
     { "layout_version", "nbuckets", "key_size", "max_value", "slots", "ring", "size",
       "topic", "wire_format" (v1 | v2 | kv | ""), "partitions", "offsets": [next offset
-      to apply, per partition, -1 none], "taken_ns", "name", "creation_id", "entries" }
+      to apply, per partition, -1 none], "taken_ns", "name", "creation_id", "entries",
+      "topic_id" (the Kafka topic's id the offsets belong to, "" unknown; absent in
+      snapshots of an earlier shmcache) }
     chunk*      "CHNK" u32 first bucket  u32 buckets  u32 0  u64 payload bytes  u64 xxh3-64 of the payload
                 payload: the buckets' meta rows, index slots, ring span lengths (int64s) and the
                 ring spans (each bucket's live records, tail to head) back to back
@@ -55,11 +57,13 @@ class SnapshotInfo:
     entries: int
     name: str
     bytes: int = 0  # the file's size
+    topic_id: str = ""  # the Kafka topic id its offsets belong to (layout.topic_id_text), "" unknown
 
     def to_dict(self) -> dict:
         return {"path": self.path, "topic": self.topic, "wire_format": self.wire_format,
                 "offsets": list(self.offsets), "taken_ns": self.taken_ns, "entries": self.entries,
                 "name": self.name, "bytes": self.bytes, "layout_version": self.layout_version,
+                "topic_id": self.topic_id,
                 "memory": self.geometry.size, "key_size": self.geometry.key_size,
                 "max_value": self.geometry.max_value}
 
@@ -142,7 +146,8 @@ def parse_header(f, path: str) -> SnapshotInfo:
         offsets = tuple(int(x) for x in h["offsets"])
         info = SnapshotInfo(path, L.Geometry(size, ks, maxv, slots, ring), int(h["layout_version"]), str(h["topic"]),
                             str(h["wire_format"]), offsets, int(h["taken_ns"]), int(h["entries"]), str(h["name"]),
-                            os.fstat(f.fileno()).st_size)
+                            os.fstat(f.fileno()).st_size, str(h.get("topic_id", "")))
+        L.topic_id_words(info.topic_id)  # a ValueError if it is no topic id
         nbuckets = int(h["nbuckets"])
     except (ValueError, KeyError, TypeError) as e:
         raise _bad(path, f"header is not what format version {FORMAT_VERSION} writes ({e})") from None

@@ -1,5 +1,6 @@
 """A topic deleted and re-created under the cache's name, against the real broker: the
-cache's applied offsets (100 per partition) are above the new topic's end (10).
+cache's applied offsets (100 per partition) are above the new topic's end (10), or below
+it (150: the hardest case, which offsets alone cannot tell from the old log).
 
 Before, the supervisor started each partition at its applied offset: the cache said
 ready at once without the new topic's entries, and commits of the old offsets landed on
@@ -11,12 +12,23 @@ new topic. The same while the
 supervisor runs: its workers see the new log's first message below the offset they were
 at (consumer/log_replaced.py), or, when the group saw the topic gone, the next
 assignment does. The old topic's entries stay in the cache (DESIGN.md).
+
+A new log longer than what the table applied looks like the old one by its offsets: a
+supervisor started each partition at its applied offset, inside the new log, and the
+cache said ready without the new log's first messages. The topic's Kafka id tells them
+apart (consumer/topic_id.py): the table keeps the id its offsets belong to, and a new one
+starts every partition over, at a supervisor's start and under a running one (whose
+workers, stopped here across the re-creation, resume fetching at offsets that are in
+range of the new log).
 """
 
+import contextlib
 import os
 import sys
 
 import numpy as np
+import psutil
+from confluent_kafka import TopicCollection
 from shmcache.consumer.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +36,20 @@ from _pipeline import Harness, KafkaProbe, applied, poll_until, produce_entries,
 
 PARTITIONS = 2
 OLD, NEW, MORE = 100, 10, 150  # messages per partition: the old topic, the new one, then produced to it
+LONG = 150  # messages per partition of a new topic longer than the table applied of the old one
+
+
+def _topic_id(admin, topic: str) -> str:
+    """The topic's id as the broker says it, in the form status() shows (layout.topic_id_text)."""
+    from shmcache.engine import layout as L
+
+    u = admin.describe_topics(TopicCollection([topic]), request_timeout=30)[topic].result(60).topic_id
+    return L.topic_id_text(u.get_most_significant_bits(), u.get_least_significant_bits())
+
+
+def _id_line(log: str, topic: str, old: str, new: str) -> str:
+    said = f"topic {topic!r} was deleted and re-created (its id was {old}, is {new}): every partition starts over"
+    return next((x for x in log.splitlines() if said in x and " ERROR " in x), "")
 
 
 def _produce(bootstrap: str, topic: str, n: int, rng) -> dict[bytes, bytes]:
@@ -75,15 +101,16 @@ def _fill_old_topic(h, topic, name, group, rng):
     return sup, r, old
 
 
-def _ready_only_with_the_new_topic(r, sup, new: dict) -> None:
+def _ready_only_with_the_new_topic(r, sup, new: dict, end: int = NEW) -> None:
     """The first time status says ready, every partition applied the new topic to its end."""
     def ready():
         assert sup.running(), sup.log_text()[-3000:]
         st = r.status()
         return st if st["ready"] else None
     st = poll_until(ready, 90, lambda: f"ready: {r.status()}\n{sup.log_text()[-3000:]}", interval=0.02)
-    assert [(p["applied"], p["high_watermark"]) for p in st["assigned"]] == [(NEW, NEW)] * PARTITIONS, st
-    assert r.get_many(list(new)) == list(new.values())
+    assert [(p["applied"], p["high_watermark"]) for p in st["assigned"]] == [(end, end)] * PARTITIONS, st
+    missed = [k for k, v in zip(new, r.get_many(list(new))) if v != new[k]]
+    assert not missed, f"ready without {len(missed)} of the new topic's {len(new)} entries"
 
 
 def _everything_after_applied_and_committed(h, r, sup, topic, group, rng, old, new) -> None:
@@ -106,6 +133,8 @@ def test_a_topic_recreated_while_the_supervisor_was_stopped_starts_over(tmp_path
     try:
         name, group = h.cache_name("recreated"), h.group("recreated")
         sup, r, old = _fill_old_topic(h, topic, name, group, rng)
+        old_id = _topic_id(kafka_admin, topic)
+        assert r.status()["topic_id"] == old_id
         assert sup.terminate() == 0
 
         _recreate(kafka_admin, h.bootstrap, topic)
@@ -113,13 +142,80 @@ def test_a_topic_recreated_while_the_supervisor_was_stopped_starts_over(tmp_path
         _commit(h.bootstrap, topic, group, [OLD] * PARTITIONS)  # the old offsets, committed on the new topic
         sup = h.supervisor(name, topic, group)
         _ready_only_with_the_new_topic(r, sup, new)
-        log = sup.log_text()
-        for p in range(PARTITIONS):
-            said = f"{topic!r} partition {p}: the applied offset {OLD} and the committed offset {OLD} are above"
+        log, new_id = sup.log_text(), _topic_id(kafka_admin, topic)
+        assert new_id != old_id and r.status()["topic_id"] == new_id
+        assert _id_line(log, topic, old_id, new_id), log[-3000:]
+        for p in range(PARTITIONS):  # the old offsets the group still had are refused too
+            said = f"{topic!r} partition {p}: the committed offset {OLD} is above"
             line = next((x for x in log.splitlines() if said in x), "")
             assert " ERROR " in line and f"high watermark {NEW}" in line and "starting the partition over" in line \
                 and "keeps the entries" in line, log[-3000:]
         _everything_after_applied_and_committed(h, r, sup, topic, group, rng, old, new)
+    finally:
+        h.close()
+
+
+def test_a_topic_recreated_longer_than_the_table_while_the_supervisor_was_stopped_starts_over(
+        tmp_path, kafka_broker, kafka_topic, kafka_admin):
+    """The new log holds more messages (LONG) than the table applied of the old one (OLD):
+    every offset the table has is in range of the new log. Before the topic id, the
+    supervisor resumed each partition at OLD and was ready without the new log's first OLD
+    messages of each partition."""
+    rng = np.random.default_rng(41)
+    topic = kafka_topic(PARTITIONS)
+    h = Harness(tmp_path, kafka_broker.bootstrap)
+    try:
+        name, group = h.cache_name("recreated-long"), h.group("recreated-long")
+        sup, r, old = _fill_old_topic(h, topic, name, group, rng)
+        old_id = r.status()["topic_id"]
+        assert sup.terminate() == 0
+
+        _recreate(kafka_admin, h.bootstrap, topic)
+        new = _produce(h.bootstrap, topic, LONG, rng)
+        sup = h.supervisor(name, topic, group)
+        _ready_only_with_the_new_topic(r, sup, new, LONG)
+        new_id = _topic_id(kafka_admin, topic)
+        assert _id_line(sup.log_text(), topic, old_id, new_id), sup.log_text()[-3000:]
+        assert r.status()["topic_id"] == new_id
+        assert r.get_many(list(old)) == list(old.values())  # the old topic's entries stay (DESIGN.md)
+        assert "Traceback" not in sup.log_text()
+        assert sup.terminate() == 0
+    finally:
+        h.close()
+
+
+def test_a_topic_recreated_longer_than_the_table_under_a_running_supervisor_starts_over(
+        tmp_path, kafka_broker, kafka_topic, kafka_admin):
+    """The same under a running supervisor, its workers stopped (SIGSTOP) from before the
+    delete until the new log is longer than what they applied: resumed, they fetch at
+    offsets in range of the new log, so neither they (consumer/log_replaced.py) nor an
+    assignment's offsets can tell; the supervisor's look at the topic's id does."""
+    rng = np.random.default_rng(43)
+    topic = kafka_topic(PARTITIONS)
+    h = Harness(tmp_path, kafka_broker.bootstrap)
+    try:
+        name, group = h.cache_name("recreated-long-live"), h.group("recreated-long-live")
+        sup, r, old = _fill_old_topic(h, topic, name, group, rng)
+        old_id = r.status()["topic_id"]
+        workers = sup.workers()
+        assert workers, sup.log_text()[-3000:]
+        for w in workers:
+            w.suspend()
+        try:
+            _recreate(kafka_admin, h.bootstrap, topic)
+            new = _produce(h.bootstrap, topic, LONG, rng)
+        finally:
+            for w in workers:
+                with contextlib.suppress(psutil.Error):
+                    w.resume()
+        new_id = _topic_id(kafka_admin, topic)
+        poll_until(lambda: _id_line(sup.log_text(), topic, old_id, new_id), 60,
+                   lambda: f"the re-created topic's line:\n{sup.log_text()[-3000:]}")
+        _ready_only_with_the_new_topic(r, sup, new, LONG)
+        assert r.status()["topic_id"] == new_id
+        assert r.get_many(list(old)) == list(old.values())
+        assert "Traceback" not in sup.log_text()
+        assert sup.terminate() == 0
     finally:
         h.close()
 
@@ -141,11 +237,16 @@ def _recreated_under_a_running_supervisor(h, topic, admin, rng) -> None:
     _recreate(admin, h.bootstrap, topic)
     new = _produce(h.bootstrap, topic, NEW, rng)
     # a worker sees the new log's first message below its offset; or, if the group saw the
-    # topic gone, the assignment that gives it back sees the applied offset above the end
+    # topic gone, the assignment that gives it back sees the applied offset above the end; or the
+    # supervisor's look at the topic's id sees a new one (every partition at once)
     said = ("the partition's log was replaced", "above the partition's high watermark")
+    old_id = r.status()["topic_id"]
+    new_id = _topic_id(admin, topic)
 
     def logged():
         assert sup.running(), sup.log_text()[-3000:]
+        if _id_line(sup.log_text(), topic, old_id, new_id):
+            return True
         lines = [x for x in sup.log_text().splitlines() if " ERROR " in x and any(s in x for s in said)]
         return all(any(f"{topic!r} partition {p}: " in x for x in lines) for p in range(PARTITIONS))
     poll_until(logged, 60, lambda: f"an error line per partition:\n{sup.log_text()[-3000:]}")

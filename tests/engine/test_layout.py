@@ -15,6 +15,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 import xxhash
 
 import shmcache
@@ -55,7 +57,8 @@ GOLDEN_HEADER = {
     "H_GROUP_TEXT": 128, "H_WORKER_HANDLES": 192, "H_ELSEWHERE": 256,
     "H_RESTORE_STATE": 400, "H_RESTORE_ENTRIES": 401, "H_RESTORE_NS": 402, "H_RESTORE_EVICTIONS": 403,
     "H_RESTORE_TAKEN_NS": 404, "H_SNAPSHOT_TAKEN_NS": 405, "H_SNAPSHOT_BYTES": 406, "H_SNAPSHOT_NS": 407,
-    "H_SNAPSHOTS": 408, "H_SNAPSHOT_FAILURES": 409, "H_GAP_OFFSETS": 410, "H_GAP_BITS": 448,
+    "H_SNAPSHOTS": 408, "H_SNAPSHOT_FAILURES": 409, "H_GAP_OFFSETS": 410, "H_TOPIC_ID": 411,
+    "H_GAP_BITS": 448,
 }
 GOLDEN_ROWS = {
     "W_": {"W_OWNER": 0, "W_SETS": 1, "W_DELETES": 2, "W_DELETE_MISSES": 3, "W_BATCHES": 4, "W_WAIT": 5, "W_UNKNOWN": 6,
@@ -135,6 +138,7 @@ def test_header_words_and_ranges_do_not_overlap_and_fit_the_header():
         "H_ELSEWHERE": L.MAX_PARTITIONS // L.WORD,  # a byte per partition
         "H_WORKER_HANDLES": L.MAX_WORKERS,  # a word per worker slot
         "H_GAP_BITS": L.MAX_PARTITIONS // 64,  # a bit per partition
+        "H_TOPIC_ID": 2,  # a UUID's two halves
     }
     owner: dict[int, str] = {}
     for name, start in _named("H_").items():
@@ -200,3 +204,21 @@ def test_a_created_segment_holds_the_golden_figures(cache_name, shape):
         assert np.count_nonzero(others) == 1  # the one slot, nowhere else in the index section
     finally:
         del seg
+
+
+@given(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-(1 << 63), (1 << 63) - 1))
+def test_a_topic_id_reads_back_as_kafka_writes_it(msb, lsb):
+    """The two words of H_TOPIC_ID and the text Kafka's tools show (URL-safe base64 of the
+    UUID's 16 bytes, unpadded) are one another's inverse; librdkafka's own text (standard
+    base64) is read too; 0, 0 is "" (unknown)."""
+    text = L.topic_id_text(msb, lsb)
+    assert L.topic_id_words(text) == (msb, lsb)
+    assert (text == "") == (msb == lsb == 0)
+    if text:
+        assert len(text) == 22 and L.topic_id_words(text.replace("-", "+").replace("_", "/")) == (msb, lsb)
+
+
+@pytest.mark.parametrize("bad", ["x", "AAAA", "A" * 23, "not base64 at all!!!!!"])
+def test_a_topic_id_that_is_none_is_refused_by_name(bad):
+    with pytest.raises(ValueError, match="topic id"):
+        L.topic_id_words(bad)

@@ -19,6 +19,7 @@ import pytest
 import shmcache
 from shmcache.consumer import snapshots as policy
 from shmcache.consumer.config import RunConfig
+from shmcache.engine import layout as L
 from shmcache.engine import snapshot as S
 from shmcache.engine._snapshot_io import SnapshotOut
 from shmcache.errors import SnapshotCorruptError, SnapshotError
@@ -253,6 +254,28 @@ def _snapshot_mid_write(cache_name, path, d):
             return p, new[0]
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
         time.sleep(0.001)
+
+
+def test_a_restore_keeps_the_topic_id_the_offsets_belong_to(cache_name, tmp_path):
+    """The table's topic id travels with its offsets: a restored table holds the snapshot's,
+    which a supervisor then compares with the topic's (consumer/topic_id.py); a table
+    without one gives a snapshot without one."""
+    tid = L.topic_id_text(0x0123456789ABCDEF, -2)
+    with shmcache.create(cache_name, memory="40MiB") as w:
+        w.set(b"k" * 32, b"v")
+        w.control.set_topic("txmeta", 2)
+        none = S.write(w, tmp_path / "none.snap")
+        w.control.set_topic_id(tid)
+        info = S.write(w, tmp_path / "id.snap")
+    assert none.topic_id == "" and info.topic_id == tid
+    assert S.read_header(info.path).topic_id == tid
+    for snap, want in ((info, tid), (none, "")):
+        S.restore(snap.path, cache_name + "-r")
+        try:
+            with shmcache.attach(cache_name + "-r") as r:
+                assert r.status()["topic_id"] == want and r.get(b"k" * 32) == b"v"
+        finally:
+            shmcache.destroy(cache_name + "-r")
 
 
 def test_the_next_snapshot_removes_what_killed_writers_left_and_nothing_else(cache_name, tmp_path):

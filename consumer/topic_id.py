@@ -1,0 +1,133 @@
+"""Is the topic there now the one the table's offsets came from? (DESIGN invariant 10.)
+
+Kafka gives a topic an id (a UUID) when it is created; one deleted and re-created under
+its name gets a new one, and its offsets start at 0 again. Offsets alone tell the new log
+from the old only while the new one is shorter than what the table applied
+(consumer/rebalance.py, consumer/log_replaced.py); a new log that already holds more
+messages looks like the old one, and its messages below the applied offsets were never
+applied: the cache said ready without them. The id tells them apart whatever the offsets.
+
+The table's topic id lives in the segment (engine/layout.py H_TOPIC_ID; a snapshot carries
+it to its restore). `TopicIdentity` asks the broker for the topic's id
+(AdminClient.describe_topics):
+
+  - before every hand-out of partitions (consumer/rebalance.py `_hand_out`), bounded like
+    the offsets' look-up and failing like it (the partitions stay pending, retried), so a
+    supervisor started on a table whose topic was re-created meanwhile never starts a
+    partition at an offset of the old log;
+  - every CHECK_S while running, without blocking the loop (a future looked at on the next
+    tick), for a topic re-created under a running supervisor.
+
+A table without an id (new, or filled by an earlier shmcache) takes the topic's. A
+different one means the topic was re-created: every partition starts over at the new
+log's start (Assignment.start_over), and only then is the new id written, so a
+supervisor killed in between finds the old id and does it again. A broker too old to
+have topic ids (before Kafka 2.8) gives none: then nothing is compared, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from shmcache.consumer import broker as broker_mod
+from shmcache.engine import layout as L
+
+log = logging.getLogger("shmcache.supervisor")
+
+CHECK_S = 5.0  # between two looks while running
+TIMEOUT_S = 10.0  # a periodic look's request timeout; one unanswered for twice this is dropped
+
+
+def _text(desc) -> str:
+    u = desc.topic_id
+    return "" if u is None else L.topic_id_text(u.get_most_significant_bits(), u.get_least_significant_bits())
+
+
+def _unsupported(e) -> bool:
+    """The broker does not know the request (too old for topic ids)."""
+    from confluent_kafka import KafkaError
+
+    err = e.args[0] if e.args else None
+    return hasattr(err, "code") and err.code() in (KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE)
+
+
+class TopicIdentity:
+    """`check()` before a hand-out, `tick()` from the loop; `on_replaced(old, new)` starts
+    every partition over (it must return before the new id is recorded)."""
+
+    def __init__(self, cfg, control, on_replaced):
+        self.cfg = cfg
+        self.control = control  # the cache's ControlArea (engine/control.py)
+        self.on_replaced = on_replaced
+        self.admin = None  # dropped after a failed look: see consumer/group.py
+        self.future = None
+        self.asked = 0.0
+        self.next = 0.0
+        self.unsupported = False  # the broker has no topic ids: nothing to compare
+
+    def check(self, timeout: float) -> None:
+        """Ask now, waiting at most `timeout` s; KafkaException if the broker does not answer
+        (the caller's look-up fails with it)."""
+        from confluent_kafka import KafkaException
+
+        if self.unsupported:
+            return
+        try:
+            desc = self._ask(timeout).result(timeout + 1.0)  # its own timeout answers first
+        except KafkaException as e:
+            self.admin = None
+            if _unsupported(e):
+                self._seen("")
+                return
+            raise
+        except Exception as e:  # noqa: BLE001 - the future's own timeout: the same as no answer
+            self.admin = None
+            raise KafkaException(f"describing topic {self.cfg.topic!r}: no answer in {timeout:g} s ({e!r})") from e
+        self._seen(_text(desc))
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.unsupported:
+            return
+        if self.future is not None:
+            if self.future.done():
+                fut, self.future = self.future, None
+                try:
+                    self._seen(_text(fut.result()))
+                except Exception as e:  # noqa: BLE001 - deleted (not re-created yet), a hiccup: look again
+                    log.debug("describing topic %r failed: %s", self.cfg.topic, e)
+                    self.admin = None
+            elif now - self.asked > TIMEOUT_S * 2:
+                self.future = self.admin = None  # never answered: ask again, with a new client
+            return
+        if now >= self.next:
+            self.next = now + CHECK_S
+            try:
+                self.future = self._ask(TIMEOUT_S)
+                self.asked = now
+            except Exception as e:  # noqa: BLE001
+                log.debug("describing topic %r failed: %s", self.cfg.topic, e)
+
+    def _ask(self, timeout: float):
+        from confluent_kafka import TopicCollection
+
+        if self.admin is None:
+            self.admin = broker_mod.admin_client(self.cfg)
+        return self.admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)[self.cfg.topic]
+
+    def _seen(self, now_id: str) -> None:
+        had = self.control.topic_id
+        if not now_id:
+            if not self.unsupported:
+                log.info("the broker gives topic %r no id (Kafka before 2.8): a re-created topic is told from the "
+                         "old one by its offsets alone", self.cfg.topic)
+            self.unsupported = True
+            return
+        if had == now_id:
+            return
+        if had:
+            self.on_replaced(had, now_id)  # every partition starts over first
+        else:
+            log.info("topic %r has id %s; the table's offsets belong to it from now on", self.cfg.topic, now_id)
+        self.control.set_topic_id(now_id)
