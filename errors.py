@@ -30,6 +30,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotCorruptError",
     "SnapshotMismatchError",
+    "SnapshotCancelled",
 ]
 
 
@@ -116,3 +117,9 @@ class SnapshotCorruptError(SnapshotError):
 
 class SnapshotMismatchError(SnapshotError):
     """A valid snapshot of another topic, wire format or key size than the one asked for."""
+
+
+class SnapshotCancelled(SnapshotError):
+    """A snapshot abandoned mid-write because its caller asked it to give up (the `cancel`
+    event of engine/snapshot.py write: a supervisor's stop); its temporary file is removed
+    and the destination is untouched. Not a failure of the snapshot or of the disk."""

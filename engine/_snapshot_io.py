@@ -1,6 +1,7 @@
 """How a snapshot file is written so that the readers beside it lose little (the
-writer's side of engine/snapshot.py): O_DIRECT or flushed-and-dropped writes, a rate,
-a thread at SCHED_IDLE, and a directory fsync after the rename."""
+writer's side of engine/snapshot.py): O_DIRECT or flushed-and-dropped writes, a rate
+(whose pauses a cancel event cuts short), a thread at SCHED_IDLE, and a directory fsync
+after the rename."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import secrets
 import stat
 import threading
 import time
+
+from shmcache.errors import SnapshotCancelled
 
 log = logging.getLogger("shmcache.snapshot")
 
@@ -32,17 +35,20 @@ class SnapshotOut:
       (POSIX_FADV_DONTNEED) once written, so dirty pages never pile up and a snapshot
       as large as the cache does not push others' page cache out;
     - paced to `rate` bytes/s when asked, a PIECE at a time (the copy, the checksum and
-      the write then take that share of a core and of the memory bandwidth);
+      the write then take that share of a core and of the memory bandwidth); the pause
+      waits on `cancel` (a threading.Event, or None) and raises SnapshotCancelled as soon
+      as it is set, so a slow snapshot gives up at once when asked (a supervisor's stop);
     - durable when closed (fdatasync), before the caller's rename."""
 
     PIECE = 4 << 20
     BLOCK = 4096
     DIRECT = True  # False: plain writes only (what happens where O_DIRECT is refused)
 
-    def __init__(self, final: str, rate: int):
+    def __init__(self, final: str, rate: int, cancel: threading.Event | None = None):
         """Create a new file beside `final` (the snapshot's path), of a name no other
         writer has: tmp_name(final), made with O_EXCL. Two snapshots to the same path
         at once each write their own file; the last rename wins, with a whole one."""
+        self.final, self.cancel = final, cancel
         for _ in range(100):
             self.path = tmp_name(final)
             self.fd = _create_locked(self.path)
@@ -86,7 +92,14 @@ class SnapshotOut:
                 if self.rate:
                     ahead = self.size / self.rate - (time.monotonic() - self.t0)
                     if ahead > 0:
-                        time.sleep(ahead)
+                        self._pause(ahead)
+
+    def _pause(self, seconds: float) -> None:
+        """The rate's pause: on the cancel event when there is one, which ends it early."""
+        if self.cancel is None:
+            time.sleep(seconds)
+        elif self.cancel.wait(seconds):
+            raise cancelled(self.final)
 
     def _write_all(self, mv) -> None:
         # each view of the data is released as soon as it is written, or the write fails:
@@ -129,6 +142,12 @@ class SnapshotOut:
         finally:
             if stage is not None:
                 stage.close()
+
+
+def cancelled(final: str) -> SnapshotCancelled:
+    """The error of a snapshot of `final` abandoned because its cancel event was set."""
+    return SnapshotCancelled(f"snapshot {final} abandoned: its writer was asked to give up ({final} is untouched; "
+                             "its temporary file is removed)")
 
 
 def tmp_name(final: str) -> str:

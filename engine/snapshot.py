@@ -9,8 +9,8 @@ seqlock as a reader reads it (_snapshot_kernels.copy_out: never torn, and no wri
 waits); the file is written to a temporary file beside PATH whose name is its
 writer's own (PATH.<16 hex digits>.tmp), fsynced, renamed to PATH and its directory
 fsynced, so PATH is always a whole snapshot or the previous one, however many
-write to it at once (the last rename wins). A write that fails removes its
-temporary file; a writer holds a lock on its own until the rename, so the next
+write to it at once (the last rename wins). A write that fails, or that its caller
+cancels (the `cancel` event: SnapshotCancelled), removes its temporary file; a writer holds a lock on its own until the rename, so the next
 write to PATH removes those whose writer was killed (and none being written); PATH is refused if it holds anything but a snapshot (a cache's
 segment, another file, a directory, a link), and a name ending in .tmp is refused
 (that is what an unfinished snapshot is called, and no reader takes it). Why replaying from
@@ -42,7 +42,7 @@ import xxhash
 from shmcache.engine import _repair
 from shmcache.engine import _snapshot_kernels as SK
 from shmcache.engine import layout as L
-from shmcache.engine._snapshot_io import TMP_SUFFIX, SnapshotOut, fsync_dir, remove_abandoned
+from shmcache.engine._snapshot_io import TMP_SUFFIX, SnapshotOut, cancelled, fsync_dir, remove_abandoned
 from shmcache.engine._snapshot_io import remove_if_abandoned  # noqa: F401 - part of this module's API
 from shmcache.engine._snapshot_io import final_name  # noqa: F401 - part of this module's API
 from shmcache.engine._snapshot_io import lower_priority  # noqa: F401 - part of this module's API
@@ -66,12 +66,16 @@ READ_AHEAD = 512 << 20  # bytes of the file a restore asks the kernel to read wh
 # -- writing ---------------------------------------------------------------------------------
 
 
-def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
+def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> SnapshotInfo:
     """Write a snapshot of the cache `handle` maps (a Reader or a Writer) to `path`.
 
     rate: bytes of file per second at most (0: as fast as it goes); see engine/_snapshot_io.py for what
     else keeps a snapshot light on the readers beside it. progress(buckets done,
     buckets in all, bytes written) is called after each chunk.
+    cancel: a threading.Event (or None) that asks this snapshot to give up: looked at before
+    each chunk, while a bucket mid-write is waited for, and waited on by the rate's pauses,
+    so a paced snapshot stops within a chunk's copy and write of it being set (a supervisor's
+    stop: consumer/snapshots.py). Then SnapshotCancelled, `path` untouched, no temporary file.
 
     SnapshotError if `path` ends in .tmp or holds anything but a snapshot
     (check_destination); OSError naming `path` if the file cannot be written (a full
@@ -103,14 +107,14 @@ def write(handle, path: str, *, progress=None, rate: int = 0) -> SnapshotInfo:
     sums = xxhash.xxh3_64()
     remove_abandoned(path)  # what writers of PATH that were killed left beside it
     try:
-        out = SnapshotOut(path, rate)
+        out = SnapshotOut(path, rate, cancel)
     except OSError as e:
         raise _not_written(e, path, f"could not create a file in {os.path.dirname(os.path.abspath(path))}") from e
     tmp = out.path
     try:
         out.write(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
         for b0 in range(0, L.NBUCKETS, nb):
-            _copy_chunk(handle.name, meta, index, ring8, geo, b0, nb, buf, counts)
+            _copy_chunk(handle.name, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path)
             n = int(buf.lens.sum())
             views = (buf.meta, buf.index, buf.lens, buf.ring[:n])
             h = xxhash.xxh3_64()
@@ -198,10 +202,13 @@ def _not_written(e: OSError, path: str, what: str) -> OSError:
     return OSError(message) if e.errno is None else OSError(e.errno, message)
 
 
-def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts) -> None:
-    """Copy buckets b0..b0+nb into buf, each consistently; yield to writers in between."""
+def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path) -> None:
+    """Copy buckets b0..b0+nb into buf, each consistently; yield to writers in between.
+    SnapshotCancelled once `cancel` is set (before the copy, and while a bucket is waited for)."""
     i, force, stuck_at, since = 0, -1, -1, 0.0
     while True:
+        if cancel is not None and cancel.is_set():
+            raise cancelled(path)
         pos = int(buf.lens[:i].sum())
         i = SK.copy_out(meta, index, ring8, geo.slots, geo.ring, b0, i, nb, pos, buf.meta, buf.index, buf.lens,
                         buf.ring, SPIN_LIMIT, force, counts)

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from shmcache.consumer.config import RunConfig
 from shmcache.engine import layout as L
 from shmcache.engine import snapshot as S
 from shmcache.engine._snapshot_io import SnapshotOut
-from shmcache.errors import SnapshotCorruptError, SnapshotError
+from shmcache.errors import SnapshotCancelled, SnapshotCorruptError, SnapshotError
 from shmcache.ipc.segment import path_of
 
 from _procs import check_table, universe, verify
@@ -173,6 +174,48 @@ def test_sigkill_during_snapshot_keeps_the_previous_one(cache_name, tmp_path):
     assert policy.files(d, cache_name) == [path]
     with pytest.raises(SnapshotCorruptError, match=r"\.tmp"):
         S.verify(tmp)
+
+
+def test_a_cancelled_snapshot_gives_up_at_once_and_keeps_the_previous_one(cache_name, tmp_path):
+    """write() whose cancel event is set (what a supervisor's stop does to its periodic
+    snapshot): SnapshotCancelled, a SnapshotError; PATH byte for byte the previous snapshot,
+    no temporary file left, paced or not. Set while a paced write (512KiB/s: a 4 MiB piece
+    is followed by a pause of about 8 s) has its first piece in the file: it gives up at
+    once, not at the pause's end (nor after the half minute the whole file would take)."""
+    path = tmp_path / "s.snap"
+    with shmcache.create(cache_name, memory="128MiB") as w:
+        _fill(w, 20_000, 12)
+        S.write(w, path)
+        before = path.read_bytes()
+        _fill(w, 20_000, 13)  # the table moves on
+        cancel = threading.Event()
+        cancel.set()
+        for rate in (0, 1 << 20):
+            with pytest.raises(SnapshotCancelled, match="abandoned") as e:
+                S.write(w, path, rate=rate, cancel=cancel)
+            assert isinstance(e.value, SnapshotError)
+            assert _tmps(tmp_path) == [] and path.read_bytes() == before
+        cancel.clear()
+        set_at = []
+
+        def cancel_once_written():
+            deadline = time.monotonic() + 60
+            while not any(_size(t) for t in _tmps(tmp_path)) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            set_at.append(time.monotonic())
+            cancel.set()
+
+        helper = threading.Thread(target=cancel_once_written)
+        helper.start()
+        try:
+            with pytest.raises(SnapshotCancelled):
+                S.write(w, path, rate=512 << 10, cancel=cancel)
+            gave_up = time.monotonic() - set_at[0]
+        finally:
+            helper.join()
+        assert gave_up < 2.0, f"gave up {gave_up:.2f} s after its cancel was set"
+        assert _tmps(tmp_path) == [] and path.read_bytes() == before
+        assert S.verify(path).entries == 20_000
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["o_direct", "plain-writes"])
