@@ -16,6 +16,16 @@ snapshots while running and at a clean stop, and retention gaps.
   workers drained and the final commit, one more, at full speed and priority (a stop
   is waited for). The `snapshot_keep` newest are kept. A snapshot that fails (disk
   full) is logged and counted; the previous ones stay.
+- At a stop: a periodic snapshot being written is told to give up as the stop begins,
+  before the drain (`stopping`; engine/snapshot.py write's cancel event, which its rate's
+  pauses wait on): at the default rate a large cache's takes minutes, past stop_timeout
+  and systemd's TimeoutStopSec. It stops within a chunk, removes its temporary file, is
+  logged in one info line and not counted as a failure; the previous snapshots stay, and
+  a clean stop's own snapshot, with the offsets final, replaces what it would have been.
+  `at_stop` waits for its thread out of the stop's budget (consumer/stop.py, at most
+  SNAPSHOT_WAIT_S); one still running then (a write stuck on a hung disk) is logged, and
+  the supervisor leaves the cache mapped (the thread reads it) to the process's exit,
+  with no snapshot at this stop.
 - Gaps: when a partition is assigned, the offset the table needs next (its applied
   offset, or 0 for a table without one) is compared with the topic's log start; if
   retention deleted messages the table never had, the partition is flagged in the
@@ -44,7 +54,7 @@ from pathlib import Path
 
 from shmcache.engine import layout as L
 from shmcache.engine import snapshot
-from shmcache.errors import SnapshotError
+from shmcache.errors import SnapshotCancelled, SnapshotError
 
 log = logging.getLogger("shmcache.snapshots")
 
@@ -117,6 +127,7 @@ class SnapshotPolicy:
         self.dir = cfg.snapshot_dir or ""
         self.cache = None
         self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()  # set as the supervisor's stop begins: the periodic snapshot gives up
         self._next = 0.0
         self._was_ready = False
 
@@ -163,7 +174,7 @@ class SnapshotPolicy:
         """From the supervisor's loop: start a periodic snapshot when one is due.
         `caught_up()` says whether the cache is caught up: ready, or ready but for a retention
         gap (asked only when one is due)."""
-        if not self.dir or self.cache is None or time.monotonic() < self._next:
+        if not self.dir or self.cache is None or time.monotonic() < self._next or self._cancel.is_set():
             return
         if self._thread is not None and self._thread.is_alive():
             return
@@ -178,28 +189,51 @@ class SnapshotPolicy:
         how = snapshot.lower_priority()  # this thread only, and it ends with the snapshot
         log.debug("periodic snapshot thread at %s, %s", how,
                   f"{L.format_bytes(self.cfg.snapshot_rate_bytes)}/s" if self.cfg.snapshot_rate_bytes else "unlimited")
-        self.take(rate=self.cfg.snapshot_rate_bytes)
+        self.take(rate=self.cfg.snapshot_rate_bytes, cancel=self._cancel)
 
-    def at_stop(self, clean: bool) -> None:
-        """Before the cache closes: wait for a running snapshot; after a clean stop (the
-        workers drained, the offsets final) take one more."""
+    def stopping(self) -> None:
+        """The supervisor's stop begins: a periodic snapshot being written gives up now (within
+        a chunk; at once in its rate's pause), and no other starts. Returns at once."""
+        self._cancel.set()
+
+    def at_stop(self, clean: bool, wait: float) -> bool:
+        """Before the cache closes: wait up to `wait` seconds (the stop's budget, consumer/stop.py)
+        for a periodic snapshot's thread, told to give up (stopping, done here too if it was not);
+        then, after a clean stop (the workers drained, the offsets final), take one more, at full
+        speed. False if the thread still runs after `wait` (a write stuck on a hung disk): it is
+        logged, no snapshot is taken, and the caller must not close the cache, which the thread
+        reads (it stays mapped until the process exits)."""
+        self._cancel.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(wait)
+            if self._thread.is_alive():
+                log.warning("cache %r: the periodic snapshot did not give up within %.1f s of the stop (a write "
+                            "stuck on the disk?); no snapshot at this stop, and the cache stays mapped until the "
+                            "process exits (it stays in /dev/shm either way); the previous snapshots stay",
+                            self.cfg.name, wait)
+                return False
             self._thread = None
         if self.dir and clean and self.cache is not None and (self._was_ready or _entries(self.cache)):
             self.take()
+        return True
 
-    def take(self, rate: int = 0) -> Path | None:
+    def take(self, rate: int = 0, cancel: threading.Event | None = None) -> Path | None:
         """One snapshot into DIR, the oldest beyond snapshot_keep removed; its path, or None
         if it failed: then it is logged and counted (H_SNAPSHOT_FAILURES), the previous
-        ones stay, and nothing is raised (the periodic thread and a clean stop go on)."""
+        ones stay, and nothing is raised (the periodic thread and a clean stop go on).
+        `cancel` set (the supervisor stops) abandons it: None, one info line, not a failure."""
         cache = self.cache
         ctl = cache.control
         path = path_for(self.dir, self.cfg.name, time.time_ns())
         t0 = time.monotonic()
         try:
             Path(self.dir).mkdir(parents=True, exist_ok=True)
-            info = snapshot.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"), rate=rate)
+            info = snapshot.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"), rate=rate,
+                                  cancel=cancel)
+        except SnapshotCancelled:
+            log.info("cache %r: periodic snapshot abandoned: the supervisor stops (%s not written, its temporary "
+                     "file removed; the previous snapshots stay)", self.cfg.name, path)
+            return None
         except (OSError, SnapshotError) as e:
             ctl.count(L.H_SNAPSHOT_FAILURES)
             log.error("cache %r: snapshot to %s failed: %s (the previous snapshots stay)", self.cfg.name, path, e)

@@ -14,7 +14,13 @@ the budget has left:
     close     librdkafka's close: up to CLOSE_WAIT_S of what is left, never less than
               CLOSE_MIN_S; one not done by then is abandoned to the process's exit
               (os._exit, consumer/supervisor.py run)
-    snapshot  a clean stop's snapshot (with a snapshot dir): skipped once the budget is spent
+    snapshot  with a snapshot dir: first the periodic snapshot that was being written when
+              the stop began, told then to give up (before the drain: a paced snapshot of a
+              large cache takes minutes), waited for up to SNAPSHOT_WAIT_S of what is left;
+              one still running after that (a write stuck on a hung disk) keeps the cache
+              mapped until the process exits and there is no snapshot at this stop
+              (consumer/snapshots.py at_stop). Then a clean stop's own snapshot, at full
+              speed: skipped once the budget is spent
 
 What a spent budget gives up, in this order: the snapshot (the previous ones stay), the
 close and the group leave (the group then drops this member after its session timeout,
@@ -43,6 +49,7 @@ FINAL_MIN_S = 5.0  # the final commit's share, whatever the drain took
 CLOSE_MIN_S = 1.0  # librdkafka's close against a broker that answers: well under this
 LEAVE_WAIT_S = 5.0  # leaving the group: the revoke callback served
 CLOSE_WAIT_S = 15.0  # librdkafka's close: against a broker that does not answer it waits minutes
+SNAPSHOT_WAIT_S = 3.0  # a periodic snapshot told to give up as the stop began: it stops within a chunk
 
 
 class StopBudget:
@@ -68,6 +75,11 @@ class StopBudget:
 
     def close(self) -> float:
         return max(CLOSE_MIN_S, min(CLOSE_WAIT_S, self.left()))
+
+    def snapshot(self) -> float:
+        """The wait for a periodic snapshot's thread, told to give up as the stop began; 0 if
+        the budget is spent (it has had the whole stop to notice)."""
+        return min(SNAPSHOT_WAIT_S, self.left())
 
 
 def close_consumer(consumer, wait: float) -> bool:

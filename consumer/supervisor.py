@@ -28,8 +28,10 @@ policy: group membership, rebalances, commits, and what a restart does to a
 worker's partitions (consumer/watermarks.py: not caught up until applied again up
 to a high watermark the supervisor asked the broker for). A stop asks every worker
 at once and waits for all of them against one deadline (drain_timeout); the whole
-stop (the drain, the final commit, leaving the group, closing the consumer) has one
-budget, stop_timeout, each phase given what is left (consumer/stop.py).
+stop (the drain, the final commit, leaving the group, closing the consumer, the
+snapshot) has one budget, stop_timeout, each phase given what is left
+(consumer/stop.py); a periodic snapshot being written gives up as the stop begins
+(consumer/snapshots.py stopping).
 
 What it publishes besides: its commits, commit failures, rebalances and lost
 partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
@@ -211,6 +213,8 @@ class Supervisor:
         self.state = State.STOPPING
         reason = self._stop_reason or "error"
         budget = stop_mod.StopBudget(self.cfg.stop_timeout)  # one for the whole stop (consumer/stop.py)
+        if self.snapshots is not None:  # a periodic snapshot gives up now, not after the drain (it may take minutes)
+            self.snapshots.stopping()
         # every worker stops fetching and exits (killed if not by the one deadline); then the final commit
         stop_all(self.workers, reason, budget.drain(self.cfg.drain_timeout))
         if self.consumer is not None:
@@ -226,12 +230,15 @@ class Supervisor:
                 log.warning("no snapshot at this stop: its budget (stop_timeout %g s) is spent; the previous "
                             "snapshots stay", self.cfg.stop_timeout)
                 clean = False
-            self.snapshots.at_stop(clean)  # a clean stop: workers drained, offsets final
+            # a clean stop: workers drained, offsets final. False: the periodic snapshot's thread
+            # still reads the cache, which stays mapped until the process exits
+            closable = self.snapshots.at_stop(clean, budget.snapshot())
             self.cache.control.set_word(L.H_METRICS_PORT, 0)
             self.cache.control.set_word(L.H_SUPERVISOR, 0)
             if self.assignment is not None:
                 self.assignment.clear_rows()
-            self.cache.close()
+            if closable:
+                self.cache.close()
             log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
         self.state = State.STOPPED
 
