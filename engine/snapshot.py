@@ -10,8 +10,9 @@ waits); the file is written to a temporary file beside PATH whose name is its
 writer's own (PATH.<16 hex digits>.tmp), fsynced, renamed to PATH and its directory
 fsynced, so PATH is always a whole snapshot or the previous one, however many
 write to it at once (the last rename wins). A write that fails, or that its caller
-cancels (the `cancel` event: SnapshotCancelled), removes its temporary file; a writer holds a lock on its own until the rename, so the next
-write to PATH removes those whose writer was killed (and none being written); PATH is refused if it holds anything but a snapshot (a cache's
+cancels (the `cancel` event: SnapshotCancelled), removes its temporary file; a writer
+holds a lock on its own until the rename, so the next write to PATH removes those whose
+writer was killed (and none being written); PATH is refused if it holds anything but a snapshot (a cache's
 segment, another file, a directory, a link), and a name ending in .tmp is refused
 (that is what an unfinished snapshot is called, and no reader takes it). Why replaying from
 offsets taken before the copy gives the table Kafka's order implies: DESIGN.md,
