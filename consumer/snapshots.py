@@ -114,8 +114,8 @@ class _LogProgress:
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now
-            log.info("%s: %d%% (%s, %.2f GB/s)", self.what, 100 * done // total, L.format_bytes(nbytes),
-                     nbytes / max(now - self.t0, 1e-9) / 1e9)
+            log.info("%s: %d%% (%s, %s/s)", self.what, 100 * done // total, L.format_bytes(nbytes),
+                     L.format_bytes(nbytes / max(now - self.t0, 1e-9)))
 
 
 class SnapshotPolicy:

@@ -155,8 +155,8 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
         log.warning("cache %r: %d buckets had head/tail words no writer leaves; written empty", handle.name,
                     int(counts[1]))
     dt = time.monotonic() - t0
-    log.info("cache %r: snapshot %s, %d entries, %s in %.2f s (%.2f GB/s)", handle.name, path, entries,
-             L.format_bytes(size), dt, size / max(dt, 1e-9) / 1e9)
+    log.info("cache %r: snapshot %s, %d entries, %s in %.2f s (%s/s)", handle.name, path, entries,
+             L.format_bytes(size), dt, L.format_bytes(size / max(dt, 1e-9)))
     return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
                         handle.name, size, head["topic_id"])
 
@@ -286,8 +286,8 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
            "evictions": ctl.word(L.H_RESTORE_EVICTIONS), "seconds": dt, "memory": target.size,
            "snapshot": info.to_dict()}
     w.close()
-    log.info("cache %r restored from %s (%s): %d entries in %.2f s (%.2f GB/s)", name, path, out["mode"],
-             out["entries"], dt, info.bytes / max(dt, 1e-9) / 1e9)
+    log.info("cache %r restored from %s (%s): %d entries in %.2f s (%s/s)", name, path, out["mode"],
+             out["entries"], dt, L.format_bytes(info.bytes / max(dt, 1e-9)))
     return out
 
 
