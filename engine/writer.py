@@ -64,6 +64,9 @@ class Writer(Reader):
             raise
         # this process's row of the writer table: the kernels count into it in place
         self._counters = self._writers[self._slot * L.ROW_WORDS:(self._slot + 1) * L.ROW_WORDS]
+        # its counters carry on (totals never drop), but W_WAIT is a state, not a count: a dead
+        # owner's wait (or what an earlier layout kept in that word) is not this process's
+        self._counters[L.W_WAIT] = 0
 
     def _claim_slot(self) -> int:
         """A writer slot for this process's counters: a free one, else one whose owner died."""

@@ -210,6 +210,31 @@ def _dead_owner_word() -> int:
     return word
 
 
+def test_a_writer_row_taken_over_from_a_dead_owner_waits_for_no_lock(cache_name):
+    """W_WAIT says a writer waits for a bucket's lock (status: a worker waiting for bucket N).
+    A row is reused once its owner died, counters and all: every row here is a dead
+    owner's, each left saying it waited (or holding what an earlier layout counted in that
+    word). The writer that takes one over does not wait; its counters carry on."""
+    me, dead = liveness.owner_word(), _dead_owner_word()
+
+    def mine(w) -> list[int]:
+        return [i for i, o in enumerate(w.control.writers[:, L.W_OWNER].tolist()) if o == me]
+
+    with shmcache.create(cache_name, memory="64MiB") as first:
+        rows = first.control.writers
+        held = mine(first)
+        others = [i for i in range(L.MAX_WRITERS) if i not in held]
+        rows[others, L.W_OWNER] = dead
+        rows[others, L.W_WAIT] = 18
+        rows[others, L.W_CORRUPTIONS] = 7
+        with shmcache.open(cache_name) as w:  # this process again: the row it holds is not free
+            (taken,) = set(mine(w)) - set(held)
+            row = w.control.writers[taken]
+            assert row[L.W_WAIT] == 0 and row[L.W_CORRUPTIONS] == 7, row
+            w.set(b"k" * 32, b"v")
+            assert w.get(b"k" * 32) == b"v" and row[L.W_WAIT] == 0
+
+
 def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     w, r = handles
     c = w.control
