@@ -155,33 +155,48 @@ def test_a_topic_recreated_while_the_supervisor_was_stopped_starts_over(tmp_path
         h.close()
 
 
+@contextlib.contextmanager
+def _old_topic_filled(tmp_path, kafka_broker, kafka_topic, label: str, seed: int):
+    """A harness with a supervisor whose cache holds the old topic (OLD per partition) whole:
+    (harness, topic, supervisor, reader, the old entries, the rng)."""
+    rng = np.random.default_rng(seed)
+    topic = kafka_topic(PARTITIONS)
+    h = Harness(tmp_path, kafka_broker.bootstrap)
+    try:
+        sup, r, old = _fill_old_topic(h, topic, h.cache_name(label), h.group(label), rng)
+        yield h, topic, sup, r, old, rng
+    finally:
+        h.close()
+
+
+def _started_over_by_its_id(r, sup, admin, topic: str, old_id: str, old: dict, new: dict) -> None:
+    """The supervisor said the topic's id changed, was ready only with the new (LONG) log
+    whole, and the table keeps the new id and the old topic's entries (DESIGN.md)."""
+    new_id = _topic_id(admin, topic)
+    assert new_id != old_id
+    poll_until(lambda: _id_line(sup.log_text(), topic, old_id, new_id), 60,
+               lambda: f"the re-created topic's line:\n{sup.log_text()[-3000:]}")
+    _ready_only_with_the_new_topic(r, sup, new, LONG)
+    assert r.status()["topic_id"] == new_id
+    assert r.get_many(list(old)) == list(old.values())
+    assert "Traceback" not in sup.log_text()
+    assert sup.terminate() == 0
+
+
 def test_a_topic_recreated_longer_than_the_table_while_the_supervisor_was_stopped_starts_over(
         tmp_path, kafka_broker, kafka_topic, kafka_admin):
     """The new log holds more messages (LONG) than the table applied of the old one (OLD):
     every offset the table has is in range of the new log. Before the topic id, the
     supervisor resumed each partition at OLD and was ready without the new log's first OLD
     messages of each partition."""
-    rng = np.random.default_rng(41)
-    topic = kafka_topic(PARTITIONS)
-    h = Harness(tmp_path, kafka_broker.bootstrap)
-    try:
-        name, group = h.cache_name("recreated-long"), h.group("recreated-long")
-        sup, r, old = _fill_old_topic(h, topic, name, group, rng)
+    with _old_topic_filled(tmp_path, kafka_broker, kafka_topic, "recreated-long", 41) as (h, topic, sup, r, old, rng):
         old_id = r.status()["topic_id"]
+        name, group = sup.name, sup.group
         assert sup.terminate() == 0
-
         _recreate(kafka_admin, h.bootstrap, topic)
         new = _produce(h.bootstrap, topic, LONG, rng)
         sup = h.supervisor(name, topic, group)
-        _ready_only_with_the_new_topic(r, sup, new, LONG)
-        new_id = _topic_id(kafka_admin, topic)
-        assert _id_line(sup.log_text(), topic, old_id, new_id), sup.log_text()[-3000:]
-        assert r.status()["topic_id"] == new_id
-        assert r.get_many(list(old)) == list(old.values())  # the old topic's entries stay (DESIGN.md)
-        assert "Traceback" not in sup.log_text()
-        assert sup.terminate() == 0
-    finally:
-        h.close()
+        _started_over_by_its_id(r, sup, kafka_admin, topic, old_id, old, new)
 
 
 def test_a_topic_recreated_longer_than_the_table_under_a_running_supervisor_starts_over(
@@ -190,12 +205,8 @@ def test_a_topic_recreated_longer_than_the_table_under_a_running_supervisor_star
     delete until the new log is longer than what they applied: resumed, they fetch at
     offsets in range of the new log, so neither they (consumer/log_replaced.py) nor an
     assignment's offsets can tell; the supervisor's look at the topic's id does."""
-    rng = np.random.default_rng(43)
-    topic = kafka_topic(PARTITIONS)
-    h = Harness(tmp_path, kafka_broker.bootstrap)
-    try:
-        name, group = h.cache_name("recreated-long-live"), h.group("recreated-long-live")
-        sup, r, old = _fill_old_topic(h, topic, name, group, rng)
+    with _old_topic_filled(tmp_path, kafka_broker, kafka_topic, "recreated-long-live", 43) as (h, topic, sup, r, old,
+                                                                                              rng):
         old_id = r.status()["topic_id"]
         workers = sup.workers()
         assert workers, sup.log_text()[-3000:]
@@ -208,16 +219,7 @@ def test_a_topic_recreated_longer_than_the_table_under_a_running_supervisor_star
             for w in workers:
                 with contextlib.suppress(psutil.Error):
                     w.resume()
-        new_id = _topic_id(kafka_admin, topic)
-        poll_until(lambda: _id_line(sup.log_text(), topic, old_id, new_id), 60,
-                   lambda: f"the re-created topic's line:\n{sup.log_text()[-3000:]}")
-        _ready_only_with_the_new_topic(r, sup, new, LONG)
-        assert r.status()["topic_id"] == new_id
-        assert r.get_many(list(old)) == list(old.values())
-        assert "Traceback" not in sup.log_text()
-        assert sup.terminate() == 0
-    finally:
-        h.close()
+        _started_over_by_its_id(r, sup, kafka_admin, topic, old_id, old, new)
 
 
 def test_a_topic_recreated_under_a_running_supervisor_starts_over(tmp_path, kafka_broker, kafka_topic, kafka_admin):
