@@ -42,16 +42,31 @@ def client_settings(on_error=None) -> dict:
 _ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns", "client.id")
 
 
-def admin_client(cfg):
+def admin_client(cfg, client_id: str | None = None):
     """An AdminClient for the run's broker (cfg: consumer/config.py RunConfig), with its
-    connection and authentication settings, as quiet as the consumers."""
+    connection and authentication settings, as quiet as the consumers; named `client_id`
+    unless the run's [kafka] table names its clients."""
     from confluent_kafka.admin import AdminClient
 
     conf = {k: v for k, v in cfg.kafka.items() if k.startswith(_ADMIN_PREFIXES)}
     conf["bootstrap.servers"] = cfg.bootstrap
+    if client_id:
+        conf.setdefault("client.id", client_id)
     conf.setdefault("log_level", 2)
     conf.update(client_settings())
     return AdminClient(conf)
+
+
+def isolation_level(cfg):
+    """The run's isolation level (librdkafka's default, read_committed, unless its [kafka]
+    table says otherwise) as an AdminClient.list_offsets argument: the consumers' own, so a
+    high watermark asked there is the one their fetches reach and get_watermark_offsets
+    gives (the last stable offset under read_committed, below an open transaction)."""
+    from confluent_kafka import IsolationLevel
+
+    if cfg.kafka.get("isolation.level", "read_committed") == "read_committed":
+        return IsolationLevel.READ_COMMITTED
+    return IsolationLevel.READ_UNCOMMITTED
 
 
 def _log_error(err) -> None:

@@ -89,16 +89,15 @@ class WatermarkWatch:
         return w.state is WorkerState.UP and w.heartbeat_age() <= SLOW_S
 
     def _ask(self, parts: list[int], now: float) -> None:
-        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        committed = self.cfg.kafka.get("isolation.level", "read_committed") == "read_committed"
         try:
             if self.admin is None:
                 self.admin = broker_mod.admin_client(self.cfg)
             futures = self.admin.list_offsets(
                 {TopicPartition(self.cfg.topic, p): OffsetSpec.latest() for p in parts},
-                isolation_level=IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED,
+                isolation_level=broker_mod.isolation_level(self.cfg),
                 request_timeout=TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - the next look tries again
             log.debug("asking for the high watermarks of %s failed: %s", parts, e)
