@@ -51,7 +51,7 @@ from shmcache.errors import ShmcacheError
 
 log = logging.getLogger("shmcache.supervisor")
 
-LOOKUP_TIMEOUT_S = 5.0  # each committed() or watermark request of an assignment (the loop beats between them)
+LOOKUP_TIMEOUT_S = 5.0  # the whole look-up of an assignment: committed offsets and watermarks of all its partitions
 
 
 class Assignment:
@@ -72,6 +72,7 @@ class Assignment:
         self._failing_since = 0.0  # monotonic time of the first failed look-up of the pending ones; 0 none
         self._failure = ""  # the last failed look-up's error
         self.identity = TopicIdentity(cfg, cache.control, self.start_over)  # a re-created topic (consumer/topic_id.py)
+        self.admin = None  # the look-up's AdminClient: made at the first, dropped after a failed one
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
@@ -125,12 +126,15 @@ class Assignment:
         """Give the pending partitions to the workers, if the broker says where each starts."""
         from confluent_kafka import KafkaException
 
+        deadline = time.monotonic() + LOOKUP_TIMEOUT_S  # the whole look-up's one bound
         parts = sorted(self.pending)
         try:
-            self.identity.check(LOOKUP_TIMEOUT_S)  # the topic re-created: every partition is pending, from its start
+            # first the topic's id: re-created, every partition is pending, from the new log's start
+            self.identity.check(self._admin(), deadline)
             parts = sorted(self.pending)
-            offsets = self._lookup(consumer, parts)
+            offsets = self._lookup(consumer, parts, deadline)
         except KafkaException as e:
+            self.admin = None  # an AdminClient made before a broker restart can time out for ever (consumer/group.py)
             err = e.args[0] if e.args else e
             what, text = f"looking up where partitions {parts} start", err.str() if hasattr(err, "str") else err
             self._failure = f"{what}: {text}"
@@ -182,23 +186,38 @@ class Assignment:
             return False
         return True
 
-    def _lookup(self, consumer, parts) -> dict[int, tuple[int, int, int]]:
-        """partition -> (low watermark, high watermark, committed offset or negative), from the
-        broker; KafkaException when it does not answer within LOOKUP_TIMEOUT_S per request."""
-        from confluent_kafka import KafkaException, TopicPartition
+    def _admin(self):
+        """The look-up's AdminClient, named as the supervisor's consumer is (config.py
+        group_settings); made at the first look, dropped after a failed one (_hand_out)."""
+        if self.admin is None:
+            self.admin = broker_mod.admin_client(self.cfg, self.cfg.group_settings().get("client.id"))
+        return self.admin
 
-        topic, beat = self.cfg.topic, self.cache.control.beat
-        committed = {}
-        for tp in consumer.committed([TopicPartition(topic, p) for p in parts], timeout=LOOKUP_TIMEOUT_S):
+    def _lookup(self, consumer, parts, deadline: float) -> dict[int, tuple[int, int, int]]:
+        """partition -> (low watermark, high watermark, committed offset or negative), from the
+        broker, the whole by `deadline` (monotonic) however many partitions there are; else
+        KafkaException. The watermarks of all partitions are asked at once (AdminClient.list_offsets,
+        earliest and latest, at the consumers' isolation level: what get_watermark_offsets gives
+        each), answered while committed() waits."""
+        from concurrent.futures import wait
+
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        tps = [TopicPartition(self.cfg.topic, p) for p in parts]
+        self.cache.control.beat()
+        level, left = broker_mod.isolation_level(self.cfg), max(deadline - time.monotonic(), 0.1)
+        ends = [self._admin().list_offsets({tp: spec for tp in tps}, isolation_level=level, request_timeout=left)
+                for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]  # partition -> future, each
+        committed = {tp.partition: tp for tp in consumer.committed(tps, timeout=max(deadline - time.monotonic(), 0.1))}
+        self.cache.control.beat()
+        if wait([f for end in ends for f in end.values()], timeout=max(deadline - time.monotonic(), 0)).not_done:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks within {LOOKUP_TIMEOUT_S:g} s"))
+        lo, hi = ({tp.partition: f.result().offset for tp, f in end.items()} for end in ends)
+        for tp in committed.values():
             if tp.error is not None:
                 raise KafkaException(tp.error)
-            committed[tp.partition] = tp.offset
-        out = {}
-        for p in parts:
-            beat()  # each request waits up to LOOKUP_TIMEOUT_S: the heartbeat goes on meanwhile
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=LOOKUP_TIMEOUT_S)
-            out[p] = (lo, hi, committed[p])
-        return out
+        return {p: (lo[p], hi[p], committed[p].offset) for p in parts}
 
     def _start_offset(self, p: int, lo: int, hi: int, committed: int) -> int:
         have = int(self.cache.control.partitions[p, L.P_APPLIED])

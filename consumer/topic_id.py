@@ -66,24 +66,25 @@ class TopicIdentity:
         self.next = 0.0
         self.unsupported = False  # the broker has no topic ids: nothing to compare
 
-    def check(self, timeout: float) -> None:
-        """Ask now, waiting at most `timeout` s; KafkaException if the broker does not answer
-        (the caller's look-up fails with it)."""
-        from confluent_kafka import KafkaException
+    def check(self, admin, deadline: float) -> None:
+        """Ask now through `admin` (the look-up's AdminClient), answered by `deadline`
+        (monotonic); KafkaException if the broker does not answer (the look-up fails with it)."""
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
         if self.unsupported:
             return
+        timeout = max(deadline - time.monotonic(), 0.1)
+        fut = admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)[self.cfg.topic]
         try:
-            desc = self._ask(timeout).result(timeout + 1.0)  # its own timeout answers first
+            desc = fut.result(timeout + 1.0)  # its own timeout answers first
         except KafkaException as e:
-            self.admin = None
             if _unsupported(e):
                 self._seen("")
                 return
             raise
         except Exception as e:  # noqa: BLE001 - the future's own timeout: the same as no answer
-            self.admin = None
-            raise KafkaException(f"describing topic {self.cfg.topic!r}: no answer in {timeout:g} s ({e!r})") from e
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"describing topic {self.cfg.topic!r}: no "
+                                            f"answer in {timeout:.1f} s ({e!r})")) from e
         self._seen(_text(desc))
 
     def tick(self) -> None:
@@ -112,8 +113,8 @@ class TopicIdentity:
     def _ask(self, timeout: float):
         from confluent_kafka import TopicCollection
 
-        if self.admin is None:
-            self.admin = broker_mod.admin_client(self.cfg)
+        if self.admin is None:  # the periodic look's own (the look-up's is dropped with its failures)
+            self.admin = broker_mod.admin_client(self.cfg, self.cfg.group_settings().get("client.id"))
         return self.admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)[self.cfg.topic]
 
     def _seen(self, now_id: str) -> None:
