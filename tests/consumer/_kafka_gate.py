@@ -9,7 +9,10 @@ starts with the given prefix stops all forwarding, both ways, on every connectio
 (`held` is set); `release()` lets everything through again. The request header's
 client_id is a plain nullable string in every version (the Kafka protocol keeps it so).
 `hold_at(..., connection_only=True)` stops only the connection that request came on (a
-client's group coordinator connection, say), while its others go on.
+client's group coordinator connection, say), while its others go on. `slow_down` makes
+a broker that answers, slowly: every request of the given API keys from such a client
+waits that long before it goes on (and the requests behind it on its connection with it,
+as a broker answers a connection's requests in order).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 
 OFFSET_FETCH = 9  # consumer.committed()
 LIST_OFFSETS = 2  # consumer.get_watermark_offsets()
@@ -32,17 +36,25 @@ class KafkaGate:
         self.open.set()
         self.held = threading.Event()  # the armed request arrived; everything waits
         self.request = None  # (api_key, client_id) of the request that closed the gate
+        self.held_at = 0.0  # time.monotonic() it did
         self._armed: tuple[frozenset, str, bool] | None = None
+        self._slow: tuple[frozenset, str, float] | None = None  # (api keys, client prefix, seconds)
+        self.slowed = 0  # requests slowed down so far
         self._held_conns: list[threading.Event] = []  # connections stopped alone (connection_only)
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
         self._closed = False
+        self._closing = threading.Event()  # set at close: a slowed request waits no more
         threading.Thread(target=self._accept, daemon=True, name="kafka-gate").start()
 
     def hold_at(self, api_keys, client_prefix: str, connection_only: bool = False) -> None:
         with self._lock:
             self.held.clear()
             self._armed = (frozenset(api_keys), client_prefix, connection_only)
+
+    def slow_down(self, api_keys, client_prefix: str, seconds: float) -> None:
+        with self._lock:
+            self._slow = (frozenset(api_keys), client_prefix, seconds)
 
     def release(self) -> None:
         self.open.set()
@@ -51,6 +63,7 @@ class KafkaGate:
 
     def close(self) -> None:
         self._closed = True
+        self._closing.set()
         self.release()
         with contextlib.suppress(OSError):
             self.listener.close()
@@ -93,7 +106,8 @@ class KafkaGate:
                 while len(buf) >= 4 and len(buf) >= 4 + struct.unpack_from(">i", buf)[0]:
                     n = 4 + struct.unpack_from(">i", buf)[0]
                     frame, buf = buf[:n], buf[n:]
-                    self._look(frame, conn_open)
+                    if delay := self._look(frame, conn_open):
+                        self._closing.wait(delay)
                     self.open.wait()
                     conn_open.wait()
                     dst.sendall(frame)
@@ -101,21 +115,26 @@ class KafkaGate:
             pass
         self._shut(src, dst)
 
-    def _look(self, frame: bytes, conn_open: threading.Event) -> None:
+    def _look(self, frame: bytes, conn_open: threading.Event) -> float:
+        """Hold the gate if the request is the armed one; its delay in seconds if it is to be slowed."""
         api_key = struct.unpack_from(">h", frame, 4)[0]
         n = struct.unpack_from(">h", frame, 12)[0]
         client_id = frame[14:14 + n].decode(errors="replace") if n > 0 else ""
         with self._lock:
+            slow = self._slow and api_key in self._slow[0] and client_id.startswith(self._slow[1])
+            self.slowed += bool(slow)
             if self._armed and api_key in self._armed[0] and client_id.startswith(self._armed[1]):
                 connection_only = self._armed[2]
                 self._armed = None
                 self.request = (api_key, client_id)
+                self.held_at = time.monotonic()
                 if connection_only:
                     conn_open.clear()
                     self._held_conns.append(conn_open)
                 else:
                     self.open.clear()
                 self.held.set()
+            return self._slow[2] if slow else 0.0
 
     def _shut(self, *socks) -> None:
         for s in socks:

@@ -2,9 +2,9 @@
 (consumer/rebalance.py: the group's committed offsets, the partitions' watermarks),
 against a broker of the test's own. The freeze is put exactly there: the broker sits
 behind a gate (tests/consumer/_kafka_gate.py) that stops every connection at the
-supervisor's first OffsetFetch (committed()) or ListOffsets (get_watermark_offsets())
-request; the broker is SIGSTOPped while the request waits at the gate, then the gate
-opens onto the frozen broker.
+supervisor's first OffsetFetch (committed()) or ListOffsets (the watermarks, asked by an
+AdminClient named as the supervisor's consumer) request; the broker is SIGSTOPped while
+the request waits at the gate, then the gate opens onto the frozen broker.
 
 The supervisor must not exit (it did: the KafkaException left consumer.poll() as a
 traceback, exit 1). It says "waiting for the broker", logs each retry of the lookup,
@@ -19,14 +19,24 @@ error such as an authorisation failure. That is not "waiting for the broker": th
 says the broker answers and what failed, and `--broker-wait` bounds it as well (it
 flipped between waiting and up, each answer starting the wait again, so the bound never
 ran out).
+
+The whole look-up has one bound, LOOKUP_TIMEOUT_S, however many partitions it asks about.
+It asked each partition's watermarks in turn, each request bounded: against a broker that
+answers each request in 1 s, 24 partitions took 48 s (up to 24 x 5 s, the supervisor's
+loop doing nothing else meanwhile); now all are asked at once. A frozen broker fails the
+look-up within the bound, 24 partitions or 3, and a thawed one fills the whole cache.
 """
 
 import os
 import signal
 import sys
+import time
+from datetime import datetime
 
 import pytest
 
+from shmcache.consumer.broker import PROBE_TIMEOUT_S
+from shmcache.consumer.rebalance import LOOKUP_TIMEOUT_S
 from shmcache.consumer.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -79,7 +89,7 @@ def _start_frozen_at(h, gate, freeze, api_key: int, start):
     return sup
 
 
-def _rides_it_out(h, r, sup, topic, group, model, freeze) -> None:
+def _rides_it_out(h, r, sup, topic, group, model, freeze, partitions: int = PARTITIONS) -> None:
     """While frozen: running, waiting for the broker, the lookup retried, no partition given
     to a worker. After SIGCONT: everything in the cache, committed == applied == end."""
     def waiting():
@@ -91,21 +101,21 @@ def _rides_it_out(h, r, sup, topic, group, model, freeze) -> None:
     poll_until(lambda: "still waiting for the Kafka broker" in sup.log_text(), 60,
                lambda: f"a retry while the broker is frozen:\n{sup.log_text()[-3000:]}")
     log = sup.log_text()
-    received = log.index(f"assignment of partitions {list(range(PARTITIONS))} received")
-    failed = log.index(f"does not answer (looking up where partitions {list(range(PARTITIONS))} start")
+    received = log.index(f"assignment of partitions {list(range(partitions))} received")
+    failed = log.index(f"does not answer (looking up where partitions {list(range(partitions))} start")
     assert received < failed, log[-3000:]  # the freeze hit the lookup inside the assignment
     assert sup.running() and "Traceback" not in log, log[-3000:]
 
     freeze(False)
-    ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=30)
+    ends = produce_and_wait(h, topic, model, partitions, rate=1000, max_batches=30)
     wait_applied(r, ends, 120, sup)
     st = r.wait_ready(timeout=120)
-    assert st["broker"] == "up" and sorted(p["partition"] for p in st["assigned"]) == list(range(PARTITIONS))
+    assert st["broker"] == "up" and sorted(p["partition"] for p in st["assigned"]) == list(range(partitions))
     check_table(r, model.snapshot())
-    probe = KafkaProbe(h.bootstrap, topic, PARTITIONS, group=group)
+    probe = KafkaProbe(h.bootstrap, topic, partitions, group=group)
     try:
-        poll_until(lambda: probe.committed() == applied(r, PARTITIONS) == ends, 60,
-                   lambda: f"committed {probe.committed()} == applied {applied(r, PARTITIONS)} == end {ends}")
+        poll_until(lambda: probe.committed() == applied(r, partitions) == ends, 60,
+                   lambda: f"committed {probe.committed()} == applied {applied(r, partitions)} == end {ends}")
     finally:
         probe.close()
     assert "answers again" in sup.log_text()
@@ -174,4 +184,92 @@ def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path, gated):
         assert last.startswith("shmcache: ") and f"partitions {parts}" in last and "broker_wait 8" in last, log[-3000:]
     finally:
         gate.release()
+        h.close()
+
+
+MANY = 24
+WAIT = 8  # --broker-wait, s
+MARGIN = 15.0  # s: the noisy, shared machine's
+SLOW_S = 1.0  # a slow broker's time for each watermark request of the supervisor's
+
+
+def _logged_at(log: str, text: str) -> float:
+    """When the supervisor logged the first line with `text` (its timestamp, in s)."""
+    line = next(ln for ln in log.splitlines() if text in ln)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_a_slow_broker_costs_one_lookup_not_one_a_partition(tmp_path, gated):
+    """A broker that answers each of the supervisor's watermark requests in SLOW_S: the
+    look-up of 24 partitions waits for that once (both ends of all partitions, in two
+    requests), not once a partition (two requests each: 48 s, the loop doing nothing else)."""
+    gate, b, _ = gated
+    b.start()
+    bootstrap = f"127.0.0.1:{gate.port}"
+    topic = "t-assign-slow"
+    create_topic(bootstrap, topic, MANY)
+    h = Harness(tmp_path, bootstrap)
+    parts = list(range(MANY))
+    try:
+        name, group = h.cache_name("assign-slow"), h.group("assign-slow")
+        model = Model("v1", MANY, seed=37)
+        ends = produce_and_wait(h, topic, model, MANY, rate=1000, max_batches=60)
+        gate.slow_down({LIST_OFFSETS}, SUPERVISOR_CLIENT, SLOW_S)
+        sup = h.supervisor(name, topic, group)
+        r = h.attach(name, sup=sup)
+        poll_until(lambda: "assigned {" in sup.log_text() or not sup.running(), 2 * MANY * SLOW_S + 120,
+                   "the assignment's look-up")
+        log = sup.log_text()
+        took = _logged_at(log, "assigned {") - _logged_at(log, f"assignment of partitions {parts} received")
+        assert took <= LOOKUP_TIMEOUT_S + MARGIN, \
+            f"the look-up took {took:.1f} s ({gate.slowed} requests slowed by {SLOW_S:g} s)\n{log[-3000:]}"
+        assert gate.slowed >= 2 and "does not answer" not in log and "answers, but" not in log, log[-3000:]
+        wait_applied(r, ends, 120, sup)
+        r.wait_ready(timeout=120)
+        check_table(r, model.snapshot())
+        assert sup.terminate() == 0
+    finally:
+        h.close()
+
+
+def test_a_frozen_lookup_of_many_partitions_costs_one_bound(tmp_path, gated):
+    """24 partitions, the broker frozen at the look-up's watermarks: the look-up fails within
+    its one bound; `--broker-wait` is honoured from there; and a supervisor that waits
+    carries on, the cache whole, once the broker answers."""
+    gate, b, freeze = gated
+    b.start()
+    bootstrap = f"127.0.0.1:{gate.port}"
+    topic = "t-assign-many"
+    create_topic(bootstrap, topic, MANY)
+    h = Harness(tmp_path, bootstrap)
+    parts = list(range(MANY))
+    failed = f"does not answer (looking up where partitions {parts} start"
+    try:
+        name, group = h.cache_name("assign-many"), h.group("assign-many")
+        model = Model("v1", MANY, seed=31)
+        produce_and_wait(h, topic, model, MANY, rate=1000, max_batches=60)
+
+        # with --broker-wait: the look-up's failure, then the wait, then exit 2
+        sup = _start_frozen_at(h, gate, freeze, LIST_OFFSETS,
+                               lambda: h.supervisor(name, topic, group, args=("--broker-wait", str(WAIT))))
+        code = sup.wait(MANY * LOOKUP_TIMEOUT_S + 120)
+        took = time.monotonic() - gate.held_at
+        log = sup.log_text()
+        assert code == 2 and "Traceback" not in log, f"exit {code} after {took:.1f} s:\n{log[-3000:]}"
+        assert failed in log and f"broker_wait {WAIT}" in log.strip().splitlines()[-1], log[-3000:]
+        bound = LOOKUP_TIMEOUT_S + PROBE_TIMEOUT_S + WAIT
+        assert took <= bound + MARGIN, f"exit {took:.1f} s after the freeze; the bound is {bound:g} s\n{log[-3000:]}"
+        freeze(False)
+
+        # without: the failure is reported within one look-up's bound; thawed, all is well
+        sup = _start_frozen_at(h, gate, freeze, LIST_OFFSETS, lambda: h.supervisor(name, topic, group))
+        r = h.attach(name, sup=sup)
+        poll_until(lambda: failed in sup.log_text() or not sup.running(), MANY * LOOKUP_TIMEOUT_S + 60,
+                   "the look-up's failure")
+        took = time.monotonic() - gate.held_at
+        bound = LOOKUP_TIMEOUT_S + PROBE_TIMEOUT_S
+        assert took <= bound + MARGIN, f"the failure reported {took:.1f} s after the freeze; the bound is {bound:g} s"
+        _rides_it_out(h, r, sup, topic, group, model, freeze, MANY)
+        assert sup.terminate() == 0
+    finally:
         h.close()
