@@ -15,7 +15,10 @@ Where a partition starts takes the broker's word (its committed offset and water
 A broker that does not answer then (stopped, or frozen with its connections open) leaves
 the partitions pending: the callback returns, status says "waiting for the broker"
 (consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
-the broker answers (`retry`), each request bounded by LOOKUP_TIMEOUT_S. A look-up that fails
+the broker answers (`retry`). One look-up is bounded as a whole by LOOKUP_TIMEOUT_S, however
+many partitions it asks about: the watermarks of all are asked at once (`_lookup`), where
+one request a partition, each bounded, cost N of them (24 partitions of a broker answering
+each request in 1 s: 48 s, the supervisor's loop doing nothing else). A look-up that fails
 while the broker answers (its metadata, asked at once) is not an outage: the group
 coordinator does not answer or refuses (an authorisation error, say). The broker is then not
 shown waiting; the log says it answers and what failed, and the look-up is retried with
