@@ -16,7 +16,7 @@ A broker that does not answer then (stopped, or frozen with its connections open
 the partitions pending: the callback returns, status says "waiting for the broker"
 (consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
 the broker answers (`retry`). One look-up is bounded as a whole by LOOKUP_TIMEOUT_S, however
-many partitions it asks about: the watermarks of all are asked at once (`_lookup`), where
+many partitions it asks about: the watermarks of all are asked at once (`lookup`), where
 one request a partition, each bounded, cost N of them (24 partitions of a broker answering
 each request in 1 s: 48 s, the supervisor's loop doing nothing else). A look-up that fails
 while the broker answers (its metadata, asked at once) is not an outage: the group
@@ -135,7 +135,7 @@ class Assignment:
             # first the topic's id: re-created, every partition is pending, from the new log's start
             self.identity.check(self._admin(), deadline)
             parts = sorted(self.pending)
-            offsets = self._lookup(consumer, parts, deadline)
+            offsets = self.lookup(consumer, parts, deadline)
         except KafkaException as e:
             self.admin = None  # an AdminClient made before a broker restart can time out for ever (consumer/group.py)
             err = e.args[0] if e.args else e
@@ -196,7 +196,7 @@ class Assignment:
             self.admin = broker_mod.admin_client(self.cfg, self.cfg.group_settings().get("client.id"))
         return self.admin
 
-    def _lookup(self, consumer, parts, deadline: float) -> dict[int, tuple[int, int, int]]:
+    def lookup(self, consumer, parts, deadline: float) -> dict[int, tuple[int, int, int]]:
         """partition -> (low watermark, high watermark, committed offset or negative), from the
         broker, the whole by `deadline` (monotonic) however many partitions there are; else
         KafkaException. The watermarks of all partitions are asked at once (AdminClient.list_offsets,
