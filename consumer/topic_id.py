@@ -65,6 +65,7 @@ class TopicIdentity:
         self.asked = 0.0
         self.next = 0.0
         self.unsupported = False  # the broker has no topic ids: nothing to compare
+        self.recorded = 0.0  # monotonic time the table's id last changed: an answer asked before is stale
 
     def check(self, admin, deadline: float) -> None:
         """Ask now through `admin` (the look-up's AdminClient), answered by `deadline`
@@ -95,7 +96,8 @@ class TopicIdentity:
             if self.future.done():
                 fut, self.future = self.future, None
                 try:
-                    self._seen(_text(fut.result()))
+                    if self.asked >= self.recorded:  # else the old id, asked before a hand-out saw the new one
+                        self._seen(_text(fut.result()))
                 except Exception as e:  # noqa: BLE001 - deleted (not re-created yet), a hiccup: look again
                     log.debug("describing topic %r failed: %s", self.cfg.topic, e)
                     self.admin = None
@@ -132,3 +134,4 @@ class TopicIdentity:
         else:
             log.info("topic %r has id %s; the table's offsets belong to it from now on", self.cfg.topic, now_id)
         self.control.set_topic_id(now_id)
+        self.recorded = time.monotonic()
