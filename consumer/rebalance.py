@@ -73,6 +73,7 @@ class Assignment:
         self._retry_at = 0.0  # monotonic time of the next lookup of the pending partitions
         self._delay = broker_mod.RETRY_FIRST_S
         self._failing_since = 0.0  # monotonic time of the first failed look-up of the pending ones; 0 none
+        self._failing_since_ns = 0  # the same in ns, the age clock's (status: lookup_failing_s)
         self._failure = ""  # the last failed look-up's error
         self.identity = TopicIdentity(cfg, cache.control, self.start_over)  # a re-created topic (consumer/topic_id.py)
         self.admin = None  # the look-up's AdminClient: made at the first, dropped after a failed one
@@ -108,7 +109,9 @@ class Assignment:
         """The supervisor's loop: partitions still pending are looked up again once the broker
         answers (its probes, consumer/startup.py check_broker, say when) and their backoff is over."""
         if not self.pending:
-            self._failing_since = 0.0
+            if self._failing_since:  # revoked while pending: nothing waits any more
+                self._failing_since = 0.0
+                self.cache.control.set_lookup_failure("", 0)
             return
         waited = time.monotonic() - self._failing_since
         # while the broker is down its own wait (consumer/broker.py) is the one that runs out
@@ -141,8 +144,10 @@ class Assignment:
             err = e.args[0] if e.args else e
             what, text = f"looking up where partitions {parts} start", err.str() if hasattr(err, "str") else err
             self._failure = f"{what}: {text}"
-            self._failing_since = self._failing_since or time.monotonic()
+            if not self._failing_since:
+                self._failing_since, self._failing_since_ns = time.monotonic(), time.monotonic_ns()
             if self._broker_answers(consumer):
+                self.cache.control.set_lookup_failure(self._failure, self._failing_since_ns)
                 self.broker.answered()
                 log.warning("the Kafka broker at %s answers, but %s failed: %s (its group coordinator does not answer "
                             "or refuses: not a broker outage); retrying in %.1f s", self.cfg.bootstrap,
@@ -154,6 +159,7 @@ class Assignment:
             return
         self.pending.clear()
         self._failing_since = 0.0
+        self.cache.control.set_lookup_failure("", 0)
         self._delay = broker_mod.RETRY_FIRST_S
         self.broker.answered()
         rows = self.cache.control.partitions

@@ -136,6 +136,22 @@ class ControlView:
             "broker_waiting_s": (max(0.0, (self.age_now_ns() - since) / 1e9) if since > 0 else 0.0) if waiting else None,
         }
 
+    def lookup_failure(self) -> dict:
+        """A failing look-up of where assigned partitions start, as the supervisor published it:
+        lookup_error (its text, "" none) and lookup_failing_s (since the first failed look,
+        None none); a torn read (the supervisor writing) is retried, then read as none."""
+        h = self._h
+        for _ in range(5):
+            since = int(h[L.H_LOOKUP_FAILING_SINCE])
+            if since == 0:
+                break
+            n = min(max(int(h[L.H_LOOKUP_TEXT_LEN]), 0), L.LOOKUP_TEXT_MAX)  # the segment is untrusted
+            raw = self._bytes(L.H_LOOKUP_TEXT, n).tobytes()
+            if since > 0 and int(h[L.H_LOOKUP_FAILING_SINCE]) == since:
+                return {"lookup_error": raw.decode("utf-8", "replace"),
+                        "lookup_failing_s": max(0.0, (self.age_now_ns() - since) / 1e9)}
+        return {"lookup_error": "", "lookup_failing_s": None}
+
     def group(self, nparts: int, damaged: list[str]) -> dict:
         """The group words, read between two looks at their version; a torn read is retried."""
         h = self._h
@@ -249,6 +265,7 @@ class ControlArea(ControlView):
             h[word] = 0
         h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
         h[L.H_COMMIT_PENDING_SINCE] = 0
+        self.set_lookup_failure("", 0)
         self.set_group(0, [], {})
         h[L.H_WORKER_HANDLES:L.H_WORKER_HANDLES + L.MAX_WORKERS] = 0
         h[L.H_SUPERVISOR_STARTED] = time.time_ns()  # a time of day (status: supervisor_started_s)
@@ -290,6 +307,18 @@ class ControlArea(ControlView):
         rows[:, [L.P_ASSIGNED, L.P_OWNER, L.P_CAUGHT_UP]] = 0
         rows[:, L.P_HIGH_WATERMARK] = -1
         rows[:, L.P_GENERATION] += 1
+
+    def set_lookup_failure(self, text: str, since_ns: int) -> None:
+        """Publish a failing look-up (`text`, cut to fit at a character's boundary) failing
+        since `since_ns` (time.monotonic_ns(), the age clock); since_ns 0: none fails."""
+        h = self._h
+        h[L.H_LOOKUP_FAILING_SINCE] = -1  # writing: a reader retries
+        raw = text.encode()[:L.LOOKUP_TEXT_MAX].decode("utf-8", "ignore").encode() if since_ns else b""
+        area = self._bytes(L.H_LOOKUP_TEXT, L.LOOKUP_TEXT_MAX)
+        area[:] = 0
+        area[:len(raw)] = np.frombuffer(raw, np.uint8)
+        h[L.H_LOOKUP_TEXT_LEN] = len(raw)
+        h[L.H_LOOKUP_FAILING_SINCE] = since_ns
 
     def set_group(self, members: int, others: list[dict], elsewhere: dict[int, int]) -> None:
         """Publish the consumer group as the supervisor saw it: `members` in all (0 unknown),

@@ -201,6 +201,8 @@ def status(view) -> dict:
         "damaged": damaged,
         # "up", "connecting" or "waiting for the broker" (None without a live supervisor)
         **broker,
+        # a failing look-up of where assigned partitions start: its error and for how long
+        **(view.lookup_failure() if sup_alive else {"lookup_error": "", "lookup_failing_s": None}),
         **snapshot_fields(view, gap_parts, now),  # restore, snapshot, gap_partitions, gap_offsets
     }
 
@@ -246,6 +248,9 @@ def why(st: dict) -> str:
                 f"{st['supervisor_heartbeat_age_s']:.0f} s: stopped or hung")
     if st["broker"] == "waiting for the broker":
         return f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
+    if st["lookup_error"]:
+        return (f"{len(st['unassigned'])} of {st['partitions']} partitions wait to be handed out: the broker answers, "
+                f"but {st['lookup_error']} (failing for {st['lookup_failing_s']:.0f} s)")
     if not st["assigned"] and not st["elsewhere"]:
         return "no partitions assigned yet"
     if st["assigning"]:

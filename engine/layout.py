@@ -93,6 +93,14 @@ H_GROUP_MEMBERS = 96  # members of the group, this supervisor included; 0 unknow
 H_GROUP_CHECKED = 97  # time.time_ns() of the last look; 0 none yet, -1 being written
 H_COMMITS_DEFERRED = 98  # periodic commits refused during a rebalance, retried after it
 H_GROUP_TEXT_LEN = 99
+# A look-up of where assigned partitions start that fails (consumer/rebalance.py; the group
+# coordinator refuses or does not answer, or the broker is gone): when the first of the
+# failing look-ups was made, on the age clock (0 none, -1 being written), and the last one's
+# error, utf-8, cut to LOOKUP_TEXT_MAX: status() and why() say what the partitions wait for.
+H_LOOKUP_FAILING_SINCE = 100
+H_LOOKUP_TEXT_LEN = 101
+H_LOOKUP_TEXT = 104  # words 104..127
+LOOKUP_TEXT_MAX = 24 * WORD
 H_GROUP_TEXT = 128  # words 128..191: JSON list of the other members (client id, host, instance id)
 GROUP_TEXT_MAX = 64 * WORD
 H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th other member holding it

@@ -29,6 +29,7 @@ look-up within the bound, 24 partitions or 3, and a thawed one fills the whole c
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from datetime import datetime
@@ -38,6 +39,7 @@ import pytest
 from shmcache.consumer.broker import PROBE_TIMEOUT_S
 from shmcache.consumer.rebalance import LOOKUP_TIMEOUT_S
 from shmcache.consumer.topics import create_topic
+from shmcache.engine.control_status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, KafkaGate  # noqa: E402
@@ -172,16 +174,30 @@ def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path, gated):
         produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=10)
         # only the connection of the supervisor's OffsetFetch (its group coordinator's) stops
         gate.hold_at({OFFSET_FETCH}, SUPERVISOR_CLIENT, connection_only=True)
-        sup = h.supervisor(name, topic, group, args=("--broker-wait", "8"))
-        poll_until(lambda: gate.held.is_set() or not sup.running(), 120, "the lookup to reach the gate")
+        sup = h.supervisor(name, topic, group, args=("--broker-wait", "12"))
+        r = h.attach(name, sup=sup)
+        parts = list(range(PARTITIONS))
+
+        def said():  # status names the failing look-up while the partitions wait for it
+            assert sup.running(), sup.log_text()[-3000:]
+            st = r.status()
+            return st if st["lookup_error"] else None
+        st = poll_until(said, 120, lambda: f"status to name the failing look-up: {r.status()}")
+        assert st["lookup_error"].startswith(f"looking up where partitions {parts} start: ") and not st["ready"], st
+        assert st["broker"] == "up" and st["lookup_failing_s"] >= 0, st
+        assert why(st).startswith(f"{PARTITIONS} of {PARTITIONS} partitions wait to be handed out: the broker "
+                                  f"answers, but looking up where partitions {parts} start: "), why(st)
+        out = subprocess.run([sys.executable, "-m", "shmcache", "status", name], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "COLUMNS": "400"})
+        assert "wait to be handed out" in out.stdout, out.stdout + out.stderr
         code = sup.wait(90)
         log = sup.log_text()
         assert code == 2 and "Traceback" not in log, f"exit {code}:\n{log[-3000:]}"
-        parts = list(range(PARTITIONS))
         assert f"the Kafka broker at {bootstrap} answers, but looking up where partitions {parts} start failed" \
             in log, log[-3000:]
         last = log.strip().splitlines()[-1]
-        assert last.startswith("shmcache: ") and f"partitions {parts}" in last and "broker_wait 8" in last, log[-3000:]
+        assert last.startswith("shmcache: ") and f"partitions {parts}" in last and "broker_wait 12" in last, log[-3000:]
+        assert r.status()["lookup_error"] == ""  # no live supervisor: nobody's look-up fails
     finally:
         gate.release()
         h.close()

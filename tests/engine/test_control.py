@@ -235,6 +235,31 @@ def test_a_writer_row_taken_over_from_a_dead_owner_waits_for_no_lock(cache_name)
             assert w.get(b"k" * 32) == b"v" and row[L.W_WAIT] == 0
 
 
+def test_a_failing_lookup_reads_back_whole_or_not_at_all(handles):
+    """The supervisor's word on a look-up that fails while the partitions wait: its text
+    (cut to fit at a character's boundary, never mid-character), since when, cleared when
+    one succeeds; read while being written (-1), it is none; a length the segment's damage
+    made too long is read as the most that fits."""
+    w, r = handles
+    c = w.control
+    assert r.control.lookup_failure() == {"lookup_error": "", "lookup_failing_s": None}
+    c.set_lookup_failure("looking up where partitions [0, 1] start: coordinator not available", time.monotonic_ns())
+    got = r.control.lookup_failure()
+    assert got["lookup_error"] == "looking up where partitions [0, 1] start: coordinator not available"
+    assert 0 <= got["lookup_failing_s"] < 60
+    long = "a" + "é" * L.LOOKUP_TEXT_MAX  # 2 bytes each after one: the cut falls mid-character
+    c.set_lookup_failure(long, time.monotonic_ns())
+    text = r.control.lookup_failure()["lookup_error"]
+    assert text == "a" + "é" * (L.LOOKUP_TEXT_MAX // 2 - 1) and len(text.encode()) == L.LOOKUP_TEXT_MAX - 1
+    c.set_word(L.H_LOOKUP_FAILING_SINCE, -1)  # the supervisor between its stores
+    assert r.control.lookup_failure() == {"lookup_error": "", "lookup_failing_s": None}
+    c.set_lookup_failure("x", time.monotonic_ns())
+    c.set_word(L.H_LOOKUP_TEXT_LEN, 1 << 40)  # damage
+    assert len(r.control.lookup_failure()["lookup_error"]) == L.LOOKUP_TEXT_MAX
+    c.set_lookup_failure("", 0)
+    assert r.control.lookup_failure() == {"lookup_error": "", "lookup_failing_s": None}
+
+
 def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     w, r = handles
     c = w.control

@@ -58,6 +58,7 @@ GOLDEN_HEADER = {
     "H_RESTORE_STATE": 400, "H_RESTORE_ENTRIES": 401, "H_RESTORE_NS": 402, "H_RESTORE_EVICTIONS": 403,
     "H_RESTORE_TAKEN_NS": 404, "H_SNAPSHOT_TAKEN_NS": 405, "H_SNAPSHOT_BYTES": 406, "H_SNAPSHOT_NS": 407,
     "H_SNAPSHOTS": 408, "H_SNAPSHOT_FAILURES": 409, "H_GAP_OFFSETS": 410, "H_TOPIC_ID": 411,
+    "H_LOOKUP_FAILING_SINCE": 100, "H_LOOKUP_TEXT_LEN": 101, "H_LOOKUP_TEXT": 104,
     "H_GAP_BITS": 448,
 }
 GOLDEN_ROWS = {
@@ -139,6 +140,7 @@ def test_header_words_and_ranges_do_not_overlap_and_fit_the_header():
         "H_WORKER_HANDLES": L.MAX_WORKERS,  # a word per worker slot
         "H_GAP_BITS": L.MAX_PARTITIONS // 64,  # a bit per partition
         "H_TOPIC_ID": 2,  # a UUID's two halves
+        "H_LOOKUP_TEXT": L.LOOKUP_TEXT_MAX // L.WORD,
     }
     owner: dict[int, str] = {}
     for name, start in _named("H_").items():
