@@ -29,6 +29,8 @@ counted twice and nothing is kept in this process. Every sample carries a
     shmcache_commits_total                            counter
     shmcache_commit_failures_total                    counter
     shmcache_commit_pending_seconds                   gauge    (how long the commit in flight has waited)
+    shmcache_lookup_failing_seconds                   gauge    (how long assigned partitions have waited for a
+                                                                          look-up of where they start; 0: none)
     shmcache_rebalances_total                         counter
     shmcache_partitions_lost_total                    counter
     shmcache_worker_up                                gauge    worker
@@ -146,6 +148,8 @@ class CacheCollector:
         yield counter("commit_failures", "Offset commits Kafka refused or that timed out.", st["commit_failures"])
         yield gauge("commit_pending_seconds", "Seconds the supervisor's offset commit has waited for Kafka's "
                     "answer (0: none waits).", st["commit_pending_s"] or 0.0)
+        yield gauge("lookup_failing_seconds", "Seconds assigned partitions have waited for a look-up of where they "
+                    "start that fails while the broker answers (0: none waits).", st["lookup_failing_s"] or 0.0)
         yield counter("rebalances", "Completed consumer-group rebalances.", st["rebalances"])
         yield counter("partitions_lost", "Partitions lost without a revoke.", st["partitions_lost"])
         yield gauge("worker_up", "1 while the worker process is alive.", None, ["worker"],

@@ -109,6 +109,7 @@ def test_scrape_during_a_run_agrees_with_stats_and_status(harness, kafka_topic, 
     assert one("shmcache_commit_failures_total") == st["commit_failures"] == 0
     assert one("shmcache_rebalances_total") == st["rebalances"] >= 1
     assert one("shmcache_partitions_lost_total") == 0
+    assert one("shmcache_lookup_failing_seconds") == 0  # every look-up answered
     for w in ws:
         assert one("shmcache_worker_up", worker=w["worker"]) == 1
         assert one("shmcache_worker_restarts_total", worker=w["worker"]) == w["starts"] - 1 == 0
