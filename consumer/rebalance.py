@@ -55,6 +55,15 @@ from shmcache.errors import ShmcacheError
 log = logging.getLogger("shmcache.supervisor")
 
 LOOKUP_TIMEOUT_S = 5.0  # the whole look-up of an assignment: committed offsets and watermarks of all its partitions
+# an admin request's own timeout ends this much before the look-up's deadline: librdkafka then
+# finishes it (an answer, or its timeout) before the look-up gives up, so no request is left
+# outstanding when the client is dropped, and what a timed-out request gives is always judged
+REQUEST_EARLY_S = 0.5
+
+
+def request_timeout(deadline: float) -> float:
+    """An admin request's timeout within a look-up ending at `deadline` (see REQUEST_EARLY_S)."""
+    return max(deadline - time.monotonic() - REQUEST_EARLY_S, 0.1)
 
 
 class Assignment:
@@ -136,7 +145,7 @@ class Assignment:
         parts = sorted(self.pending)
         try:
             # first the topic's id: re-created, every partition is pending, from the new log's start
-            self.identity.check(self._admin(), deadline)
+            self.identity.check(self._admin(), deadline, request_timeout(deadline))
             parts = sorted(self.pending)
             offsets = self.lookup(consumer, parts, deadline)
         except KafkaException as e:
@@ -215,7 +224,7 @@ class Assignment:
 
         tps = [TopicPartition(self.cfg.topic, p) for p in parts]
         self.cache.control.beat()
-        level, left = broker_mod.isolation_level(self.cfg), max(deadline - time.monotonic(), 0.1)
+        level, left = broker_mod.isolation_level(self.cfg), request_timeout(deadline)
         ends = [self._admin().list_offsets({tp: spec for tp in tps}, isolation_level=level, request_timeout=left)
                 for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]  # partition -> future, each
         committed = {tp.partition: tp for tp in consumer.committed(tps, timeout=max(deadline - time.monotonic(), 0.1))}
@@ -223,6 +232,12 @@ class Assignment:
         if wait([f for end in ends for f in end.values()], timeout=max(deadline - time.monotonic(), 0)).not_done:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks within {LOOKUP_TIMEOUT_S:g} s"))
         lo, hi = ({tp.partition: f.result().offset for tp, f in end.items()} for end in ends)
+        # a ListOffsets that timed out is no exception in librdkafka 2.16: each partition's result
+        # says offset -1001 (seen: a frozen broker's partitions "assigned" from -1001)
+        bad = [p for p in parts if not 0 <= lo[p] <= hi[p]]
+        if bad:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks for partitions {bad} (the broker's "
+                                            f"answer: low {[lo[p] for p in bad]}, high {[hi[p] for p in bad]})"))
         for tp in committed.values():
             if tp.error is not None:
                 raise KafkaException(tp.error)

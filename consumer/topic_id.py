@@ -67,20 +67,22 @@ class TopicIdentity:
         self.unsupported = False  # the broker has no topic ids: nothing to compare
         self.recorded = 0.0  # monotonic time the table's id last changed: an answer asked before is stale
 
-    def check(self, admin, deadline: float) -> None:
-        """Ask now through `admin` (the look-up's AdminClient), answered by `deadline`
-        (monotonic); KafkaException if the broker does not answer (the look-up fails with it)."""
+    def check(self, admin, deadline: float, timeout: float) -> None:
+        """Ask now through `admin` (the look-up's AdminClient) with request `timeout`, answered
+        by `deadline` (monotonic); KafkaException if the broker does not answer (the look-up
+        fails with it)."""
         from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
         if self.unsupported:
             return
-        timeout = max(deadline - time.monotonic(), 0.1)
         fut = admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)[self.cfg.topic]
         try:
-            desc = fut.result(timeout + 1.0)  # its own timeout answers first
+            desc = fut.result(max(deadline - time.monotonic(), 0.1))
         except KafkaException as e:
             if _unsupported(e):
-                self._seen("")
+                self.unsupported = True
+                log.info("the broker gives topic %r no id (%s: Kafka before 2.8): a re-created topic is told from "
+                         "the old one by its offsets alone", self.cfg.topic, e)
                 return
             raise
         except Exception as e:  # noqa: BLE001 - the future's own timeout: the same as no answer
@@ -121,11 +123,8 @@ class TopicIdentity:
 
     def _seen(self, now_id: str) -> None:
         had = self.control.topic_id
-        if not now_id:
-            if not self.unsupported:
-                log.info("the broker gives topic %r no id (Kafka before 2.8): a re-created topic is told from the "
-                         "old one by its offsets alone", self.cfg.topic)
-            self.unsupported = True
+        if not now_id:  # an answer without an id (a request that timed out, like ListOffsets' -1001): none
+            log.debug("describing topic %r gave no id", self.cfg.topic)
             return
         if had == now_id:
             return

@@ -116,7 +116,10 @@ class WatermarkWatch:
                 log.debug("high watermark of partition %d: %s", p, e)
                 self.admin = None
                 continue
-            if p not in assigned or hi < 0:
+            if hi < 0:  # librdkafka's answer to a ListOffsets that timed out (-1001): as unanswered
+                self.admin = None
+                continue
+            if p not in assigned:
                 continue
             row, w = rows[p], workers[assigned[p]]
             since = self.restarted.get(p)

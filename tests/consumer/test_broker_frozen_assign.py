@@ -203,6 +203,43 @@ def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path, gated):
         h.close()
 
 
+def test_watermarks_that_time_out_hand_out_nothing(tmp_path, gated):
+    """The look-up's ListOffsets held on its own connection (the supervisor's admin client's)
+    while everything else answers. librdkafka 2.16 gives a ListOffsets that timed out as
+    offsets -1001, not as an error (seen in a CI run: a frozen broker's partitions
+    "assigned" from -1001, the workers fetching nothing and the partitions lost): the
+    look-up must fail as one that timed out, status must say what the partitions wait for,
+    and no partition may be handed out at -1001. The gate holds one connection once: the
+    next look-up (a new client) gets through and the cache fills whole."""
+    gate, b, _ = gated
+    b.start()
+    bootstrap = f"127.0.0.1:{gate.port}"
+    topic = "t-assign-lo-timeout"
+    create_topic(bootstrap, topic, PARTITIONS)
+    h = Harness(tmp_path, bootstrap)
+    try:
+        name, group = h.cache_name("assign-lo-timeout"), h.group("assign-lo-timeout")
+        model = Model("v1", PARTITIONS, seed=41)
+        ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=10)
+        gate.hold_at({LIST_OFFSETS}, SUPERVISOR_CLIENT, connection_only=True)
+        sup = h.supervisor(name, topic, group)
+        r = h.attach(name, sup=sup)
+        failed = f"answers, but looking up where partitions {list(range(PARTITIONS))} start failed"
+        poll_until(lambda: failed in sup.log_text() or not sup.running(), 120,
+                   lambda: f"the look-up to fail:\n{sup.log_text()[-3000:]}")
+        assert gate.held.is_set() and "no watermarks for partitions" in sup.log_text(), sup.log_text()[-3000:]
+        wait_applied(r, ends, 120, sup)
+        r.wait_ready(timeout=120)
+        check_table(r, model.snapshot())
+        handed = [ln for ln in sup.log_text().splitlines() if " assigned {" in ln]
+        assert handed and not any("-1001" in ln for ln in handed), "\n".join(handed)
+        assert sup.terminate() == 0
+    finally:
+        gate.release()
+        h.close()
+
+
+MANY = 24
 MANY = 24
 WAIT = 8  # --broker-wait, s
 MARGIN = 15.0  # s: the noisy, shared machine's
