@@ -135,8 +135,10 @@ class BrokerWatch:
         self.control.set_word(L.H_BROKER_STATE, L.BROKER_UP)
 
     def due(self) -> bool:
-        """Time to ask the broker: librdkafka said it is down, or the wait's next retry."""
-        return bool(self.next_try) and time.monotonic() >= self.next_try
+        """Time to ask the broker: librdkafka said it is down, the wait's next retry, or the
+        wait's bound, whichever comes first (one last probe then decides: the retries back off
+        to RETRY_MAX_S, and a bound judged only at the next retry was overshot by up to that)."""
+        return bool(self.next_try) and self.pause_s() <= 0
 
     def pause_s(self) -> float:
         """Seconds until the next try, or until the wait's bound if that comes first."""

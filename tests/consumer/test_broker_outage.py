@@ -13,11 +13,13 @@ stops and starts again (the session broker stays up for everyone else):
   while it does not answer still ends, its final commit given up after a bound;
 - `--broker-wait S` fails fast: one line naming the bootstrap servers, no
   traceback, exit 2, and the cache removed if this run created it (a cache that
-  existed before is kept, with its entries).
+  existed before is kept, with its entries); and a running supervisor whose broker
+  goes away gives up at the bound, not at its next backed-off retry.
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -262,5 +264,40 @@ def test_broker_wait_fails_fast_and_removes_only_a_cache_it_created(tmp_path):
         assert bootstrap in run.stderr.strip().splitlines()[-1]
         with shmcache.attach(kept) as r:
             assert r.creation_id == before and r.get(b"k" * 32) == b"value"
+    finally:
+        h.close()
+
+
+RUN_WAIT = 8  # --broker-wait of the test below: the retries (0.5, 1, 2, 4 s apart, then 5) pass it at ~11.5 s
+
+
+def test_a_running_supervisor_gives_up_on_the_broker_at_broker_wait(tmp_path, private_broker):
+    """The broker goes away under a running supervisor started with --broker-wait 8: it exits 2
+    with one line saying how long the broker has not answered, which is the bound and one last
+    probe (PROBE_TIMEOUT_S), not the next retry of its backoff (it said 12 s)."""
+    from shmcache.consumer.broker import PROBE_TIMEOUT_S
+
+    b = private_broker
+    b.start()
+    topic = "t-outage-bound"
+    _create_topic(b.bootstrap, topic)
+    h = Harness(tmp_path, b.bootstrap)
+    try:
+        name = h.cache_name("outage-bound")
+        sup = h.supervisor(name, topic, h.group("outage-bound"), args=("--broker-wait", str(RUN_WAIT)))
+        r = h.attach(name, sup=sup)
+        model = Model("v1", PARTITIONS, seed=9)
+        wait_applied(r, _produce(h, topic, model, 30), 120, sup)
+        r.wait_ready(timeout=120)
+        b.stop()
+        code = sup.wait(120)
+        log = sup.log_text()
+        assert code == 2 and "Traceback" not in log, f"exit {code}:\n{log[-3000:]}"
+        last = log.strip().splitlines()[-1]
+        said = re.search(r"has not answered for (\d+) s \(broker_wait 8 s\)", last)
+        assert last.startswith("shmcache: ") and b.bootstrap in last and said, log[-3000:]
+        # the bound, one last probe, and a loop's round: well short of the next retry (~11.5 s)
+        assert RUN_WAIT <= int(said.group(1)) <= RUN_WAIT + PROBE_TIMEOUT_S + 1.5, last
+        check_table(r, model.snapshot())  # the cache stays, whole, for its readers
     finally:
         h.close()
