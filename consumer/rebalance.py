@@ -82,7 +82,6 @@ class Assignment:
         self._retry_at = 0.0  # monotonic time of the next lookup of the pending partitions
         self._delay = broker_mod.RETRY_FIRST_S
         self._failing_since = 0.0  # monotonic time of the first failed look-up of the pending ones; 0 none
-        self._failing_since_ns = 0  # the same in ns, the age clock's (status: lookup_failing_s)
         self._failure = ""  # the last failed look-up's error
         self.identity = TopicIdentity(cfg, cache.control, self.start_over)  # a re-created topic (consumer/topic_id.py)
         self.admin = None  # the look-up's AdminClient: made at the first, dropped after a failed one
@@ -153,10 +152,10 @@ class Assignment:
             err = e.args[0] if e.args else e
             what, text = f"looking up where partitions {parts} start", err.str() if hasattr(err, "str") else err
             self._failure = f"{what}: {text}"
-            if not self._failing_since:
-                self._failing_since, self._failing_since_ns = time.monotonic(), time.monotonic_ns()
+            self._failing_since = self._failing_since or time.monotonic()
             if self._broker_answers(consumer):
-                self.cache.control.set_lookup_failure(self._failure, self._failing_since_ns)
+                # time.monotonic() is the age clock's CLOCK_MONOTONIC, in s
+                self.cache.control.set_lookup_failure(self._failure, int(self._failing_since * 1e9))
                 self.broker.answered()
                 log.warning("the Kafka broker at %s answers, but %s failed: %s (its group coordinator does not answer "
                             "or refuses: not a broker outage); retrying in %.1f s", self.cfg.bootstrap,

@@ -100,7 +100,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
             "topic": topic_of(header), "wire_format": format_of(header), "partitions": nparts,
             "offsets": list(offsets), "taken_ns": taken, "name": handle.name,
             "creation_id": int(header[L.H_CREATION_ID]), "entries": entries,
-            "topic_id": L.topic_id_text(int(header[L.H_TOPIC_ID]), int(header[L.H_TOPIC_ID + 1]))}
+            "topic_id": handle.control.topic_id}
     raw = json.dumps(head, separators=(",", ":")).encode()
     nb = buckets_per_chunk(geo)
     buf = Buffers(geo, nb)
