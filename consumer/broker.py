@@ -39,19 +39,18 @@ def client_settings(on_error=None) -> dict:
 
 # librdkafka settings an AdminClient takes from the run's [kafka] table (how to reach and
 # authenticate to the broker); consumer settings would only draw warnings from it
-_ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns", "client.id")
+_ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns")
 
 
-def admin_client(cfg, client_id: str | None = None):
+def admin_client(cfg):
     """An AdminClient for the run's broker (cfg: consumer/config.py RunConfig), with its
-    connection and authentication settings, as quiet as the consumers; named `client_id`
-    unless the run's [kafka] table names its clients."""
+    connection and authentication settings, as quiet as the consumers, and named as the
+    supervisor's consumer is (cfg.client_id): the supervisor's requests all carry its name."""
     from confluent_kafka.admin import AdminClient
 
     conf = {k: v for k, v in cfg.kafka.items() if k.startswith(_ADMIN_PREFIXES)}
     conf["bootstrap.servers"] = cfg.bootstrap
-    if client_id:
-        conf.setdefault("client.id", client_id)
+    conf["client.id"] = cfg.client_id
     conf.setdefault("log_level", 2)
     conf.update(client_settings())
     return AdminClient(conf)

@@ -151,13 +151,18 @@ class RunConfig:
     def static(self) -> bool:
         return self.instance_id != DYNAMIC
 
+    @property
+    def client_id(self) -> str:
+        """The client.id of the supervisor's own Kafka clients, its group's consumer and its
+        AdminClients (consumer/broker.py admin_client): the [kafka] table's if it sets one, else
+        shmcache-<name>@<machine>. Other members' status names this one by it."""
+        return self.kafka.get("client.id") or f"shmcache-{self.name}@{self.machine}"
+
     def group_settings(self) -> dict:
         """librdkafka settings of the supervisor's group membership (its consumer only)."""
-        conf = {"group.id": self.group, "partition.assignment.strategy": self.assignment}
+        conf = {"group.id": self.group, "partition.assignment.strategy": self.assignment, "client.id": self.client_id}
         if self.static:
             conf["group.instance.id"] = self.instance_id
-        if "client.id" not in self.kafka:  # how other members' status names this one
-            conf["client.id"] = f"shmcache-{self.name}@{self.machine}"
         return conf
 
     def consumer_settings(self, **extra) -> dict:

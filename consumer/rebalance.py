@@ -204,10 +204,10 @@ class Assignment:
         return True
 
     def _admin(self):
-        """The look-up's AdminClient, named as the supervisor's consumer is (config.py
-        group_settings); made at the first look, dropped after a failed one (_hand_out)."""
+        """The look-up's AdminClient (consumer/broker.py admin_client); made at the first
+        look, dropped after a failed one (_hand_out)."""
         if self.admin is None:
-            self.admin = broker_mod.admin_client(self.cfg, self.cfg.group_settings().get("client.id"))
+            self.admin = broker_mod.admin_client(self.cfg)
         return self.admin
 
     def lookup(self, consumer, parts, deadline: float) -> dict[int, tuple[int, int, int]]:

@@ -118,7 +118,7 @@ class TopicIdentity:
         from confluent_kafka import TopicCollection
 
         if self.admin is None:  # the periodic look's own (the look-up's is dropped with its failures)
-            self.admin = broker_mod.admin_client(self.cfg, self.cfg.group_settings().get("client.id"))
+            self.admin = broker_mod.admin_client(self.cfg)
         return self.admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)[self.cfg.topic]
 
     def _seen(self, now_id: str) -> None:

@@ -49,7 +49,7 @@ from _private_broker import PrivateBroker  # noqa: E402
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"
-SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py group_settings: the supervisor's client.id
+SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py RunConfig.client_id: the supervisor's clients'
 
 
 @pytest.fixture
