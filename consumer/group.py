@@ -6,11 +6,11 @@ group should have exactly one member: this supervisor. A second member (another
 destroy) takes some of the topic's partitions, and this cache then holds only the
 rest. `GroupWatch` asks the broker (AdminClient.describe_consumer_groups) who the
 members are and what each holds, every few seconds and soon after each rebalance,
-without blocking the supervisor's loop (the answer is a future, looked at on the
-next tick). It publishes them in the segment (engine/control.py set_group: status, `top`,
-`shmcache status`, the metrics) and logs a warning when another member appears,
-changes or stays (once a minute), and a line when the group is this supervisor's
-alone again.
+without blocking the supervisor's loop (consumer/admin_look.py: the answer is a
+future, looked at on a later tick). It publishes them in the segment
+(engine/control.py set_group: status, `top`, `shmcache status`, the metrics) and logs
+a warning when another member appears, changes or stays (once a minute), and a line
+when the group is this supervisor's alone again.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.consumer.admin_look import AdminLook
 from shmcache.consumer.config import RunConfig
 
 log = logging.getLogger("shmcache.supervisor")
@@ -35,9 +35,7 @@ class GroupWatch:
         self.on_fenced = on_fenced  # called with a reason when another consumer took our instance id
         self.cache = cache
         self.consumer = consumer
-        self.admin = None
-        self.future = None
-        self.asked = 0.0
+        self.look = AdminLook(cfg, TIMEOUT_S)
         self.asked_as = None  # our member id when the pending question was asked
         self.next = 0.0  # monotonic time of the next look
         self.shown: tuple | None = None  # the other members last logged
@@ -48,37 +46,22 @@ class GroupWatch:
         self.next = min(self.next, time.monotonic() + SOON_S)
 
     def tick(self) -> None:
-        now = time.monotonic()
-        if self.future is not None:
-            if self.future.done():
-                fut, self.future = self.future, None
-                try:
-                    self._publish(fut.result())
-                except Exception as e:  # noqa: BLE001 - a broker hiccup: the next look tries again
-                    log.debug("describing group %r failed: %s", self.cfg.group, e)
-                    self.admin = None  # see below
-            elif now - self.asked > TIMEOUT_S * 2:
-                self.future = None  # never answered: ask again
-                self.admin = None  # see below
+        failed = f"describing group {self.cfg.group!r} failed"
+        if self.look.out:
+            answers = self.look.answers()
+            if answers:
+                with self.look.failing(failed):  # a broker hiccup: the next look tries again
+                    self._publish(answers[self.cfg.group].result())
             return
+        now = time.monotonic()
         if now >= self.next:
             self.next = now + CHECK_S
-            self._ask()
+            self.look.ask(self._describe, failed)
 
-    # An AdminClient made before the broker restarted timed out on every describe after it
-    # (seen with librdkafka 2.x: the group's view then stayed as it was before the restart,
-    # and a second member went unreported); a look that fails or goes unanswered drops the
-    # client, and the next look makes a new one.
-
-    def _ask(self) -> None:
-        if self.admin is None:
-            self.admin = broker_mod.admin_client(self.cfg)
-        try:
-            self.asked_as = self.consumer.memberid()
-            self.future = self.admin.describe_consumer_groups([self.cfg.group], request_timeout=TIMEOUT_S)[self.cfg.group]
-            self.asked = time.monotonic()
-        except Exception as e:  # noqa: BLE001
-            log.debug("describing group %r failed: %s", self.cfg.group, e)
+    def _describe(self, admin, timeout: float) -> dict:
+        """Ask `admin` who the group's members are: {group: future}."""
+        self.asked_as = self.consumer.memberid()
+        return admin.describe_consumer_groups([self.cfg.group], request_timeout=timeout)
 
     def _publish(self, desc) -> None:
         me = self.consumer.memberid()

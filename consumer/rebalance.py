@@ -148,7 +148,7 @@ class Assignment:
             parts = sorted(self.pending)
             offsets = self.lookup(consumer, parts, deadline)
         except KafkaException as e:
-            self.admin = None  # an AdminClient made before a broker restart can time out for ever (consumer/group.py)
+            self.admin = None  # an AdminClient made before a broker restart can time out for ever (consumer/admin_look.py)
             err = e.args[0] if e.args else e
             what, text = f"looking up where partitions {parts} start", err.str() if hasattr(err, "str") else err
             self._failure = f"{what}: {text}"

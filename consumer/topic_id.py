@@ -15,8 +15,8 @@ it to its restore). `TopicIdentity` asks the broker for the topic's id
     the offsets' look-up and failing like it (the partitions stay pending, retried), so a
     supervisor started on a table whose topic was re-created meanwhile never starts a
     partition at an offset of the old log;
-  - every CHECK_S while running, without blocking the loop (a future looked at on the next
-    tick), for a topic re-created under a running supervisor.
+  - every CHECK_S while running, without blocking the loop (consumer/admin_look.py: a
+    future looked at on a later tick), for a topic re-created under a running supervisor.
 
 A table without an id (new, or filled by an earlier shmcache) takes the topic's. A
 different one means the topic was re-created: every partition starts over at the new
@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.consumer.admin_look import AdminLook
 from shmcache.engine import layout as L
 
 log = logging.getLogger("shmcache.supervisor")
@@ -60,9 +60,7 @@ class TopicIdentity:
         self.cfg = cfg
         self.control = control  # the cache's ControlArea (engine/control.py)
         self.on_replaced = on_replaced
-        self.admin = None  # dropped after a failed look: see consumer/group.py
-        self.future = None
-        self.asked = 0.0
+        self.look = AdminLook(cfg, TIMEOUT_S)  # the periodic look's (the look-up's client is dropped with its failures)
         self.next = 0.0
         self.unsupported = False  # the broker has no topic ids: nothing to compare
         self.recorded = 0.0  # monotonic time the table's id last changed: an answer asked before is stale
@@ -71,11 +69,11 @@ class TopicIdentity:
         """Ask now through `admin` (the look-up's AdminClient) with request `timeout`, answered
         by `deadline` (monotonic); KafkaException if the broker does not answer (the look-up
         fails with it)."""
-        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+        from confluent_kafka import KafkaError, KafkaException
 
         if self.unsupported:
             return
-        fut = admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)[self.cfg.topic]
+        fut = self._describe(admin, timeout)[self.cfg.topic]
         try:
             desc = fut.result(max(deadline - time.monotonic(), 0.1))
         except KafkaException as e:
@@ -91,35 +89,25 @@ class TopicIdentity:
         self._seen(_text(desc))
 
     def tick(self) -> None:
-        now = time.monotonic()
         if self.unsupported:
             return
-        if self.future is not None:
-            if self.future.done():
-                fut, self.future = self.future, None
-                try:
-                    if self.asked >= self.recorded:  # else the old id, asked before a hand-out saw the new one
-                        self._seen(_text(fut.result()))
-                except Exception as e:  # noqa: BLE001 - deleted (not re-created yet), a hiccup: look again
-                    log.debug("describing topic %r failed: %s", self.cfg.topic, e)
-                    self.admin = None
-            elif now - self.asked > TIMEOUT_S * 2:
-                self.future = self.admin = None  # never answered: ask again, with a new client
+        failed = f"describing topic {self.cfg.topic!r} failed"
+        if self.look.out:
+            answers = self.look.answers()
+            if answers and self.look.asked >= self.recorded:  # else the old id, asked before a hand-out saw the new one
+                with self.look.failing(failed):  # deleted (not re-created yet), a hiccup: the next look asks again
+                    self._seen(_text(answers[self.cfg.topic].result()))
             return
+        now = time.monotonic()
         if now >= self.next:
             self.next = now + CHECK_S
-            try:
-                self.future = self._ask(TIMEOUT_S)
-                self.asked = now
-            except Exception as e:  # noqa: BLE001
-                log.debug("describing topic %r failed: %s", self.cfg.topic, e)
+            self.look.ask(self._describe, failed)
 
-    def _ask(self, timeout: float):
+    def _describe(self, admin, timeout: float) -> dict:
+        """Ask `admin` for the topic's description: {topic: future}."""
         from confluent_kafka import TopicCollection
 
-        if self.admin is None:  # the periodic look's own (the look-up's is dropped with its failures)
-            self.admin = broker_mod.admin_client(self.cfg)
-        return self.admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)[self.cfg.topic]
+        return admin.describe_topics(TopicCollection([self.cfg.topic]), request_timeout=timeout)
 
     def _seen(self, now_id: str) -> None:
         had = self.control.topic_id

@@ -5,9 +5,9 @@ A worker publishes its partitions' applied offsets and the high watermark of its
 fetch (consumer/worker.py). One that hangs, is stopped, dies, or backs off between
 restarts publishes nothing: its partitions would go on showing the lag of its last
 batch, and their caught-up flags what they said before it. So, every REFRESH_S, the
-supervisor asks the broker itself (AdminClient.list_offsets, latest; a future looked at
-on the next tick, so a broker that does not answer stops nothing) for the high
-watermarks of the partitions
+supervisor asks the broker itself (AdminClient.list_offsets, latest; futures looked at
+on a later tick, consumer/admin_look.py, so a broker that does not answer stops nothing)
+for the high watermarks of the partitions
 
   - whose worker is not up (starting, backing off) or has not beaten for SLOW_S, and
   - whose worker was restarted, until they are caught up again,
@@ -31,6 +31,7 @@ import logging
 import time
 
 from shmcache.consumer import broker as broker_mod
+from shmcache.consumer.admin_look import AdminLook
 from shmcache.consumer.worker_handle import WorkerState
 from shmcache.engine import layout as L
 
@@ -45,8 +46,7 @@ class WatermarkWatch:
     def __init__(self, cfg, control):
         self.cfg = cfg
         self.control = control  # the cache's ControlArea (engine/control.py)
-        self.admin = None  # made at the first look; dropped after a failed one (see consumer/group.py)
-        self.pending = None  # (monotonic time asked, {partition: future}) while a look is out
+        self.look = AdminLook(cfg, TIMEOUT_S)  # {partition: future} while a look is out
         self.next = 0.0  # monotonic time of the next look
         self.restarted: dict[int, float] = {}  # partition -> monotonic time of its worker's restart
 
@@ -71,53 +71,41 @@ class WatermarkWatch:
                 rows[p, L.P_CAUGHT_UP] = 0  # lost with its worker: applied up to the end no more
         for p in [p for p in self.restarted if p not in assigned]:
             del self.restarted[p]  # revoked: a new assignment sets its own target
-        if self.pending is not None:
-            asked, futures = self.pending
-            if now - asked < 2 * TIMEOUT_S and not all(f.done() for f in futures.values()):
+        if self.look.out:
+            answers = self.look.answers()
+            if answers is None:
                 return
-            self.pending = None
-            self._answered(asked, futures, assigned, workers)
+            self._answered(self.look.asked, answers, assigned, workers)
         if now < self.next or broker_down:
             return
         self.next = now + REFRESH_S
         watched = [p for p, i in assigned.items() if p in self.restarted or not self._trusted(workers[i])]
         if watched:
-            self._ask(watched, now)
+            self.look.ask(lambda admin, timeout: self._list_offsets(admin, timeout, watched),
+                          f"asking for the high watermarks of {watched} failed")
 
     @staticmethod
     def _trusted(w) -> bool:
         return w.state is WorkerState.UP and w.heartbeat_age() <= SLOW_S
 
-    def _ask(self, parts: list[int], now: float) -> None:
+    def _list_offsets(self, admin, timeout: float, parts: list[int]) -> dict:
+        """Ask `admin` for the high watermarks of `parts`: {partition: future}."""
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        try:
-            if self.admin is None:
-                self.admin = broker_mod.admin_client(self.cfg)
-            futures = self.admin.list_offsets(
-                {TopicPartition(self.cfg.topic, p): OffsetSpec.latest() for p in parts},
-                isolation_level=broker_mod.isolation_level(self.cfg),
-                request_timeout=TIMEOUT_S)
-        except Exception as e:  # noqa: BLE001 - the next look tries again
-            log.debug("asking for the high watermarks of %s failed: %s", parts, e)
-            self.admin = None
-            return
-        self.pending = (now, {tp.partition: f for tp, f in futures.items()})
+        futures = admin.list_offsets({TopicPartition(self.cfg.topic, p): OffsetSpec.latest() for p in parts},
+                                     isolation_level=broker_mod.isolation_level(self.cfg), request_timeout=timeout)
+        return {tp.partition: f for tp, f in futures.items()}
 
     def _answered(self, asked: float, futures: dict, assigned: dict[int, int], workers: list) -> None:
+        """`futures`: the answered ones (AdminLook.answers) of a look asked at `asked` (monotonic)."""
         rows = self.control.partitions
-        if not all(f.done() for f in futures.values()):
-            self.admin = None  # unanswered: the next look makes a new client (see consumer/group.py)
         for p, fut in futures.items():
-            try:
-                hi = fut.result(timeout=0).offset if fut.done() else -1
-            except Exception as e:  # noqa: BLE001 - a broker hiccup: the next look tries again
-                log.debug("high watermark of partition %d: %s", p, e)
-                self.admin = None
-                continue
-            if hi < 0:  # librdkafka's answer to a ListOffsets that timed out (-1001): as unanswered
-                self.admin = None
+            hi = -1
+            with self.look.failing(f"high watermark of partition {p}"):
+                hi = fut.result(timeout=0).offset
+            if hi < 0:  # failed, or librdkafka's answer to a ListOffsets that timed out (-1001): as unanswered
+                self.look.drop()
                 continue
             if p not in assigned:
                 continue

@@ -280,14 +280,14 @@ def test_a_periodic_look_asked_before_a_hand_out_saw_the_new_id_is_not_taken(kaf
         poll_until(lambda: identity.tick() or cache.control.topic_id, 60, "the periodic look to record the id")
         assert cache.control.topic_id == old_id and not replaced
         # the next periodic look, answered while the old topic is there; not looked at yet
-        poll_until(lambda: identity.tick() or identity.future is not None, 60, "the next periodic look")
-        poll_until(identity.future.done, 60, "the broker's answer to it")
+        poll_until(lambda: identity.tick() or identity.look.out, 60, "the next periodic look")
+        poll_until(lambda: all(f.done() for f in identity.look.futures.values()), 60, "the broker's answer to it")
         _recreate(kafka_admin, kafka_broker.bootstrap, topic)
         new_id = _topic_id(kafka_admin, topic)
         identity.check(broker_mod.admin_client(cfg), time.monotonic() + 30, 10)  # the hand-out's own look
         assert replaced == [(old_id, new_id)] and cache.control.topic_id == new_id
         identity.tick()  # the periodic look's answer: the old id, asked before the new one was recorded
-        assert identity.future is None and replaced == [(old_id, new_id)] and cache.control.topic_id == new_id
+        assert not identity.look.out and replaced == [(old_id, new_id)] and cache.control.topic_id == new_id
     finally:
         cache.close()
         shmcache.destroy(name)
