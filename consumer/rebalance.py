@@ -18,7 +18,9 @@ the partitions pending: the callback returns, status says "waiting for the broke
 the broker answers (`retry`). One look-up is bounded as a whole by LOOKUP_TIMEOUT_S, however
 many partitions it asks about: the watermarks of all are asked at once (`lookup`), where
 one request a partition, each bounded, cost N of them (24 partitions of a broker answering
-each request in 1 s: 48 s, the supervisor's loop doing nothing else). A look-up that fails
+each request in 1 s: 48 s, the supervisor's loop doing nothing else). A broker slower than that bound
+(its metadata answers, the look-up times out) gets a longer one next time (doubled, up to
+LOOKUP_TIMEOUT_MAX_S): with the bound fixed, such a broker's partitions were never handed out. A look-up that fails
 while the broker answers (its metadata, asked at once) is not an outage: the group
 coordinator does not answer or refuses (an authorisation error, say). The broker is then not
 shown waiting; the log says it answers and what failed, and the look-up is retried with
@@ -55,6 +57,12 @@ from shmcache.errors import ShmcacheError
 log = logging.getLogger("shmcache.supervisor")
 
 LOOKUP_TIMEOUT_S = 5.0  # the whole look-up of an assignment: committed offsets and watermarks of all its partitions
+# a look-up that timed out while the broker answers its metadata (a slow broker, not a stopped
+# one) has its bound doubled for the next, up to this, and keeps it: a broker answering each
+# request in 3.5 s takes 7 s for the two ListOffsets of one connection (earliest, then latest),
+# past the first bound for ever. The loop waits for the look-up, beating each second while it
+# waits for the watermarks; committed() blocks without a beat (up to the bound)
+LOOKUP_TIMEOUT_MAX_S = 20.0
 # an admin request's own timeout ends this much before the look-up's deadline: librdkafka then
 # finishes it (an answer, or its timeout) before the look-up gives up, so no request is left
 # outstanding when the client is dropped, and what a timed-out request gives is always judged
@@ -85,6 +93,7 @@ class Assignment:
         self._failure = ""  # the last failed look-up's error
         self.identity = TopicIdentity(cfg, cache.control, self.start_over)  # a re-created topic (consumer/topic_id.py)
         self.admin = None  # the look-up's AdminClient: made at the first, dropped after a failed one
+        self.lookup_s = LOOKUP_TIMEOUT_S  # the next look-up's bound: grows against a slow broker, kept
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
@@ -138,9 +147,9 @@ class Assignment:
 
     def _hand_out(self, consumer) -> None:
         """Give the pending partitions to the workers, if the broker says where each starts."""
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
 
-        deadline = time.monotonic() + LOOKUP_TIMEOUT_S  # the whole look-up's one bound
+        deadline = time.monotonic() + self.lookup_s  # the whole look-up's one bound
         parts = sorted(self.pending)
         try:
             # first the topic's id: re-created, every partition is pending, from the new log's start
@@ -154,6 +163,10 @@ class Assignment:
             self._failure = f"{what}: {text}"
             self._failing_since = self._failing_since or time.monotonic()
             if self._broker_answers(consumer):
+                if hasattr(err, "code") and err.code() == KafkaError._TIMED_OUT and self.lookup_s < LOOKUP_TIMEOUT_MAX_S:
+                    self.lookup_s = min(self.lookup_s * 2, LOOKUP_TIMEOUT_MAX_S)  # slow: give the next one longer
+                    text = f"{text}; the next look-up waits up to {self.lookup_s:g} s"
+                    self._failure = f"{what}: {text}"
                 # time.monotonic() is the age clock's CLOCK_MONOTONIC, in s
                 self.cache.control.set_lookup_failure(self._failure, int(self._failing_since * 1e9))
                 self.broker.answered()
@@ -227,9 +240,14 @@ class Assignment:
         ends = [self._admin().list_offsets({tp: spec for tp in tps}, isolation_level=level, request_timeout=left)
                 for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]  # partition -> future, each
         committed = {tp.partition: tp for tp in consumer.committed(tps, timeout=max(deadline - time.monotonic(), 0.1))}
-        self.cache.control.beat()
-        if wait([f for end in ends for f in end.values()], timeout=max(deadline - time.monotonic(), 0)).not_done:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks within {LOOKUP_TIMEOUT_S:g} s"))
+        futures = [f for end in ends for f in end.values()]
+        while True:  # beating: the loop waits here
+            self.cache.control.beat()
+            left = deadline - time.monotonic()
+            if not wait(futures, timeout=min(max(left, 0), 1.0)).not_done:
+                break
+            if left <= 1.0:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks within {self.lookup_s:g} s"))
         lo, hi = ({tp.partition: f.result().offset for tp, f in end.items()} for end in ends)
         # a ListOffsets that timed out is no exception in librdkafka 2.16: each partition's result
         # says offset -1001 (seen: a frozen broker's partitions "assigned" from -1001)

@@ -285,6 +285,44 @@ def test_a_slow_broker_costs_one_lookup_not_one_a_partition(tmp_path, gated):
         h.close()
 
 
+VERY_SLOW_S = 3.5  # a look-up's two ListOffsets (one connection, in turn) 7 s: past the first bound, within the next
+
+
+def test_a_broker_slower_than_the_lookups_bound_is_waited_for(tmp_path, gated):
+    """A broker that answers each of the supervisor's watermark requests in VERY_SLOW_S, more
+    than a whole first look-up may take (LOOKUP_TIMEOUT_S): a look-up that times out while the
+    broker answers doubles the next one's bound (up to rebalance.LOOKUP_TIMEOUT_MAX_S), so the partitions
+    are handed out after a failure or two, and the cache fills whole. With the bound fixed,
+    every look-up timed out: the cache never said ready, and --broker-wait ended the run."""
+    assert LOOKUP_TIMEOUT_S - 0.5 < 2 * VERY_SLOW_S < 2 * LOOKUP_TIMEOUT_S - 0.5  # admin requests end 0.5 s early
+    gate, b, _ = gated
+    b.start()
+    bootstrap = f"127.0.0.1:{gate.port}"
+    topic = "t-assign-very-slow"
+    create_topic(bootstrap, topic, PARTITIONS)
+    h = Harness(tmp_path, bootstrap)
+    try:
+        name, group = h.cache_name("assign-very-slow"), h.group("assign-very-slow")
+        model = Model("v1", PARTITIONS, seed=43)
+        ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=20)
+        gate.slow_down({LIST_OFFSETS}, SUPERVISOR_CLIENT, VERY_SLOW_S)
+        sup = h.supervisor(name, topic, group)
+        r = h.attach(name, sup=sup)
+        poll_until(lambda: "assigned {" in sup.log_text() or not sup.running(), 180,
+                   lambda: f"the partitions to be handed out:\n{sup.log_text()[-3000:]}")
+        log = sup.log_text()
+        assert f"the next look-up waits up to {2 * LOOKUP_TIMEOUT_S:g} s" in log, log[-3000:]
+        handed = [ln for ln in log.splitlines() if " assigned {" in ln]
+        assert handed and not any("-1001" in ln for ln in handed), "\n".join(handed)
+        wait_applied(r, ends, 120, sup)
+        r.wait_ready(timeout=120)
+        check_table(r, model.snapshot())
+        assert r.status()["lookup_error"] == ""
+        assert sup.terminate() == 0
+    finally:
+        h.close()
+
+
 def test_a_frozen_lookup_of_many_partitions_costs_one_bound(tmp_path, gated):
     """24 partitions, the broker frozen at the look-up's watermarks: the look-up fails within
     its one bound; `--broker-wait` is honoured from there; and a supervisor that waits
