@@ -42,13 +42,19 @@ def client_settings(on_error=None) -> dict:
 _ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns")
 
 
+def connection_settings(kafka: dict) -> dict:
+    """Of librdkafka settings `kafka`, those that say how to reach and authenticate to the
+    broker: what any client of the same broker takes, whatever its kind."""
+    return {k: v for k, v in kafka.items() if k.startswith(_ADMIN_PREFIXES)}
+
+
 def admin_client(cfg):
     """An AdminClient for the run's broker (cfg: consumer/config.py RunConfig), with its
     connection and authentication settings, as quiet as the consumers, and named as the
     supervisor's consumer is (cfg.client_id): the supervisor's requests all carry its name."""
     from confluent_kafka.admin import AdminClient
 
-    conf = {k: v for k, v in cfg.kafka.items() if k.startswith(_ADMIN_PREFIXES)}
+    conf = connection_settings(cfg.kafka)
     conf["bootstrap.servers"] = cfg.bootstrap
     conf["client.id"] = cfg.client_id
     conf.setdefault("log_level", 2)

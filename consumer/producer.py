@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shmcache.consumer import partitioners, wire
+from shmcache.consumer import broker, partitioners, wire
 from shmcache.consumer.config import FORMATS
 
 
@@ -45,7 +45,9 @@ class TxmetaProducer:
         }
         conf.update(settings or {})
         self._p = Producer(conf)
+        self._connection = {**broker.connection_settings(conf), "bootstrap.servers": bootstrap}
         self._errors: list[str] = []
+        self._untold: set[int] = set()  # partitions with a message acknowledged without its offset
         meta = self._p.list_topics(topic, timeout=15)
         t = meta.topics.get(topic)
         if t is None or t.error is not None:
@@ -58,20 +60,35 @@ class TxmetaProducer:
         self.misrouted = 0  # v1/kv messages acknowledged on another partition than murmur2(key) gives
         self.end_offsets: dict[int, int] = {}  # partition -> highest acknowledged offset + 1
 
-    def _on_delivery(self, err, msg, expect: int | None) -> None:
+    def delivered(self, err, msg, expect: int | None = None) -> None:
+        """A delivery report (librdkafka's on_delivery, served by poll and flush): `msg` was
+        acknowledged (err None) or failed; `expect` the partition murmur2 gives its key. Never
+        raises: confluent-kafka 2.16 on Python < 3.12 turns an error raised by C code inside a
+        callback (a TypeError, say) into a SystemError out of flush() that names nothing
+        (seen: "exception <class 'str'> is not a BaseException subclass"); it is a failed
+        delivery report here, raised by flush() with its own words."""
+        try:
+            self._report(err, msg, expect)
+        except Exception as e:  # noqa: BLE001 - see above
+            self._errors.append(f"{self.topic}: a delivery report could not be read: {e!r}")
+
+    def _report(self, err, msg, expect: int | None) -> None:
         if err is not None:
             self._errors.append(f"{msg.topic()} [{msg.partition()}]: {err}")
             return
         self.delivered_messages += 1
-        p = msg.partition()
-        self.end_offsets[p] = max(self.end_offsets.get(p, 0), msg.offset() + 1)
+        p, offset = msg.partition(), msg.offset()
+        if offset is None:  # acknowledged without its offset (librdkafka: an idempotent retry the broker had)
+            self._untold.add(p)
+        else:
+            self.end_offsets[p] = max(self.end_offsets.get(p, 0), offset + 1)
         if expect is not None and p != expect:
             self.misrouted += 1
-            self._errors.append(f"{msg.topic()} [{p}] @ {msg.offset()}: keyed for partition {expect} by murmur2")
+            self._errors.append(f"{msg.topic()} [{p}] @ {offset}: keyed for partition {expect} by murmur2")
 
     def _produce(self, value, key=None, partition=None, expect=None) -> None:
         produce_waiting(self._p, self.topic, value, key, partition,
-                        lambda err, msg: self._on_delivery(err, msg, expect))
+                        lambda err, msg: self.delivered(err, msg, expect))
         self._p.poll(0)
         self.sent_messages += 1
 
@@ -110,11 +127,30 @@ class TxmetaProducer:
             raise RuntimeError(f"{len(self._errors)} messages to {self.topic!r} failed: {self._errors[:3]}")
 
     def flush(self, timeout: float = 60.0) -> None:
-        """Wait until everything sent is acknowledged; raise if anything failed."""
+        """Wait until everything sent is acknowledged; raise if anything failed. A partition
+        with a message acknowledged without its offset gets the broker's high watermark as
+        its end (the end of what this producer sent there, or beyond, with other producers)."""
         left = self._p.flush(timeout)
         if left:
             raise TimeoutError(f"{left} messages to {self.topic!r} not delivered after {timeout:.0f} s")
         self.check()
+        if self._untold:
+            self._ask_ends(timeout)
+
+    def _ask_ends(self, timeout: float) -> None:
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        parts = sorted(self._untold)
+        admin = AdminClient({**self._connection, "log_level": 2})
+        futures = admin.list_offsets({TopicPartition(self.topic, p): OffsetSpec.latest() for p in parts},
+                                     request_timeout=timeout)
+        for tp, fut in futures.items():
+            hi = fut.result(timeout).offset
+            if hi < 0:  # librdkafka's -1001: the request timed out
+                raise TimeoutError(f"{self.topic!r} [{tp.partition}]: no end offset from the broker in {timeout:.0f} s")
+            self.end_offsets[tp.partition] = max(self.end_offsets.get(tp.partition, 0), hi)
+        self._untold.clear()
 
 
 def produce_waiting(producer, topic: str, value, key, partition, on_delivery, stop=None) -> None:
