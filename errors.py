@@ -27,6 +27,7 @@ __all__ = [
     "CorruptCacheError",
     "CacheInUseError",
     "BrokerUnavailableError",
+    "KafkaRequestError",
     "SnapshotError",
     "SnapshotCorruptError",
     "SnapshotMismatchError",
@@ -105,6 +106,11 @@ class CacheInUseError(ShmcacheError, RuntimeError):
 
 class BrokerUnavailableError(ShmcacheError, ConnectionError):
     """The Kafka broker did not answer within the wait the caller allowed."""
+
+
+class KafkaRequestError(ShmcacheError, RuntimeError):
+    """The broker answered and refused, or a message was not delivered: the message names
+    the topic and the broker's or librdkafka's words."""
 
 
 class SnapshotError(ShmcacheError, ValueError):

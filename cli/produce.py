@@ -6,6 +6,8 @@ import time
 
 from shmcache.cli.args import key_values
 
+PLAIN_PROGRESS_S = 2.0
+
 HELP = "load generator: Teranode-shaped txmeta to a Kafka topic"
 
 
@@ -24,32 +26,60 @@ def add_arguments(pr) -> None:
     pr.add_argument("--partitions", type=int, default=8, help="partitions of a topic it creates (default 8)")
     pr.add_argument("--ground-truth", metavar="PATH", help="write every entry sent to this Parquet file")
     pr.add_argument("--seed", type=int, help="random seed (default: fresh)")
+    pr.add_argument("--broker-wait", type=float, default=15.0, metavar="SECONDS",
+                    help="how long to wait for the broker's first answer (default 15)")
     pr.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka producer setting, repeatable")
 
 
-def run(a) -> int:
-    """`shmcache produce`: a progress bar (rich) while sending, then a summary line."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+class _Progress:
+    """progress(LoadStats) for consumer/loadgen.py: a rich bar on a terminal; elsewhere (a log,
+    CI) a plain line every PLAIN_PROGRESS_S, and nothing at all for a run shorter than that."""
 
-    from shmcache.consumer.loadgen import LoadConfig, LoadStats, produce
+    def __init__(self, console, topic: str, total: int):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console, self.topic, self.last = console, topic, time.monotonic()
+        self.bar = None
+        if console.is_terminal:
+            self.bar = Progress(TextColumn(f"producing to {topic}"), BarColumn(),
+                                TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
+                                           "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
+                                TimeElapsedColumn(), console=console, transient=True)
+            self.task = self.bar.add_task("produce", total=total, rate=0.0, acked=0, messages=0)
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+    def __call__(self, st) -> None:
+        now = time.monotonic()
+        rate = st.entries / max(now - st.started, 1e-9)
+        if self.bar is not None:
+            self.bar.update(self.task, completed=st.entries, rate=rate, acked=st.delivered, messages=st.messages)
+        elif now - self.last >= PLAIN_PROGRESS_S:
+            self.last = now
+            self.console.print(f"producing to {self.topic}: {st.entries:,}/{st.total:,} entries, {rate:,.0f}/s, "
+                               f"{st.delivered:,}/{st.messages:,} messages acknowledged")
+
+
+def run(a) -> int:
+    """`shmcache produce`: progress while sending, then a summary line."""
+    from rich.console import Console
+
+    from shmcache.consumer.loadgen import LoadConfig, produce
 
     settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
     cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
                      batch_size=a.batch_size, linger=a.linger, delete_share=a.delete_share, seed=a.seed,
                      create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,
-                     settings=settings)
+                     settings=settings, broker_wait=a.broker_wait)
     console = Console(stderr=True)
-    with Progress(TextColumn(f"producing to {a.topic}"), BarColumn(),
-                  TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
-                             "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
-                  TimeElapsedColumn(), console=console, transient=not console.is_terminal) as bar:
-        task = bar.add_task("produce", total=cfg.count, rate=0.0, acked=0, messages=0)
-
-        def progress(st: LoadStats) -> None:
-            secs = max(time.monotonic() - st.started, 1e-9)
-            bar.update(task, completed=st.entries, rate=st.entries / secs, acked=st.delivered, messages=st.messages)
-
+    with _Progress(console, a.topic, cfg.count) as progress:
         st = produce(cfg, progress)
     mb = st.bytes / 1e6
     print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {cfg.format} "

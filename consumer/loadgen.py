@@ -97,6 +97,7 @@ class LoadConfig:
     partitions: int = 8  # of a topic it creates
     ground_truth: str | None = None  # Parquet path
     settings: dict = field(default_factory=dict)  # librdkafka producer settings, over PRODUCER_SETTINGS
+    broker_wait: float = 15.0  # seconds for the broker's first answer (the topic's creation, its metadata)
 
     def validate(self) -> None:
         if self.format not in FORMATS:
@@ -113,6 +114,8 @@ class LoadConfig:
             raise ValueError(f"delete_share={self.delete_share}: expected 0 <= share < 1")
         if self.partitions < 1:
             raise ValueError(f"partitions={self.partitions}: must be >= 1")
+        if not self.broker_wait > 0:
+            raise ValueError(f"broker_wait={self.broker_wait}: must be > 0 seconds")
 
 
 # -- generating ---------------------------------------------------------------------------
@@ -256,9 +259,9 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
     if cfg.create_topic:
         from shmcache.consumer.topics import create_topic
 
-        create_topic(cfg.bootstrap, cfg.topic, cfg.partitions)
+        create_topic(cfg.bootstrap, cfg.topic, cfg.partitions, broker_wait=cfg.broker_wait)
     producer = TxmetaProducer(cfg.bootstrap, cfg.topic, format=cfg.format,
-                              settings={**PRODUCER_SETTINGS, **cfg.settings})
+                              settings={**PRODUCER_SETTINGS, **cfg.settings}, broker_wait=cfg.broker_wait)
     gen = Generator(cfg.format, producer.partitions, cfg.delete_share, np.random.default_rng(cfg.seed))
     truth = GroundTruthWriter(cfg.ground_truth) if cfg.ground_truth else None
     st = LoadStats(total=cfg.count, partitions=producer.partitions, started=time.monotonic())

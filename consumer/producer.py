@@ -26,11 +26,17 @@ import numpy as np
 
 from shmcache.consumer import broker, partitioners, wire
 from shmcache.consumer.config import FORMATS
+from shmcache.errors import BrokerUnavailableError, KafkaRequestError
+
+BROKER_WAIT_S = 15.0  # for the topic's metadata, asked once as the producer starts
 
 
 class TxmetaProducer:
-    def __init__(self, bootstrap: str, topic: str, *, format: str = "v1", settings: dict | None = None):
-        from confluent_kafka import Producer
+    def __init__(self, bootstrap: str, topic: str, *, format: str = "v1", settings: dict | None = None,
+                 broker_wait: float = BROKER_WAIT_S):
+        """`broker_wait`: seconds for the topic's metadata, the broker's first answer; past it,
+        BrokerUnavailableError."""
+        from confluent_kafka import KafkaException, Producer
 
         if format not in FORMATS:
             raise ValueError(f"format={format!r}: expected one of {', '.join(FORMATS)}")
@@ -43,12 +49,18 @@ class TxmetaProducer:
             "enable.idempotence": True,  # retries keep per-partition order
             "compression.type": "lz4",
         }
+        conf.update(broker.client_settings())  # librdkafka's log and errors to the shmcache.kafka logger
+        conf["log_level"] = 2  # critical only: an absent broker is said once, below
         conf.update(settings or {})
         self._p = Producer(conf)
         self._connection = {**broker.connection_settings(conf), "bootstrap.servers": bootstrap}
         self._errors: list[str] = []
         self._untold: set[int] = set()  # partitions with a message acknowledged without its offset
-        meta = self._p.list_topics(topic, timeout=15)
+        try:
+            meta = self._p.list_topics(topic, timeout=broker_wait)
+        except KafkaException as e:
+            raise BrokerUnavailableError(f"no Kafka broker answered at {bootstrap} within {broker_wait:g} s "
+                                         f"({e.args[0].str()})") from None
         t = meta.topics.get(topic)
         if t is None or t.error is not None:
             raise ValueError(f"topic {topic!r} not found on {bootstrap}")
@@ -124,7 +136,7 @@ class TxmetaProducer:
     def check(self) -> None:
         """Raise now if any delivery failed (rather than at the end)."""
         if self._errors:
-            raise RuntimeError(f"{len(self._errors)} messages to {self.topic!r} failed: {self._errors[:3]}")
+            raise KafkaRequestError(f"{len(self._errors)} messages to {self.topic!r} failed: {self._errors[:3]}")
 
     def flush(self, timeout: float = 60.0) -> None:
         """Wait until everything sent is acknowledged; raise if anything failed. A partition

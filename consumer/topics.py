@@ -6,29 +6,43 @@ from __future__ import annotations
 
 import time
 
+from shmcache.consumer import broker
+from shmcache.errors import BrokerUnavailableError, KafkaRequestError
+
 
 def _admin_settings(bootstrap: str) -> dict:
-    # log_level 4: librdkafka's informational chatter when a short-lived admin client
-    # is destroyed ("Purging 1 unserved events") is not for the user's terminal
-    return {"bootstrap.servers": bootstrap, "log_level": 4}
+    # librdkafka's log to the shmcache.kafka logger, critical only: its chatter as a short-lived
+    # client is destroyed ("Purging 1 unserved events"), and a failed connect 20 times a second
+    # while the broker is away, are not for the user's terminal; the error raised says it once
+    return {"bootstrap.servers": bootstrap, "log_level": 2, **broker.client_settings()}
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
-                 config: dict[str, str] | None = None) -> bool:
+                 config: dict[str, str] | None = None, broker_wait: float | None = None) -> bool:
     """Create `topic` with `partitions` partitions (replication 1) and wait until each has a
-    leader. Returns False if it already existed with that many partitions; raises if it
-    exists with another count."""
+    leader, `timeout` seconds at most. Returns False if it already existed with that many
+    partitions; raises if it exists with another count. A broker that does not answer the
+    creation within `broker_wait` (default: timeout) is BrokerUnavailableError."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
+
+    broker_wait = timeout if broker_wait is None else broker_wait
 
     admin = AdminClient(_admin_settings(bootstrap))
     created = True
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
-                            operation_timeout=timeout)[topic].result(timeout=timeout)
+                            operation_timeout=timeout, request_timeout=broker_wait)[topic].result(timeout=broker_wait + 5)
+    except TimeoutError:  # librdkafka did not even time the request out
+        raise BrokerUnavailableError(f"creating topic {topic!r}: no Kafka broker answered at {bootstrap} within "
+                                     f"{broker_wait:g} s") from None
     except KafkaException as e:
-        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise RuntimeError(f"creating topic {topic!r} on {bootstrap}: {e.args[0].str()}") from None
+        err = e.args[0]
+        if err.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            raise BrokerUnavailableError(f"creating topic {topic!r}: no Kafka broker answered at {bootstrap} "
+                                         f"within {broker_wait:g} s ({err.str()})") from None
+        if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise KafkaRequestError(f"creating topic {topic!r} on {bootstrap}: {err.str()}") from None
         created = False
     deadline = time.monotonic() + timeout
     while True:

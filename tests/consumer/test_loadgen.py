@@ -6,6 +6,7 @@ topic back (`replay_topic`), never trusting the producer's own account.
 """
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -221,6 +222,8 @@ def test_produce_command_creates_the_topic_and_writes_the_ground_truth(kafka_bro
         assert p.returncode == 0, p.stderr
         assert "sent 5,000 entries" in p.stdout and "every message acknowledged" in p.stdout
         assert "\x1b[" not in p.stdout + p.stderr  # no terminal: no control codes
+        # and no bar: at most a plain progress line every 2 s (there was a blank line)
+        assert all(ln.startswith(f"producing to {topic}: ") for ln in p.stderr.splitlines()), p.stderr
         assert pq.read_table(path).num_rows == 5000
         meta = kafka_admin.list_topics(topic=topic, timeout=10).topics[topic]
         assert len(meta.partitions) == 4
@@ -235,3 +238,19 @@ def test_produce_command_creates_the_topic_and_writes_the_ground_truth(kafka_bro
                 f.result(timeout=15)
             except Exception:
                 pass
+
+
+@pytest.mark.parametrize("create", [False, True], ids=["topic", "create-topic"])
+def test_produce_command_without_a_broker_says_so_in_one_line(create):
+    """No broker at the address: one line naming it and the wait, exit 2, within --broker-wait
+    (there was a traceback after 15 s of librdkafka's connect errors, ~20 lines a second, and
+    with --create-topic a bare 'shmcache: ' after 30 s)."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [sys.executable, "-m", "shmcache", "produce", "--bootstrap", f"127.0.0.1:{port}", "--topic", "t-nowhere",
+            "--count", "10", "--broker-wait", "2"] + (["--create-topic"] if create else [])
+    p = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "CI": "true"})
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout, p.stderr)
+    assert p.stderr.startswith("shmcache: ") and p.stderr.count("\n") == 1, p.stderr[-3000:]
+    assert f"no Kafka broker answered at 127.0.0.1:{port} within 2 s" in p.stderr, p.stderr
