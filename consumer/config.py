@@ -32,6 +32,18 @@ TOPIC_REFRESH_MS = 5000  # how soon partitions added to the topic are seen (cons
 DYNAMIC = "none"  # instance_id for plain (dynamic) group membership
 
 
+# each RunConfig annotation: the types a value may have, and how an error says it
+_TYPES = {
+    "str": ((str,), "a string"),
+    "int": ((int,), "a whole number"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+    "dict": ((dict,), "a table"),
+    "int | None": ((int, type(None)), "a whole number"),
+    "int | str": ((int, str), "a whole number or a size such as \"128MiB\""),
+}
+
+
 @dataclass
 class RunConfig:
     name: str
@@ -96,6 +108,10 @@ class RunConfig:
     def validate(self) -> None:
         from shmcache.ipc.segment import check_name
 
+        for f in dataclasses.fields(self):  # a TOML file can give any type: say which setting, not a TypeError
+            value, (kinds, said) = getattr(self, f.name), _TYPES[f.type]
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise ValueError(f"{f.name}={value!r}: expected {said}")
         check_name(self.name)
         if not self.bootstrap:
             raise ValueError("bootstrap: give the Kafka bootstrap servers (host:port[,host:port])")
@@ -197,7 +213,10 @@ class RunConfig:
     @classmethod
     def from_toml(cls, path: str, **overrides) -> "RunConfig":
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            try:
+                data = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:
+                raise ValueError(f"{path}: not valid TOML: {e}") from None
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:

@@ -157,21 +157,27 @@ class Supervisor:
         """Wait for the broker, check the topic, start the workers, join the group.
 
         False if a stop was asked for while waiting (nothing was started)."""
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, KafkaException
 
         from shmcache import warm
 
         cfg = self.cfg
-        # compile every kernel once, while the broker answers, unless this install is warm already
-        warming = None if warm.is_warm() else warm.start()
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)
         self.commits = commits_mod.Committer(self.cache.control, cfg.topic, self.broker)
         self.watermarks = WatermarkWatch(cfg, self.cache.control)
         self.assignment = Assignment(cfg, self.cache, self.workers, self.commits, self.broker,
                                      stopping=lambda: self.state is State.STOPPING, rebalanced=self._rebalanced)
-        self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
-                                                       **broker_mod.client_settings(self.broker.on_error)))
+        try:
+            self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
+                                                           **broker_mod.client_settings(self.broker.on_error)))
+        except (KafkaException, TypeError) as e:  # librdkafka refused a setting of the [kafka] table or --set
+            err = e.args[0] if e.args else e
+            raise ValueError(f"cache {cfg.name!r}: a librdkafka setting was refused: "
+                             f"{err.str() if hasattr(err, 'str') else err}") from None
         self.commits.consumer = self.consumer
+        # compile every kernel once, while the broker answers, unless this install is warm already
+        # (after everything that can refuse the run at once: a refusal leaves no warm-up running)
+        warming = None if warm.is_warm() else warm.start()
         if not self.cache.control.topic:  # a new cache: name its topic while waiting for the broker
             self.cache.control.set_topic(cfg.topic, 0)
         try:

@@ -134,6 +134,53 @@ def test_accept_gaps_takes_a_boolean_only(tmp_path):
     assert RunConfig.from_toml(str(f)).accept_gaps is True
 
 
+@pytest.mark.parametrize("line, said", [
+    ('workers = "two"', "workers='two': expected a whole number"),
+    ("workers = true", "workers=True: expected a whole number"),  # a bool is an int to Python: 1 worker
+    ('commit_interval = "1s"', "commit_interval='1s': expected a number"),
+    ("snapshot_rate = 1.5", "snapshot_rate=1.5: expected a whole number or a size"),
+    ("kafka = 3", "kafka=3: expected a table"),
+    ("topic = 7", "topic=7: expected a string"),
+])
+def test_a_setting_of_the_wrong_type_is_refused_by_name(tmp_path, line, said):
+    """A TOML file can give any setting any type: each is refused naming the setting and
+    what it takes (a number where a string belongs was a TypeError deep in validate()), and
+    `shmcache run` says so in one line, exit 2, before it makes a cache."""
+    f = tmp_path / "typed.toml"
+    base = {"name": '"typed"', "bootstrap": '"127.0.0.1:1"', "topic": '"t"'}
+    key = line.split(" =")[0]
+    f.write_text("".join(f"{k} = {v}\n" for k, v in base.items() if k != key) + line + "\n")
+    with pytest.raises(ValueError, match=re.escape(said)):
+        RunConfig.from_toml(str(f))
+    if key == "workers" and line.endswith('"two"'):
+        p = subprocess.run([sys.executable, "-m", "shmcache", "run", "--config", str(f)], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.strip() == f"shmcache: {said}", p.stderr[-3000:]
+        assert not shmcache.exists("typed")
+
+
+def test_a_file_that_is_not_toml_is_named(tmp_path):
+    f = tmp_path / "broken.toml"
+    f.write_text('name = "tx\n')
+    with pytest.raises(ValueError, match=re.escape(f"{f}: not valid TOML: ")):
+        RunConfig.from_toml(str(f))
+
+
+def test_a_librdkafka_setting_it_refuses_is_one_line_and_no_cache(tmp_path):
+    """`--set foo=bar` (no such librdkafka property) or a value it cannot take: one line naming
+    librdkafka's words, exit 2, and the cache this run made is removed (it was a traceback)."""
+    name = f"t-kafka-set-{uuid.uuid4().hex[:8]}"
+    for setting, said in (("foo=bar", 'No such configuration property: "foo"'),
+                          ("fetch.max.bytes=lots", 'Invalid value for configuration property "fetch.max.bytes"')):
+        p = subprocess.run([sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", "127.0.0.1:1",
+                            "--topic", "t", "--memory", "64MiB", "--set", setting], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+        last = p.stderr.strip().splitlines()[-1]
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+        assert last == f"shmcache: cache {name!r}: a librdkafka setting was refused: {said}", p.stderr[-3000:]
+        assert not shmcache.exists(name)
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_systemd_unit_verifies(tmp_path):
     exe = shutil.which("shmcache", path=os.path.dirname(sys.executable))
