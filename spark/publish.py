@@ -36,7 +36,9 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import wire
+from shmcache.errors import BrokerUnavailableError
 from shmcache.spark import _messages
 
 WHO = "shmcache.spark.publish"
@@ -141,7 +143,16 @@ def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
     except ImportError:
         raise ImportError(f"{WHO}: asking the broker for {topic!r}'s partitions needs confluent-kafka "
                           "(pip install 'shmcache[kafka]'), or pass partitions=") from None
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=timeout)
+    from confluent_kafka import KafkaException
+
+    # librdkafka's log (a failed connect 20 times a second) to the shmcache.kafka logger,
+    # critical only: an absent broker is said once, by the error below
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, **broker_mod.client_settings()})
+    try:
+        meta = admin.list_topics(topic, timeout=timeout)
+    except KafkaException as e:
+        raise BrokerUnavailableError(f"{WHO}: no Kafka broker answered at {bootstrap} within {timeout:g} s "
+                                     f"({e.args[0].str()})") from None
     t = meta.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         raise ValueError(f"{WHO}: topic {topic!r} not found on {bootstrap}"
