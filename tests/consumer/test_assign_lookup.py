@@ -23,7 +23,7 @@ from shmcache.consumer.config import RunConfig
 from shmcache.consumer.rebalance import Assignment
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import produce_entries  # noqa: E402
+from _topic_model import produce_entries  # noqa: E402
 
 EMPTY, PLAIN, DELETED, TRANSACTIONS = range(4)
 

@@ -43,9 +43,10 @@ from shmcache.engine.control_status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, KafkaGate  # noqa: E402
-from _pipeline import (Harness, KafkaProbe, Model, applied, check_table, poll_until,  # noqa: E402
-                       produce_and_wait, threads_stopped, wait_applied)
 from _private_broker import PrivateBroker  # noqa: E402
+from _supervisors import Harness  # noqa: E402
+from _topic_model import KafkaProbe, Model, check_table, produce_and_wait  # noqa: E402
+from _waits import applied, poll_until, threads_stopped, wait_applied  # noqa: E402
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"

@@ -30,9 +30,10 @@ import pytest
 import shmcache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (Harness, KafkaProbe, Model, assert_no_worker_restarted, check_table,  # noqa: E402
-                       poll_until, wait_applied)
 from _private_broker import PrivateBroker, free_ports  # noqa: E402
+from _supervisors import Harness  # noqa: E402
+from _topic_model import KafkaProbe, Model, check_table  # noqa: E402
+from _waits import assert_no_worker_restarted, poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"

@@ -30,7 +30,9 @@ import sys
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import Model, check_table, harness, poll_until, produce_and_wait, running  # noqa: E402,F401
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
+from _waits import poll_until, running  # noqa: E402
 
 from shmcache.engine import layout as L  # noqa: E402
 

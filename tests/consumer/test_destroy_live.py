@@ -10,7 +10,7 @@ import sys
 import shmcache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import harness  # noqa: E402,F401
+from _supervisors import harness  # noqa: E402,F401
 
 
 def _destroy(name: str, *flags: str) -> subprocess.CompletedProcess:

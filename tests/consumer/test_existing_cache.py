@@ -15,7 +15,9 @@ from shmcache.consumer import wire
 from shmcache.ipc.segment import path_of
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import ADD, assert_no_worker_restarted, check_table, harness, wait_applied  # noqa: E402,F401
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import ADD, check_table  # noqa: E402
+from _waits import assert_no_worker_restarted, wait_applied  # noqa: E402
 
 MAX_VALUE = 256  # the created cache's; run's default is 4096
 

@@ -28,9 +28,10 @@ import shmcache
 from shmcache.consumer import forkserver
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (Harness, KafkaProbe, Model, applied, check_table, harness, poll_until,  # noqa: E402,F401
-                       wait_applied)
 from _private_broker import free_ports  # noqa: E402
+from _supervisors import Harness, harness  # noqa: E402,F401
+from _topic_model import KafkaProbe, Model, check_table  # noqa: E402
+from _waits import applied, poll_until, wait_applied  # noqa: E402
 
 WAITING = "waiting for the broker"
 PARTITIONS = 4

@@ -15,7 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import KafkaProbe, Model, harness, poll_until, wait_applied  # noqa: E402,F401
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import KafkaProbe, Model  # noqa: E402
+from _waits import poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 2
 BATCHES = 120  # ~26 entries each: ~3,100 entries, several seconds at MAX_RATE

@@ -21,7 +21,8 @@ from shmcache import txmeta
 from shmcache.consumer import loadgen, partitioners, wire
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import REPO, KafkaProbe, replay_topic  # noqa: E402
+from _supervisors import REPO  # noqa: E402
+from _topic_model import KafkaProbe, replay_topic  # noqa: E402
 
 ADD, DELETE = wire.ADD, wire.DELETE
 

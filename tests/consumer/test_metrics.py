@@ -27,7 +27,8 @@ from shmcache.consumer import loadgen
 from shmcache.consumer.metrics import CacheCollector
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import REPO, harness, poll_until  # noqa: E402,F401
+from _supervisors import REPO, harness  # noqa: E402,F401
+from _waits import poll_until  # noqa: E402
 
 PARTITIONS = 4
 

@@ -10,7 +10,7 @@ import uuid
 import shmcache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import harness  # noqa: E402,F401
+from _supervisors import harness  # noqa: E402,F401
 
 
 def _run(name: str, bootstrap: str, topic: str) -> subprocess.CompletedProcess:

@@ -23,8 +23,9 @@ from shmcache import warm
 from shmcache.consumer import wire
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (ADD, DELETE, KafkaProbe, Model, applied, assert_no_worker_restarted,  # noqa: E402,F401
-                       check_table, harness, poll_until, produce_and_wait, wait_applied)
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import ADD, DELETE, KafkaProbe, Model, check_table, produce_and_wait  # noqa: E402
+from _waits import applied, assert_no_worker_restarted, wait_applied  # noqa: E402
 
 PARTITIONS = 4
 

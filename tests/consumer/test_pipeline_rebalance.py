@@ -25,8 +25,9 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (KafkaProbe, Model, applied, assert_no_worker_restarted, check_table,  # noqa: E402,F401
-                       harness, poll_until, wait_applied)
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import KafkaProbe, Model, check_table  # noqa: E402
+from _waits import applied, assert_no_worker_restarted, poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 8
 RATE = 150  # entries/s per worker of A: 300/s for A's two workers

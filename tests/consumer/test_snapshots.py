@@ -26,8 +26,9 @@ from shmcache.engine import snapshot as S
 from shmcache.errors import SnapshotCorruptError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (KafkaProbe, Model, applied, check_table, harness, poll_until,  # noqa: E402,F401
-                       produce_and_wait, wait_applied)
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import KafkaProbe, Model, check_table, produce_and_wait  # noqa: E402
+from _waits import applied, poll_until, wait_applied  # noqa: E402
 
 PARTS = 3
 

@@ -32,9 +32,10 @@ import shmcache
 from shmcache.consumer.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (Harness, Model, poll_until, produce_and_wait, running, threads_stopped,  # noqa: E402
-                       wait_applied, wait_gone)
 from _private_broker import PrivateBroker  # noqa: E402
+from _supervisors import Harness  # noqa: E402
+from _topic_model import Model, produce_and_wait  # noqa: E402
+from _waits import poll_until, running, threads_stopped, wait_applied, wait_gone  # noqa: E402
 
 PARTITIONS = 4
 DRAIN_S = 6.0  # drain_timeout: the hung worker is killed at it

@@ -16,7 +16,8 @@ import time
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import harness, poll_until  # noqa: E402,F401
+from _supervisors import harness  # noqa: E402,F401
+from _waits import poll_until  # noqa: E402
 
 from shmcache.consumer.backoff import BACKOFF_RESET_S, backoff_s  # noqa: E402
 

@@ -24,8 +24,9 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (KafkaProbe, Model, applied, check_table, harness, poll_until,  # noqa: E402,F401
-                       wait_applied)
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import KafkaProbe, Model, check_table  # noqa: E402
+from _waits import applied, poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 4
 PR_SET_CHILD_SUBREAPER = 36

@@ -16,7 +16,9 @@ from shmcache.engine import reader_stats
 from shmcache.ipc.segment import path_of
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import Model, harness, poll_until, produce_and_wait  # noqa: E402,F401
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import Model, produce_and_wait  # noqa: E402
+from _waits import poll_until  # noqa: E402
 
 
 @pytest.mark.parametrize("how", ["unlink", "replace"])

@@ -19,8 +19,9 @@ import time
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (KafkaProbe, Model, applied, harness, produce_and_wait,  # noqa: E402,F401
-                       running, wait_applied, wait_gone)
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import KafkaProbe, Model, produce_and_wait  # noqa: E402
+from _waits import applied, running, wait_applied, wait_gone  # noqa: E402
 
 import shmcache  # noqa: E402
 

@@ -11,7 +11,9 @@ import numpy as np
 from confluent_kafka.admin import NewPartitions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import Harness, poll_until, produce_entries  # noqa: E402
+from _supervisors import Harness  # noqa: E402
+from _topic_model import produce_entries  # noqa: E402
+from _waits import poll_until  # noqa: E402
 
 BOUND = 60.0  # far below the 300 s of librdkafka's default refresh, far above the 5 s of ours
 

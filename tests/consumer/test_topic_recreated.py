@@ -39,7 +39,9 @@ from shmcache.consumer.topic_id import TopicIdentity
 from shmcache.consumer.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import Harness, KafkaProbe, applied, poll_until, produce_entries, wait_applied  # noqa: E402
+from _supervisors import Harness  # noqa: E402
+from _topic_model import KafkaProbe, produce_entries  # noqa: E402
+from _waits import applied, poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 2
 OLD, NEW, MORE = 100, 10, 150  # messages per partition: the old topic, the new one, then produced to it

@@ -24,7 +24,7 @@ from shmcache.consumer.worker_handle import WorkerHandle, request_all
 from shmcache.engine import layout as L
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import poll_until  # noqa: E402
+from _waits import poll_until  # noqa: E402
 
 BURST = 300  # one-entry messages per partition and cycle: several seconds' worth at max_rate=1
 CYCLES = 2

@@ -21,8 +21,9 @@ import sys
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (KafkaProbe, Model, check_table, harness, poll_until,  # noqa: E402,F401
-                       produce_and_wait, wait_applied)
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import KafkaProbe, Model, check_table, produce_and_wait  # noqa: E402
+from _waits import poll_until, wait_applied  # noqa: E402
 
 import shmcache  # noqa: E402
 from shmcache.engine import layout as L  # noqa: E402

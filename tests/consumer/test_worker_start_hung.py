@@ -30,8 +30,9 @@ import psutil
 from shmcache.engine.control_status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import (Model, check_table, harness, poll_until,  # noqa: E402,F401
-                       produce_and_wait, wait_applied)
+from _supervisors import harness  # noqa: E402,F401
+from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
+from _waits import poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 4
 START_S = 5.0  # --worker-start-timeout here; the default (120 s) would only make the test slower

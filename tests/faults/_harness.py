@@ -56,7 +56,9 @@ import _stream  # noqa: E402
 from _checks import Checks, compare  # noqa: E402,F401 (compare: test_faults.py)
 from _inject import Fault, Injector, log  # noqa: E402,F401
 from _broker import Broker, alive as _alive  # noqa: E402
-from _pipeline import KafkaProbe, SupervisorProc, poll_until  # noqa: E402
+from _supervisors import SupervisorProc  # noqa: E402
+from _topic_model import KafkaProbe  # noqa: E402
+from _waits import poll_until  # noqa: E402
 
 KINDS = ("worker_kill", "worker_kill_catchup", "sup_term", "sup_kill", "broker_term", "broker_kill",
          "broker_outage", "member_join", "member_leave")

@@ -17,7 +17,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tests" / "consumer"))
 from _broker import alive as _alive  # noqa: E402
-from _pipeline import SupervisorProc, poll_until  # noqa: E402
+from _supervisors import SupervisorProc  # noqa: E402
+from _waits import poll_until  # noqa: E402
 
 
 def log(cfg, msg: str) -> None:

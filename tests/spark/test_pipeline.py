@@ -21,7 +21,9 @@ from shmcache import cli, txmeta
 from shmcache.consumer import partitioners, wire
 from shmcache.spark import audit, datagen, lookup, publish
 
-from _pipeline import KafkaProbe, check_table, wait_applied  # tests/consumer, put on sys.path by conftest
+# tests/consumer's, put on sys.path by conftest
+from _topic_model import KafkaProbe, check_table
+from _waits import wait_applied
 
 PARTITIONS = 4
 

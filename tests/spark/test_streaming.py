@@ -22,7 +22,9 @@ from shmcache import txmeta
 from shmcache.consumer import partitioners, wire
 from shmcache.spark import datagen, lookup, streaming
 
-from _pipeline import KafkaProbe, check_table, wait_applied  # tests/consumer, put on sys.path by conftest
+# tests/consumer's, put on sys.path by conftest
+from _topic_model import KafkaProbe, check_table
+from _waits import wait_applied
 
 PARTITIONS = 4
 FILES, ROWS = 5, 600
