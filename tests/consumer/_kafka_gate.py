@@ -25,6 +25,7 @@ import time
 
 OFFSET_FETCH = 9  # consumer.committed()
 LIST_OFFSETS = 2  # consumer.get_watermark_offsets()
+SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py RunConfig.client_id: the supervisor's clients' names start so
 
 
 class KafkaGate:

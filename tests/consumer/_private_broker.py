@@ -4,13 +4,26 @@ broker of tests/conftest.py is shared and must stay up.
 
 Always stopped at the end (by the pid scripts/kafka reports), even if the test fails;
 --watch-pid stops it too if pytest itself dies. The process handling is
-consumer/localkafka.py's."""
+consumer/localkafka.py's.
+
+`broker_run` is the stage of a test on such a broker: the broker (behind a KafkaGate,
+tests/consumer/_kafka_gate.py, if asked), a topic, a Harness, a cache name and a group,
+a Model and what it produced first; torn down in full, the broker thawed, however the
+test ends."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from pathlib import Path
 
+from _kafka_gate import SUPERVISOR_CLIENT, KafkaGate
+from _supervisors import Harness, SupervisorProc
+from _topic_model import Model, produce_and_wait
+from _waits import poll_until, threads_stopped
 from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError, free_ports  # noqa: F401 (free_ports: tests)
+from shmcache.consumer.topics import create_topic
 
 
 class PrivateBroker(LocalBroker):
@@ -30,3 +43,81 @@ class PrivateBroker(LocalBroker):
     def stop(self) -> None:
         super().stop()
         self.pid = None
+
+
+class BrokerRun:
+    """What `broker_run` sets up: `broker`, `gate` (None if not gated), `bootstrap` (the
+    gate's, if gated), `topic` (t-<tag>, `partitions` of them), the Harness `h`, the
+    cache's `name` and `group`, the v1 `model` and `ends` (the topic's end offsets after
+    the batches produced at set-up)."""
+
+    def __init__(self, tmp_path: Path, tag: str, partitions: int, seed: int, gated: bool):
+        self.gate = KafkaGate(0) if gated else None
+        self.broker = PrivateBroker(tmp_path / "kafka", advertised_port=self.gate.port if gated else 0)
+        if gated:
+            self.gate.broker_port = self.broker.port
+        self.bootstrap = f"127.0.0.1:{self.gate.port}" if gated else self.broker.bootstrap
+        self.topic, self.partitions = f"t-{tag}", partitions
+        self.h = Harness(tmp_path, self.bootstrap)
+        self.name, self.group = self.h.cache_name(tag), self.h.group(tag)
+        self.model = Model("v1", partitions, seed=seed)
+        self.ends: list[int] = []
+
+    def produce(self, batches: int) -> list[int]:
+        """`batches` more Model batches; the topic's end offsets once all are acknowledged."""
+        return produce_and_wait(self.h, self.topic, self.model, self.partitions, rate=1000, max_batches=batches)
+
+    def supervisor(self, *args: str, **kw) -> SupervisorProc:
+        """A supervisor of the run's cache, topic and group; `args`: more flags."""
+        return self.h.supervisor(self.name, self.topic, self.group, args=args, **kw)
+
+    def attach(self, sup: SupervisorProc):
+        return self.h.attach(self.name, sup=sup)
+
+    def freeze(self, frozen: bool) -> None:
+        """SIGSTOP the broker and return once every thread of it is stopped; or SIGCONT it."""
+        os.kill(self.broker.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
+        if frozen:
+            poll_until(lambda: threads_stopped(self.broker.pid), 10, "the broker's threads to stop")
+
+    def start_frozen_at(self, api_key: int, *args: str) -> SupervisorProc:
+        """Start a supervisor (flags `args`) with the gate armed at its first `api_key`
+        request; freeze the broker while that request waits at the gate, then let it
+        through to the frozen broker."""
+        self.gate.hold_at({api_key}, SUPERVISOR_CLIENT)
+        sup = self.supervisor(*args)
+
+        def at_gate():
+            assert sup.running(), sup.log_text()[-3000:]
+            return self.gate.held.is_set()
+        poll_until(at_gate, 120, "the supervisor's lookup to reach the gate")
+        self.freeze(True)
+        self.gate.release()
+        return sup
+
+
+@contextlib.contextmanager
+def broker_run(tmp_path: Path, tag: str, partitions: int, *, seed: int, batches: int = 0, gated: bool = False):
+    """A BrokerRun: the broker started, its topic made, `batches` Model batches produced
+    (`ends`). At the end, however the test ends: the gate opened (a connection held alone
+    would slow the supervisor's stop), the broker thawed, every process, reader and segment
+    of the harness gone, the broker stopped, the gate closed."""
+    run = BrokerRun(tmp_path, tag, partitions, seed, gated)
+    try:
+        run.broker.start()
+        create_topic(run.bootstrap, run.topic, partitions)
+        if batches:
+            run.ends = run.produce(batches)
+        yield run
+    finally:
+        if run.gate is not None:
+            run.gate.release()
+        if run.broker.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(run.broker.pid, signal.SIGCONT)
+        try:
+            run.h.close()
+        finally:
+            run.broker.stop()
+            if run.gate is not None:
+                run.gate.close()

@@ -28,73 +28,35 @@ look-up within the bound, 24 partitions or 3, and a thawed one fills the whole c
 """
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from datetime import datetime
 
-import pytest
-
 from shmcache.consumer.broker import PROBE_TIMEOUT_S
 from shmcache.consumer.rebalance import LOOKUP_TIMEOUT_S
-from shmcache.consumer.topics import create_topic
 from shmcache.engine.control_status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, KafkaGate  # noqa: E402
-from _private_broker import PrivateBroker  # noqa: E402
-from _supervisors import Harness  # noqa: E402
-from _topic_model import KafkaProbe, Model, check_table, produce_and_wait  # noqa: E402
-from _waits import applied, poll_until, threads_stopped, wait_applied  # noqa: E402
+from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, SUPERVISOR_CLIENT  # noqa: E402
+from _private_broker import broker_run  # noqa: E402
+from _topic_model import KafkaProbe, check_table  # noqa: E402
+from _waits import applied, poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"
-SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py RunConfig.client_id: the supervisor's clients'
 
 
-@pytest.fixture
-def gated(tmp_path):
-    """(gate, broker, freeze): a private broker that advertises the gate's port; freeze(True)
-    SIGSTOPs it and returns once every thread is stopped. Always thawed and stopped at the end."""
-    gate = KafkaGate(0)
-    b = PrivateBroker(tmp_path / "kafka", advertised_port=gate.port)
-    gate.broker_port = b.port
-
-    def freeze(frozen: bool) -> None:
-        os.kill(b.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
-        if frozen:
-            poll_until(lambda: threads_stopped(b.pid), 10, "the broker's threads to stop")
-    try:
-        yield gate, b, freeze
-    finally:
-        if b.pid is not None:
-            try:
-                os.kill(b.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        b.stop()
-        gate.close()
+def _gated_run(tmp_path, tag: str, *, seed: int, batches: int, partitions: int = PARTITIONS):
+    """The stage of every test here: a broker of the test's own behind the gate, topic
+    t-<tag>, `batches` Model batches on it (tests/consumer/_private_broker.py broker_run)."""
+    return broker_run(tmp_path, tag, partitions, seed=seed, batches=batches, gated=True)
 
 
-def _start_frozen_at(h, gate, freeze, api_key: int, start):
-    """Start a supervisor with the gate armed at `api_key`; freeze the broker while that
-    request waits at the gate, then let it through to the frozen broker."""
-    gate.hold_at({api_key}, SUPERVISOR_CLIENT)
-    sup = start()
-
-    def at_gate():
-        assert sup.running(), sup.log_text()[-3000:]
-        return gate.held.is_set()
-    poll_until(at_gate, 120, "the supervisor's lookup to reach the gate")
-    freeze(True)
-    gate.release()
-    return sup
-
-
-def _rides_it_out(h, r, sup, topic, group, model, freeze, partitions: int = PARTITIONS) -> None:
+def _rides_it_out(run, r, sup) -> None:
     """While frozen: running, waiting for the broker, the lookup retried, no partition given
     to a worker. After SIGCONT: everything in the cache, committed == applied == end."""
+    partitions = run.partitions
     def waiting():
         assert sup.running(), sup.log_text()[-3000:]
         return r.status()["broker"] == WAITING
@@ -109,13 +71,13 @@ def _rides_it_out(h, r, sup, topic, group, model, freeze, partitions: int = PART
     assert received < failed, log[-3000:]  # the freeze hit the lookup inside the assignment
     assert sup.running() and "Traceback" not in log, log[-3000:]
 
-    freeze(False)
-    ends = produce_and_wait(h, topic, model, partitions, rate=1000, max_batches=30)
+    run.freeze(False)
+    ends = run.produce(30)
     wait_applied(r, ends, 120, sup)
     st = r.wait_ready(timeout=120)
     assert st["broker"] == "up" and sorted(p["partition"] for p in st["assigned"]) == list(range(partitions))
-    check_table(r, model.snapshot())
-    probe = KafkaProbe(h.bootstrap, topic, partitions, group=group)
+    check_table(r, run.model.snapshot())
+    probe = KafkaProbe(run.bootstrap, run.topic, partitions, group=run.group)
     try:
         poll_until(lambda: probe.committed() == applied(r, partitions) == ends, 60,
                    lambda: f"committed {probe.committed()} == applied {applied(r, partitions)} == end {ends}")
@@ -124,59 +86,38 @@ def _rides_it_out(h, r, sup, topic, group, model, freeze, partitions: int = PART
     assert "answers again" in sup.log_text()
 
 
-def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path, gated):
-    gate, b, freeze = gated
-    b.start()
-    bootstrap = f"127.0.0.1:{gate.port}"
-    topic = "t-assign-frozen"
-    create_topic(bootstrap, topic, PARTITIONS)
-    h = Harness(tmp_path, bootstrap)
-    try:
-        name, group = h.cache_name("assign-frozen"), h.group("assign-frozen")
-        model = Model("v1", PARTITIONS, seed=23)
-        produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=30)
-
+def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path):
+    with _gated_run(tmp_path, "assign-frozen", seed=23, batches=30) as run:
         # at start-up, a new group: frozen at committed()
-        sup = _start_frozen_at(h, gate, freeze, OFFSET_FETCH, lambda: h.supervisor(name, topic, group))
-        r = h.attach(name, sup=sup)
-        _rides_it_out(h, r, sup, topic, group, model, freeze)
+        sup = run.start_frozen_at(OFFSET_FETCH)
+        r = run.attach(sup)
+        _rides_it_out(run, r, sup)
         assert sup.terminate() == 0
 
         # restarted, the group's offsets committed: frozen at the watermarks
-        sup = _start_frozen_at(h, gate, freeze, LIST_OFFSETS, lambda: h.supervisor(name, topic, group))
-        assert gate.request[0] == LIST_OFFSETS and gate.request[1].startswith(f"{SUPERVISOR_CLIENT}{name}@")
-        _rides_it_out(h, r, sup, topic, group, model, freeze)
+        sup = run.start_frozen_at(LIST_OFFSETS)
+        assert run.gate.request[0] == LIST_OFFSETS
+        assert run.gate.request[1].startswith(f"{SUPERVISOR_CLIENT}{run.name}@")
+        _rides_it_out(run, r, sup)
         assert sup.terminate() == 0
 
         # with --broker-wait, a broker that stays frozen ends the run: one line, exit 2
-        sup = _start_frozen_at(h, gate, freeze, OFFSET_FETCH,
-                               lambda: h.supervisor(name, topic, group, args=("--broker-wait", "3")))
+        sup = run.start_frozen_at(OFFSET_FETCH, "--broker-wait", "3")
         code = sup.wait(120)
         log = sup.log_text()
         assert code == 2 and "Traceback" not in log, f"exit {code}:\n{log[-3000:]}"
         last = log.strip().splitlines()[-1]
-        assert last.startswith("shmcache: ") and bootstrap in last and "broker_wait 3" in last, log[-3000:]
-        freeze(False)
-        check_table(r, model.snapshot())  # the cache stays, whole, for its readers
-    finally:
-        h.close()
+        assert last.startswith("shmcache: ") and run.bootstrap in last and "broker_wait 3" in last, log[-3000:]
+        run.freeze(False)
+        check_table(r, run.model.snapshot())  # the cache stays, whole, for its readers
 
 
-def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path, gated):
-    gate, b, _ = gated
-    b.start()
-    bootstrap = f"127.0.0.1:{gate.port}"
-    topic = "t-assign-coordinator"
-    create_topic(bootstrap, topic, PARTITIONS)
-    h = Harness(tmp_path, bootstrap)
-    try:
-        name, group = h.cache_name("assign-coord"), h.group("assign-coord")
-        model = Model("v1", PARTITIONS, seed=29)
-        produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=10)
+def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path):
+    with _gated_run(tmp_path, "assign-coordinator", seed=29, batches=10) as run:
         # only the connection of the supervisor's OffsetFetch (its group coordinator's) stops
-        gate.hold_at({OFFSET_FETCH}, SUPERVISOR_CLIENT, connection_only=True)
-        sup = h.supervisor(name, topic, group, args=("--broker-wait", "12"))
-        r = h.attach(name, sup=sup)
+        run.gate.hold_at({OFFSET_FETCH}, SUPERVISOR_CLIENT, connection_only=True)
+        sup = run.supervisor("--broker-wait", "12")
+        r = run.attach(sup)
         parts = list(range(PARTITIONS))
 
         def said():  # status names the failing look-up while the partitions wait for it
@@ -188,23 +129,20 @@ def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path, gated):
         assert st["broker"] == "up" and st["lookup_failing_s"] >= 0, st
         assert why(st).startswith(f"{PARTITIONS} of {PARTITIONS} partitions wait to be handed out: the broker "
                                   f"answers, but looking up where partitions {parts} start: "), why(st)
-        out = subprocess.run([sys.executable, "-m", "shmcache", "status", name], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-m", "shmcache", "status", run.name], capture_output=True, text=True,
                              timeout=60, env={**os.environ, "COLUMNS": "400"})
         assert "wait to be handed out" in out.stdout, out.stdout + out.stderr
         code = sup.wait(90)
         log = sup.log_text()
         assert code == 2 and "Traceback" not in log, f"exit {code}:\n{log[-3000:]}"
-        assert f"the Kafka broker at {bootstrap} answers, but looking up where partitions {parts} start failed" \
+        assert f"the Kafka broker at {run.bootstrap} answers, but looking up where partitions {parts} start failed" \
             in log, log[-3000:]
         last = log.strip().splitlines()[-1]
         assert last.startswith("shmcache: ") and f"partitions {parts}" in last and "broker_wait 12" in last, log[-3000:]
         assert r.status()["lookup_error"] == ""  # no live supervisor: nobody's look-up fails
-    finally:
-        gate.release()
-        h.close()
 
 
-def test_watermarks_that_time_out_hand_out_nothing(tmp_path, gated):
+def test_watermarks_that_time_out_hand_out_nothing(tmp_path):
     """The look-up's ListOffsets held on its own connection (the supervisor's admin client's)
     while everything else answers. librdkafka 2.16 gives a ListOffsets that timed out as
     offsets -1001, not as an error (seen in a CI run: a frozen broker's partitions
@@ -212,35 +150,22 @@ def test_watermarks_that_time_out_hand_out_nothing(tmp_path, gated):
     look-up must fail as one that timed out, status must say what the partitions wait for,
     and no partition may be handed out at -1001. The gate holds one connection once: the
     next look-up (a new client) gets through and the cache fills whole."""
-    gate, b, _ = gated
-    b.start()
-    bootstrap = f"127.0.0.1:{gate.port}"
-    topic = "t-assign-lo-timeout"
-    create_topic(bootstrap, topic, PARTITIONS)
-    h = Harness(tmp_path, bootstrap)
-    try:
-        name, group = h.cache_name("assign-lo-timeout"), h.group("assign-lo-timeout")
-        model = Model("v1", PARTITIONS, seed=41)
-        ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=10)
-        gate.hold_at({LIST_OFFSETS}, SUPERVISOR_CLIENT, connection_only=True)
-        sup = h.supervisor(name, topic, group)
-        r = h.attach(name, sup=sup)
+    with _gated_run(tmp_path, "assign-lo-timeout", seed=41, batches=10) as run:
+        run.gate.hold_at({LIST_OFFSETS}, SUPERVISOR_CLIENT, connection_only=True)
+        sup = run.supervisor()
+        r = run.attach(sup)
         failed = f"answers, but looking up where partitions {list(range(PARTITIONS))} start failed"
         poll_until(lambda: failed in sup.log_text() or not sup.running(), 120,
                    lambda: f"the look-up to fail:\n{sup.log_text()[-3000:]}")
-        assert gate.held.is_set() and "no watermarks for partitions" in sup.log_text(), sup.log_text()[-3000:]
-        wait_applied(r, ends, 120, sup)
+        assert run.gate.held.is_set() and "no watermarks for partitions" in sup.log_text(), sup.log_text()[-3000:]
+        wait_applied(r, run.ends, 120, sup)
         r.wait_ready(timeout=120)
-        check_table(r, model.snapshot())
+        check_table(r, run.model.snapshot())
         handed = [ln for ln in sup.log_text().splitlines() if " assigned {" in ln]
         assert handed and not any("-1001" in ln for ln in handed), "\n".join(handed)
         assert sup.terminate() == 0
-    finally:
-        gate.release()
-        h.close()
 
 
-MANY = 24
 MANY = 24
 WAIT = 8  # --broker-wait, s
 MARGIN = 15.0  # s: the noisy, shared machine's
@@ -253,115 +178,80 @@ def _logged_at(log: str, text: str) -> float:
     return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def test_a_slow_broker_costs_one_lookup_not_one_a_partition(tmp_path, gated):
+def test_a_slow_broker_costs_one_lookup_not_one_a_partition(tmp_path):
     """A broker that answers each of the supervisor's watermark requests in SLOW_S: the
     look-up of 24 partitions waits for that once (both ends of all partitions, in two
     requests), not once a partition (two requests each: 48 s, the loop doing nothing else)."""
-    gate, b, _ = gated
-    b.start()
-    bootstrap = f"127.0.0.1:{gate.port}"
-    topic = "t-assign-slow"
-    create_topic(bootstrap, topic, MANY)
-    h = Harness(tmp_path, bootstrap)
     parts = list(range(MANY))
-    try:
-        name, group = h.cache_name("assign-slow"), h.group("assign-slow")
-        model = Model("v1", MANY, seed=37)
-        ends = produce_and_wait(h, topic, model, MANY, rate=1000, max_batches=60)
-        gate.slow_down({LIST_OFFSETS}, SUPERVISOR_CLIENT, SLOW_S)
-        sup = h.supervisor(name, topic, group)
-        r = h.attach(name, sup=sup)
+    with _gated_run(tmp_path, "assign-slow", seed=37, batches=60, partitions=MANY) as run:
+        run.gate.slow_down({LIST_OFFSETS}, SUPERVISOR_CLIENT, SLOW_S)
+        sup = run.supervisor()
+        r = run.attach(sup)
         poll_until(lambda: "assigned {" in sup.log_text() or not sup.running(), 2 * MANY * SLOW_S + 120,
                    "the assignment's look-up")
         log = sup.log_text()
         took = _logged_at(log, "assigned {") - _logged_at(log, f"assignment of partitions {parts} received")
         assert took <= LOOKUP_TIMEOUT_S + MARGIN, \
-            f"the look-up took {took:.1f} s ({gate.slowed} requests slowed by {SLOW_S:g} s)\n{log[-3000:]}"
-        assert gate.slowed >= 2 and "does not answer" not in log and "answers, but" not in log, log[-3000:]
-        wait_applied(r, ends, 120, sup)
+            f"the look-up took {took:.1f} s ({run.gate.slowed} requests slowed by {SLOW_S:g} s)\n{log[-3000:]}"
+        assert run.gate.slowed >= 2 and "does not answer" not in log and "answers, but" not in log, log[-3000:]
+        wait_applied(r, run.ends, 120, sup)
         r.wait_ready(timeout=120)
-        check_table(r, model.snapshot())
+        check_table(r, run.model.snapshot())
         assert sup.terminate() == 0
-    finally:
-        h.close()
 
 
 VERY_SLOW_S = 3.5  # a look-up's two ListOffsets (one connection, in turn) 7 s: past the first bound, within the next
 
 
-def test_a_broker_slower_than_the_lookups_bound_is_waited_for(tmp_path, gated):
+def test_a_broker_slower_than_the_lookups_bound_is_waited_for(tmp_path):
     """A broker that answers each of the supervisor's watermark requests in VERY_SLOW_S, more
     than a whole first look-up may take (LOOKUP_TIMEOUT_S): a look-up that times out while the
-    broker answers doubles the next one's bound (up to rebalance.LOOKUP_TIMEOUT_MAX_S), so the partitions
-    are handed out after a failure or two, and the cache fills whole. With the bound fixed,
-    every look-up timed out: the cache never said ready, and --broker-wait ended the run."""
+    broker answers doubles the next one's bound (up to rebalance.LOOKUP_TIMEOUT_MAX_S), so the
+    partitions are handed out after a failure or two, and the cache fills whole. With the bound
+    fixed, every look-up timed out: the cache never said ready, and --broker-wait ended the run."""
     assert LOOKUP_TIMEOUT_S - 0.5 < 2 * VERY_SLOW_S < 2 * LOOKUP_TIMEOUT_S - 0.5  # admin requests end 0.5 s early
-    gate, b, _ = gated
-    b.start()
-    bootstrap = f"127.0.0.1:{gate.port}"
-    topic = "t-assign-very-slow"
-    create_topic(bootstrap, topic, PARTITIONS)
-    h = Harness(tmp_path, bootstrap)
-    try:
-        name, group = h.cache_name("assign-very-slow"), h.group("assign-very-slow")
-        model = Model("v1", PARTITIONS, seed=43)
-        ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=20)
-        gate.slow_down({LIST_OFFSETS}, SUPERVISOR_CLIENT, VERY_SLOW_S)
-        sup = h.supervisor(name, topic, group)
-        r = h.attach(name, sup=sup)
+    with _gated_run(tmp_path, "assign-very-slow", seed=43, batches=20) as run:
+        run.gate.slow_down({LIST_OFFSETS}, SUPERVISOR_CLIENT, VERY_SLOW_S)
+        sup = run.supervisor()
+        r = run.attach(sup)
         poll_until(lambda: "assigned {" in sup.log_text() or not sup.running(), 180,
                    lambda: f"the partitions to be handed out:\n{sup.log_text()[-3000:]}")
         log = sup.log_text()
         assert f"the next look-up waits up to {2 * LOOKUP_TIMEOUT_S:g} s" in log, log[-3000:]
         handed = [ln for ln in log.splitlines() if " assigned {" in ln]
         assert handed and not any("-1001" in ln for ln in handed), "\n".join(handed)
-        wait_applied(r, ends, 120, sup)
+        wait_applied(r, run.ends, 120, sup)
         r.wait_ready(timeout=120)
-        check_table(r, model.snapshot())
+        check_table(r, run.model.snapshot())
         assert r.status()["lookup_error"] == ""
         assert sup.terminate() == 0
-    finally:
-        h.close()
 
 
-def test_a_frozen_lookup_of_many_partitions_costs_one_bound(tmp_path, gated):
+def test_a_frozen_lookup_of_many_partitions_costs_one_bound(tmp_path):
     """24 partitions, the broker frozen at the look-up's watermarks: the look-up fails within
     its one bound; `--broker-wait` is honoured from there; and a supervisor that waits
     carries on, the cache whole, once the broker answers."""
-    gate, b, freeze = gated
-    b.start()
-    bootstrap = f"127.0.0.1:{gate.port}"
-    topic = "t-assign-many"
-    create_topic(bootstrap, topic, MANY)
-    h = Harness(tmp_path, bootstrap)
     parts = list(range(MANY))
     failed = f"does not answer (looking up where partitions {parts} start"
-    try:
-        name, group = h.cache_name("assign-many"), h.group("assign-many")
-        model = Model("v1", MANY, seed=31)
-        produce_and_wait(h, topic, model, MANY, rate=1000, max_batches=60)
-
+    with _gated_run(tmp_path, "assign-many", seed=31, batches=60, partitions=MANY) as run:
         # with --broker-wait: the look-up's failure, then the wait, then exit 2
-        sup = _start_frozen_at(h, gate, freeze, LIST_OFFSETS,
-                               lambda: h.supervisor(name, topic, group, args=("--broker-wait", str(WAIT))))
+        sup = run.start_frozen_at(LIST_OFFSETS, "--broker-wait", str(WAIT))
         code = sup.wait(MANY * LOOKUP_TIMEOUT_S + 120)
-        took = time.monotonic() - gate.held_at
+        took = time.monotonic() - run.gate.held_at
         log = sup.log_text()
         assert code == 2 and "Traceback" not in log, f"exit {code} after {took:.1f} s:\n{log[-3000:]}"
         assert failed in log and f"broker_wait {WAIT}" in log.strip().splitlines()[-1], log[-3000:]
         bound = LOOKUP_TIMEOUT_S + PROBE_TIMEOUT_S + WAIT
         assert took <= bound + MARGIN, f"exit {took:.1f} s after the freeze; the bound is {bound:g} s\n{log[-3000:]}"
-        freeze(False)
+        run.freeze(False)
 
         # without: the failure is reported within one look-up's bound; thawed, all is well
-        sup = _start_frozen_at(h, gate, freeze, LIST_OFFSETS, lambda: h.supervisor(name, topic, group))
-        r = h.attach(name, sup=sup)
+        sup = run.start_frozen_at(LIST_OFFSETS)
+        r = run.attach(sup)
         poll_until(lambda: failed in sup.log_text() or not sup.running(), MANY * LOOKUP_TIMEOUT_S + 60,
                    "the look-up's failure")
-        took = time.monotonic() - gate.held_at
+        took = time.monotonic() - run.gate.held_at
         bound = LOOKUP_TIMEOUT_S + PROBE_TIMEOUT_S
         assert took <= bound + MARGIN, f"the failure reported {took:.1f} s after the freeze; the bound is {bound:g} s"
-        _rides_it_out(h, r, sup, topic, group, model, freeze, MANY)
+        _rides_it_out(run, r, sup)
         assert sup.terminate() == 0
-    finally:
-        h.close()
