@@ -20,32 +20,20 @@ stops and starts again (the session broker stays up for everyone else):
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import urllib.request
 
-import pytest
-
 import shmcache
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _private_broker import PrivateBroker, free_ports  # noqa: E402
+from _private_broker import broker_run, free_ports  # noqa: E402
 from _supervisors import Harness  # noqa: E402
-from _topic_model import KafkaProbe, Model, check_table  # noqa: E402
+from _topic_model import check_table  # noqa: E402
 from _waits import assert_no_worker_restarted, poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"
-
-
-@pytest.fixture
-def private_broker(tmp_path):
-    b = PrivateBroker(tmp_path / "kafka")
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
@@ -61,51 +49,26 @@ def _metric(port: int, name: str, cache: str) -> float | None:
     return None
 
 
-def _create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)], operation_timeout=30)[topic].result(timeout=60)
-
-
-def _produce(h: Harness, topic: str, model: Model, batches: int) -> list[int]:
-    """Send `batches` Model batches; the topic's end offsets once all are acknowledged."""
-    p = h.producer(topic, model, rate=1000, max_batches=batches)
-    p.start()
-    p.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTITIONS)
-    try:
-        return probe.end_offsets()
-    finally:
-        probe.close()
-
-
 def _owners(r) -> dict[int, tuple]:
     """partition -> (worker index, worker pid)."""
     return {p["partition"]: (p["worker"], p["worker_pid"]) for p in r.status()["assigned"]}
 
 
-def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path, private_broker):
-    b = private_broker
-    b.start()  # once, to make the topic; the supervisor then starts while it is down
-    topic = "t-outage"
-    _create_topic(b.bootstrap, topic)
-    b.stop()
-
-    h = Harness(tmp_path, b.bootstrap)
-    try:
-        name = h.cache_name("outage")
+def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path):
+    with broker_run(tmp_path, "outage", PARTITIONS, seed=7) as run:
+        b, name = run.broker, run.name
+        b.stop()  # started once, to make the topic; the supervisor then starts while it is down
         mport = free_ports(1)[0]
-        sup = h.supervisor(name, topic, h.group("outage"), config={"metrics_port": mport})
+        sup = run.supervisor(config={"metrics_port": mport})
         r = poll_until(lambda: shmcache.exists(name) and shmcache.attach(name), 60, "the cache to appear")
-        h.readers.append(r)
+        run.h.readers.append(r)
 
         def waiting():
             assert sup.running(), sup.log_text()[-3000:]
             st = r.status()
             return st["broker"] == WAITING and st["broker_waiting_s"] is not None
         poll_until(waiting, 60, lambda: f"status to say {WAITING!r}: {r.status()}")
-        assert not r.status()["ready"] and r.status()["topic"] == topic
+        assert not r.status()["ready"] and r.status()["topic"] == run.topic
         status = _cli("status", name, "--json")
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["broker"] == WAITING
@@ -117,13 +80,12 @@ def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path, priva
         assert _metric(mport, "broker_waiting_seconds", name) > 0
 
         b.start()  # the broker comes: the supervisor joins, then fills the table
-        model = Model("v1", PARTITIONS, seed=7)
-        ends = _produce(h, topic, model, 60)
+        ends = run.produce(60)
         wait_applied(r, ends, 120, sup)
         st = r.wait_ready(timeout=120)
         assert st["broker"] == "up"
         assert _metric(mport, "broker_up", name) == 1.0
-        check_table(r, model.snapshot())
+        check_table(r, run.model.snapshot())
         assert_no_worker_restarted(r)
         owners = _owners(r)
         assert sorted(owners) == list(range(PARTITIONS))
@@ -135,10 +97,10 @@ def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path, priva
         assert sup.running(), sup.log_text()[-3000:]
         b.start()
         poll_until(lambda: r.status()["broker"] == "up", 120, lambda: f"the broker to be seen again: {r.status()}")
-        ends = _produce(h, topic, model, 60)
+        ends = run.produce(60)
         wait_applied(r, ends, 120, sup)
         r.wait_ready(timeout=120)
-        check_table(r, model.snapshot())
+        check_table(r, run.model.snapshot())
         assert_no_worker_restarted(r)  # same worker processes: nothing restarted
         assert _owners(r) == owners  # each partition with the worker it had
 
@@ -148,28 +110,9 @@ def test_supervisor_waits_for_the_broker_and_rides_out_an_outage(tmp_path, priva
         assert retries, log[-3000:]  # one line per retry: said, not silent
         assert sup.terminate() == 0
         assert shmcache.exists(name)  # a cache that ran stays for its readers
-    finally:
-        h.close()
 
 
-@pytest.fixture
-def freezer(private_broker):
-    """Freeze and thaw the private broker (SIGSTOP / SIGCONT); always thawed at the end."""
-    class Freezer:
-        def __call__(self, frozen: bool) -> None:
-            os.kill(private_broker.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
-    f = Freezer()
-    try:
-        yield f
-    finally:
-        if private_broker.pid is not None:
-            try:
-                f(False)
-            except ProcessLookupError:
-                pass
-
-
-def _commit_due_with_the_broker_frozen(h, r, sup, topic, model, freeze) -> None:
+def _commit_due_with_the_broker_frozen(run, r, sup) -> None:
     """Produce, wait until the workers applied it, freeze the broker: repeated until a commit
     of what they applied is still due with the broker frozen, proven by one in flight for
     1 s. (A commit the broker answered just before the freeze is still handled after it:
@@ -182,12 +125,12 @@ def _commit_due_with_the_broker_frozen(h, r, sup, topic, model, freeze) -> None:
         return "made" if not due and st["commit_pending_s"] is None else None
 
     for _ in range(20):
-        ends = _produce(h, topic, model, 5)
+        ends = run.produce(5)
         wait_applied(r, ends, 120, sup)
-        freeze(True)
+        run.freeze(True)
         if poll_until(settled, 60, lambda: f"a commit made or left unanswered: {r.status()}") == "unanswered":
             return
-        freeze(False)
+        run.freeze(False)
     raise AssertionError("every commit was made before the broker could be frozen: 20 tries")
 
 
@@ -202,43 +145,35 @@ def _loop_alive_while_the_commit_waits(r, sup) -> dict:
     return poll_until(waiting, 60, lambda: f"a commit in flight for 5 s: {r.status()}")
 
 
-def test_a_broker_that_stops_answering_never_stops_the_supervisor(tmp_path, private_broker, freezer):
-    b = private_broker
-    b.start()
-    topic = "t-frozen"
-    _create_topic(b.bootstrap, topic)
-    h = Harness(tmp_path, b.bootstrap)
-    try:
-        name = h.cache_name("frozen")
-        sup = h.supervisor(name, topic, h.group("frozen"), config={"commit_interval": 0.5})
+def test_a_broker_that_stops_answering_never_stops_the_supervisor(tmp_path):
+    with broker_run(tmp_path, "frozen", PARTITIONS, seed=11) as run:
+        name = run.name
+        sup = run.supervisor(config={"commit_interval": 0.5})
         r = poll_until(lambda: shmcache.exists(name) and shmcache.attach(name), 60, "the cache to appear")
-        h.readers.append(r)
-        model = Model("v1", PARTITIONS, seed=11)
+        run.h.readers.append(r)
 
-        _commit_due_with_the_broker_frozen(h, r, sup, topic, model, freezer)
+        _commit_due_with_the_broker_frozen(run, r, sup)
         st = _loop_alive_while_the_commit_waits(r, sup)
         assert st["ready"] and st["broker"] == "up"  # the table is whole; only the commit waits
         status = _cli("status", name)
         assert "waited" in status.stdout and "for Kafka" in status.stdout, status.stdout
-        freezer(False)
+        run.freeze(False)
 
         def committed():
             st = r.status()
             done = st["commit_pending_s"] is None and all(p["committed"] == p["applied"] for p in st["assigned"])
             return st if done else None
         poll_until(committed, 120, lambda: f"the commit to land once the broker answers: {r.status()}")
-        check_table(r, model.snapshot())
+        check_table(r, run.model.snapshot())
         assert_no_worker_restarted(r)
 
         # a stop while the broker does not answer: the final commit is given up, the stop ends
-        _commit_due_with_the_broker_frozen(h, r, sup, topic, model, freezer)
+        _commit_due_with_the_broker_frozen(run, r, sup)
         assert sup.terminate(timeout=120) == 0, sup.log_text()[-3000:]
         log = sup.log_text()
         assert "final commit" in log and ("not confirmed" in log or "skipped" in log), log[-3000:]
-        freezer(False)
-        check_table(r, model.snapshot())  # the cache stays, whole, for its readers
-    finally:
-        h.close()
+        run.freeze(False)
+        check_table(r, run.model.snapshot())  # the cache stays, whole, for its readers
 
 
 def test_broker_wait_fails_fast_and_removes_only_a_cache_it_created(tmp_path):
@@ -272,33 +207,24 @@ def test_broker_wait_fails_fast_and_removes_only_a_cache_it_created(tmp_path):
 RUN_WAIT = 8  # --broker-wait of the test below: the retries (0.5, 1, 2, 4 s apart, then 5) pass it at ~11.5 s
 
 
-def test_a_running_supervisor_gives_up_on_the_broker_at_broker_wait(tmp_path, private_broker):
+def test_a_running_supervisor_gives_up_on_the_broker_at_broker_wait(tmp_path):
     """The broker goes away under a running supervisor started with --broker-wait 8: it exits 2
     with one line saying how long the broker has not answered, which is the bound and one last
     probe (PROBE_TIMEOUT_S), not the next retry of its backoff (it said 12 s)."""
     from shmcache.consumer.broker import PROBE_TIMEOUT_S
 
-    b = private_broker
-    b.start()
-    topic = "t-outage-bound"
-    _create_topic(b.bootstrap, topic)
-    h = Harness(tmp_path, b.bootstrap)
-    try:
-        name = h.cache_name("outage-bound")
-        sup = h.supervisor(name, topic, h.group("outage-bound"), args=("--broker-wait", str(RUN_WAIT)))
-        r = h.attach(name, sup=sup)
-        model = Model("v1", PARTITIONS, seed=9)
-        wait_applied(r, _produce(h, topic, model, 30), 120, sup)
+    with broker_run(tmp_path, "outage-bound", PARTITIONS, seed=9) as run:
+        sup = run.supervisor("--broker-wait", str(RUN_WAIT))
+        r = run.attach(sup)
+        wait_applied(r, run.produce(30), 120, sup)
         r.wait_ready(timeout=120)
-        b.stop()
+        run.broker.stop()
         code = sup.wait(120)
         log = sup.log_text()
         assert code == 2 and "Traceback" not in log, f"exit {code}:\n{log[-3000:]}"
         last = log.strip().splitlines()[-1]
         said = re.search(r"has not answered for (\d+) s \(broker_wait 8 s\)", last)
-        assert last.startswith("shmcache: ") and b.bootstrap in last and said, log[-3000:]
+        assert last.startswith("shmcache: ") and run.bootstrap in last and said, log[-3000:]
         # the bound, one last probe, and a loop's round: well short of the next retry (~11.5 s)
         assert RUN_WAIT <= int(said.group(1)) <= RUN_WAIT + PROBE_TIMEOUT_S + 1.5, last
-        check_table(r, model.snapshot())  # the cache stays, whole, for its readers
-    finally:
-        h.close()
+        check_table(r, run.model.snapshot())  # the cache stays, whole, for its readers
