@@ -26,16 +26,12 @@ import sys
 import time
 
 import psutil
-import pytest
 
 import shmcache
-from shmcache.consumer.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _private_broker import PrivateBroker  # noqa: E402
-from _supervisors import Harness  # noqa: E402
-from _topic_model import Model, produce_and_wait  # noqa: E402
-from _waits import poll_until, running, threads_stopped, wait_applied, wait_gone  # noqa: E402
+from _private_broker import broker_run  # noqa: E402
+from _waits import running, wait_applied, wait_gone  # noqa: E402
 
 PARTITIONS = 4
 DRAIN_S = 6.0  # drain_timeout: the hung worker is killed at it
@@ -43,91 +39,58 @@ STOP_S = 12.0  # --stop-timeout: the whole stop's budget
 MARGIN_S = 8.0  # for a loaded 2-core machine: the kill, the interpreter's exit
 
 
-def _all_gone(h, r, name: str, procs: list[psutil.Process], broker) -> None:
+def _all_gone(run, r, procs: list[psutil.Process]) -> None:
     """The supervisor's processes are gone; the broker goes on; the cache, destroyed, leaves nothing."""
     wait_gone(procs)
-    os.kill(broker.pid, signal.SIGCONT)
+    run.freeze(False)
     r.close()
-    h.readers.remove(r)
-    shmcache.destroy(name)
-    assert not [f for f in os.listdir("/dev/shm") if name in f]
+    run.h.readers.remove(r)
+    shmcache.destroy(run.name)
+    assert not [f for f in os.listdir("/dev/shm") if run.name in f]
 
 
-@pytest.fixture
-def broker(tmp_path):
-    b = PrivateBroker(tmp_path / "kafka")
-    try:
-        yield b
-    finally:
-        if b.pid is not None:
-            try:
-                os.kill(b.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        b.stop()
-
-
-def test_a_stop_with_a_hung_worker_and_a_frozen_broker_fits_its_budget(tmp_path, broker):
-    broker.start()
-    topic = "t-stop-budget"
-    create_topic(broker.bootstrap, topic, PARTITIONS)
-    h = Harness(tmp_path, broker.bootstrap)
-    hung = None
-    try:
-        model = Model("v1", PARTITIONS, seed=59)
-        ends = produce_and_wait(h, topic, model, PARTITIONS, rate=1000, max_batches=2 * PARTITIONS)
-        name = h.cache_name("stop-budget")
+def test_a_stop_with_a_hung_worker_and_a_frozen_broker_fits_its_budget(tmp_path):
+    with broker_run(tmp_path, "stop-budget", PARTITIONS, seed=59, batches=2 * PARTITIONS) as run:
         # no stale-worker kill: the stop alone must deal with the hung worker
-        sup = h.supervisor(name, topic, h.group("stop-budget"), workers=2,
-                           config={"drain_timeout": DRAIN_S, "worker_heartbeat_timeout": 600.0},
-                           args=("--stop-timeout", str(STOP_S)))
-        r = h.attach(name, sup=sup)
+        sup = run.supervisor("--stop-timeout", str(STOP_S), workers=2,
+                             config={"drain_timeout": DRAIN_S, "worker_heartbeat_timeout": 600.0})
+        r = run.attach(sup)
         r.wait_ready(timeout=120)
-        wait_applied(r, ends, 120, sup)
+        wait_applied(r, run.ends, 120, sup)
         st = r.status()
         i = st["assigned"][0]["worker"]
         hung = psutil.Process(st["assigned"][0]["worker_pid"])
         procs = [psutil.Process(sup.pid), *sup.children()]  # the fork server and the workers
         assert len([p for p in procs if p.pid != sup.pid]) >= 3, procs
         hung.suspend()  # SIGSTOP
-        os.kill(broker.pid, signal.SIGSTOP)
-        poll_until(lambda: threads_stopped(broker.pid), 10, "the broker's threads to stop")
-        t0 = time.monotonic()
-        sup.signal(signal.SIGTERM)
-        code = sup.wait(STOP_S + 120)
-        took = time.monotonic() - t0
-        print(f"\nSIGTERM with one worker hung and the broker frozen: exit {code} after {took:.1f} s "
-              f"(drain_timeout {DRAIN_S:g} s, stop_timeout {STOP_S:g} s)")
-        log = sup.log_text()
-        assert code == 0, log[-3000:]
-        assert took <= STOP_S + MARGIN_S, (took, log[-3000:])
-        assert f"worker {i} (pid {hung.pid}) did not stop within" in log, log[-3000:]
-        assert "Traceback" not in log, log[-3000:]
-        _all_gone(h, r, name, procs, broker)
-    finally:
-        if hung is not None and running(hung):
-            hung.resume()
-        os.kill(broker.pid, signal.SIGCONT)
-        h.close()
+        try:
+            run.freeze(True)
+            t0 = time.monotonic()
+            sup.signal(signal.SIGTERM)
+            code = sup.wait(STOP_S + 120)
+            took = time.monotonic() - t0
+            print(f"\nSIGTERM with one worker hung and the broker frozen: exit {code} after {took:.1f} s "
+                  f"(drain_timeout {DRAIN_S:g} s, stop_timeout {STOP_S:g} s)")
+            log = sup.log_text()
+            assert code == 0, log[-3000:]
+            assert took <= STOP_S + MARGIN_S, (took, log[-3000:])
+            assert f"worker {i} (pid {hung.pid}) did not stop within" in log, log[-3000:]
+            assert "Traceback" not in log, log[-3000:]
+            _all_gone(run, r, procs)
+        finally:
+            if running(hung):
+                hung.resume()
 
 
-def test_an_error_after_an_abandoned_close_still_exits_at_once(tmp_path, broker):
-    broker.start()
-    topic = "t-stop-abandoned"
-    create_topic(broker.bootstrap, topic, 2)
-    h = Harness(tmp_path, broker.bootstrap)
-    try:
-        model = Model("v1", 2, seed=61)
-        produce_and_wait(h, topic, model, 2, rate=1000, max_batches=4)
-        name = h.cache_name("stop-abandoned")
+def test_an_error_after_an_abandoned_close_still_exits_at_once(tmp_path):
+    with broker_run(tmp_path, "stop-abandoned", 2, seed=61, batches=4) as run:
         # short librdkafka timeouts: the frozen broker is found out in seconds, not minutes
-        sup = h.supervisor(name, topic, h.group("stop-abandoned"), workers=1,
-                           sets=("socket.timeout.ms=5000", "session.timeout.ms=6000"), args=("--broker-wait", "3"))
-        r = h.attach(name, sup=sup)
+        sup = run.supervisor("--broker-wait", "3", workers=1,
+                             sets=("socket.timeout.ms=5000", "session.timeout.ms=6000"))
+        r = run.attach(sup)
         r.wait_ready(timeout=120)
         procs = [psutil.Process(sup.pid), *sup.children()]
-        os.kill(broker.pid, signal.SIGSTOP)
-        poll_until(lambda: threads_stopped(broker.pid), 10, "the broker's threads to stop")
+        run.freeze(True)
         code = sup.wait(240)
         ended = datetime.datetime.now()
         log = sup.log_text()
@@ -138,8 +101,5 @@ def test_an_error_after_an_abandoned_close_still_exits_at_once(tmp_path, broker)
         print(f"\nexit {code} {after:.1f} s after the close was abandoned")
         assert after <= 10, (after, log[-3000:])  # at once, with room for a loaded machine
         last = log.strip().splitlines()[-1]
-        assert last.startswith("shmcache: ") and broker.bootstrap in last and "broker_wait 3" in last, log[-3000:]
-        _all_gone(h, r, name, procs, broker)
-    finally:
-        os.kill(broker.pid, signal.SIGCONT)
-        h.close()
+        assert last.startswith("shmcache: ") and run.bootstrap in last and "broker_wait 3" in last, log[-3000:]
+        _all_gone(run, r, procs)
