@@ -94,6 +94,12 @@ class SupervisorProc(SupervisorProcess):
         (consumer/worker.py main; the fork server is shmcache-fork)."""
         return self.named("shmcache-w")
 
+    def check_running(self) -> bool:
+        """True while it runs; once it has exited, fail saying its exit code and its log's end."""
+        if not self.running():
+            raise AssertionError(f"supervisor exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+        return True
+
     def signal(self, sig: int) -> None:
         self.children()  # remember the workers before they may be orphaned
         self.proc.send_signal(sig)
@@ -193,8 +199,8 @@ class Harness:
         """Attach once the supervisor has created the segment and published the topic."""
 
         def ready():
-            if sup is not None and not sup.running():
-                raise AssertionError(f"supervisor exited with {sup.proc.returncode}:\n{sup.log_text()[-3000:]}")
+            if sup is not None:
+                sup.check_running()
             if not shmcache.exists(name):
                 return None
             try:

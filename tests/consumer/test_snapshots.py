@@ -46,12 +46,8 @@ def _messages(r) -> int:
 
 
 def _ready(h, r, sup, timeout: float = 120):
-    poll_until(lambda: (sup.running() or _died(sup)) and r.status()["ready"], timeout,
+    poll_until(lambda: sup.check_running() and r.status()["ready"], timeout,
                lambda: f"ready: {r.status()}\n{sup.log_text()[-3000:]}")
-
-
-def _died(sup):
-    raise AssertionError(f"supervisor exited with {sup.proc.returncode}:\n{sup.log_text()[-3000:]}")
 
 
 def test_snapshot_of_a_live_cache_restores_and_replays_to_the_model(harness, kafka_topic):
@@ -193,7 +189,7 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     # caught up (snapshots are taken of a caught-up table, gap or not), but not ready
     # 3 taken, 2 kept (a 4th may be named at any moment: the count and the files are read
     # together until they agree, which they never do if the oldest are not removed)
-    poll_until(lambda: (sup3.running() or _died(sup3)) and r3.status()["snapshot"]["count"] >= 3
+    poll_until(lambda: sup3.check_running() and r3.status()["snapshot"]["count"] >= 3
                and len(policy.files(bare_snaps, bare)) <= 2, 120,
                lambda: f"3 snapshots, 2 kept: {r3.status()}, {policy.files(bare_snaps, bare)}")
     st = r3.status()
@@ -242,7 +238,7 @@ def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafk
     def tmps():
         return [p for p in snaps.glob(f"{name}-*.snap.*.tmp") if p.stat().st_size > 0]
 
-    poll_until(lambda: (sup.running() or _died(sup)) and tmps(), 120, "the periodic snapshot's .tmp to be written")
+    poll_until(lambda: sup.check_running() and tmps(), 120, "the periodic snapshot's .tmp to be written")
     sup.signal(signal.SIGKILL)
     assert sup.wait(30) == -signal.SIGKILL
     sup.kill()  # and its workers, as a machine that went down would
@@ -304,7 +300,7 @@ def test_a_stop_abandons_a_slow_periodic_snapshot_and_takes_its_own(harness, kaf
     def tmps():
         return sorted(snaps.glob(f"{name}-*.snap.*.tmp"))
 
-    poll_until(lambda: (sup2.running() or _died(sup2)) and tmps(), 120, "a periodic snapshot's .tmp to be written")
+    poll_until(lambda: sup2.check_running() and tmps(), 120, "a periodic snapshot's .tmp to be written")
     t0 = time.monotonic()
     sup2.signal(signal.SIGTERM)
     code = sup2.wait(STOP_TIMEOUT + STOP_MARGIN)
@@ -419,7 +415,7 @@ def test_snapshots_to_a_full_disk_are_counted_and_the_supervisor_carries_on(harn
     probe = KafkaProbe(h.bootstrap, topic, PARTS, group=group)
     ends = probe.end_offsets()
     wait_applied(r, ends, 120, sup)
-    poll_until(lambda: (sup.running() or _died(sup)) and r.status()["snapshot"]["failures"] >= 2, 120,
+    poll_until(lambda: sup.check_running() and r.status()["snapshot"]["failures"] >= 2, 120,
                lambda: f"2 failed snapshots counted: {r.status()['snapshot']}\n{sup.log_text()[-3000:]}")
     assert [p for p in os.listdir(snaps) if not p.endswith(".tmp")] == []
     prod2 = h.producer(topic, model, rate=200.0, max_batches=20)  # it still applies what comes
