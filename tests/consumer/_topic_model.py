@@ -200,9 +200,10 @@ def produce_and_wait(harness, topic: str, model: "Model", partitions: int, **kw)
     prod.start()
     prod.finish()
     probe = KafkaProbe(harness.bootstrap, topic, partitions)
-    ends = probe.end_offsets()
-    probe.close()
-    return ends
+    try:
+        return probe.end_offsets()
+    finally:
+        probe.close()
 
 
 def produce_entries(bootstrap: str, topic: str, counts: dict[int, int], rng) -> dict[bytes, bytes]:

@@ -103,12 +103,7 @@ def _fill_stop_remove(h, name: str, topic: str, group: str, model, batches: int,
     writes a snapshot), remove the segment (the reboot); returns the topic's end offsets."""
     sup = h.supervisor(name, topic, group, args=args)
     r = h.attach(name, sup=sup)
-    prod = h.producer(topic, model, rate=200.0, max_batches=batches)
-    prod.start()
-    prod.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTS)
-    ends = probe.end_offsets()
-    probe.close()
+    ends = produce_and_wait(h, topic, model, PARTS, rate=200.0, max_batches=batches)
     wait_applied(r, ends, 120, sup)
     assert sup.terminate() == 0
     r.close()
@@ -139,12 +134,7 @@ def test_reboot_restores_from_the_newest_valid_snapshot(harness, kafka_topic):
     newer[0].write_bytes(bytes(flipped))
     newer[1].write_bytes(data[:len(data) // 3])
     _rewrite_topic(good, newer[2], "another-topic")
-    prod2 = h.producer(topic, model, rate=200.0, max_batches=40)
-    prod2.start()
-    prod2.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTS)
-    ends = probe.end_offsets()
-    probe.close()
+    ends = produce_and_wait(h, topic, model, PARTS, rate=200.0, max_batches=40)
     sup2 = h.supervisor(name, topic, group, args=args)
     r2 = h.attach(name, sup=sup2)
     _ready(h, r2, sup2)
@@ -251,12 +241,7 @@ def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafk
     r.close()
     h.readers.remove(r)
     shmcache.destroy(name)  # the reboot
-    prod = h.producer(topic, model, rate=200.0, max_batches=30)
-    prod.start()
-    prod.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTS)
-    ends = probe.end_offsets()
-    probe.close()
+    ends = produce_and_wait(h, topic, model, PARTS, rate=200.0, max_batches=30)
     sup2 = h.supervisor(name, topic, group, args=args)
     r2 = h.attach(name, sup=sup2)
     wait_applied(r2, ends, 120, sup2)
@@ -409,24 +394,20 @@ def test_snapshots_to_a_full_disk_are_counted_and_the_supervisor_carries_on(harn
     snaps = small_fs(64 << 10)
     sup = h.supervisor(name, topic, group, args=("--snapshot-dir", str(snaps), "--snapshot-interval", "0.2"))
     r = h.attach(name, sup=sup)
-    prod = h.producer(topic, model, rate=200.0, max_batches=60)
-    prod.start()
-    prod.finish()
-    probe = KafkaProbe(h.bootstrap, topic, PARTS, group=group)
-    ends = probe.end_offsets()
+    ends = produce_and_wait(h, topic, model, PARTS, rate=200.0, max_batches=60)
     wait_applied(r, ends, 120, sup)
     poll_until(lambda: sup.check_running() and r.status()["snapshot"]["failures"] >= 2, 120,
                lambda: f"2 failed snapshots counted: {r.status()['snapshot']}\n{sup.log_text()[-3000:]}")
     assert [p for p in os.listdir(snaps) if not p.endswith(".tmp")] == []
-    prod2 = h.producer(topic, model, rate=200.0, max_batches=20)  # it still applies what comes
-    prod2.start()
-    prod2.finish()
-    ends = probe.end_offsets()
+    ends = produce_and_wait(h, topic, model, PARTS, rate=200.0, max_batches=20)  # it still applies what comes
     wait_applied(r, ends, 120, sup)
     failures = r.status()["snapshot"]["failures"]
     assert sup.terminate() == 0, sup.log_text()[-3000:]
-    assert probe.committed() == ends  # the final commit was made
-    probe.close()
+    probe = KafkaProbe(h.bootstrap, topic, PARTS, group=group)
+    try:
+        assert probe.committed() == ends  # the final commit was made
+    finally:
+        probe.close()
     st = r.status()
     assert st["snapshot"]["failures"] >= failures + 1 and st["snapshot"]["count"] == 0  # the one at the stop
     assert os.listdir(snaps) == []
