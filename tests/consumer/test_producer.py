@@ -20,7 +20,7 @@ from shmcache.consumer import wire
 from shmcache.consumer.producer import TxmetaProducer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _pipeline import KafkaProbe  # noqa: E402
+from _topic_model import KafkaProbe  # noqa: E402
 
 
 def test_a_delivery_acknowledged_without_its_offset_ends_at_the_brokers_end(kafka_broker, kafka_topic):
