@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 from shmcache.cli.args import key_values
-
-PLAIN_PROGRESS_S = 2.0
+from shmcache.cli.progress import ProgressLine
 
 HELP = "load generator: Teranode-shaped txmeta to a Kafka topic"
 
@@ -31,47 +30,20 @@ def add_arguments(pr) -> None:
     pr.add_argument("--set", action="append", metavar="KEY=VALUE", help="a librdkafka producer setting, repeatable")
 
 
-class _Progress:
-    """progress(LoadStats) for consumer/loadgen.py: a rich bar on a terminal; elsewhere (a log,
-    CI) a plain line every PLAIN_PROGRESS_S, and nothing at all for a run shorter than that."""
+def _progress(console, topic: str, total: int) -> ProgressLine:
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-    def __init__(self, console, topic: str, total: int):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.console, self.topic, self.last = console, topic, time.monotonic()
-        self.bar = None
-        if console.is_terminal:
-            self.bar = Progress(TextColumn(f"producing to {topic}"), BarColumn(),
-                                TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
-                                           "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
-                                TimeElapsedColumn(), console=console, transient=True)
-            self.task = self.bar.add_task("produce", total=total, rate=0.0, acked=0, messages=0)
-
-    def __enter__(self):
-        if self.bar is not None:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-
-    def __call__(self, st) -> None:
-        now = time.monotonic()
-        rate = st.entries / max(now - st.started, 1e-9)
-        if self.bar is not None:
-            self.bar.update(self.task, completed=st.entries, rate=rate, acked=st.delivered, messages=st.messages)
-        elif now - self.last >= PLAIN_PROGRESS_S:
-            self.last = now
-            self.console.print(f"producing to {self.topic}: {st.entries:,}/{st.total:,} entries, {rate:,.0f}/s, "
-                               f"{st.delivered:,}/{st.messages:,} messages acknowledged")
+    return ProgressLine(console, (TextColumn(f"producing to {topic}"), BarColumn(),
+                                  TextColumn("{task.completed:,}/{task.total:,} entries, {task.fields[rate]:,.0f}/s, "
+                                             "{task.fields[acked]:,}/{task.fields[messages]:,} messages acknowledged"),
+                                  TimeElapsedColumn()), total, rate=0.0, acked=0, messages=0)
 
 
 def run(a) -> int:
     """`shmcache produce`: progress while sending, then a summary line."""
     from rich.console import Console
 
-    from shmcache.consumer.loadgen import LoadConfig, produce
+    from shmcache.consumer.loadgen import LoadConfig, LoadStats, produce
 
     settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
     cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
@@ -79,7 +51,12 @@ def run(a) -> int:
                      create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,
                      settings=settings, broker_wait=a.broker_wait)
     console = Console(stderr=True)
-    with _Progress(console, a.topic, cfg.count) as progress:
+    with _progress(console, a.topic, cfg.count) as line:
+        def progress(st: LoadStats) -> None:
+            rate = st.entries / max(time.monotonic() - st.started, 1e-9)
+            line.update(lambda: f"producing to {a.topic}: {st.entries:,}/{st.total:,} entries, {rate:,.0f}/s, "
+                                f"{st.delivered:,}/{st.messages:,} messages acknowledged",
+                        completed=st.entries, rate=rate, acked=st.delivered, messages=st.messages)
         st = produce(cfg, progress)
     mb = st.bytes / 1e6
     print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {cfg.format} "

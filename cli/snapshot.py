@@ -10,44 +10,32 @@ import json
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
+from shmcache.cli.progress import ProgressLine
 from shmcache.engine import layout as L
-
-PLAIN_PROGRESS_S = 2.0
-
 
 class BucketProgress:
     """progress(done, total, bytes) for engine/snapshot.py, drawn with rich or printed plainly."""
 
     def __init__(self, console: Console, what: str):
-        self.console, self.what = console, what
-        self.t0 = self.last = time.monotonic()
-        self.bar = None
-        if console.is_terminal:
-            self.bar = Progress(TextColumn(what), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                                DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(), console=console,
-                                transient=True)
-            self.task = self.bar.add_task(what, total=L.NBUCKETS)
+        self.what, self.t0 = what, time.monotonic()
+        self.line = ProgressLine(console, (TextColumn(what), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                           DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn()), L.NBUCKETS)
 
     def __enter__(self):
-        if self.bar is not None:
-            self.bar.start()
+        self.line.__enter__()
         return self
 
     def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
+        self.line.__exit__(*exc)
 
     def __call__(self, done: int, total: int, nbytes: int) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, completed=done, total=total)
-            return
-        now = time.monotonic()
-        if now - self.last >= PLAIN_PROGRESS_S:
-            self.last = now
-            self.console.print(f"{self.what}: {100 * done // total}% of the buckets, {L.format_bytes(nbytes)}, "
-                               f"{nbytes / max(now - self.t0, 1e-9) / 1e9:.2f} GB/s")
+        def plain() -> str:
+            secs = max(time.monotonic() - self.t0, 1e-9)
+            return (f"{self.what}: {100 * done // total}% of the buckets, {L.format_bytes(nbytes)}, "
+                    f"{nbytes / secs / 1e9:.2f} GB/s")
+        self.line.update(plain, completed=done, total=total)
 
 
 HELP = "write a snapshot of a live cache to a file"
