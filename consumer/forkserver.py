@@ -85,5 +85,6 @@ def die_with_supervisor() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a terminal's hangup: the supervisor stops us (multiprocessing ignores SIGINT)
     atexit.register(remove_once_gone)
     liveness.die_with_parent(signal.SIGTERM, supervisor)

@@ -102,9 +102,11 @@ class Supervisor:
             self._exit_code = code
 
     def run(self) -> int:
-        """Run until SIGTERM/SIGINT; returns the exit code."""
+        """Run until SIGTERM, SIGINT or SIGHUP (each a clean stop); returns the exit code."""
         assert self.state is State.INIT, self.state
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP too: a terminal closing under a run in its foreground would otherwise kill it
+        # outright, no final commit; its workers and fork server ignore it, as they do Ctrl-C
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda s, f: self.request_stop(signal.Signals(s).name))
         import shmcache
 

@@ -296,6 +296,7 @@ def main(cfg_dict: dict, index: int, conn) -> None:
     imported this module and ran preload() once."""
     liveness.set_process_name(f"shmcache-w{index}")  # what ps, top and the tests see
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the supervisor, which drains us
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # and a terminal's hangup
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the fork server's handler (consumer/forkserver.py)
     logging.basicConfig(level=cfg_dict.pop("_log_level", logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")

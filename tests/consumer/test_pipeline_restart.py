@@ -10,11 +10,14 @@ supervisor's duties: final commit on SIGTERM, restart of a dead worker).
   still converges to the model (re-applied messages are harmless: invariant 6).
 """
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 
+import psutil
+import pytest
 
 import shmcache
 
@@ -103,16 +106,26 @@ def test_restart_mid_stream_loses_nothing_and_never_commits_ahead(harness, kafka
     probe.close()
 
 
-def test_sigterm_commits_exactly_what_was_applied(harness, kafka_topic):
+@pytest.mark.parametrize("sig, to", [(signal.SIGTERM, "supervisor"), (signal.SIGINT, "group"),
+                                     (signal.SIGHUP, "group")], ids=["sigterm", "ctrl-c", "hangup"])
+def test_a_stop_signal_commits_exactly_what_was_applied(harness, kafka_topic, sig, to):
+    """SIGTERM to the supervisor (systemd's stop), and SIGINT or SIGHUP to every process of
+    the run at once, workers first (what Ctrl-C or a closing terminal sends the foreground
+    process group): a clean stop each time, exit 0, the final commit exactly what was
+    applied. A SIGHUP killed the supervisor, its workers and its fork server outright."""
     topic = kafka_topic(PARTITIONS)
     model = Model("v1", PARTITIONS, seed=3)
-    name, group = harness.cache_name("sigterm"), harness.group("sigterm")
+    name, group = harness.cache_name(f"stop-{sig.name.lower()}"), harness.group(f"stop-{sig.name.lower()}")
     prod = harness.producer(topic, model, rate=50)
     prod.start()
     sup = harness.supervisor(name, topic, group, commit_interval=30.0)  # only the final commit counts
     r = harness.attach(name, sup=sup)
     poll_until(_progress(r, [0] * PARTITIONS, by=10), 60, lambda: f"progress, applied {applied(r, PARTITIONS)}")
-    sup.signal(signal.SIGTERM)  # mid-stream: the producer is still producing
+    if to == "group":  # mid-stream: the producer is still producing
+        for p in sup.children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(sig)
+    sup.signal(sig)
     code = sup.wait(60)
     assert code == 0, sup.log_text()[-3000:]
     sup.reap_children(10)
