@@ -15,12 +15,8 @@ Where a partition starts takes the broker's word (its committed offset and water
 A broker that does not answer then (stopped, or frozen with its connections open) leaves
 the partitions pending: the callback returns, status says "waiting for the broker"
 (consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
-the broker answers (`retry`). One look-up is bounded as a whole by LOOKUP_TIMEOUT_S, however
-many partitions it asks about: the watermarks of all are asked at once (`lookup`), where
-one request a partition, each bounded, cost N of them (24 partitions of a broker answering
-each request in 1 s: 48 s, the supervisor's loop doing nothing else). A broker slower than that bound
-(its metadata answers, the look-up times out) gets a longer one next time (doubled, up to
-LOOKUP_TIMEOUT_MAX_S): with the bound fixed, such a broker's partitions were never handed out. A look-up that fails
+the broker answers (`retry`). One look-up has one bound however many partitions it asks
+about, longer against a slow broker (consumer/lookup.py). A look-up that fails
 while the broker answers (its metadata, asked at once) is not an outage: the group
 coordinator does not answer or refuses (an authorisation error, say). The broker is then not
 shown waiting; the log says it answers and what failed, and the look-up is retried with
@@ -49,30 +45,13 @@ from typing import Callable
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import snapshots as snapshots_mod
+from shmcache.consumer.lookup import LookUp
 from shmcache.consumer.topic_id import TopicIdentity
 from shmcache.consumer.worker_handle import request_all
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
 
 log = logging.getLogger("shmcache.supervisor")
-
-LOOKUP_TIMEOUT_S = 5.0  # the whole look-up of an assignment: committed offsets and watermarks of all its partitions
-# a look-up that timed out while the broker answers its metadata (a slow broker, not a stopped
-# one) has its bound doubled for the next, up to this, and keeps it: a broker answering each
-# request in 3.5 s takes 7 s for the two ListOffsets of one connection (earliest, then latest),
-# past the first bound for ever. The loop waits for the look-up, beating each second while it
-# waits for the watermarks; committed() blocks without a beat (up to the bound)
-LOOKUP_TIMEOUT_MAX_S = 20.0
-# an admin request's own timeout ends this much before the look-up's deadline: librdkafka then
-# finishes it (an answer, or its timeout) before the look-up gives up, so no request is left
-# outstanding when the client is dropped, and what a timed-out request gives is always judged
-REQUEST_EARLY_S = 0.5
-
-
-def request_timeout(deadline: float) -> float:
-    """An admin request's timeout within a look-up ending at `deadline` (see REQUEST_EARLY_S)."""
-    return max(deadline - time.monotonic() - REQUEST_EARLY_S, 0.1)
-
 
 class Assignment:
     """The partitions this supervisor holds (`assigned`: partition -> worker index) and the
@@ -92,8 +71,7 @@ class Assignment:
         self._failing_since = 0.0  # monotonic time of the first failed look-up of the pending ones; 0 none
         self._failure = ""  # the last failed look-up's error
         self.identity = TopicIdentity(cfg, cache.control, self.start_over)  # a re-created topic (consumer/topic_id.py)
-        self.admin = None  # the look-up's AdminClient: made at the first, dropped after a failed one
-        self.lookup_s = LOOKUP_TIMEOUT_S  # the next look-up's bound: grows against a slow broker, kept
+        self.look = LookUp(cfg, cache.control, self.identity)  # where partitions start (consumer/lookup.py)
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
@@ -147,26 +125,19 @@ class Assignment:
 
     def _hand_out(self, consumer) -> None:
         """Give the pending partitions to the workers, if the broker says where each starts."""
-        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka import KafkaException
 
-        deadline = time.monotonic() + self.lookup_s  # the whole look-up's one bound
-        parts = sorted(self.pending)
         try:
-            # first the topic's id: re-created, every partition is pending, from the new log's start
-            self.identity.check(self._admin(), deadline, request_timeout(deadline))
-            parts = sorted(self.pending)
-            offsets = self.lookup(consumer, parts, deadline)
+            parts, offsets = self.look.run(consumer, lambda: sorted(self.pending))
         except KafkaException as e:
-            self.admin = None  # an AdminClient made before a broker restart can time out for ever (consumer/admin_look.py)
             err = e.args[0] if e.args else e
-            what, text = f"looking up where partitions {parts} start", err.str() if hasattr(err, "str") else err
+            answers = self._broker_answers(consumer)
+            parts = sorted(self.pending)
+            what = f"looking up where partitions {parts} start"
+            text = (err.str() if hasattr(err, "str") else str(err)) + self.look.failed(err, answers)
             self._failure = f"{what}: {text}"
             self._failing_since = self._failing_since or time.monotonic()
-            if self._broker_answers(consumer):
-                if hasattr(err, "code") and err.code() == KafkaError._TIMED_OUT and self.lookup_s < LOOKUP_TIMEOUT_MAX_S:
-                    self.lookup_s = min(self.lookup_s * 2, LOOKUP_TIMEOUT_MAX_S)  # slow: give the next one longer
-                    text = f"{text}; the next look-up waits up to {self.lookup_s:g} s"
-                    self._failure = f"{what}: {text}"
+            if answers:
                 # time.monotonic() is the age clock's CLOCK_MONOTONIC, in s
                 self.cache.control.set_lookup_failure(self._failure, int(self._failing_since * 1e9))
                 self.broker.answered()
@@ -215,50 +186,6 @@ class Assignment:
         except KafkaException:
             return False
         return True
-
-    def _admin(self):
-        """The look-up's AdminClient (consumer/broker.py admin_client); made at the first
-        look, dropped after a failed one (_hand_out)."""
-        if self.admin is None:
-            self.admin = broker_mod.admin_client(self.cfg)
-        return self.admin
-
-    def lookup(self, consumer, parts, deadline: float) -> dict[int, tuple[int, int, int]]:
-        """partition -> (low watermark, high watermark, committed offset or negative), from the
-        broker, the whole by `deadline` (monotonic) however many partitions there are; else
-        KafkaException. The watermarks of all partitions are asked at once (AdminClient.list_offsets,
-        earliest and latest, at the consumers' isolation level: what get_watermark_offsets gives
-        each), answered while committed() waits."""
-        from concurrent.futures import wait
-
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        tps = [TopicPartition(self.cfg.topic, p) for p in parts]
-        self.cache.control.beat()
-        level, left = broker_mod.isolation_level(self.cfg), request_timeout(deadline)
-        ends = [self._admin().list_offsets({tp: spec for tp in tps}, isolation_level=level, request_timeout=left)
-                for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]  # partition -> future, each
-        committed = {tp.partition: tp for tp in consumer.committed(tps, timeout=max(deadline - time.monotonic(), 0.1))}
-        futures = [f for end in ends for f in end.values()]
-        while True:  # beating: the loop waits here
-            self.cache.control.beat()
-            left = deadline - time.monotonic()
-            if not wait(futures, timeout=min(max(left, 0), 1.0)).not_done:
-                break
-            if left <= 1.0:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks within {self.lookup_s:g} s"))
-        lo, hi = ({tp.partition: f.result().offset for tp, f in end.items()} for end in ends)
-        # a ListOffsets that timed out is no exception in librdkafka 2.16: each partition's result
-        # says offset -1001 (seen: a frozen broker's partitions "assigned" from -1001)
-        bad = [p for p in parts if not 0 <= lo[p] <= hi[p]]
-        if bad:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks for partitions {bad} (the broker's "
-                                            f"answer: low {[lo[p] for p in bad]}, high {[hi[p] for p in bad]})"))
-        for tp in committed.values():
-            if tp.error is not None:
-                raise KafkaException(tp.error)
-        return {p: (lo[p], hi[p], committed[p].offset) for p in parts}
 
     def _start_offset(self, p: int, lo: int, hi: int, committed: int) -> int:
         have = int(self.cache.control.partitions[p, L.P_APPLIED])

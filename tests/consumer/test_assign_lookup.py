@@ -1,4 +1,4 @@
-"""Where an assignment's partitions start (consumer/rebalance.py Assignment.lookup): the
+"""Where an assignment's partitions start (consumer/lookup.py LookUp.offsets): the
 watermarks of all partitions asked at once (AdminClient.list_offsets, earliest and
 latest) must be exactly what one get_watermark_offsets a partition gave, with the group's
 committed offsets beside them, against the session's real broker.
@@ -20,7 +20,7 @@ import numpy as np
 import shmcache
 
 from shmcache.consumer.config import RunConfig
-from shmcache.consumer.rebalance import Assignment
+from shmcache.consumer.lookup import LookUp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _topic_model import produce_entries  # noqa: E402
@@ -57,7 +57,7 @@ def test_the_batched_lookup_equals_the_per_partition_one(kafka_broker, kafka_top
     assert tx.flush(30) == 0  # written, not committed: above the last stable offset
     parts = list(range(4))
     group = f"{topic}-group"
-    cache = shmcache.create(f"t-lookup-{uuid.uuid4().hex[:10]}", memory="64MiB")  # lookup() beats in it
+    cache = shmcache.create(f"t-lookup-{uuid.uuid4().hex[:10]}", memory="64MiB")  # offsets() beats in it
     try:
         for level, high in (("read_committed", 4), ("read_uncommitted", 9)):  # 3 + a marker; + 5 open
             cfg = RunConfig(name="t-lookup", bootstrap=bootstrap, topic=topic, group=group,
@@ -66,8 +66,7 @@ def test_the_batched_lookup_equals_the_per_partition_one(kafka_broker, kafka_top
             try:
                 consumer.commit(offsets=[TopicPartition(topic, PLAIN, 6)], asynchronous=False)
                 expected = _per_partition(consumer, topic, parts)
-                got = Assignment(cfg, cache, [], None, None, lambda: False, lambda: None).lookup(
-                    consumer, parts, time.monotonic() + 30)
+                got = LookUp(cfg, cache.control, None).offsets(consumer, parts, time.monotonic() + 30)
             finally:
                 consumer.close()
             assert got == expected, (level, got, expected)

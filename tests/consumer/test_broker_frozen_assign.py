@@ -34,7 +34,7 @@ import time
 from datetime import datetime
 
 from shmcache.consumer.broker import PROBE_TIMEOUT_S
-from shmcache.consumer.rebalance import LOOKUP_TIMEOUT_S
+from shmcache.consumer.lookup import LOOKUP_TIMEOUT_S
 from shmcache.engine.control_status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -206,7 +206,7 @@ VERY_SLOW_S = 3.5  # a look-up's two ListOffsets (one connection, in turn) 7 s: 
 def test_a_broker_slower_than_the_lookups_bound_is_waited_for(tmp_path):
     """A broker that answers each of the supervisor's watermark requests in VERY_SLOW_S, more
     than a whole first look-up may take (LOOKUP_TIMEOUT_S): a look-up that times out while the
-    broker answers doubles the next one's bound (up to rebalance.LOOKUP_TIMEOUT_MAX_S), so the
+    broker answers doubles the next one's bound (up to lookup.LOOKUP_TIMEOUT_MAX_S), so the
     partitions are handed out after a failure or two, and the cache fills whole. With the bound
     fixed, every look-up timed out: the cache never said ready, and --broker-wait ended the run."""
     assert LOOKUP_TIMEOUT_S - 0.5 < 2 * VERY_SLOW_S < 2 * LOOKUP_TIMEOUT_S - 0.5  # admin requests end 0.5 s early
