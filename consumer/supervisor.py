@@ -137,8 +137,9 @@ class Supervisor:
                 self._tick()
             return self._exit_code
         finally:
-            self._shutdown()
-            if not joined and created is not None:
+            removing = not joined and created is not None  # this run's cache, never filled: not kept
+            self._shutdown(removing)
+            if removing:
                 startup.remove_created(self.cfg.name, created)
 
     def _check_segment(self) -> None:
@@ -214,7 +215,8 @@ class Supervisor:
         if self.group_watch is not None:
             self.group_watch.soon()
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, removing: bool = False) -> None:
+        """Stop everything; `removing`: the cache goes after this (startup.remove_created)."""
         if self.state is State.STOPPED:
             return
         clean = self.state is State.RUNNING and not self._exit_code and not self._fatal
@@ -247,7 +249,7 @@ class Supervisor:
                 self.assignment.clear_rows()
             if closable:
                 self.cache.close()
-            log.info("stopped (%s); the cache stays in /dev/shm for readers", reason)
+            log.info("stopped (%s)%s", reason, "" if removing else "; the cache stays in /dev/shm for readers")
         self.state = State.STOPPED
 
     def _fenced(self, reason: str) -> None:

@@ -180,6 +180,8 @@ def test_a_librdkafka_setting_it_refuses_is_one_line_and_no_cache(tmp_path):
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
         assert last == f"shmcache: cache {name!r}: a librdkafka setting was refused: {said}", p.stderr[-3000:]
         assert not shmcache.exists(name)
+        # what the log says agrees: removed, not "stays in /dev/shm for readers" (it said both)
+        assert f"removed cache {name!r}" in p.stderr and "the cache stays" not in p.stderr, p.stderr[-3000:]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
