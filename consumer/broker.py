@@ -42,6 +42,18 @@ def client_settings(on_error=None) -> dict:
 _ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns")
 
 
+def error_text(e: BaseException) -> str:
+    """What a KafkaException says (its KafkaError's own words), else the exception's text."""
+    err = e.args[0] if e.args else None
+    return err.str() if hasattr(err, "str") else str(e)
+
+
+def error_code(e: BaseException):
+    """A KafkaException's KafkaError code, else None."""
+    err = e.args[0] if e.args else None
+    return err.code() if hasattr(err, "code") else None
+
+
 def connection_settings(kafka: dict) -> dict:
     """Of librdkafka settings `kafka`, those that say how to reach and authenticate to the
     broker: what any client of the same broker takes, whatever its kind."""

@@ -56,14 +56,14 @@ class LookUp:
         parts = pending()
         return parts, self.offsets(consumer, parts, deadline)
 
-    def failed(self, err, broker_answers: bool) -> str:
-        """After a look-up that raised `err` (a KafkaError): the client is dropped; one that
+    def failed(self, e: BaseException, broker_answers: bool) -> str:
+        """After a look-up that raised `e` (a KafkaException): the client is dropped; one that
         timed out while the broker answers doubles the bound. What the failure's text adds
         ("; the next look-up waits up to N s"), or ""."""
         from confluent_kafka import KafkaError
 
         self.admin = None
-        timed_out = hasattr(err, "code") and err.code() == KafkaError._TIMED_OUT
+        timed_out = broker_mod.error_code(e) == KafkaError._TIMED_OUT
         if not (broker_answers and timed_out and self.bound < LOOKUP_TIMEOUT_MAX_S):
             return ""
         self.bound = min(self.bound * 2, LOOKUP_TIMEOUT_MAX_S)

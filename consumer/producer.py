@@ -60,7 +60,7 @@ class TxmetaProducer:
             meta = self._p.list_topics(topic, timeout=broker_wait)
         except KafkaException as e:
             raise BrokerUnavailableError(f"no Kafka broker answered at {bootstrap} within {broker_wait:g} s "
-                                         f"({e.args[0].str()})") from None
+                                         f"({broker.error_text(e)})") from None
         t = meta.topics.get(topic)
         if t is None or t.error is not None:
             raise ValueError(f"topic {topic!r} not found on {bootstrap}")

@@ -130,11 +130,10 @@ class Assignment:
         try:
             parts, offsets = self.look.run(consumer, lambda: sorted(self.pending))
         except KafkaException as e:
-            err = e.args[0] if e.args else e
             answers = self._broker_answers(consumer)
             parts = sorted(self.pending)
             what = f"looking up where partitions {parts} start"
-            text = (err.str() if hasattr(err, "str") else str(err)) + self.look.failed(err, answers)
+            text = broker_mod.error_text(e) + self.look.failed(e, answers)
             self._failure = f"{what}: {text}"
             self._failing_since = self._failing_since or time.monotonic()
             if answers:

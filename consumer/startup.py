@@ -157,7 +157,7 @@ def topic_metadata(cfg, control, consumer, broker, stopped):
         try:
             meta = consumer.list_topics(cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
         except KafkaException as e:
-            _broker_failed(cfg, control, broker, stopped, e.args[0].str() if e.args else str(e))
+            _broker_failed(cfg, control, broker, stopped, broker_mod.error_text(e))
             continue
         broker.answered()
         tmeta = meta.topics.get(cfg.topic)
@@ -200,7 +200,7 @@ def check_broker(cfg, consumer, broker) -> None:
     try:
         consumer.list_topics(cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
     except KafkaException as e:
-        broker.failed(e.args[0].str() if e.args else str(e))
+        broker.failed(broker_mod.error_text(e))
         if broker.over_limit():
             raise BrokerUnavailableError(
                 f"cache {cfg.name!r}: the Kafka broker at {cfg.bootstrap} has not answered "

@@ -174,9 +174,8 @@ class Supervisor:
             self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
                                                            **broker_mod.client_settings(self.broker.on_error)))
         except (KafkaException, TypeError) as e:  # librdkafka refused a setting of the [kafka] table or --set
-            err = e.args[0] if e.args else e
             raise ValueError(f"cache {cfg.name!r}: a librdkafka setting was refused: "
-                             f"{err.str() if hasattr(err, 'str') else err}") from None
+                             f"{broker_mod.error_text(e)}") from None
         self.commits.consumer = self.consumer
         # compile every kernel once, while the broker answers, unless this install is warm already
         # (after everything that can refuse the run at once: a refusal leaves no warm-up running)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
+from shmcache.consumer import broker as broker_mod
 from shmcache.consumer.admin_look import AdminLook
 from shmcache.engine import layout as L
 
@@ -48,8 +49,7 @@ def _unsupported(e) -> bool:
     """The broker does not know the request (too old for topic ids)."""
     from confluent_kafka import KafkaError
 
-    err = e.args[0] if e.args else None
-    return hasattr(err, "code") and err.code() in (KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE)
+    return broker_mod.error_code(e) in (KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE)
 
 
 class TopicIdentity:

@@ -152,7 +152,7 @@ def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
         meta = admin.list_topics(topic, timeout=timeout)
     except KafkaException as e:
         raise BrokerUnavailableError(f"{WHO}: no Kafka broker answered at {bootstrap} within {timeout:g} s "
-                                     f"({e.args[0].str()})") from None
+                                     f"({broker_mod.error_text(e)})") from None
     t = meta.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         raise ValueError(f"{WHO}: topic {topic!r} not found on {bootstrap}"
