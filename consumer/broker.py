@@ -60,18 +60,26 @@ def connection_settings(kafka: dict) -> dict:
     return {k: v for k, v in kafka.items() if k.startswith(_ADMIN_PREFIXES)}
 
 
+def quiet_admin(bootstrap: str, kafka: dict | None = None, client_id: str | None = None):
+    """An AdminClient for `bootstrap`, with the connection and authentication settings of
+    `kafka` (librdkafka settings), named `client_id` if given, and quiet: librdkafka's log to
+    the shmcache.kafka logger at log_level 2 (critical only), its errors to error_cb. Its
+    chatter as a short-lived client is destroyed ("Purging 1 unserved events"), and a failed
+    connect 20 times a second while the broker is away, are not for a user's terminal: the
+    caller's error says it once."""
+    from confluent_kafka.admin import AdminClient
+
+    conf = {**connection_settings(kafka or {}), "bootstrap.servers": bootstrap, "log_level": 2, **client_settings()}
+    if client_id:
+        conf["client.id"] = client_id
+    return AdminClient(conf)
+
+
 def admin_client(cfg):
     """An AdminClient for the run's broker (cfg: consumer/config.py RunConfig), with its
     connection and authentication settings, as quiet as the consumers, and named as the
     supervisor's consumer is (cfg.client_id): the supervisor's requests all carry its name."""
-    from confluent_kafka.admin import AdminClient
-
-    conf = connection_settings(cfg.kafka)
-    conf["bootstrap.servers"] = cfg.bootstrap
-    conf["client.id"] = cfg.client_id
-    conf.setdefault("log_level", 2)
-    conf.update(client_settings())
-    return AdminClient(conf)
+    return quiet_admin(cfg.bootstrap, cfg.kafka, cfg.client_id)
 
 
 def isolation_level(cfg):

@@ -53,7 +53,7 @@ class TxmetaProducer:
         conf["log_level"] = 2  # critical only: an absent broker is said once, below
         conf.update(settings or {})
         self._p = Producer(conf)
-        self._connection = {**broker.connection_settings(conf), "bootstrap.servers": bootstrap}
+        self._bootstrap, self._conf = bootstrap, conf  # an AdminClient's too, should the ends be asked (_ask_ends)
         self._errors: list[str] = []
         self._untold: set[int] = set()  # partitions with a message acknowledged without its offset
         try:
@@ -151,10 +151,10 @@ class TxmetaProducer:
 
     def _ask_ends(self, timeout: float) -> None:
         from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import AdminClient, OffsetSpec
+        from confluent_kafka.admin import OffsetSpec
 
         parts = sorted(self._untold)
-        admin = AdminClient({**self._connection, "log_level": 2})
+        admin = broker.quiet_admin(self._bootstrap, self._conf)
         futures = admin.list_offsets({TopicPartition(self.topic, p): OffsetSpec.latest() for p in parts},
                                      request_timeout=timeout)
         for tp, fut in futures.items():

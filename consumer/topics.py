@@ -10,13 +10,6 @@ from shmcache.consumer import broker
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 
 
-def _admin_settings(bootstrap: str) -> dict:
-    # librdkafka's log to the shmcache.kafka logger, critical only: its chatter as a short-lived
-    # client is destroyed ("Purging 1 unserved events"), and a failed connect 20 times a second
-    # while the broker is away, are not for the user's terminal; the error raised says it once
-    return {"bootstrap.servers": bootstrap, "log_level": 2, **broker.client_settings()}
-
-
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
                  config: dict[str, str] | None = None, broker_wait: float | None = None) -> bool:
     """Create `topic` with `partitions` partitions (replication 1) and wait until each has a
@@ -24,11 +17,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
     partitions; raises if it exists with another count. A broker that does not answer the
     creation within `broker_wait` (default: timeout) is BrokerUnavailableError."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     broker_wait = timeout if broker_wait is None else broker_wait
-
-    admin = AdminClient(_admin_settings(bootstrap))
+    admin = broker.quiet_admin(bootstrap)
     created = True
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
@@ -62,9 +54,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
 
 def delete_topic(bootstrap: str, topic: str, groups: tuple[str, ...] = (), timeout: float = 30.0) -> None:
     """Delete `topic`, and the consumer `groups` that read it (their committed offsets)."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(_admin_settings(bootstrap))
+    admin = broker.quiet_admin(bootstrap)
     admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout=timeout)
     if groups:
         for f in admin.delete_consumer_groups(list(groups), request_timeout=timeout).values():

@@ -139,15 +139,11 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
 def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
     """The partition count of `topic`, from the broker's metadata."""
     try:
-        from confluent_kafka.admin import AdminClient
+        from confluent_kafka import KafkaException
     except ImportError:
         raise ImportError(f"{WHO}: asking the broker for {topic!r}'s partitions needs confluent-kafka "
                           "(pip install 'shmcache[kafka]'), or pass partitions=") from None
-    from confluent_kafka import KafkaException
-
-    # librdkafka's log (a failed connect 20 times a second) to the shmcache.kafka logger,
-    # critical only: an absent broker is said once, by the error below
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, **broker_mod.client_settings()})
+    admin = broker_mod.quiet_admin(bootstrap)  # an absent broker is said once, by the error below
     try:
         meta = admin.list_topics(topic, timeout=timeout)
     except KafkaException as e:
