@@ -15,27 +15,21 @@ from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeElapsedColu
 from shmcache.cli.progress import ProgressLine
 from shmcache.engine import layout as L
 
-class BucketProgress:
+
+class BucketProgress(ProgressLine):
     """progress(done, total, bytes) for engine/snapshot.py, drawn with rich or printed plainly."""
 
     def __init__(self, console: Console, what: str):
+        super().__init__(console, (TextColumn(what), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                   DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn()), L.NBUCKETS)
         self.what, self.t0 = what, time.monotonic()
-        self.line = ProgressLine(console, (TextColumn(what), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                                           DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn()), L.NBUCKETS)
-
-    def __enter__(self):
-        self.line.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.line.__exit__(*exc)
 
     def __call__(self, done: int, total: int, nbytes: int) -> None:
         def plain() -> str:
             secs = max(time.monotonic() - self.t0, 1e-9)
             return (f"{self.what}: {100 * done // total}% of the buckets, {L.format_bytes(nbytes)}, "
                     f"{nbytes / secs / 1e9:.2f} GB/s")
-        self.line.update(plain, completed=done, total=total)
+        self.update(plain, completed=done, total=total)
 
 
 HELP = "write a snapshot of a live cache to a file"
