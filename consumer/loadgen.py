@@ -61,7 +61,7 @@ from shmcache.consumer import partitioners, wire
 from shmcache.consumer.config import FORMATS
 # the ground truth is part of what the load generator offers (consumer/groundtruth.py)
 from shmcache.consumer.groundtruth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
-from shmcache.consumer.producer import TxmetaProducer
+from shmcache.consumer.producer import BROKER_WAIT_S, TxmetaProducer
 
 ADD, DELETE = wire.ADD, wire.DELETE
 # 4096 entries of at most 8+32+1+4 + 21+3*(32+4+4)+4 = 194 B stay under Kafka's
@@ -97,7 +97,7 @@ class LoadConfig:
     partitions: int = 8  # of a topic it creates
     ground_truth: str | None = None  # Parquet path
     settings: dict = field(default_factory=dict)  # librdkafka producer settings, over PRODUCER_SETTINGS
-    broker_wait: float = 15.0  # seconds for the broker's first answer (the topic's creation, its metadata)
+    broker_wait: float = BROKER_WAIT_S  # seconds for the broker's first answer (the topic's creation, its metadata)
 
     def validate(self) -> None:
         if self.format not in FORMATS:
