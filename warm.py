@@ -28,8 +28,6 @@ import time
 
 import numpy as np
 
-from shmcache.ipc import liveness
-
 PREFIX = "shmcache-warm-"  # + pid + "-" + random: the warm-up's private cache
 
 
@@ -51,7 +49,7 @@ def warm() -> dict:
     actions[-4:] = 1  # a few DELETEs
     name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     w = None
-    try:  # from before create: a stop (SystemExit) just after it returned still removes the cache
+    try:  # from before create: an error just after it returned still removes the cache
         w = shmcache.create(name, memory="8MiB", max_value=256)  # types, not sizes, pick the signatures
         with shmcache.attach(name) as r:
             key_list = [bytes(k) for k in keys]
@@ -60,20 +58,16 @@ def warm() -> dict:
             w.set_many(keys, (offsets, np.frombuffer(b"".join(values), np.uint8)))
             w.set_many(key_list, values)
             for msg in (wire.encode_v1(keys, actions, values), wire.encode_v2(keys, actions, values)):
-                _stop.check()  # between compiles (see _stop)
                 apply_batch(w, wire.decode(msg))  # as a worker applies them (v2: with its verified hashes)
                 apply_batch(w, wire_batch.decode_many([msg, msg], wire_batch.Scratch()))  # a consume() batch at once
             apply_batch(w, wire.decode_kv(key_list, values))
             w.delete_many(keys[:2])
             w.delete_many(key_list[2:4])
-            _stop.check()
             writer.warm_takeover(w)  # a dead writer's bucket lock taken over: the repair kernel
             for handle in (r, w):  # a reader maps read-only, a writer read-write: two signatures
-                _stop.check()
                 handle.get_many_packed(keys)
                 handle.get_many_packed(key_list)
                 handle.contains_many(keys)
-            _stop.check()
             partitioners.murmur2_partitions(keys, 8)
             meta = txmeta.generate(n, rng)
             offs, data = txmeta.encode(meta)
@@ -225,17 +219,24 @@ def finish(proc: subprocess.Popen, beat, stopping) -> str:
     return last if proc.returncode == 0 else f"shmcache warm failed (exit {proc.returncode}): {last}"
 
 
-# a stop (SIGTERM) unwinds through warm()'s finally, so its private cache goes; checked again
-# between steps: numba's compiler runs finalizers, and one can swallow the SystemExit
-_stop = liveness.StopRequest(lambda signum: SystemExit(128 + signum))
+def _stopped(signum, frame) -> None:
+    """SIGTERM: remove the private cache and exit at once (128 + signum). Not an exception
+    unwinding through warm()'s finally: raised inside numba's compiler (a finalizer, the
+    cache writer's pickling) it was swallowed ("Exception ignored in") or replaced by
+    another error, and the stop lost or its exit code changed. Leaving mid-compile damages
+    nothing: numba writes each cache file whole (a temporary file, then a rename), the
+    index after the data it names."""
+    try:
+        remove_leftovers(os.getpid())
+    finally:
+        os._exit(128 + signum)
 
 
 def main() -> int:
     """A warm-up, as `shmcache warm` and a supervisor's child (start()) run it: a stop (SIGTERM)
-    removes the private cache."""
-    _stop.install(signal.SIGTERM)
+    removes the private cache and exits 143."""
+    signal.signal(signal.SIGTERM, _stopped)
     s = warm()
-    _stop.check()
     _mark()
     print(f"shmcache warm: {s['compiled']} kernel signatures compiled, {s['loaded']} loaded from numba's cache, "
           f"{s['seconds']:.1f} s")

@@ -16,6 +16,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 import shmcache
 from shmcache import warm
 
@@ -107,46 +109,77 @@ def test_a_terminated_warm_up_removes_its_cache(tmp_path):
                 shmcache.destroy(n, force=True)
 
 
-_SWALLOWED = """
-    import os, signal, sys
-    from shmcache import warm
-    from shmcache.consumer import partitioners
+# Where a SIGTERM's handler may run while the warm-up compiles, each made certain here.
+_LANDS = {
+    # inside a __del__ (numba's compiler frees objects in finalizers all along): an exception
+    # raised there is printed as "Exception ignored in" and dropped
+    "in a finalizer": """
+        from shmcache.consumer import partitioners
 
-    class Finalizer:
-        def __del__(self):  # what numba's compiler does all along: objects freed by finalizers
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(10000):  # the handler runs in here: its SystemExit is "ignored"
-                pass
+        class Finalizer:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(10000):  # the handler runs in here
+                    pass
 
-    murmur2 = partitioners.murmur2_partitions
+        murmur2 = partitioners.murmur2_partitions
 
-    def step(*args):  # one of the warm-up's steps, during which the stop comes
-        Finalizer()
-        return murmur2(*args)
+        def step(*args):  # one of the warm-up's steps, during which the stop comes
+            Finalizer()
+            return murmur2(*args)
 
-    partitioners.murmur2_partitions = step
-    sys.exit(warm.main())
-"""
+        partitioners.murmur2_partitions = step
+    """,
+    # inside llvmlite's ctypes callback that hands numba a kernel's machine code (where CI
+    # caught it, one cold warm-up in 16 stopped at random here): an exception raised there is
+    # dropped by ctypes, the kernel is left without its code, and the warm-up died of a
+    # RuntimeError, exit 1. In the main thread, where the handler runs at once
+    "in llvmlite's compile callback": """
+        import threading
+        from llvmlite.binding import executionengine
+
+        set_object_cache = executionengine.ExecutionEngine.set_object_cache
+
+        def hooked(self, notify=None, getbuffer=None):
+            def compiled(module, buf):
+                if threading.current_thread() is threading.main_thread() and \\
+                        signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # once the warm-up handles it
+                    signal.raise_signal(signal.SIGTERM)
+                return notify(module, buf)
+            return set_object_cache(self, compiled if notify else None, getbuffer)
+
+        executionengine.ExecutionEngine.set_object_cache = hooked
+    """,
+}
 
 
-def test_a_stop_that_lands_in_a_finalizer_still_stops_the_warm_up(tmp_path):
-    """A SIGTERM whose handler runs inside a __del__ has its SystemExit swallowed
-    ("Exception ignored in"); the warm-up must still stop (exit 143) at its next step,
-    remove its cache and leave the install unmarked, not finish as if never asked."""
-    marker = os.path.join(warm._marker_dir() or str(tmp_path), warm.MARKER + warm.package_stamp())
-    had_marker = os.path.exists(marker)
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SWALLOWED)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("where", list(_LANDS))
+def test_a_stop_wherever_it_lands_stops_the_warm_up(tmp_path, where):
+    """A SIGTERM whose handler runs inside the compiler's own code, not between the warm-up's
+    steps, still stops it: exit 143, no private cache left, the install left unmarked."""
+    env = dict(os.environ)
+    if where == "in llvmlite's compile callback":  # an empty numba cache: the kernels compile
+        env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+        marker = None
+    else:  # the install's cache: the steps run quickly up to the finalizer's
+        marker = os.path.join(warm._marker_dir() or str(tmp_path), warm.MARKER + warm.package_stamp())
+        had_marker = os.path.exists(marker)
+    code = "import os, signal, sys\n" + textwrap.dedent(_LANDS[where]) + "\nfrom shmcache import warm\nsys.exit(warm.main())\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
     try:
         _, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert "Exception ignored in" in err and "SystemExit: 143" in err, err[-3000:]
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"{warm.PREFIX}{proc.pid}-")]
-    assert os.path.exists(marker) == had_marker, "a stopped warm-up marked the install warm"
+    if marker is None:
+        assert not [f for _, _, fs in os.walk(tmp_path) for f in fs if f.startswith(warm.MARKER)], \
+            "a stopped warm-up marked the install warm"
+    else:
+        assert os.path.exists(marker) == had_marker, "a stopped warm-up marked the install warm"
 
 
 def _in_child(code: str, env: dict | None = None) -> str:
