@@ -75,11 +75,12 @@ def quiet_admin(bootstrap: str, kafka: dict | None = None, client_id: str | None
     return AdminClient(conf)
 
 
-def admin_client(cfg):
+def admin_client(cfg, role: str = ""):
     """An AdminClient for the run's broker (cfg: consumer/config.py RunConfig), with its
     connection and authentication settings, as quiet as the consumers, and named as the
-    supervisor's consumer is (cfg.client_id): the supervisor's requests all carry its name."""
-    return quiet_admin(cfg.bootstrap, cfg.kafka, cfg.client_id)
+    supervisor's consumer is (cfg.client_id), then "/" and its `role` if given: the
+    supervisor's requests all carry its name, and a broker's logs tell its clients apart."""
+    return quiet_admin(cfg.bootstrap, cfg.kafka, f"{cfg.client_id}/{role}" if role else cfg.client_id)
 
 
 def isolation_level(cfg):

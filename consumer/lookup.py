@@ -11,7 +11,11 @@ broker, not a stopped one) doubles it for the next, up to LOOKUP_TIMEOUT_MAX_S, 
 longer bound is kept: a broker answering each request in 3.5 s takes 7 s for the two
 ListOffsets of one connection (earliest, then latest), and with the bound fixed its
 partitions were never handed out. The supervisor's loop waits for the look-up, beating each
-second while it waits for the watermarks; committed() blocks without a beat (up to the bound).
+second while it waits for every answer. The committed offsets are the AdminClient's too
+(list_consumer_group_offsets, a future like the watermarks'): the consumer's committed()
+blocked the loop without a beat for up to the bound (20 s against a slow broker: the
+supervisor was shown as stale, "stopped or hung", past 10 s), and asked from a thread
+while the loop sat in the rebalance callback it never returned, its timeout or not.
 
 librdkafka 2.16 gives a ListOffsets that timed out as offsets -1001, not as an error, so
 watermarks that are not 0 <= low <= high fail the look-up. The AdminClient is dropped after a
@@ -26,6 +30,7 @@ from shmcache.consumer import broker as broker_mod
 
 LOOKUP_TIMEOUT_S = 5.0  # the first bound of a whole look-up
 LOOKUP_TIMEOUT_MAX_S = 20.0  # the most it grows to against a slow broker
+ROLE = "look-up"  # the look-ups' AdminClient is named <the supervisor's client.id>/look-up
 # an admin request's own timeout ends this much before the look-up's deadline: librdkafka then
 # finishes it (an answer, or its timeout) before the look-up gives up, so no request is left
 # outstanding when the client is dropped, and what a timed-out request gives is always judged
@@ -47,14 +52,14 @@ class LookUp:
         self.admin = None  # made at the first look-up, dropped after a failed one
         self.bound = LOOKUP_TIMEOUT_S  # the next look-up's: grows against a slow broker, kept
 
-    def run(self, consumer, pending) -> tuple[list[int], dict[int, tuple[int, int, int]]]:
+    def run(self, pending) -> tuple[list[int], dict[int, tuple[int, int, int]]]:
         """The topic's id first (re-created, every partition is pending, from the new log's
         start), then where `pending()`'s partitions start, all by one deadline: (partitions,
         offsets as `offsets` gives them); KafkaException if the broker does not answer in time."""
         deadline = time.monotonic() + self.bound
         self.identity.check(self.client(), deadline, request_timeout(deadline))
         parts = pending()
-        return parts, self.offsets(consumer, parts, deadline)
+        return parts, self.offsets(parts, deadline)
 
     def failed(self, e: BaseException, broker_answers: bool) -> str:
         """After a look-up that raised `e` (a KafkaException): the client is dropped; one that
@@ -72,18 +77,20 @@ class LookUp:
     def client(self):
         """The look-ups' AdminClient (consumer/broker.py admin_client)."""
         if self.admin is None:
-            self.admin = broker_mod.admin_client(self.cfg)
+            self.admin = broker_mod.admin_client(self.cfg, ROLE)
         return self.admin
 
-    def offsets(self, consumer, parts, deadline: float) -> dict[int, tuple[int, int, int]]:
+    def offsets(self, parts, deadline: float) -> dict[int, tuple[int, int, int]]:
         """partition -> (low watermark, high watermark, committed offset or negative), from the
         broker, the whole by `deadline` (monotonic) however many partitions there are; else
         KafkaException. The watermarks of all partitions are asked at once (earliest and
-        latest, at the consumers' isolation level: what get_watermark_offsets gives each),
-        answered while committed() waits."""
+        latest, at the consumers' isolation level: what get_watermark_offsets gives each), and
+        the group's committed offsets (stable ones under read_committed, as the consumer's
+        committed() asks them), the loop beating while it waits for all three answers."""
         from concurrent.futures import wait
 
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException, \
+            TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         tps = [TopicPartition(self.cfg.topic, p) for p in parts]
@@ -91,15 +98,18 @@ class LookUp:
         level, left = broker_mod.isolation_level(self.cfg), request_timeout(deadline)
         ends = [self.client().list_offsets({tp: spec for tp in tps}, isolation_level=level, request_timeout=left)
                 for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]  # partition -> future, each
-        committed = {tp.partition: tp for tp in consumer.committed(tps, timeout=max(deadline - time.monotonic(), 0.1))}
-        futures = [f for end in ends for f in end.values()]
+        asked = self.client().list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(self.cfg.group, tps)], require_stable=level == IsolationLevel.READ_COMMITTED,
+            request_timeout=left)[self.cfg.group]
+        futures = [f for end in ends for f in end.values()] + [asked]
         while True:  # beating: the loop waits here
             self.control.beat()
             left = deadline - time.monotonic()
             if not wait(futures, timeout=min(max(left, 0), 1.0)).not_done:
                 break
             if left <= 1.0:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks within {self.bound:g} s"))
+                what = "committed offsets" if not asked.done() else "watermarks"
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no {what} within {self.bound:g} s"))
         lo, hi = ({tp.partition: f.result().offset for tp, f in end.items()} for end in ends)
         # a ListOffsets that timed out is no exception in librdkafka 2.16: each partition's result
         # says offset -1001 (seen: a frozen broker's partitions "assigned" from -1001)
@@ -107,6 +117,7 @@ class LookUp:
         if bad:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no watermarks for partitions {bad} (the broker's "
                                             f"answer: low {[lo[p] for p in bad]}, high {[hi[p] for p in bad]})"))
+        committed = {tp.partition: tp for tp in asked.result().topic_partitions}
         for tp in committed.values():
             if tp.error is not None:
                 raise KafkaException(tp.error)

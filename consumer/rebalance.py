@@ -128,7 +128,7 @@ class Assignment:
         from confluent_kafka import KafkaException
 
         try:
-            parts, offsets = self.look.run(consumer, lambda: sorted(self.pending))
+            parts, offsets = self.look.run(lambda: sorted(self.pending))
         except KafkaException as e:
             answers = self._broker_answers(consumer)
             parts = sorted(self.pending)

@@ -12,7 +12,8 @@ client_id is a plain nullable string in every version (the Kafka protocol keeps 
 client's group coordinator connection, say), while its others go on. `slow_down` makes
 a broker that answers, slowly: every request of the given API keys from such a client
 waits that long before it goes on (and the requests behind it on its connection with it,
-as a broker answers a connection's requests in order).
+as a broker answers a connection's requests in order); given a `suffix`, only clients whose
+client.id also ends so (the supervisor's look-up client is named <client.id>/look-up).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class KafkaGate:
         self.request = None  # (api_key, client_id) of the request that closed the gate
         self.held_at = 0.0  # time.monotonic() it did
         self._armed: tuple[frozenset, str, bool] | None = None
-        self._slow: tuple[frozenset, str, float] | None = None  # (api keys, client prefix, seconds)
+        self._slow: tuple[frozenset, str, float, str] | None = None  # (api keys, client prefix, seconds, suffix)
         self.slowed = 0  # requests slowed down so far
         self._held_conns: list[threading.Event] = []  # connections stopped alone (connection_only)
         self._lock = threading.Lock()
@@ -53,9 +54,9 @@ class KafkaGate:
             self.held.clear()
             self._armed = (frozenset(api_keys), client_prefix, connection_only)
 
-    def slow_down(self, api_keys, client_prefix: str, seconds: float) -> None:
+    def slow_down(self, api_keys, client_prefix: str, seconds: float, suffix: str = "") -> None:
         with self._lock:
-            self._slow = (frozenset(api_keys), client_prefix, seconds)
+            self._slow = (frozenset(api_keys), client_prefix, seconds, suffix)
 
     def release(self) -> None:
         self.open.set()
@@ -122,7 +123,8 @@ class KafkaGate:
         n = struct.unpack_from(">h", frame, 12)[0]
         client_id = frame[14:14 + n].decode(errors="replace") if n > 0 else ""
         with self._lock:
-            slow = self._slow and api_key in self._slow[0] and client_id.startswith(self._slow[1])
+            slow = self._slow and api_key in self._slow[0] and client_id.startswith(self._slow[1]) and \
+                client_id.endswith(self._slow[3])
             self.slowed += bool(slow)
             if self._armed and api_key in self._armed[0] and client_id.startswith(self._armed[1]):
                 connection_only = self._armed[2]

@@ -1,7 +1,8 @@
 """Where an assignment's partitions start (consumer/lookup.py LookUp.offsets): the
 watermarks of all partitions asked at once (AdminClient.list_offsets, earliest and
 latest) must be exactly what one get_watermark_offsets a partition gave, with the group's
-committed offsets beside them, against the session's real broker.
+committed offsets beside them (AdminClient.list_consumer_group_offsets) exactly what the
+consumer's committed() gave, against the session's real broker.
 
 The topic has an empty partition, one with records, one whose start was deleted
 (AdminClient.delete_records: its low watermark is above 0), and one with a committed
@@ -66,7 +67,7 @@ def test_the_batched_lookup_equals_the_per_partition_one(kafka_broker, kafka_top
             try:
                 consumer.commit(offsets=[TopicPartition(topic, PLAIN, 6)], asynchronous=False)
                 expected = _per_partition(consumer, topic, parts)
-                got = LookUp(cfg, cache.control, None).offsets(consumer, parts, time.monotonic() + 30)
+                got = LookUp(cfg, cache.control, None).offsets(parts, time.monotonic() + 30)
             finally:
                 consumer.close()
             assert got == expected, (level, got, expected)

@@ -13,9 +13,10 @@ gives no worker a partition whose start it does not know, and once the broker an
 offsets equal the applied offsets, which equal the topic's end. With `--broker-wait` it
 gives up past that bound instead: one line naming the broker, exit 2, no traceback.
 
-A lookup can fail while the broker answers (its metadata): the group coordinator's own
-connection frozen (the gate stops only the connection the OffsetFetch came on), or an
-error such as an authorisation failure. That is not "waiting for the broker": the log
+A lookup can fail while the broker answers (its metadata): the group's committed offsets
+never given to the look-up (the gate holds its OffsetFetch, on every connection it
+opens, while the broker answers everything else), or an error such as an authorisation
+failure. That is not "waiting for the broker": the log
 says the broker answers and what failed, and `--broker-wait` bounds it as well (it
 flipped between waiting and up, each answer starting the wait again, so the bound never
 ran out).
@@ -34,7 +35,7 @@ import time
 from datetime import datetime
 
 from shmcache.consumer.broker import PROBE_TIMEOUT_S
-from shmcache.consumer.lookup import LOOKUP_TIMEOUT_S
+from shmcache.consumer.lookup import LOOKUP_TIMEOUT_S, ROLE
 from shmcache.engine.control_status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -114,8 +115,9 @@ def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path):
 
 def test_a_lookup_failing_while_the_broker_answers_is_bounded(tmp_path):
     with _gated_run(tmp_path, "assign-coordinator", seed=29, batches=10) as run:
-        # only the connection of the supervisor's OffsetFetch (its group coordinator's) stops
-        run.gate.hold_at({OFFSET_FETCH}, SUPERVISOR_CLIENT, connection_only=True)
+        # the look-up's OffsetFetch (the group's committed offsets) is never answered, on any
+        # connection of its client (one is made anew after each failed look-up)
+        run.gate.slow_down({OFFSET_FETCH}, SUPERVISOR_CLIENT, 3600, suffix=f"/{ROLE}")
         sup = run.supervisor("--broker-wait", "12")
         r = run.attach(sup)
         parts = list(range(PARTITIONS))
@@ -254,4 +256,44 @@ def test_a_frozen_lookup_of_many_partitions_costs_one_bound(tmp_path):
         bound = LOOKUP_TIMEOUT_S + PROBE_TIMEOUT_S
         assert took <= bound + MARGIN, f"the failure reported {took:.1f} s after the freeze; the bound is {bound:g} s"
         _rides_it_out(run, r, sup)
+        assert sup.terminate() == 0
+
+
+SLOW_FETCH_S = 6.0  # the supervisor's OffsetFetch (committed offsets): past a first look-up's bound, within the next
+FRESH_S = 3.0  # the supervisor's heartbeat is never older than this while it waits (it beats each second)
+
+
+def test_the_supervisor_beats_while_a_slow_broker_gives_committed_offsets(tmp_path):
+    """A broker that answers the supervisor's OffsetFetch (the group's committed offsets) in
+    SLOW_FETCH_S: the look-up waits for it (a first one times out, the next one's bound
+    doubles), and all along the supervisor goes round its loop, its heartbeat never older
+    than FRESH_S between the assignment's arrival and its hand-out. committed() blocked the
+    loop without a beat for up to the look-up's bound (20 s at most), and the supervisor was
+    shown as stale, "stopped or hung", past 10 s."""
+    # the first look-up times out; the second, from >= 5 s with a 10 s bound, has its answer by 12 s
+    # (its request queued behind the first's on the coordinator connection)
+    assert LOOKUP_TIMEOUT_S < SLOW_FETCH_S and 2 * SLOW_FETCH_S < 3 * LOOKUP_TIMEOUT_S - 0.5
+    parts = list(range(PARTITIONS))
+    with _gated_run(tmp_path, "assign-slow-fetch", seed=47, batches=20) as run:
+        run.gate.slow_down({OFFSET_FETCH}, SUPERVISOR_CLIENT, SLOW_FETCH_S)
+        sup = run.supervisor()
+        r = run.attach(sup)
+        ages = []  # the supervisor's heartbeat age, sampled while its look-ups wait
+
+        def handed_out():
+            assert sup.running(), sup.log_text()[-3000:]
+            log = sup.log_text()
+            if f"assignment of partitions {parts} received" in log:
+                ages.append(r.status()["supervisor_heartbeat_age_s"])
+            return "assigned {" in log
+
+        poll_until(handed_out, 180, lambda: f"the partitions to be handed out:\n{sup.log_text()[-3000:]}")
+        log = sup.log_text()
+        assert f"the next look-up waits up to {2 * LOOKUP_TIMEOUT_S:g} s" in log, log[-3000:]
+        assert run.gate.slowed >= 2 and len(ages) > 20, (run.gate.slowed, ages)
+        assert max(ages) < FRESH_S, f"the supervisor's heartbeat was {max(ages):.1f} s old while it waited " \
+            f"for committed offsets ({len(ages)} looks)\n{log[-3000:]}"
+        wait_applied(r, run.ends, 120, sup)
+        r.wait_ready(timeout=120)
+        check_table(r, run.model.snapshot())
         assert sup.terminate() == 0
