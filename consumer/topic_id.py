@@ -95,8 +95,15 @@ class TopicIdentity:
         if self.look.out:
             answers = self.look.answers()
             if answers and self.look.asked >= self.recorded:  # else the old id, asked before a hand-out saw the new one
+                desc = None
                 with self.look.failing(failed):  # deleted (not re-created yet), a hiccup: the next look asks again
-                    self._seen(_text(answers[self.cfg.topic].result()))
+                    desc = answers[self.cfg.topic].result()
+                if desc is not None:  # outside: a start-over that fails is no broker hiccup, said at debug
+                    try:
+                        self._seen(_text(desc))
+                    except Exception:  # noqa: BLE001 - the table keeps the old id: the next look tries again
+                        log.exception("starting every partition of topic %r over failed; the next look, in %g s, "
+                                      "tries again", self.cfg.topic, CHECK_S)
             return
         now = time.monotonic()
         if now >= self.next:

@@ -23,6 +23,7 @@ range of the new log).
 """
 
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -290,6 +291,40 @@ def test_a_periodic_look_asked_before_a_hand_out_saw_the_new_id_is_not_taken(kaf
         assert replaced == [(old_id, new_id)] and cache.control.topic_id == new_id
         identity.tick()  # the periodic look's answer: the old id, asked before the new one was recorded
         assert not identity.look.out and replaced == [(old_id, new_id)] and cache.control.topic_id == new_id
+    finally:
+        cache.close()
+        shmcache.destroy(name)
+
+
+def test_a_start_over_that_fails_is_said_and_tried_again(kafka_broker, kafka_topic, kafka_admin, caplog):
+    """consumer/topic_id.py driven by hand: the periodic look finds the topic re-created, and
+    starting every partition over (on_replaced) raises. It is logged as an error with its
+    traceback, the table keeps the old id, and the next look tries again. Before, tick() took
+    it for a failed look (a broker hiccup) and said it at debug only: unseen, for ever."""
+    topic, name = kafka_topic(PARTITIONS), f"t-topic-id-{uuid.uuid4().hex[:10]}"
+    cache = shmcache.create(name, memory="4MiB", max_value=64)
+    try:
+        cfg = RunConfig(name=name, bootstrap=kafka_broker.bootstrap, topic=topic)
+
+        def start_over(old, new):
+            raise RuntimeError(f"starting over from {old} to {new} failed")
+
+        identity = TopicIdentity(cfg, cache.control, start_over)
+        old_id = _topic_id(kafka_admin, topic)
+        poll_until(lambda: identity.tick() or cache.control.topic_id, 60, "the periodic look to record the id")
+        _recreate(kafka_admin, kafka_broker.bootstrap, topic)
+        new_id = _topic_id(kafka_admin, topic)
+        failed = f"starting every partition of topic {topic!r} over failed"
+
+        def said(times: int) -> bool:
+            identity.tick()
+            errors = [r for r in caplog.records if r.levelno == logging.ERROR and r.getMessage().startswith(failed)]
+            return len(errors) >= times and all(f"from {old_id} to {new_id} failed" in str(r.exc_info[1]) for r in errors)
+
+        with caplog.at_level(logging.ERROR, logger="shmcache.supervisor"):
+            poll_until(lambda: said(1), 60, "a periodic look to find the new id, and say the start-over failed")
+            assert cache.control.topic_id == old_id  # the new id is not recorded: the next look tries again
+            poll_until(lambda: said(2), 60, "the next look to try again")
     finally:
         cache.close()
         shmcache.destroy(name)
