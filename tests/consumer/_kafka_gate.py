@@ -24,8 +24,8 @@ import struct
 import threading
 import time
 
-OFFSET_FETCH = 9  # consumer.committed()
-LIST_OFFSETS = 2  # consumer.get_watermark_offsets()
+OFFSET_FETCH = 9  # a group's committed offsets (the supervisor's look-up; a consumer's on assign)
+LIST_OFFSETS = 2  # watermarks (the supervisor's look-up)
 SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py RunConfig.client_id: the supervisor's clients' names start so
 
 

@@ -1,10 +1,9 @@
 """A broker that stops answering while an assignment asks it where the partitions start
-(consumer/rebalance.py: the group's committed offsets, the partitions' watermarks),
-against a broker of the test's own. The freeze is put exactly there: the broker sits
-behind a gate (tests/consumer/_kafka_gate.py) that stops every connection at the
-supervisor's first OffsetFetch (committed()) or ListOffsets (the watermarks, asked by an
-AdminClient named as the supervisor's consumer) request; the broker is SIGSTOPped while
-the request waits at the gate, then the gate opens onto the frozen broker.
+(consumer/lookup.py: the group's committed offsets, the partitions' watermarks), against
+a broker of the test's own. The freeze is put exactly there: the broker sits behind a
+gate (tests/consumer/_kafka_gate.py) that stops every connection at the supervisor's
+first OffsetFetch (committed offsets) or ListOffsets (watermarks) request; the broker is
+SIGSTOPped while the request waits at the gate, then the gate opens onto the frozen broker.
 
 The supervisor must not exit (it did: the KafkaException left consumer.poll() as a
 traceback, exit 1). It says "waiting for the broker", logs each retry of the lookup,
@@ -89,7 +88,7 @@ def _rides_it_out(run, r, sup) -> None:
 
 def test_a_broker_frozen_in_an_assignments_lookup_is_waited_for(tmp_path):
     with _gated_run(tmp_path, "assign-frozen", seed=23, batches=30) as run:
-        # at start-up, a new group: frozen at committed()
+        # at start-up, a new group: frozen at the committed offsets
         sup = run.start_frozen_at(OFFSET_FETCH)
         r = run.attach(sup)
         _rides_it_out(run, r, sup)
