@@ -63,9 +63,17 @@ def cpu_snapshot(roles: dict[str, list[psutil.Process]]) -> dict[str, float]:
     return out
 
 
+# CPU times tick in 10 ms: over a shorter window the cores busy are noise. A smoke run's
+# catch-up can take no measurable time at all, and the table once showed 10,000,000 cores
+MIN_WINDOW_S = 0.5
+
+
 def cores(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
-    """CPU cores each role kept busy over a window of `seconds` (CPU seconds / seconds)."""
-    return {k: (after[k] - before.get(k, 0.0)) / max(seconds, 1e-9) for k in after}
+    """CPU cores each role kept busy over a window of `seconds` (CPU seconds / seconds); none
+    (an empty dict: blank columns) over a window shorter than MIN_WINDOW_S."""
+    if seconds < MIN_WINDOW_S:
+        return {}
+    return {k: (after[k] - before.get(k, 0.0)) / seconds for k in after}
 
 
 def phase_shares(prof: dict) -> dict[str, float]:
