@@ -3,6 +3,7 @@ format; and the demo when something goes wrong: a check that fails (a cache too
 small, so entries are evicted) exits 1, and Ctrl-C exits 130, each after
 stopping everything it started and removing its topic, group and segment."""
 
+import contextlib
 import os
 import re
 import signal
@@ -63,8 +64,8 @@ def test_a_failed_check_exits_1_and_cleans_up(kafka_broker, kafka_admin):
 def test_ctrl_c_stops_everything_it_started(kafka_broker, kafka_admin):
     p = subprocess.Popen([sys.executable, "-m", "shmcache", "demo", "--entries", "5000000",
                           "--bootstrap", kafka_broker.bootstrap], cwd=REPO, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
-                         start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**ENV, "PYTHONFAULTHANDLER": "1"}, start_new_session=True)
     lines = []
     try:
         for line in p.stdout:  # until the supervisor is up and producing has begun
@@ -77,7 +78,17 @@ def test_ctrl_c_stops_everything_it_started(kafka_broker, kafka_admin):
         name = re.search(r"cache '(demo-[0-9a-f]+)'", "".join(lines)).group(1)
         topic = _topic_of("".join(lines))
         p.send_signal(signal.SIGINT)  # the demo alone, as a terminal's Ctrl-C would reach it first
-        rest, _ = p.communicate(timeout=120)
+        try:
+            rest, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # where it is stuck: every thread's stack (PYTHONFAULTHANDLER), then it dies
+            os.kill(p.pid, signal.SIGABRT)
+            try:
+                rest, _ = p.communicate(timeout=30)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)  # its supervisor and workers
+            raise AssertionError(f"the demo did not stop within 120 s of its Ctrl-C; it printed:\n{''.join(lines)}"
+                                 f"{rest}") from None
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
