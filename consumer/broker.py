@@ -40,6 +40,8 @@ def client_settings(on_error=None) -> dict:
 # librdkafka settings an AdminClient takes from the run's [kafka] table (how to reach and
 # authenticate to the broker); consumer settings would only draw warnings from it
 _ADMIN_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "broker.", "client.dns")
+# and the run's debugging ones: `--set log_level=7` (or debug=...) reaches every client of its
+_DEBUG_SETTINGS = ("log_level", "debug")
 
 
 def error_text(e: BaseException) -> str:
@@ -63,13 +65,15 @@ def connection_settings(kafka: dict) -> dict:
 def quiet_admin(bootstrap: str, kafka: dict | None = None, client_id: str | None = None):
     """An AdminClient for `bootstrap`, with the connection and authentication settings of
     `kafka` (librdkafka settings), named `client_id` if given, and quiet: librdkafka's log to
-    the shmcache.kafka logger at log_level 2 (critical only), its errors to error_cb. Its
-    chatter as a short-lived client is destroyed ("Purging 1 unserved events"), and a failed
-    connect 20 times a second while the broker is away, are not for a user's terminal: the
-    caller's error says it once."""
+    the shmcache.kafka logger at log_level 2 (critical only; `kafka`'s own log_level and
+    debug, if it sets them), its errors to error_cb. Its chatter as a short-lived client is
+    destroyed ("Purging 1 unserved events"), and a failed connect 20 times a second while
+    the broker is away, are not for a user's terminal: the caller's error says it once."""
     from confluent_kafka.admin import AdminClient
 
-    conf = {**connection_settings(kafka or {}), "bootstrap.servers": bootstrap, "log_level": 2, **client_settings()}
+    kafka = kafka or {}
+    conf = {"log_level": 2, **{k: kafka[k] for k in _DEBUG_SETTINGS if k in kafka}, **connection_settings(kafka),
+            "bootstrap.servers": bootstrap, **client_settings()}
     if client_id:
         conf["client.id"] = client_id
     return AdminClient(conf)
