@@ -26,6 +26,7 @@ callback commits what leaves), for at most REBALANCE_HOLD_S.
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 from shmcache.engine import layout as L
@@ -47,7 +48,9 @@ class Committer:
         self.consumer = None  # set once made: its settings carry on_commit=self.on_commit
         self.inflight: dict[int, int] | None = None  # the asynchronous commit awaiting its result
         self.rebalancing = 0.0  # monotonic time a rebalance was seen starting, 0 if none
-        self.last = 0.0  # monotonic time of the last periodic commit
+        # monotonic time of the last periodic commit; -inf (never) makes the next tick's commit due
+        # whatever the clock reads: 0.0 did so only once the machine had been up `interval` s
+        self.last = -math.inf
         self._final = False  # the one in flight is a stop's final commit
 
     # -- the supervisor's events -----------------------------------------------------------------
@@ -68,7 +71,7 @@ class Committer:
     def assigned(self) -> None:
         """The new generation is in place: periodic commits go again, the held one at once."""
         self.rebalancing = 0.0
-        self.last = 0.0
+        self.last = -math.inf
 
     # -- the three kinds of commit ------------------------------------------------------------------
 
