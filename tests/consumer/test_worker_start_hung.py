@@ -36,8 +36,7 @@ from _waits import poll_until, wait_applied  # noqa: E402
 
 PARTITIONS = 4
 START_S = 8.0  # --worker-start-timeout here; the default (120 s) would only make the test slower. The
-# first look at the stopped worker must come within it: at 5 s, under two CI runs at once, the
-# supervisor had already killed it (state "backing-off") when the test first looked
+# first look at the stopped worker must come within it, also under two CI runs at once
 FRESH_S = 3.0  # the supervisor's heartbeat is never older than this (it beats every round, ~0.1 s)
 
 
@@ -58,6 +57,12 @@ def _state(pid: int) -> str:
         return "gone"
 
 
+def _published(r, i: int, pid: int) -> dict | None:
+    """The cache's status once the supervisor has published worker i's restart (or pid is gone)."""
+    st = r.status()
+    return st if st["workers"][i]["state"] != "backing-off" or _state(pid) == "gone" else None
+
+
 def _catch_restart(r, fork_pid: int, i: int) -> tuple[int, dict]:
     """Kill worker i and stop its restart before it claims its row; the stopped pid, and the
     cache's status read the moment it stopped (the first look, early in the start bound)."""
@@ -74,7 +79,9 @@ def _catch_restart(r, fork_pid: int, i: int) -> tuple[int, dict]:
                 os.kill(new, signal.SIGSTOP)
         assert new is not None, "worker %d was not restarted within 60 s" % i
         poll_until(lambda: _state(new) in ("T", "gone"), 10, f"pid {new} to stop")
-        st = r.status()
+        # the supervisor publishes "starting" just after the fork server hands it the pid: a
+        # look faster than that still read the death's "backing-off" (CI, on a quiet machine)
+        st = poll_until(lambda: _published(r, i, new), START_S / 2, f"worker {i}'s restart (pid {new}) published")
         if _state(new) == "T" and st["workers"][i]["pid"] != new:
             return new, st  # stopped before it claimed its row
         with contextlib.suppress(ProcessLookupError):  # too late (up already): once more
