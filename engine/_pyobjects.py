@@ -44,7 +44,7 @@ _BYTES = 32  # PyBytesObject.ob_sval
 # pool of 1M scattered objects, ns an item (AMD Zen 5): keys 10.2 at 16, 7.6 at 32, 5.8 at
 # 64, 5.6 at 96; values 16.4 at 16, 14.8 at 32, 15.0 at 64 (on a Zen 3 host 8 was too near:
 # -14 % at 16)
-AHEAD = 64
+AHEAD_FIXED = 64
 AHEAD_VAR = 32
 
 
@@ -121,11 +121,11 @@ def gather_fixed(list_addr, n, bytes_type, size, stride, out):
     if _peek(list_addr + _SIZE) != n or out.shape[0] < n * stride:
         return 0
     items = _peek(list_addr + _ITEMS)
-    for j in range(min(n, AHEAD)):
+    for j in range(min(n, AHEAD_FIXED)):
         _prefetch_at(_peek(items + 8 * j))
     for i in range(n):
-        if i + AHEAD < n:
-            ahead = _peek(items + 8 * (i + AHEAD))
+        if i + AHEAD_FIXED < n:
+            ahead = _peek(items + 8 * (i + AHEAD_FIXED))
             _prefetch_at(ahead)
             _prefetch_at(ahead + _BYTES + size - 1)  # the data's end: on the next line 3 times in 4
         obj = _peek(items + 8 * i)
