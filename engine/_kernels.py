@@ -165,9 +165,11 @@ def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv,
     return 1
 
 
-# Software pipelining: while key i is looked up, the record of key i + _AHEAD_RECORD
-# and the bucket of key i + _AHEAD_BUCKET are on their way into the cache. A few
-# dozen misses in flight is what the core can track; more only queue up. A full
+# Software pipelining (the writers'; lookups keep their own distances in _lookup.py):
+# while key i is applied, the record of key i + _AHEAD_RECORD and the bucket of key
+# i + _AHEAD_BUCKET are on their way into the cache. A few dozen misses in flight is
+# what the core can track; more only queue up (farther ahead read 0.94x filling a fresh
+# cache on a Zen 5 host, bench/README.md "What bounds a lookup"). A full
 # cache evicts its oldest record on nearly every add, a chain of three misses (the
 # record's header, its index slot, the records after that slot that removing it
 # shifts back): the header comes with _AHEAD_RECORD, the slot's line at

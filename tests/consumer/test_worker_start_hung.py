@@ -65,7 +65,7 @@ def _published(r, i: int, pid: int) -> dict | None:
 
 def _catch_restart(r, fork_pid: int, i: int) -> tuple[int, dict]:
     """Kill worker i and stop its restart before it claims its row; the stopped pid, and the
-    cache's status read the moment it stopped (the first look, early in the start bound)."""
+    cache's status at the first look that shows the restart published (early in the start bound)."""
     for _ in range(6):
         old = r.status()["workers"][i]["pid"]
         known = _children(fork_pid)
