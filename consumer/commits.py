@@ -47,7 +47,7 @@ class Committer:
         self.broker = broker  # consumer/broker.py BrokerWatch: no commit while it is down
         self.consumer = None  # set once made: its settings carry on_commit=self.on_commit
         self.inflight: dict[int, int] | None = None  # the asynchronous commit awaiting its result
-        self.rebalancing = 0.0  # monotonic time a rebalance was seen starting, 0 if none
+        self.rebalancing: float | None = None  # monotonic time a rebalance was seen starting
         # monotonic time of the last periodic commit; -inf (never) makes the next tick's commit due
         # whatever the clock reads: 0.0 did so only once the machine had been up `interval` s
         self.last = -math.inf
@@ -57,20 +57,21 @@ class Committer:
 
     def tick(self, now: float, parts, interval: float) -> None:
         """The supervisor's loop: a periodic commit when one is due and nothing holds it."""
-        if self.rebalancing and now - self.rebalancing > REBALANCE_HOLD_S:
-            self.rebalancing = 0.0  # no new generation came: commit again (and count what fails)
-        if now - self.last >= interval and not self.rebalancing:
+        if self.rebalancing is not None and now - self.rebalancing > REBALANCE_HOLD_S:
+            self.rebalancing = None  # no new generation came: commit again (and count what fails)
+        if now - self.last >= interval and self.rebalancing is None:
             self.periodic(parts)
             self.last = now
 
     def hold(self, now: float) -> None:
         """A revoke or a loss at `now` (the caller's monotonic clock): a rebalance has begun.
         Periodic commits wait for the assignment, REBALANCE_HOLD_S at most."""
-        self.rebalancing = self.rebalancing or now
+        if self.rebalancing is None:
+            self.rebalancing = now
 
     def assigned(self) -> None:
         """The new generation is in place: periodic commits go again, the held one at once."""
-        self.rebalancing = 0.0
+        self.rebalancing = None
         self.last = -math.inf
 
     # -- the three kinds of commit ------------------------------------------------------------------

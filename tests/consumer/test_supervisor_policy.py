@@ -170,6 +170,20 @@ def test_a_hold_with_no_assignment_ends_after_its_bound(committer):
     c.tick(t + REBALANCE_HOLD_S, [0], 1.0)  # due by the interval, still held
     assert c.inflight is None and c.rebalancing == t
     c.tick(t + REBALANCE_HOLD_S + 0.5, [0], 1.0)  # the bound from the first hold is over
-    assert c.inflight == {0: 4} and c.rebalancing == 0.0
+    assert c.inflight == {0: 4} and c.rebalancing is None
     _served(c)
     assert _broker_committed(c, topic) == 4
+
+
+def test_a_hold_at_clock_zero_still_holds(committer):
+    """A hold's time is any monotonic reading, 0.0 included (a clock whose epoch is the
+    caller's start): it was once the "no hold" sentinel, and such a hold held nothing."""
+    c, control, topic = committer
+    control.partitions[0, L.P_APPLIED] = 5
+    c.hold(0.0)
+    c.tick(1.0, [0], 0.5)  # due by the interval, but held
+    assert c.inflight is None and c.rebalancing == 0.0
+    c.tick(REBALANCE_HOLD_S + 0.5, [0], 0.5)
+    assert c.inflight == {0: 5} and c.rebalancing is None
+    _served(c)
+    assert _broker_committed(c, topic) == 5
