@@ -16,6 +16,9 @@ measure what a part costs):
   lines: at most what a version word on the index slot's line would save;
 - "half as far ahead": the software pipeline's distances halved (buckets 16 keys ahead,
   records 8, as they were up to 2026-11-26): what more misses in flight buy on this host.
+- "index only": no record is read (a tag match is taken for a hit, and nothing is
+  prefetched for records): the bucket's version and index lines alone, so the rest of
+  the time is what the records cost (at 20M entries, the part that grows).
 
 Each round gives each kernel in turn one pass over all N keys (the order alternating by
 round), and keeps each variant's rate over today's in that round, in the thread's CPU time
@@ -51,6 +54,12 @@ VARIANTS = {
     "no value copy": [("copy_bytes(out, out_pos, ring8, hit, vlen)", "out[out_pos] = ring8[hit]")],
     "one version line": [("load_acquire(meta, mb + M_VERSION)", "load_acquire(meta, (mb & 7) + M_VERSION)")],
     "half as far ahead": [("_AHEAD_BUCKET = 32\n_AHEAD_RECORD = 16", "_AHEAD_BUCKET = 16\n_AHEAD_RECORD = 8")],
+    "index only": [("if ring64[np.uint64(w)] == h:", "if w >= 0:"),
+                   ("word = ring64[np.uint64(w + 1)]", "word = (np.int64(F_LIVE) << 32) | 100"),
+                   ("elif _key_eq(ring8, ring64, rbase + off + RECORD_HEADER, keys8, keys64, koff, ks):", "else:"),
+                   ("copy_bytes(out, out_pos, ring8, hit, vlen)", "out[out_pos] = 1"),
+                   ("        if i + _AHEAD_RECORD < n:", "        if False:"),
+                   ("    for j in range(start, min(n, start + _AHEAD_RECORD)):", "    for j in range(0):")],
 }
 
 
