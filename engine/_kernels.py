@@ -57,6 +57,7 @@ from shmcache.engine.layout import (
     NBUCKETS,
     POS_BITS,
     POS_MASK,
+    RECORD_ALIGN,
     RECORD_HEADER,
     ROW_WORDS,
 )
@@ -176,7 +177,9 @@ def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv,
 # _AHEAD_EVICT, and the run's records at _AHEAD_RUN_STAGE, each stage reading what
 # the one before fetched. Steady state cost ~1.5x the time per add without them at 1M
 # entries (bench/test_full_cache.py); a cache whose rings fit in the CPU's caches
-# skips them.
+# skips them. A DEAD oldest record (replaced or deleted) has no slot, and the second
+# and third stages skip it: overwrites that wrap the rings ran 1.3x as fast so
+# (bench/README.md, "What the bounds checks cost").
 _AHEAD_BUCKET = 16
 _AHEAD_RECORD = 8
 _AHEAD_EVICT = 4
@@ -244,10 +247,12 @@ def _evicts(meta, ring, ks, max_live, h, vlen):
 @njit(inline="always")
 def _prefetch_evict(meta, index, ring64, slots, ring, h):
     """The second stage for the oldest record (its header was prefetched _AHEAD_RECORD keys
-    ago): the index line where its slot is found, the first place an eviction waits on."""
+    ago): the index line where its slot is found, the first place an eviction waits on.
+    Only for a LIVE record: a dead one (replaced or deleted) has no slot to remove."""
     b = h & _BUCKET_MASK
-    t = b * ring + meta[b * ROW_WORDS + M_TAIL] % ring  # in the bucket's ring whatever the word says
-    prefetch(index, b * slots + _home(ring64[t >> 3], slots), 1)
+    t = b * ring + (meta[b * ROW_WORDS + M_TAIL] % ring & ~(RECORD_ALIGN - 1))  # a header in the ring, whatever the word says
+    if (ring64[(t >> 3) + 1] >> 32) == F_LIVE:
+        prefetch(index, b * slots + _home(ring64[t >> 3], slots), 1)
 
 
 @njit(inline="always")
@@ -257,7 +262,9 @@ def _prefetch_run(meta, index, ring64, slots, ring, ks, h):
     b = h & _BUCKET_MASK
     ibase = b * slots
     rbase = b * ring
-    toff = meta[b * ROW_WORDS + M_TAIL] % ring
+    toff = meta[b * ROW_WORDS + M_TAIL] % ring & ~(RECORD_ALIGN - 1)
+    if (ring64[((rbase + toff) >> 3) + 1] >> 32) != F_LIVE:
+        return  # a dead or padding record: not in the index, nothing to remove
     i = _slot_of(index, ibase, slots, ring64[(rbase + toff) >> 3], toff, min(slots, 2 * _AHEAD_RUN))
     if i >= 0:  # else not in the index (a dead or padding record): nothing to remove
         _prefetch_run_after(index, ibase, slots, ring64, rbase, ring, ks, i)
