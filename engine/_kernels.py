@@ -245,14 +245,24 @@ def _evicts(meta, ring, ks, max_live, h, vlen):
 
 
 @njit(inline="always")
+def _live_tail(meta, ring64, ring, b):
+    """The ring64 word of bucket b's oldest record if it is LIVE (only a live record has an
+    index slot for an eviction to remove), else -1: a dead or padding record, which the
+    eviction stages skip. A hint read without the lock, kept in the bucket's ring whatever
+    the tail word says (aligned down to a record's 16 bytes, its header's two words fit)."""
+    t = b * ring + (meta[b * ROW_WORDS + M_TAIL] % ring & ~(RECORD_ALIGN - 1))
+    return t >> 3 if (ring64[(t >> 3) + 1] >> 32) == F_LIVE else -1
+
+
+@njit(inline="always")
 def _prefetch_evict(meta, index, ring64, slots, ring, h):
     """The second stage for the oldest record (its header was prefetched _AHEAD_RECORD keys
     ago): the index line where its slot is found, the first place an eviction waits on.
     Only for a LIVE record: a dead one (replaced or deleted) has no slot to remove."""
     b = h & _BUCKET_MASK
-    t = b * ring + (meta[b * ROW_WORDS + M_TAIL] % ring & ~(RECORD_ALIGN - 1))  # a header in the ring, whatever the word says
-    if (ring64[(t >> 3) + 1] >> 32) == F_LIVE:
-        prefetch(index, b * slots + _home(ring64[t >> 3], slots), 1)
+    w = _live_tail(meta, ring64, ring, b)
+    if w >= 0:
+        prefetch(index, b * slots + _home(ring64[w], slots), 1)
 
 
 @njit(inline="always")
@@ -262,11 +272,11 @@ def _prefetch_run(meta, index, ring64, slots, ring, ks, h):
     b = h & _BUCKET_MASK
     ibase = b * slots
     rbase = b * ring
-    toff = meta[b * ROW_WORDS + M_TAIL] % ring & ~(RECORD_ALIGN - 1)
-    if (ring64[((rbase + toff) >> 3) + 1] >> 32) != F_LIVE:
-        return  # a dead or padding record: not in the index, nothing to remove
-    i = _slot_of(index, ibase, slots, ring64[(rbase + toff) >> 3], toff, min(slots, 2 * _AHEAD_RUN))
-    if i >= 0:  # else not in the index (a dead or padding record): nothing to remove
+    w = _live_tail(meta, ring64, ring, b)
+    if w < 0:
+        return
+    i = _slot_of(index, ibase, slots, ring64[w], w * 8 - rbase, min(slots, 2 * _AHEAD_RUN))
+    if i >= 0:  # else its slot lies past the first slots of its probe path: not prefetched
         _prefetch_run_after(index, ibase, slots, ring64, rbase, ring, ks, i)
 
 
