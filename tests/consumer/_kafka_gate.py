@@ -9,7 +9,8 @@ starts with the given prefix stops all forwarding, both ways, on every connectio
 (`held` is set); `release()` lets everything through again. The request header's
 client_id is a plain nullable string in every version (the Kafka protocol keeps it so).
 `hold_at(..., connection_only=True)` stops only the connection that request came on (a
-client's group coordinator connection, say), while its others go on. `slow_down` makes
+client's group coordinator connection, say), while its others go on; given a `suffix`,
+only a client whose client.id also ends so. `slow_down` makes
 a broker that answers, slowly: every request of the given API keys from such a client
 waits that long before it goes on (and the requests behind it on its connection with it,
 as a broker answers a connection's requests in order); given a `suffix`, only clients whose
@@ -39,7 +40,7 @@ class KafkaGate:
         self.held = threading.Event()  # the armed request arrived; everything waits
         self.request = None  # (api_key, client_id) of the request that closed the gate
         self.held_at = 0.0  # time.monotonic() it did
-        self._armed: tuple[frozenset, str, bool] | None = None
+        self._armed: tuple[frozenset, str, bool, str] | None = None
         self._slow: tuple[frozenset, str, float, str] | None = None  # (api keys, client prefix, seconds, suffix)
         self.slowed = 0  # requests slowed down so far
         self._held_conns: list[threading.Event] = []  # connections stopped alone (connection_only)
@@ -49,10 +50,10 @@ class KafkaGate:
         self._closing = threading.Event()  # set at close: a slowed request waits no more
         threading.Thread(target=self._accept, daemon=True, name="kafka-gate").start()
 
-    def hold_at(self, api_keys, client_prefix: str, connection_only: bool = False) -> None:
+    def hold_at(self, api_keys, client_prefix: str, connection_only: bool = False, suffix: str = "") -> None:
         with self._lock:
             self.held.clear()
-            self._armed = (frozenset(api_keys), client_prefix, connection_only)
+            self._armed = (frozenset(api_keys), client_prefix, connection_only, suffix)
 
     def slow_down(self, api_keys, client_prefix: str, seconds: float, suffix: str = "") -> None:
         with self._lock:
@@ -126,7 +127,8 @@ class KafkaGate:
             slow = self._slow and api_key in self._slow[0] and client_id.startswith(self._slow[1]) and \
                 client_id.endswith(self._slow[3])
             self.slowed += bool(slow)
-            if self._armed and api_key in self._armed[0] and client_id.startswith(self._armed[1]):
+            if self._armed and api_key in self._armed[0] and client_id.startswith(self._armed[1]) and \
+                    client_id.endswith(self._armed[3]):
                 connection_only = self._armed[2]
                 self._armed = None
                 self.request = (api_key, client_id)
