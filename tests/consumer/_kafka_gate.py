@@ -30,6 +30,11 @@ LIST_OFFSETS = 2  # watermarks (the supervisor's look-up)
 SUPERVISOR_CLIENT = "shmcache-"  # consumer/config.py RunConfig.client_id: the supervisor's clients' names start so
 
 
+def _named(client_id: str, prefix: str, suffix: str) -> bool:
+    """The client.id is one that hold_at or slow_down was given: that prefix, and that suffix."""
+    return client_id.startswith(prefix) and client_id.endswith(suffix)
+
+
 class KafkaGate:
     def __init__(self, broker_port: int):
         self.broker_port = broker_port
@@ -124,11 +129,9 @@ class KafkaGate:
         n = struct.unpack_from(">h", frame, 12)[0]
         client_id = frame[14:14 + n].decode(errors="replace") if n > 0 else ""
         with self._lock:
-            slow = self._slow and api_key in self._slow[0] and client_id.startswith(self._slow[1]) and \
-                client_id.endswith(self._slow[3])
+            slow = self._slow and api_key in self._slow[0] and _named(client_id, self._slow[1], self._slow[3])
             self.slowed += bool(slow)
-            if self._armed and api_key in self._armed[0] and client_id.startswith(self._armed[1]) and \
-                    client_id.endswith(self._armed[3]):
+            if self._armed and api_key in self._armed[0] and _named(client_id, self._armed[1], self._armed[3]):
                 connection_only = self._armed[2]
                 self._armed = None
                 self.request = (api_key, client_id)
