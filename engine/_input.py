@@ -51,6 +51,28 @@ def keys(name: str, ks: int, keys) -> np.ndarray:
     return np.frombuffer(packed[1], np.uint8).reshape(len(keys), ks)
 
 
+def entries(name: str, ks: int, maxv: int, keys_in, vals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, starts, lens, data) of a set_many or apply: keys as keys() gives them, values as
+    values() does. Two lists of `bytes` are read together in one pass (_keylist.pairs);
+    anything else, or any item that pass does not take, goes through keys() and values(),
+    which word the errors."""
+    got = _keylist.pairs(keys_in, vals, ks)
+    if got is None:
+        k = keys(name, ks, keys_in)
+        return (k, *values(name, maxv, vals, len(k)))
+    k, starts, lens, data, longest = got
+    if longest > maxv:
+        _within(name, maxv, lens)
+    return k, starts, lens, data
+
+
+def _within(name: str, maxv: int, lens: np.ndarray) -> None:
+    """Raise ValueTooLargeError naming the first value longer than maxv, if one is."""
+    if len(lens) and lens.max() > maxv:
+        i = int(np.argmax(lens))
+        raise ValueTooLargeError(f"cache {name!r}: value {i} is {int(lens[i])} bytes; the limit is {maxv} (max_value)")
+
+
 def words(k: np.ndarray, kstride: int) -> tuple[np.ndarray, np.ndarray]:
     """The kernels' view of keys: flat uint8 rows padded to kstride (a multiple of 8)
     bytes, and its int64 view (an unaligned view is fine: numba compiles for it and
@@ -157,8 +179,6 @@ def values(name: str, maxv: int, vals, n: int) -> tuple[np.ndarray, np.ndarray, 
             if not isinstance(v, (bytes, bytearray, memoryview)):
                 raise TypeError(f"cache {name!r}: value {i} is {type(v).__name__}, not bytes")
     lens, joined = packed
-    if n and lens.max() > maxv:
-        i = int(np.argmax(lens))
-        raise ValueTooLargeError(f"cache {name!r}: value {i} is {int(lens[i])} bytes; the limit is {maxv} (max_value)")
+    _within(name, maxv, lens)
     starts = np.cumsum(lens) - lens
     return starts.astype(np.int64, copy=False), lens.astype(np.int64, copy=False), np.frombuffer(joined, np.uint8)

@@ -46,6 +46,7 @@ _BYTES = 32  # PyBytesObject.ob_sval
 # -14 % at 16)
 AHEAD_FIXED = 64
 AHEAD_VAR = 32
+AHEAD_PAIRS = 32  # keys and values read together (gather_pairs): 22.5 ns a pair at 16, 21.7 at 24-32, 22.3 at 64
 
 
 def _pointer(builder, addr):
@@ -105,12 +106,51 @@ def _copy_from(typingctx, dst, d, addr, n):
 
 
 @njit(inline="always")
-def _prefetch_object(obj):
-    """Prefetch a bytes object's first three lines: its header and up to 160 bytes of data
-    (its length is not known before the header arrives; a value of txmeta is 61-141 B)."""
+def _prefetch_key(items, j, size):
+    """Prefetch item j's object as a key: its header and its data's end, on the next line 3
+    times in 4 for 32-byte keys."""
+    obj = _peek(items + 8 * j)
+    _prefetch_at(obj)
+    _prefetch_at(obj + _BYTES + size - 1)
+
+
+@njit(inline="always")
+def _prefetch_value(items, j):
+    """Prefetch item j's object as a value: its first three lines, its header and up to 160
+    bytes of data (its length is not known before the header arrives; a value of txmeta is
+    61-141 B)."""
+    obj = _peek(items + 8 * j)
     _prefetch_at(obj)
     _prefetch_at(obj + 64)
     _prefetch_at(obj + 128)
+
+
+@njit(inline="always")
+def _key_at(items, i, bytes_type, size, out, o):
+    """Copy item i, if it is a bytes object of `size` bytes, to out[o:o + size] (True);
+    else False, nothing copied."""
+    obj = _peek(items + 8 * i)
+    if _peek(obj + _TYPE) != bytes_type or _peek(obj + _SIZE) != size:
+        return False
+    _copy_from(out, o, obj + _BYTES, size)
+    return True
+
+
+@njit(inline="always")
+def _value_at(items, i, bytes_type, lens, out, p):
+    """Copy item i, a bytes object, to out from p and set lens[i] to its length: returns
+    the end of the copy; -1 if it is not a bytes object (lens[i] = -1) or does not fit in
+    out (lens[i] = its length, nothing copied)."""
+    obj = _peek(items + 8 * i)
+    if _peek(obj + _TYPE) != bytes_type:
+        lens[i] = -1
+        return -1
+    ln = _peek(obj + _SIZE)
+    lens[i] = ln
+    if ln > out.shape[0] - p:
+        return -1
+    _copy_from(out, p, obj + _BYTES, ln)
+    return p + ln
 
 
 @njit(cache=True, _nrt=False)  # holds the GIL: the list cannot change under it
@@ -122,16 +162,12 @@ def gather_fixed(list_addr, n, bytes_type, size, stride, out):
         return 0
     items = _peek(list_addr + _ITEMS)
     for j in range(min(n, AHEAD_FIXED)):
-        _prefetch_at(_peek(items + 8 * j))
+        _prefetch_key(items, j, size)
     for i in range(n):
         if i + AHEAD_FIXED < n:
-            ahead = _peek(items + 8 * (i + AHEAD_FIXED))
-            _prefetch_at(ahead)
-            _prefetch_at(ahead + _BYTES + size - 1)  # the data's end: on the next line 3 times in 4
-        obj = _peek(items + 8 * i)
-        if _peek(obj + _TYPE) != bytes_type or _peek(obj + _SIZE) != size:
+            _prefetch_key(items, i + AHEAD_FIXED, size)
+        if not _key_at(items, i, bytes_type, size, out, i * stride):
             return i
-        _copy_from(out, i * stride, obj + _BYTES, size)
     return -1
 
 
@@ -147,21 +183,52 @@ def gather_var(list_addr, n, bytes_type, start, lens, out, p):
         return start, p
     items = _peek(list_addr + _ITEMS)
     for j in range(start, min(n, start + AHEAD_VAR)):
-        _prefetch_object(_peek(items + 8 * j))
+        _prefetch_value(items, j)
     for i in range(start, n):
         if i + AHEAD_VAR < n:
-            _prefetch_object(_peek(items + 8 * (i + AHEAD_VAR)))
-        obj = _peek(items + 8 * i)
-        if _peek(obj + _TYPE) != bytes_type:
-            lens[i] = -1
+            _prefetch_value(items, i + AHEAD_VAR)
+        q = _value_at(items, i, bytes_type, lens, out, p)
+        if q < 0:
             return i, p
-        ln = _peek(obj + _SIZE)
-        lens[i] = ln
-        if ln > out.shape[0] - p:
-            return i, p
-        _copy_from(out, p, obj + _BYTES, ln)
-        p += ln
+        p = q
     return n, p
+
+
+@njit(cache=True, _nrt=False)
+def gather_pairs(keys_addr, values_addr, n, bytes_type, size, keys_out, start, starts, lens, out, p):
+    """gather_fixed of the key list and gather_var of the value list (n items each) in one
+    pass from item start, both lists' objects prefetched AHEAD_PAIRS items ahead: a
+    set_many of two lists waits on their misses once, not twice (measured: 21.7 ns a pair
+    against 29.2 for the two passes, 1024 pairs from 1M scattered objects). Key i goes to
+    keys_out[i * size:], value i to out from starts[i] = the end of value i - 1.
+    Returns (the index of the first pair not copied, the end of what was copied, the
+    longest value copied): n when all were; -1 if the lists or arrays are not of n items;
+    else a key that is not a bytes object of `size` bytes or a value that is
+    not bytes (lens[i] = -1), or a value that does not fit in out (lens[i] = its length:
+    the caller grows out and calls again from there)."""
+    if (_peek(keys_addr + _SIZE) != n or _peek(values_addr + _SIZE) != n or lens.shape[0] < n
+            or starts.shape[0] < n or keys_out.shape[0] < n * size):
+        return -1, p, 0
+    keys = _peek(keys_addr + _ITEMS)
+    values = _peek(values_addr + _ITEMS)
+    for j in range(start, min(n, start + AHEAD_PAIRS)):
+        _prefetch_key(keys, j, size)
+        _prefetch_value(values, j)
+    longest = 0
+    for i in range(start, n):
+        if i + AHEAD_PAIRS < n:
+            _prefetch_key(keys, i + AHEAD_PAIRS, size)
+            _prefetch_value(values, i + AHEAD_PAIRS)
+        if not _key_at(keys, i, bytes_type, size, keys_out, i * size):
+            lens[i] = -1
+            return i, p, longest
+        q = _value_at(values, i, bytes_type, lens, out, p)
+        if q < 0:
+            return i, p, longest
+        starts[i] = p
+        longest = max(longest, q - p)
+        p = q
+    return n, p, longest
 
 
 @functools.lru_cache(maxsize=1)
@@ -193,6 +260,29 @@ def available() -> bool:
         if lens.tolist() != [len(v) for v in var] or got.tobytes() != b"".join(var):
             return False
         mixed = [b"a", bytearray(b"b")]
-        return gather_var(id(mixed), 2, id(bytes), 0, np.zeros(2, np.int64), np.zeros(8, np.uint8), 0) == (1, 1)
+        if gather_var(id(mixed), 2, id(bytes), 0, np.zeros(2, np.int64), np.zeros(8, np.uint8), 0) != (1, 1):
+            return False
+        return _pairs_proven(fixed, var[:40])
     except Exception:  # a build numba cannot compile this for: the general path is always there
         return False
+
+
+def _pairs_proven(keys: list, values: list) -> bool:
+    """gather_pairs gives what b"".join gives, stops where its buffer is full and goes on
+    from there, and stops at a key of another size."""
+    n = len(keys)
+    got_keys = np.zeros(n * 32, np.uint8)
+    starts, lens = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    got = np.zeros(sum(map(len, values)), np.uint8)
+    stop, end, first = gather_pairs(id(keys), id(values), n, id(bytes), 32, got_keys, 0, starts, lens, got[:100], 0)
+    if not 0 < stop < n or end > 100 or lens[stop] != len(values[stop]):
+        return False
+    rest = gather_pairs(id(keys), id(values), n, id(bytes), 32, got_keys, stop, starts, lens, got, end)
+    if rest[:2] != (n, len(got)) or max(first, rest[2]) != max(map(len, values)):
+        return False
+    if got_keys.tobytes() != b"".join(keys) or got.tobytes() != b"".join(values):
+        return False
+    if lens.tolist() != [len(v) for v in values] or starts.tolist() != (np.cumsum(lens) - lens).tolist():
+        return False
+    odd, four = keys[:3] + [b"k" * 31], values[:4]  # bound to names: id() of a temporary is a freed object's
+    return gather_pairs(id(odd), id(four), 4, id(bytes), 32, got_keys, 0, starts, lens, got, 0)[0] == 3

@@ -104,21 +104,25 @@ class Writer(Reader):
         checked: a wrong one files its key under the wrong bucket, where lookups do not find
         it. Pass only hashes verified against their keys (consumer/wire.py's Batch.hashes:
         decode checks every one; a message with a wrong one is not taken as v2)."""
-        k = self._keys(keys)
-        n = len(k)
-        acts = _input.actions(self.name, actions, n)
         if values is None:
-            starts = lens = np.zeros(n, np.int64)
+            k = self._keys(keys)
+            starts = lens = np.zeros(len(k), np.int64)
             data = np.zeros(0, np.uint8)
         else:
-            starts, lens, data = _input.values(self.name, self.geometry.max_value, values, n)
+            k, starts, lens, data = self._entries(keys, values)
+        n = len(k)
+        acts = _input.actions(self.name, actions, n)
         self._apply(k, acts, starts, lens, data, None if hashes is None else _input.hashes(self.name, hashes, n))
 
     def set_many(self, keys, values) -> None:
         """Set a batch: keys as for get_many; values in any form apply takes."""
-        k = self._keys(keys)
-        starts, lens, data = _input.values(self.name, self.geometry.max_value, values, len(k))
+        k, starts, lens, data = self._entries(keys, values)
         self._apply(k, np.zeros(len(k), np.uint8), starts, lens, data)
+
+    def _entries(self, keys, values) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Keys and values, checked, in the kernel's form (two lists of bytes in one pass)."""
+        self._check_open()
+        return _input.entries(self.name, self.geometry.key_size, self.geometry.max_value, keys, values)
 
     def delete_many(self, keys) -> None:
         k = self._keys(keys)

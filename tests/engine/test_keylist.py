@@ -1,7 +1,8 @@
 """engine/_keylist: the one-pass proof that all items share one length must never accept a
 list whose lengths only sum right, nor count a multi-byte memoryview by items; the compiled
-path (engine/_pyobjects.py) reads lists of bytes exactly as b"".join would, and hands
-anything else to the general path."""
+path (engine/_pyobjects.py) reads lists of bytes exactly as b"".join would (a set_many's
+two lists too, in one pass), and hands anything else to the general path, which names
+what is wrong."""
 
 from __future__ import annotations
 
@@ -91,3 +92,58 @@ def test_wrong_key_in_a_list_names_it(cache_name):
                 w.get_many_packed(keys)
             with pytest.raises(KeySizeError, match=f"key 123 is {what}"):
                 w.set_many(keys, [b"v"] * 200)
+
+
+def test_pairs_read_keys_and_values_as_the_two_passes_do():
+    """The one pass over a set_many's two lists gives the keys fixed() gives and the values
+    join_bytes() gives: values longer than the buffer's first guess (it grows mid-list, and
+    goes on from the pair it stopped at) and a list long enough that the guess comes from its
+    first items (short here, the rest long)."""
+    rng = np.random.default_rng(5)
+    for n, sizes in ((1000, rng.integers(0, 300, 1000)), (300, [500 + i for i in range(300)]),
+                     (5200, [1] * 5000 + [4096] * 200), (0, [])):
+        keys = [bytes(k) for k in rng.integers(0, 256, (n, 32), np.uint8)]
+        values = [bytes(rng.integers(0, 256, int(s), np.uint8)) for s in sizes]
+        k, starts, lens, data, longest = _keylist.pairs(keys, values, 32)
+        assert k.shape == (n, 32) and k.tobytes() == _keylist.fixed(keys, 32).tobytes()
+        lens1, joined = _keylist.join_bytes(values)
+        assert lens.tolist() == lens1.tolist() and data.tobytes() == bytes(joined)
+        assert starts.tolist() == (np.cumsum(lens) - lens).tolist()
+        assert longest == max(sizes, default=0)
+
+
+_NOT_BYTES = [bytearray(b"b" * 32), _Bytes(b"u" * 32), memoryview(b"m" * 32), "s" * 32, None]
+
+
+@pytest.mark.parametrize("where", [0, 500, 999])
+@pytest.mark.parametrize("side, odd", [("key", b"s" * 31), ("key", b"l" * 33)] + [("key", o) for o in _NOT_BYTES]
+                         + [("value", o) for o in _NOT_BYTES])
+def test_pairs_hand_anything_else_to_the_general_path(where, side, odd):
+    keys = [bytes([i % 256]) * 32 for i in range(1000)]
+    values = [bytes([i % 256]) * (i % 150) for i in range(1000)]
+    (keys if side == "key" else values)[where] = odd
+    assert _keylist.pairs(keys, values, 32) is None
+    keys[where], values[where] = b"k" * 32, b"v"
+    assert _keylist.pairs(keys, values, 32) is not None
+    assert _keylist.pairs(tuple(keys), values, 32) is None and _keylist.pairs(keys, tuple(values), 32) is None
+
+
+def test_pairs_of_unequal_lists_or_a_bad_item_store_nothing_and_say_what(cache_name):
+    """set_many and apply of two lists: a count mismatch, a key of another size, a value that
+    is not bytes or one over max_value is named, and nothing of the batch is stored."""
+    with shmcache.create(cache_name, memory=64 << 20, max_value=100) as w:
+        keys = [bytes([i]) * 32 for i in range(200)]
+        values = [bytes([i]) * (i % 90) for i in range(200)]
+        for bad_keys, bad_values, error, match in (
+                (keys, values[:199], ValueError, "200 keys but 199 values"),
+                (keys[:150] + [b"k" * 31] + keys[151:], values, KeySizeError, "key 150 is 31 bytes"),
+                (keys, values[:150] + ["v"] + values[151:], TypeError, "value 150 is str, not bytes"),
+                (keys, values[:150] + [b"v" * 101] + values[151:], shmcache.ValueTooLargeError,
+                 r"value 150 is 101 bytes; the limit is 100 \(max_value\)")):
+            with pytest.raises(error, match=match):
+                w.set_many(bad_keys, bad_values)
+            with pytest.raises(error, match=match):
+                w.apply(bad_keys, np.zeros(len(bad_keys), np.uint8), bad_values)
+            assert not w.get_many_packed(keys).found.any()
+        w.set_many(keys, values)
+        assert w.get_many(keys) == values
