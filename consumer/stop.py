@@ -28,7 +28,9 @@ as if it had died), and last the commit of what was applied, which keeps FINAL_M
 whatever the drain took (without a commit the partitions' next owner re-applies from the
 last committed offset: harmless, only slower). So a stop takes at most stop_timeout, plus
 what killing hung workers takes past the drain's deadline (a moment: SIGKILL is delivered
-even to a stopped process), which the commit's and the close's minimums may then add to.
+even to a stopped process; 5 s at most for ones in uninterruptible sleep, and 1 s for a
+frozen fork server that never reports their exits: worker_handle.stop_all), which the
+commit's and the close's minimums may then add to.
 """
 
 from __future__ import annotations
@@ -120,9 +122,11 @@ def error_exit_code(e: BaseException) -> int:
 
 
 def exit_now(code: int) -> None:
-    """End the process at once, after an abandoned close (close_consumer False): the
-    interpreter's own exit could wait for librdkafka's handle, which the close thread still
-    holds. Everything else is shut by then; the logs and the standard streams are flushed."""
+    """End the process at once when the interpreter's own exit could wait without a bound: after
+    an abandoned close (close_consumer False) on librdkafka's handle, which the close thread
+    still holds; after a stop whose workers' exits their frozen fork server never reported
+    (worker_handle.stop_all False), on multiprocessing's join of them. Everything else is
+    shut by then; the logs and the standard streams are flushed."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -88,7 +88,10 @@ class Supervisor:
         self._segment_id = None  # (st_dev, st_ino) of /dev/shm/NAME when this supervisor opened it
         self._last_segment_check = 0.0
         self.commits = None  # consumer/commits.py Committer, once the cache is open
-        self.close_abandoned = False  # librdkafka's close did not return in time (consumer/stop.py close_consumer)
+        # the interpreter's exit could wait without a bound: librdkafka's close did not return in
+        # time (consumer/stop.py close_consumer), or a worker's fork server never reported its
+        # exit (worker_handle.stop_all); run() then ends the process with os._exit
+        self.exit_at_once = False
         self.group_watch = None
         self.watermarks = None  # consumer/watermarks.py WatermarkWatch, once the cache is open
         self.snapshots = None  # snapshots_mod.SnapshotPolicy, made in run()
@@ -225,13 +228,15 @@ class Supervisor:
         if self.snapshots is not None:  # a periodic snapshot gives up now, not after the drain (it may take minutes)
             self.snapshots.stopping()
         # every worker stops fetching and exits (killed if not by the one deadline); then the final commit
-        stop_all(self.workers, reason, budget.drain(self.cfg.drain_timeout))
+        if not stop_all(self.workers, reason, budget.drain(self.cfg.drain_timeout)):
+            self.exit_at_once = True
         if self.consumer is not None:
             if not self._fatal:  # bounded: the broker may be gone
                 self.commits.at_stop(list(self.assignment.assigned), self._beat, budget.commit())
             self._leave(budget.leave())
             # on_revoke sees STOPPING: the final commit is made
-            self.close_abandoned = not stop_mod.close_consumer(self.consumer, budget.close())
+            if not stop_mod.close_consumer(self.consumer, budget.close()):
+                self.exit_at_once = True
         if self.metrics is not None:  # before the cache closes: a scrape reads it
             self.metrics.close()
         if self.cache is not None:
@@ -320,13 +325,13 @@ def run(cfg: RunConfig) -> int:
     try:
         code = sup.run()
     except BaseException as e:
-        if not sup.close_abandoned:
+        if not sup.exit_at_once:
             raise
         code = stop_mod.error_exit_code(e)  # said as the command line would: it never sees it
     finally:
-        # the interpreter's exit could wait for librdkafka's handle: everything else is shut.
-        # Also when an error ended the run (BrokerUnavailableError past broker_wait), or it
-        # would reach the interpreter's exit first
-        if sup.close_abandoned:
+        # the interpreter's exit could wait for librdkafka's handle or join a worker for ever:
+        # everything else is shut. Also when an error ended the run (BrokerUnavailableError
+        # past broker_wait), or it would reach the interpreter's exit first
+        if sup.exit_at_once:
             stop_mod.exit_now(code)
     return code

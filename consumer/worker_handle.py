@@ -28,7 +28,11 @@ mistaken for the new one's. What a restart does to the worker's partitions
 (repair, re-assign) is the supervisor's policy (consumer/supervisor.py).
 
 A stop (stop_all) has one deadline for every worker: each is asked first, then all
-are waited for until `timeout` from the ask, and those left then are killed.
+are waited for until `timeout` from the ask, and those left then are killed, all at once.
+A worker is followed by its owner word (the process itself), not by multiprocessing's
+word for it, which comes from the fork server: a frozen one never reports an exit, and
+the stop then ends the process without the interpreter's exit, which would join the
+worker for ever.
 """
 
 from __future__ import annotations
@@ -114,8 +118,13 @@ class WorkerHandle:
         log.info("worker %d started, pid %d", self.index, self.proc.pid)
 
     def _runs(self) -> bool:
-        """The process runs (multiprocessing says so, or, its fork server gone, the process itself)."""
-        return self.proc is not None and (self.proc.is_alive() or bool(self.word and liveness.is_alive(self.word)))
+        """The process runs, as its owner word says: that names the process itself, and a zombie
+        is gone (killed, it never writes again). multiprocessing learns of an exit only from the
+        fork server, which never tells while it is frozen and says "gone" for every worker once
+        it died; without a word (the process was gone before it could be read) it is asked."""
+        if self.proc is None:
+            return False
+        return liveness.is_alive(self.word) if self.word else self.proc.is_alive()
 
     def _kill(self) -> None:
         """SIGKILL, by pid, if the owner word still names a live process (pids are reused);
@@ -248,9 +257,9 @@ class WorkerHandle:
         self._kill()
         self.proc.join(1.0)  # SIGKILL is delivered at once, even to a stopped process
 
-    def stop(self, reason: str, timeout: float) -> None:
+    def stop(self, reason: str, timeout: float) -> bool:
         """Stop this worker alone: stop_all of one."""
-        stop_all([self], reason, timeout)
+        return stop_all([self], reason, timeout)
 
     def ask_stop(self, reason: str) -> None:
         """The first half of a stop (see stop_all): ask the worker to stop fetching and exit;
@@ -267,37 +276,67 @@ class WorkerHandle:
                 pass
 
     def await_stop(self, deadline: float, timeout: float) -> None:
-        """The second half: wait for the process to exit until `deadline` (monotonic), then
-        kill it (SIGKILL, by pid; 5 s at most for the kernel to take it down)."""
+        """The second half: wait for the process to exit until `deadline` (monotonic); one still
+        running then is killed (SIGKILL, by pid), and gone() waits for it."""
         if self.proc is None:
             return
         while self._runs() and time.monotonic() < deadline:
             self.proc.join(min(0.05, max(0.0, deadline - time.monotonic())))
             if not self.proc.is_alive():
-                time.sleep(0.05)  # its fork server is gone: follow the process itself
+                time.sleep(0.05)  # multiprocessing says gone (its fork server died): follow the process
         if self._runs():
             log.warning("worker %d (pid %d) did not stop within %g s (drain_timeout): hung or stopped; killing it "
                         "(SIGKILL)", self.index, self.proc.pid, timeout)
-        end = time.monotonic() + 5.0
+            self._kill()
+
+    def gone(self, end: float) -> None:
+        """Wait until `end` (monotonic) for the process to be gone (SIGKILL again meanwhile, by
+        pid): one killed in uninterruptible sleep goes when it wakes."""
         while self._runs() and time.monotonic() < end:
             self._kill()
             self.proc.join(0.1)
+
+    def let_go(self, end: float) -> bool:
+        """Forget the process, waiting until `end` for its fork server to report its exit.
+        False if it never did (a frozen fork server; or the process still runs): multiprocessing
+        still counts it among its children, and the interpreter's exit would join it for ever."""
+        if self.proc is None:
+            return True
+        self.proc.join(max(0.0, end - time.monotonic()))
+        reported = not self.proc.is_alive()
+        if not reported:
+            log.warning("worker %d (pid %d): its fork server did not report its exit within %g s%s", self.index,
+                        self.proc.pid, REPORT_WAIT_S, "" if self._runs() else " (it is gone: the fork server is hung)")
         self.conn.close()
         self.proc = None
         self.state = WorkerState.STOPPED
         self._publish()
+        return reported
 
 
-def stop_all(handles: list[WorkerHandle], reason: str, timeout: float) -> None:
+KILL_WAIT_S = 5.0  # for the kernel to take down the workers a stop killed (SIGKILL), all together
+REPORT_WAIT_S = 1.0  # for the fork server to report the exits of the workers a stop saw go, all together
+
+
+def stop_all(handles: list[WorkerHandle], reason: str, timeout: float) -> bool:
     """Stop every worker against one deadline, `timeout` seconds from now: all are asked
     first, so they drain at once, then waited for; whoever is left at the deadline is
-    killed. A stop so takes at most `timeout` (+ a moment to kill), whatever the count of
-    workers or how many of them hang."""
+    killed, all of them at once, and waited for together (KILL_WAIT_S at most, then
+    REPORT_WAIT_S for their fork server to report it). A stop so takes at most `timeout`
+    + a few seconds, whatever the count of workers or how many of them hang.
+    Returns False if a worker's exit was never reported (a frozen fork server): the
+    process must then end without the interpreter's exit (which joins every child
+    multiprocessing believes alive)."""
     deadline = time.monotonic() + timeout
     for h in handles:
         h.ask_stop(reason)
     for h in handles:
         h.await_stop(deadline, timeout)
+    end = time.monotonic() + KILL_WAIT_S
+    for h in handles:
+        h.gone(end)
+    end = time.monotonic() + REPORT_WAIT_S
+    return all([h.let_go(end) for h in handles])  # a list: every handle is let go
 
 
 def request_all(requests: list[tuple[WorkerHandle, tuple]], reply: str, timeout: float) -> list:

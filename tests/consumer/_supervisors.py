@@ -25,8 +25,8 @@ import psutil
 import pytest
 
 import shmcache
-from _topic_model import Model, StreamProducer
-from _waits import poll_until, wait_gone
+from _topic_model import Model, StreamProducer, produce_and_wait
+from _waits import poll_until, wait_applied, wait_gone
 from shmcache.consumer import forkserver
 from shmcache.consumer.procs import SupervisorProcess
 from shmcache.ipc import liveness
@@ -215,6 +215,18 @@ class Harness:
         r = poll_until(ready, timeout, f"cache {name} to appear")
         self.readers.append(r)
         return r
+
+    def caught_up(self, topic: str, model: "Model", partitions: int, tag: str, config: dict, workers: int = 2):
+        """A supervisor of `workers` workers (with `config`) over what `model` produced to
+        `topic` first (2 batches a partition), waited for until ready and applied up to the
+        end: (cache name, group, the end offsets, the supervisor, a reader)."""
+        ends = produce_and_wait(self, topic, model, partitions, rate=1000, max_batches=2 * partitions)
+        name, group = self.cache_name(tag), self.group(tag)
+        sup = self.supervisor(name, topic, group, workers=workers, config=config)
+        r = self.attach(name, sup=sup)
+        r.wait_ready(timeout=120)
+        wait_applied(r, ends, 120, sup)
+        return name, group, ends, sup, r
 
     def producer(self, topic: str, model: "Model", **kw) -> "StreamProducer":
         t = StreamProducer(self.bootstrap, topic, model, **kw)

@@ -32,14 +32,9 @@ DRAIN_S = float(os.environ.get("SHMCACHE_STOP_DRAIN_S", "12"))
 def test_sigterm_with_a_hung_worker_stops_within_one_drain_timeout(harness, kafka_topic):
     topic = kafka_topic(PARTITIONS)
     model = Model("v1", PARTITIONS, seed=47)
-    ends = produce_and_wait(harness, topic, model, PARTITIONS, rate=1000, max_batches=2 * PARTITIONS)
-    name, group = harness.cache_name("stop-hung"), harness.group("stop-hung")
     # no stale-worker kill during the test: the stop alone must deal with the hung worker
-    sup = harness.supervisor(name, topic, group, workers=2,
-                             config={"drain_timeout": DRAIN_S, "worker_heartbeat_timeout": 600.0})
-    r = harness.attach(name, sup=sup)
-    r.wait_ready(timeout=120)
-    wait_applied(r, ends, 120, sup)
+    name, group, ends, sup, r = harness.caught_up(topic, model, PARTITIONS, "stop-hung",
+                                                  {"drain_timeout": DRAIN_S, "worker_heartbeat_timeout": 600.0})
     st = r.status()
     i = st["assigned"][0]["worker"]
     hung = psutil.Process(st["assigned"][0]["worker_pid"])
