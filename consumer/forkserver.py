@@ -22,6 +22,8 @@ import os
 import select
 import shutil
 import signal
+import threading
+import time
 
 PRELOAD = "shmcache.consumer._worker_preload"
 
@@ -88,3 +90,63 @@ def die_with_supervisor() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a terminal's hangup: the supervisor stops us (multiprocessing ignores SIGINT)
     atexit.register(remove_once_gone)
     liveness.die_with_parent(signal.SIGTERM, supervisor)
+
+
+NAME = "shmcache-fork"  # the fork server's process name (consumer/worker.py preload sets it)
+KILLED_WAIT = 5.0  # seconds a start waits, once the fork server is killed, for the fork's wait to end
+
+
+def start_within(proc: mp.Process, timeout: float, waiting=lambda: False) -> bool:
+    """proc.start(), given `timeout` seconds; waiting() is called every 50 ms meanwhile and
+    gives the wait up by returning True. multiprocessing asks the fork server to fork, then
+    waits with no bound for it to send the new pid: a fork server that sends none (frozen by
+    SIGSTOP, or hung) would hold the supervisor for ever. It is killed then (SIGKILL), which
+    ends the wait, and the next start gets a fresh one (multiprocessing starts it again).
+    False if the start failed so; a worker the killed server forked at the last moment is
+    killed too (by pid: a fresh fork that nobody follows). An error of the start itself is
+    raised here."""
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def fork() -> None:
+        try:
+            proc.start()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            errors.append(e)
+        finally:
+            done.set()
+
+    # a fork server (re)started now is started by this thread, which lives on: started from the
+    # fork's thread, PR_SET_PDEATHSIG would end it when that thread ends (die_with_supervisor)
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    threading.Thread(target=fork, name="shmcache-fork-start", daemon=True).start()
+    end = time.monotonic() + timeout
+    while not done.wait(0.05):
+        if waiting() or time.monotonic() >= end:
+            _kill_server()
+            done.wait(KILLED_WAIT)
+            if proc.pid is not None:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return False
+    if errors:
+        raise errors[0]
+    return True
+
+
+def _kill_server() -> None:
+    """SIGKILL this process's fork server: its child named NAME, or, still importing before it
+    names itself, the one multiprocessing started with `-c "from multiprocessing.forkserver
+    import main; ..."`. (Its workers are its children, not this process's.)"""
+    import psutil
+
+    for child in psutil.Process().children():
+        try:
+            if child.name() == NAME or any("multiprocessing.forkserver" in a for a in child.cmdline()):
+                child.kill()
+        except psutil.Error:
+            pass

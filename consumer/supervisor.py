@@ -203,7 +203,7 @@ class Supervisor:
                                 f"at most {L.MAX_PARTITIONS} are supported")
         self.cache.control.set_topic(cfg.topic, npart)
         for w in self.workers:
-            w.start()
+            w.start(self._forking)
         self.consumer.subscribe([cfg.topic], on_assign=self.assignment.on_assign,
                                 on_revoke=self.assignment.on_revoke, on_lost=self.assignment.on_lost)
         log.info("joined group %r for topic %r (%d partitions, %s assignment), %d workers",
@@ -212,6 +212,12 @@ class Supervisor:
 
     def _beat(self) -> None:
         self.cache.control.beat()
+
+    def _forking(self) -> bool:
+        """While a worker's fork is awaited (the fork server may still be importing): beat, and
+        give the wait up (True) once a stop is asked for."""
+        self._beat()
+        return bool(self._stop_reason)
 
     def _rebalanced(self) -> None:
         if self.group_watch is not None:
@@ -310,7 +316,7 @@ class Supervisor:
         repaired = self.cache.repair_dead_locks()
         if repaired:
             log.warning("repaired %d buckets the dead worker left locked", repaired)
-        w.start()
+        w.start(self._forking)
         self.watermarks.restarting(w.partitions)  # not caught up until applied up to a look from now on
         self.assignment.reassign(w)
 

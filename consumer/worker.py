@@ -310,7 +310,7 @@ def preload(fmts=("v1", "kv")) -> None:
     compiling them: each worker then loads them itself, after the warm-up)."""
     from shmcache import warm
 
-    liveness.set_process_name("shmcache-fork")
+    liveness.set_process_name(forkserver.NAME)
     forkserver.die_with_supervisor()
     if warm.is_warm():
         for fmt in fmts:

@@ -32,7 +32,9 @@ are waited for until `timeout` from the ask, and those left then are killed, all
 A worker is followed by its owner word (the process itself), not by multiprocessing's
 word for it, which comes from the fork server: a frozen one never reports an exit, and
 the stop then ends the process without the interpreter's exit, which would join the
-worker for ever.
+worker for ever. Nor does a frozen fork server fork: a start waits worker_start_timeout
+for the new pid at most (consumer/forkserver.py start_within), then kills it and fails,
+and the next start comes from a fresh one.
 """
 
 from __future__ import annotations
@@ -95,27 +97,37 @@ class WorkerHandle:
             self.index, self.state.value, self.failures,
             self.restart_at_ns if self.state is WorkerState.BACKING_OFF else 0)
 
-    def start(self) -> None:
-        """Fork the worker from the fork server (waiting for it if it is still importing)."""
+    def start(self, waiting=lambda: False) -> None:
+        """Fork the worker from the fork server, waiting for it if it is still importing, for
+        worker_start_timeout at most; waiting() is called meanwhile (the supervisor beats) and
+        gives the wait up by returning True (a stop asked for). A fork server that forks
+        nothing by then is hung or stopped, and is killed (consumer/forkserver.py
+        start_within): the start has failed, and check() takes it for a death (the backoff,
+        then a start from a fresh fork server)."""
         ctx = forkserver.context()
         self.conn, child = ctx.Pipe()
         cfg = self.sup.cfg.to_dict()
         cfg["_log_level"] = logging.getLogger().level or logging.INFO
-        self.proc = ctx.Process(target=worker_mod.main, args=(cfg, self.index, child),
-                                name=f"shmcache-worker-{self.index}")
-        self.proc.start()
+        proc = ctx.Process(target=worker_mod.main, args=(cfg, self.index, child), name=f"shmcache-worker-{self.index}")
+        bound = self.sup.cfg.worker_start_timeout
+        forked = forkserver.start_within(proc, bound, waiting)
         child.close()
+        self.proc = proc if forked else None
         self.killed_stray = False
-        self.killed_for = ""
+        self.killed_for = "" if forked else (f"was not forked: its fork server forked nothing within {bound:g} s "
+                                             f"(worker_start_timeout: hung or stopped) and was killed")
         self.started_at = time.monotonic()
         try:
-            self.word = liveness.owner_word(self.proc.pid)
+            self.word = liveness.owner_word(proc.pid) if forked else 0
         except psutil.Error:  # gone already: check() sees it and the backoff applies
             self.word = 0
         self.sup.cache.control.workers[self.index, L.K_STARTS] += 1
         self.state = WorkerState.STARTING
         self._publish()
-        log.info("worker %d started, pid %d", self.index, self.proc.pid)
+        if forked:
+            log.info("worker %d started, pid %d", self.index, self.proc.pid)
+        else:
+            log.error("worker %d %s", self.index, self.killed_for)
 
     def _runs(self) -> bool:
         """The process runs, as its owner word says: that names the process itself, and a zombie
@@ -139,16 +151,15 @@ class WorkerHandle:
                 pass
 
     def alive(self) -> bool:
-        """The process runs. multiprocessing learns of a worker's exit from the fork server, and
-        a fork server that died (killed by hand) reports each of its workers gone: the process
-        itself is asked too, and one still running is killed, so that no restart ever runs
-        beside it (two writers on a partition could apply it out of order)."""
-        if self.proc is None:
+        """The process runs, as its owner word says (see _runs): multiprocessing learns of a
+        worker's exit from the fork server, which reports none while it is frozen (a worker
+        that died then is dead all the same), and reports each of its workers gone when it
+        died (killed by hand) while they still run. One still running then is killed, so that
+        no restart ever runs beside it (two writers on a partition could apply it out of order)."""
+        if not self._runs():
             return False
         if self.proc.is_alive():
             return True
-        if not (self.word and liveness.is_alive(self.word)):
-            return False
         if not self.killed_stray:
             log.warning("worker %d (pid %d) is still running but its fork server is gone; killing it",
                         self.index, self.proc.pid)
@@ -213,7 +224,10 @@ class WorkerHandle:
         self.state = WorkerState.BACKING_OFF
         self.restart_at_ns = time.time_ns() + int(wait * 1e9)
         self._publish()
-        how = f"{self.killed_for} and was killed with SIGKILL" if self.killed_for else f"died with exit code {code}"
+        how = (self.killed_for if self.proc is None
+               else f"{self.killed_for} and was killed with SIGKILL" if self.killed_for
+               else f"died with exit code {code}" if code is not None
+               else "died (its fork server did not report how)")
         log.warning("worker %d (pid %s) %s; restarting in %.1f s (%d deaths in a row)",
                     self.index, self.proc.pid if self.proc is not None else "?", how, wait, self.failures)
         if self.conn is not None:
