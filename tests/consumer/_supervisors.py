@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -109,6 +110,13 @@ class SupervisorProc(SupervisorProcess):
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def sigterm_timed(self, timeout: float) -> tuple[int | None, float]:
+        """SIGTERM, then (its exit code, None if not within `timeout`; the seconds it took)."""
+        t0 = time.monotonic()
+        self.signal(signal.SIGTERM)
+        code = self.wait(timeout)
+        return code, time.monotonic() - t0
 
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM and wait for the exit code; SIGKILL (the whole tree) if it does not exit in time."""

@@ -44,6 +44,13 @@ def running(p: psutil.Process) -> bool:
         return False
 
 
+def resume(procs: list[psutil.Process]) -> None:
+    """SIGCONT each process a test stopped (SIGSTOP) that still runs."""
+    for p in procs:
+        if running(p):
+            p.resume()
+
+
 def threads_stopped(pid: int) -> bool:
     """Every thread of `pid` is stopped (SIGSTOP delivered, not only sent)."""
     tasks = Path(f"/proc/{pid}/task")

@@ -32,7 +32,7 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import harness  # noqa: E402,F401
 from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
-from _waits import poll_until, running, wait_applied, wait_gone  # noqa: E402
+from _waits import poll_until, resume, running, wait_applied, wait_gone  # noqa: E402
 
 import shmcache  # noqa: E402
 
@@ -56,14 +56,9 @@ def test_a_frozen_fork_server_does_not_hold_up_the_stop(harness, kafka_topic):
     for p in frozen:
         p.suspend()  # SIGSTOP
     try:
-        t0 = time.monotonic()
-        sup.signal(signal.SIGTERM)
-        code = sup.wait(DRAIN_S + 120)
-        took = time.monotonic() - t0
+        code, took = sup.sigterm_timed(DRAIN_S + 120)
     finally:
-        for p in frozen:
-            if running(p):
-                p.resume()
+        resume(frozen)
     print(f"\nSIGTERM with both workers hung and the fork server frozen: exit {code} after {took:.1f} s "
           f"(drain_timeout {DRAIN_S:g} s)")
     log = sup.log_text()
@@ -97,8 +92,7 @@ def test_a_fork_server_frozen_while_running_is_replaced(harness, kafka_topic):
 
         poll_until(back, 120, lambda: f"both workers restarted: {r.status()['workers']}\n{sup.log_text()[-3000:]}")
     finally:
-        if running(server):
-            server.resume()
+        resume([server])
     log = sup.log_text()
     assert "worker 0 was not forked: its fork server forked nothing within" in log, log[-3000:]
     assert not running(server), "the hung fork server was killed"
@@ -130,13 +124,9 @@ def test_a_stop_during_a_start_from_a_frozen_fork_server_fits_its_budget(harness
         for _ in range(4):
             time.sleep(1.0)
             beats.append(round(r.status()["supervisor_heartbeat_age_s"], 2))
-        t0 = time.monotonic()
-        sup.signal(signal.SIGTERM)
-        code = sup.wait(DRAIN_S + 120)
-        took = time.monotonic() - t0
+        code, took = sup.sigterm_timed(DRAIN_S + 120)
     finally:
-        if running(server):
-            server.resume()
+        resume([server])
     print(f"\nSIGTERM during a start from a frozen fork server: exit {code} after {took:.1f} s; the supervisor's "
           f"heartbeat age while it waited: {beats}")
     log = sup.log_text()

@@ -12,16 +12,14 @@ SHMCACHE_STOP_DRAIN_S sets drain_timeout (default 12 s; 30 is the default of `sh
 """
 
 import os
-import signal
 import sys
-import time
 
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import harness  # noqa: E402,F401
 from _topic_model import KafkaProbe, Model, produce_and_wait  # noqa: E402
-from _waits import applied, running, wait_applied, wait_gone  # noqa: E402
+from _waits import applied, resume, wait_applied, wait_gone  # noqa: E402
 
 import shmcache  # noqa: E402
 
@@ -48,13 +46,9 @@ def test_sigterm_with_a_hung_worker_stops_within_one_drain_timeout(harness, kafk
         ends = produce_and_wait(harness, topic, model, PARTITIONS, rate=1000, max_batches=2 * PARTITIONS)
         others = [p for p in range(PARTITIONS) if p not in parts]
         wait_applied(r, [ends[p] if p in others else 0 for p in range(PARTITIONS)], 120, sup)
-        t0 = time.monotonic()
-        sup.signal(signal.SIGTERM)
-        code = sup.wait(DRAIN_S + 120)
-        took = time.monotonic() - t0
+        code, took = sup.sigterm_timed(DRAIN_S + 120)
     finally:
-        if running(hung):
-            hung.resume()
+        resume([hung])
     print(f"\nSIGTERM with one worker hung: exit {code} after {took:.1f} s (drain_timeout {DRAIN_S:g} s)")
     assert code == 0, sup.log_text()[-3000:]
     assert took <= DRAIN_S + 10, (took, sup.log_text()[-3000:])
