@@ -3,12 +3,13 @@ kernels into its cache) and once under callgrind with collection off, switched o
 and off by a 3-line C helper (TOGGLE, a shared library) around the measured calls only.
 
     python bench/_instructions_child.py lookup LABEL N BATCHES TOGGLE
-    python bench/_instructions_child.py add today N BATCHES TOGGLE
+    python bench/_instructions_child.py add LABEL N BATCHES TOGGLE
 
 lookup: BATCHES batches of 1024 hits in a table of N entries (bench/test_table.py's
 dataset), with today's kernel or one of bench/test_lookup_bounds.py's variants.
 add: BATCHES batches of N fresh ADDs (32-byte keys, 61-141-byte values, hashes given)
-into an empty 512 MiB cache. Prints the number of keys measured.
+into an empty 512 MiB cache, with today's apply kernel or one of bench/test_instructions.py's
+ADD_VARIANTS. Prints the number of keys measured.
 """
 
 from __future__ import annotations
@@ -55,10 +56,13 @@ def _lookup(label: str, n: int, batches: int, toggle) -> int:
         shmcache.destroy(name)
 
 
-def _add(n: int, batches: int, toggle) -> int:
+def _add(label: str, n: int, batches: int, toggle) -> int:
     import shmcache
+    import test_instructions
     from shmcache.engine import _input
-    from shmcache.engine import _kernels as K
+    from shmcache.engine import _kernels
+
+    K = _kernels if label == "today" else test_instructions.add_variant(label)  # noqa: N806 - a module
     from shmcache.engine._xxh64 import xxh64_rows
     from shmcache.engine.reader import SPIN_LIMIT
 
@@ -97,7 +101,7 @@ def _add(n: int, batches: int, toggle) -> int:
 def main() -> None:
     kind, label, n, batches, lib = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     toggle = ctypes.CDLL(lib).cg_toggle
-    keys = _lookup(label, n, batches, toggle) if kind == "lookup" else _add(n, batches, toggle)
+    keys = _lookup(label, n, batches, toggle) if kind == "lookup" else _add(label, n, batches, toggle)
     print(keys)
 
 

@@ -6,7 +6,8 @@ for changes too small to see in CPU time on a shared host.
 
 Counted: a lookup hit (today's kernel and each of bench/test_lookup_bounds.py's variants,
 50 batches of 1024 hits in a table of N entries), and a fresh ADD (hashes given, 20
-batches of 20,000 into an empty 512 MiB cache). Each runs in bench/_instructions_child.py,
+batches of 20,000 into an empty 512 MiB cache; today's apply kernel and each of
+ADD_VARIANTS below). Each runs in bench/_instructions_child.py,
 natively first (numba compiles into a cache of this run's own), then under
 `valgrind --tool=callgrind --collect-atstart=no`, counting only between the two calls
 of a 3-line C helper around the measured kernel calls: not Python, not the set-up.
@@ -36,6 +37,25 @@ HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_instructions_child.py"
 TOGGLE_C = "#include <valgrind/callgrind.h>\nvoid cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }\n"
 LOOKUP_BATCHES, ADD_N, ADD_BATCHES = 50, 20_000, 20
+# The apply kernel (engine/_kernels.py apply_entries) with one part taken away, as
+# test_lookup_bounds.py's VARIANTS do for the lookup: what each part costs in instructions.
+ADD_VARIANTS = {
+    "no bucket prefetch": [("        if i + _AHEAD_BUCKET < n:\n", "        if False:\n"),
+                           ("    for j in range(start, min(n, start + _AHEAD_BUCKET)):", "    for j in range(0):")],
+    "no record prefetch": [("        if i + _AHEAD_RECORD < n:\n", "        if False:\n"),
+                           ("    for j in range(start, min(n, start + _AHEAD_RECORD)):", "    for j in range(0):")],
+    "no eviction stages": [("    staged = NBUCKETS * ring > _STAGED_FROM\n", "    staged = False\n")],
+    "no bucket check": [("        if v & 1 or not _bucket_ok(meta, mb, ring, max_live):", "        if v & 1:")],
+}
+
+
+def add_variant(label: str):
+    """engine/_kernels.py with ADD_VARIANTS[label]'s edits, imported as a module of its own."""
+    src = (HERE.parent / "engine" / "_kernels.py").read_text().replace("from __future__ import annotations", "")
+    for old, new in ADD_VARIANTS[label]:
+        assert old in src, f"variant {label!r}: {old!r} is no longer in engine/_kernels.py"
+        src = src.replace(old, new)
+    return P.import_source(src, "_kernels_" + label.replace(" ", "_"), "shmcache-bench-add-variants")
 
 
 def _cpu_env(cache_dir: str) -> dict:
@@ -82,7 +102,11 @@ def test_instructions_per_key():
             per = total / keys
             today = today or per
             lines.append(f"  lookup hit, {label:16s} {per:7.1f}" + (f"  ({per - today:+.1f})" if label != "today" else ""))
-        total, keys = _count(env, toggle, "add", "today", ADD_N, ADD_BATCHES)
-        lines.append(f"  fresh ADD, today            {total / keys:7.1f}")
+        add_today = None
+        for label in ["today", *ADD_VARIANTS]:
+            total, keys = _count(env, toggle, "add", label, ADD_N, ADD_BATCHES)
+            per = total / keys
+            add_today = add_today or per
+            lines.append(f"  fresh ADD, {label:17s} {per:7.1f}" + (f"  ({per - add_today:+.1f})" if label != "today" else ""))
     print("\n" + "\n".join(lines), file=sys.stderr)
     assert today and today > 0
