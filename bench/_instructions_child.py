@@ -59,12 +59,11 @@ def _lookup(label: str, n: int, batches: int, toggle) -> int:
 def _add(label: str, n: int, batches: int, toggle) -> int:
     import shmcache
     import test_instructions
-    from shmcache.engine import _input
-    from shmcache.engine import _kernels
-
-    K = _kernels if label == "today" else test_instructions.add_variant(label)  # noqa: N806 - a module
+    from shmcache.engine import _input, _kernels
     from shmcache.engine._xxh64 import xxh64_rows
     from shmcache.engine.reader import SPIN_LIMIT
+
+    K = _kernels if label == "today" else test_instructions.add_variant(label)  # noqa: N806 - a module
 
     rng = np.random.default_rng(7)
     name = f"bench-{os.getpid()}-instructions"

@@ -80,6 +80,18 @@ def _count(env: dict, toggle: str, *args) -> tuple[int, int]:
     return int(got.group(1)), int(vg.stdout.split()[-1])
 
 
+def _rows(lines: list, env: dict, toggle: str, kind: str, what: str, variants: dict, n: int, batches: int) -> float:
+    """Count today's kernel of `kind` and each of its variants, a line each into lines (with
+    the difference from today's); returns today's count per key."""
+    today = 0.0
+    for label in ["today", *variants]:
+        total, keys = _count(env, toggle, kind, label, n, batches)
+        per = total / keys
+        today = today or per
+        lines.append(f"  {what}, {label:18s} {per:7.1f}" + (f"  ({per - today:+.1f})" if label != "today" else ""))
+    return today
+
+
 def test_instructions_per_key():
     if os.environ.get("CI") == "true":
         pytest.skip("instruction counts are taken on demand (see bench/README.md), not in CI")
@@ -96,17 +108,7 @@ def test_instructions_per_key():
         Path(src).write_text(TOGGLE_C)
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", toggle, src], check=True)
         env = _cpu_env(os.path.join(tmp, "numba"))
-        today = None
-        for label in ["today", *test_lookup_bounds.VARIANTS]:
-            total, keys = _count(env, toggle, "lookup", label, n, LOOKUP_BATCHES)
-            per = total / keys
-            today = today or per
-            lines.append(f"  lookup hit, {label:16s} {per:7.1f}" + (f"  ({per - today:+.1f})" if label != "today" else ""))
-        add_today = None
-        for label in ["today", *ADD_VARIANTS]:
-            total, keys = _count(env, toggle, "add", label, ADD_N, ADD_BATCHES)
-            per = total / keys
-            add_today = add_today or per
-            lines.append(f"  fresh ADD, {label:17s} {per:7.1f}" + (f"  ({per - add_today:+.1f})" if label != "today" else ""))
+        today = _rows(lines, env, toggle, "lookup", "lookup hit", test_lookup_bounds.VARIANTS, n, LOOKUP_BATCHES)
+        _rows(lines, env, toggle, "add", "fresh ADD", ADD_VARIANTS, ADD_N, ADD_BATCHES)
     print("\n" + "\n".join(lines), file=sys.stderr)
     assert today and today > 0
