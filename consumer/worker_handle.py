@@ -110,12 +110,20 @@ class WorkerHandle:
         cfg["_log_level"] = logging.getLogger().level or logging.INFO
         proc = ctx.Process(target=worker_mod.main, args=(cfg, self.index, child), name=f"shmcache-worker-{self.index}")
         bound = self.sup.cfg.worker_start_timeout
+        t0 = time.monotonic()
         forked = forkserver.start_within(proc, bound, waiting)
+        took = time.monotonic() - t0
         child.close()
         self.proc = proc if forked else None
         self.killed_stray = False
-        self.killed_for = "" if forked else (f"was not forked: its fork server forked nothing within {bound:g} s "
-                                             f"(worker_start_timeout: hung or stopped) and was killed")
+        if forked:
+            self.killed_for = ""
+        elif took < bound:  # waiting() gave the wait up: a stop was asked for
+            self.killed_for = (f"was not forked: its start was given up after {took:.1f} s for a stop, its fork "
+                               f"server (forking nothing yet) killed")
+        else:
+            self.killed_for = (f"was not forked: its fork server forked nothing within {bound:g} s "
+                               f"(worker_start_timeout: hung or stopped) and was killed")
         self.started_at = time.monotonic()
         try:
             self.word = liveness.owner_word(proc.pid) if forked else 0

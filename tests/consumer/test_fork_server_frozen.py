@@ -132,7 +132,7 @@ def test_a_stop_during_a_start_from_a_frozen_fork_server_fits_its_budget(harness
     log = sup.log_text()
     assert code == 0, log[-3000:]
     assert took <= DRAIN_S + MARGIN_S, (took, log[-3000:])
-    assert "worker 0 was not forked" in log, log[-3000:]
+    assert "worker 0 was not forked: its start was given up after" in log, log[-3000:]  # for the stop, not the bound
     assert min(beats) < 0.5, beats  # not beating, each would be over 1 s
     wait_gone(procs)
     r.close()
