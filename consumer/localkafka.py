@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -43,12 +44,26 @@ def is_broker(pid: int) -> bool:
 
 
 def free_ports(n: int) -> list[int]:
-    """n TCP ports on 127.0.0.1 that nothing listened on a moment ago."""
-    socks = []
+    """n TCP ports on 127.0.0.1 that nothing listened on a moment ago, drawn below the kernel's
+    ephemeral range: a port the kernel handed out for a bind to 0 is one it hands out again
+    as the local port of the next outgoing connection (a Kafka client's, anyone's), which
+    then holds it when our server binds it (seen: "Address already in use" for a metrics
+    port, with two test runs on the machine)."""
     try:
-        for _ in range(n):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    rng = random.SystemRandom()
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < n:
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", rng.randrange(10000, max(low, 10001))))
+            except OSError:  # taken: draw again
+                s.close()
+                continue
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:

@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import shmcache
 from shmcache.consumer.config import RunConfig
+from shmcache.consumer.localkafka import free_ports
 from shmcache.consumer.metrics import MetricsServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,12 +37,6 @@ from _waits import poll_until  # noqa: E402
 
 DEPLOY = REPO / "deploy"
 PARTITIONS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -63,7 +58,7 @@ def test_config_file_ready_endpoint_and_dashboard(harness, kafka_topic):
     topic = kafka_topic(PARTITIONS)
     name, other = harness.cache_name("deploy"), harness.cache_name("deploy-b")
     group = harness.group("deploy")
-    port, port_b = free_port(), free_port()
+    port, port_b = free_ports(2)
     # the example config, with the flags the harness gives (name, bootstrap, topic, group, memory, ...) winning
     sup = harness.supervisor(name, topic, group, memory="64MiB",
                              args=("--config", str(DEPLOY / "shmcache.toml"), "--metrics-port", str(port)))

@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import shmcache
 from shmcache.consumer import loadgen
+from shmcache.consumer.localkafka import free_ports
 from shmcache.consumer.metrics import CacheCollector
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,12 +32,6 @@ from _supervisors import REPO, harness  # noqa: E402,F401
 from _waits import poll_until  # noqa: E402
 
 PARTITIONS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict:
@@ -52,7 +47,7 @@ def scrape(port: int) -> dict:
 def test_scrape_during_a_run_agrees_with_stats_and_status(harness, kafka_topic, tmp_path):
     topic = kafka_topic(PARTITIONS)
     name = harness.cache_name("metrics")
-    port = free_port()
+    port = free_ports(1)[0]
     sup = harness.supervisor(name, topic, harness.group("metrics"), config={"metrics_port": port})
     r = harness.attach(name, sup=sup)
     poll_until(lambda: r.status()["metrics_port"] == port, 30, "the metrics port in the segment")
