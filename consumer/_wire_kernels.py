@@ -94,6 +94,21 @@ def scan(buf, pos, count, hash_size, key_size, max_value):
     return walked, kept, unknown, delete_payloads, p, err, err_at, err_len
 
 
+@njit(inline="always")
+def _put(buf, p, hash_size, head, action, length, j, ks, keys_flat, actions_out, starts_out, lens_out, hashes_out):
+    """Row j of the outputs from the ADD/DELETE entry at byte p: its key, action, content's
+    start and length (0 for a DELETE, whatever it carried) and, for v2, its sent xxh64."""
+    src = np.uint64(p + hash_size)  # unsigned indices: no negative-index fix-up per byte, the copy vectorises
+    dst = np.uint64(j) * ks
+    for b in range(ks):
+        keys_flat[dst + b] = buf[src + b]
+    actions_out[j] = action
+    starts_out[j] = p + head
+    lens_out[j] = length if action == ADD else 0
+    if hash_size != 0:
+        hashes_out[j] = u64(buf, p)
+
+
 @njit(cache=True, nogil=True, _nrt=False)
 def gather(buf, pos, walked, hash_size, key_size,
            keys_out, actions_out, starts_out, lens_out, hashes_out):
@@ -112,16 +127,7 @@ def gather(buf, pos, walked, hash_size, key_size,
         action = buf[p + action_at]
         length = u32(buf, p + action_at + ACTION_SIZE)
         if action == ADD or action == DELETE:
-            # unsigned indices: no negative-index fix-up per byte, so the copy vectorises
-            src = np.uint64(p + hash_size)
-            dst = np.uint64(j) * ks
-            for b in range(ks):
-                flat[dst + b] = buf[src + b]
-            actions_out[j] = action
-            starts_out[j] = p + head
-            lens_out[j] = length if action == ADD else 0
-            if hash_size != 0:
-                hashes_out[j] = u64(buf, p)
+            _put(buf, p, hash_size, head, action, length, j, ks, flat, actions_out, starts_out, lens_out, hashes_out)
             j += 1
         p += head + length
     return j
@@ -159,7 +165,7 @@ def encode(out, pos, hash_size, keys, actions, offsets, data, hashes):
 
 
 # -- many messages at once (consumer/wire_batch.py) -------------------------------
-# scan_many's row per message: the version it decodes cleanly as (0: not cleanly, leave
+# decode_clean_many's row per message: the version it decodes cleanly as (0: not cleanly, leave
 # it to wire.decode), then scan's walked, kept, unknown and delete_payloads, and the count
 M_VERSION, M_WALKED, M_KEPT, M_UNKNOWN, M_DELETE_PAYLOADS, M_DECLARED, M_COLUMNS = range(7)
 _V2_COUNT_AT = 4  # the v2 header: 4 magic bytes, then the u32 LE count
@@ -168,59 +174,87 @@ _V1_HEADER = 4
 _V2_ENTRY_HEADER = 8 + 32 + ACTION_SIZE + LEN_SIZE
 
 
+@njit(inline="always")
+def _walk_clean(buf, s, n, pos, count, hash_size, key_size, max_value, j, keys_out, actions_out, starts_out,
+                lens_out, hashes_out, row):
+    """scan() and gather() of one message buf[s:s + n] in ONE pass, for the clean case: its
+    `count` entries from byte s + pos, intact, ending exactly at its end, written from row j
+    of the outputs (hashes too when hash_size is 8), and the message's figures into `row`.
+    Returns the row after its last entry; -1 at the first damage or when the outputs are
+    full (their rows written from j are then garbage, `row` untouched). Every read is
+    bounds-checked against s + n first, as in scan()."""
+    action_at = np.int64(hash_size) + np.int64(key_size)
+    head = action_at + ACTION_SIZE + LEN_SIZE
+    cap = actions_out.shape[0]
+    ks = np.uint64(key_size)
+    end = s + n
+    p = s + pos
+    walked = kept = unknown = dp = np.int64(0)
+    while walked < count:
+        if p + head > end:
+            return -1
+        length = u32(buf, p + action_at + ACTION_SIZE)
+        if length > max_value or p + head + length > end:
+            return -1
+        action = buf[p + action_at]
+        if action == ADD or action == DELETE:
+            if j >= cap:
+                return -1
+            _put(buf, p, hash_size, head, action, length, j, ks, keys_out, actions_out, starts_out, lens_out,
+                 hashes_out)
+            if action == DELETE and length != 0:
+                dp += 1
+            j += 1
+            kept += 1
+        else:
+            unknown += 1
+        p += head + length
+        walked += 1
+    if p != end:
+        return -1
+    row[M_WALKED] = walked
+    row[M_KEPT] = kept
+    row[M_UNKNOWN] = unknown
+    row[M_DELETE_PAYLOADS] = dp
+    row[M_DECLARED] = count
+    return j
+
+
 @njit(cache=True, nogil=True, _nrt=False)
-def scan_many(buf, starts, ends, key_size, max_value, out):
-    """Scan each message buf[starts[m]:ends[m]] the way wire.decode reads a clean one: v2
-    if it has the v2 magic, its count fits and its entries scan cleanly to its end; else
-    v1 if those scan cleanly. out[m] gets the version (0 if neither holds cleanly: damage,
-    or a v2 message that is not: wire.decode then decides) and scan's figures.
-    Returns the number of messages with version 0. v2 hashes are not checked here."""
+def decode_clean_many(buf, starts, ends, key_size, max_value, out, keys_out, actions_out, starts_out, lens_out,
+                      hashes_out):
+    """Decode each message buf[starts[m]:ends[m]] the way wire.decode reads a clean one, in
+    one pass over its bytes: v2 if it has the v2 magic, its count fits and its entries walk
+    cleanly to its end; else v1 if those do. Its entries go, in message order, to the flat
+    outputs (keys_out: key_size bytes a row; starts_out: positions in buf; hashes_out: the
+    sent xxh64 of v2 entries, unchecked here), all sized for the same number of rows.
+    out[m] gets the version (0 if neither holds cleanly: damage, or a v2 message that is
+    not; wire.decode then decides) and scan's figures. Returns (messages of version 0, rows
+    written); a message that does not fit in the outputs counts as version 0."""
+    j = np.int64(0)
     bad = 0
     for m in range(starts.shape[0]):
         s = np.int64(starts[m])
-        msg = buf[s:np.int64(ends[m])]
-        n = np.int64(msg.shape[0])
+        n = np.int64(ends[m]) - s
+        row = out[m]
         for c in range(M_COLUMNS):
-            out[m, c] = 0
+            row[c] = 0
         version = 0
         if n >= _V1_HEADER:
-            magic = msg[0] == 0xFF and msg[1] == 0x02 and msg[2] == 0 and msg[3] == 0
-            if magic and n >= _V2_HEADER and u32(msg, _V2_COUNT_AT) * _V2_ENTRY_HEADER <= n - _V2_HEADER:
-                count = u32(msg, _V2_COUNT_AT)
-                walked, kept, unknown, dp, _end, err, _at, _len = scan(msg, _V2_HEADER, count, 8, key_size, max_value)
-                version = 2 if err == OK else 0  # not cleanly v2: wire.decode tries it as v1
+            magic = buf[s] == 0xFF and buf[s + 1] == 0x02 and buf[s + 2] == 0 and buf[s + 3] == 0
+            if magic and n >= _V2_HEADER and u32(buf, s + _V2_COUNT_AT) * _V2_ENTRY_HEADER <= n - _V2_HEADER:
+                e = _walk_clean(buf, s, n, _V2_HEADER, u32(buf, s + _V2_COUNT_AT), 8, key_size, max_value, j,
+                                keys_out, actions_out, starts_out, lens_out, hashes_out, row)
+                version = 2  # not cleanly v2 (e < 0): wire.decode tries it as v1
             else:
-                count = u32(msg, 0)
-                walked, kept, unknown, dp, _end, err, _at, _len = scan(msg, _V1_HEADER, count, 0, key_size, max_value)
-                version = 1 if err == OK else 0
-            if version:
-                out[m, M_WALKED] = walked
-                out[m, M_KEPT] = kept
-                out[m, M_UNKNOWN] = unknown
-                out[m, M_DELETE_PAYLOADS] = dp
-                out[m, M_DECLARED] = count
-        out[m, M_VERSION] = version
+                e = _walk_clean(buf, s, n, _V1_HEADER, u32(buf, s), 0, key_size, max_value, j,
+                                keys_out, actions_out, starts_out, lens_out, hashes_out, row)
+                version = 1
+            if e < 0:
+                version = 0
+            else:
+                j = e
+        row[M_VERSION] = version
         if version == 0:
             bad += 1
-    return bad
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def gather_many(buf, starts, ends, scanned, key_size, keys_out, actions_out, starts_out, lens_out, hashes_out):
-    """gather() each message scan_many found clean (no version 0 among them) into one set
-    of arrays, in message order; starts_out are positions in buf. v2 hashes go to
-    hashes_out (sized for every entry when any message is v2, else empty)."""
-    j = np.int64(0)
-    for m in range(starts.shape[0]):
-        s = np.int64(starts[m])
-        msg = buf[s:np.int64(ends[m])]
-        kept = scanned[m, M_KEPT]
-        v2 = scanned[m, M_VERSION] == 2
-        e = j + kept
-        gather(msg, _V2_HEADER if v2 else _V1_HEADER, scanned[m, M_WALKED], 8 if v2 else 0, key_size,
-               keys_out[j:e], actions_out[j:e], starts_out[j:e], lens_out[j:e],
-               hashes_out[j:e] if v2 else hashes_out[0:0])
-        for i in range(j, e):
-            starts_out[i] += s
-        j = e
-    return j
+    return bad, j

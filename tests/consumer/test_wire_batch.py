@@ -126,6 +126,21 @@ def test_the_scratch_is_reused_and_grows():
     assert s.buf.shape[0] >= sum(map(len, big)) and not b.data.flags.writeable
 
 
+def test_entries_of_the_smallest_size_fill_the_rows_exactly():
+    """The Scratch sizes its rows for one entry per 37 bytes (a v1 entry with no content):
+    messages made only of such entries need every row, and a fresh Scratch grows to them."""
+    rng = np.random.default_rng(5)
+    msgs = []
+    for n in (1, 37, 1000):
+        keys = rng.integers(0, 256, (n, 32), np.uint8)
+        msgs.append(wire.encode_v1(keys, rng.choice([wire.ADD, wire.DELETE], n).astype(np.uint8), [b""] * n))
+    s = wire_batch.Scratch()
+    for batch in (msgs, msgs[2:], msgs[:1], msgs):
+        got = wire_batch.decode_many(batch, s)
+        assert _rows(got) == [r for m in batch for r in _rows(wire.decode(m))]
+    assert s.actions.shape[0] == sum(map(len, msgs)) // 37 == 1038
+
+
 def test_a_v2_batch_carries_its_verified_hashes_to_the_table():
     """The worker's path end to end without a broker: a consume() batch of v2 messages,
     decoded at once, reaches the writer with every key's verified xxh64 (so the table
