@@ -59,7 +59,7 @@ def chunks(n: int, seed: int = SEED):
         yield c0, keys, offsets, data
 
 
-def _messages(fmt: str, keys, offsets, data, partitions: int):
+def messages_of(fmt: str, keys, offsets, data, partitions: int):
     """(key, value, partition) of one chunk's v1 or v2 messages."""
     actions = np.zeros(BATCH, np.uint8)  # all ADD
     m = len(keys)
@@ -124,7 +124,7 @@ def produce_topic(bootstrap: str, name: str, fmt: str, n: int, partitions: int, 
             topic_bytes += len(buf) + keys.size
             nmsg += len(keys)
         else:
-            messages.extend(_messages(fmt, keys, offsets, data, partitions))
+            messages.extend(messages_of(fmt, keys, offsets, data, partitions))
     if fmt != "kv":
         encode_s = time.perf_counter() - t0
         t0 = time.perf_counter()
