@@ -1,5 +1,7 @@
 """Compiled kernels behind `wire`: decoding is a validating scan, then a gather
-into arrays sized by the scan; `encode` writes the entries of a message.
+into arrays sized by the scan; `encode` writes the entries of a message;
+`decode_clean_many` decodes the clean messages of a whole consume() batch, each
+checked and gathered in one pass (consumer/wire_batch.py).
 
 Invariants these kernels keep:
 - `scan` never reads a byte it has not first bounds-checked against `buf.shape[0]`
@@ -8,6 +10,9 @@ Invariants these kernels keep:
 - `gather` only walks the `walked` entries that `scan` accepted, so it needs no
   checks of its own; it writes exactly `kept` rows, the count `scan` returned, into
   arrays the caller sized from that count.
+- `decode_clean_many` checks every read as `scan` does, against its message's end,
+  and writes only rows below its outputs' length (a message they cannot hold is
+  left to wire.decode, as a damaged one is).
 - Entries come out in wire order; unknown actions are skipped using their length.
 - Positions and lengths are int64 and hashes uint64, never mixed: numba promotes
   uint64 op int64 to float64.
@@ -223,9 +228,10 @@ def _walk_clean(buf, s, n, pos, count, hash_size, key_size, max_value, j, keys_o
 @njit(cache=True, nogil=True, _nrt=False)
 def decode_clean_many(buf, starts, ends, key_size, max_value, out, keys_out, actions_out, starts_out, lens_out,
                       hashes_out):
-    """Decode each message buf[starts[m]:ends[m]] the way wire.decode reads a clean one, in
-    one pass over its bytes: v2 if it has the v2 magic, its count fits and its entries walk
-    cleanly to its end; else v1 if those do. Its entries go, in message order, to the flat
+    """Decode each message buf[starts[m]:ends[m]] (ends within buf) the way wire.decode reads
+    a clean one, in one pass over its bytes: a message with the v2 magic and a count that
+    fits is v2 if its entries walk cleanly to its end (else version 0: wire.decode then
+    tries it as v1), any other is v1 if its entries do. Its entries go, in message order, to the flat
     outputs (keys_out: key_size bytes a row; starts_out: positions in buf; hashes_out: the
     sent xxh64 of v2 entries, unchecked here), all sized for the same number of rows.
     out[m] gets the version (0 if neither holds cleanly: damage, or a v2 message that is
@@ -245,7 +251,7 @@ def decode_clean_many(buf, starts, ends, key_size, max_value, out, keys_out, act
             if magic and n >= _V2_HEADER and u32(buf, s + _V2_COUNT_AT) * _V2_ENTRY_HEADER <= n - _V2_HEADER:
                 e = _walk_clean(buf, s, n, _V2_HEADER, u32(buf, s + _V2_COUNT_AT), 8, key_size, max_value, j,
                                 keys_out, actions_out, starts_out, lens_out, hashes_out, row)
-                version = 2  # not cleanly v2 (e < 0): wire.decode tries it as v1
+                version = 2
             else:
                 e = _walk_clean(buf, s, n, _V1_HEADER, u32(buf, s), 0, key_size, max_value, j,
                                 keys_out, actions_out, starts_out, lens_out, hashes_out, row)
