@@ -35,5 +35,6 @@ def run(a) -> int:
         console.print(f"restored {a.name} from {a.path} ({out['mode']}): {out['entries']:,} entries, "
                       f"{out['evictions']:,} evicted, in {out['seconds']:.2f} s "
                       f"({s['bytes'] / max(out['seconds'], 1e-9) / 1e9:.2f} GB/s); topic {s['topic']!r}, "
-                      f"offsets {s['offsets']} (shmcache run resumes from there)")
+                      f"offsets {s['offsets']} (shmcache run resumes from there)",
+                      markup=False, highlight=False)  # the path and the topic are text, not markup
     return 0

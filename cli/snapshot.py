@@ -61,7 +61,8 @@ def run(a) -> int:
         print(json.dumps({**info.to_dict(), "seconds": dt}))
     else:
         console.print(f"snapshot of {a.name}: {info.path}, {info.entries:,} entries, {L.format_bytes(info.bytes)} in "
-                      f"{dt:.2f} s ({info.bytes / max(dt, 1e-9) / 1e9:.2f} GB/s); offsets {list(info.offsets)}")
+                      f"{dt:.2f} s ({info.bytes / max(dt, 1e-9) / 1e9:.2f} GB/s); offsets {list(info.offsets)}",
+                      markup=False, highlight=False)  # the path is text, not markup
     return 0
 
 

@@ -1,6 +1,10 @@
 """`shmcache status NAME [--json]`: per-partition progress and readiness of a cache.
 
-Also the lines status and `shmcache top` share (group_lines, backoff_text)."""
+Also the lines status and `shmcache top` share (group_lines, backoff_text).
+
+Every text that comes from outside (the topic, other group members' client ids, hosts and
+instance ids, file names) is printed as text, never read as rich markup: a client id such
+as `evil[/]` would otherwise raise, and `[link=...]` would be rendered."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import time
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import shmcache
 from shmcache.consumer import snapshots
@@ -29,16 +34,17 @@ def run(a) -> int:
     if a.json:
         print(json.dumps(st))
         return 0
-    console = Console()
+    console = Console(highlight=False)
     sup = f"pid {st['supervisor_pid']}" + ("" if st["supervisor_alive"] else " (not running)") if st["supervisor_pid"] else "none"
-    console.print(f"cache [bold]{a.name}[/]: topic {st['topic']!r}, {st['partitions']} partitions, supervisor {sup}, "
-                  + ("[green]ready[/]" if st["ready"] else "[yellow]not ready[/]")
-                  + (f", [red]waiting for the broker[/] ({st['broker_waiting_s']:.0f} s)"
-                     if st.get("broker") == "waiting for the broker" else "")
-                  + (f", [yellow]a commit has waited {st['commit_pending_s']:.0f} s for Kafka[/]"
-                     if (st.get("commit_pending_s") or 0) >= SLOW_COMMIT_S else ""))
+    head = Text.assemble("cache ", (a.name, "bold"), f": topic {st['topic']!r}, {st['partitions']} partitions, "
+                         f"supervisor {sup}, ", ("ready", "green") if st["ready"] else ("not ready", "yellow"))
+    if st.get("broker") == "waiting for the broker":
+        head.append_text(Text.assemble(", ", ("waiting for the broker", "red"), f" ({st['broker_waiting_s']:.0f} s)"))
+    if (st.get("commit_pending_s") or 0) >= SLOW_COMMIT_S:
+        head.append(f", a commit has waited {st['commit_pending_s']:.0f} s for Kafka", style="yellow")
+    console.print(head)
     if not st["ready"]:
-        console.print(f"not ready: {why(st)}", markup=False, highlight=False)
+        console.print(Text(f"not ready: {why(st)}"))
     t = Table()
     for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "committed", "caught up"):
         t.add_column(col, justify="right")
@@ -48,9 +54,9 @@ def run(a) -> int:
                   "yes" if p["caught_up"] else f"no (worker {p['worker_down']})" if p.get("worker_down") else "no")
     console.print(t)
     for what, value, _ in snapshots.summary_rows(st):
-        console.print(f"{what}: {value}")
+        console.print(Text(f"{what}: {value}"))
     for line in group_lines(st):
-        console.print(f"[bold red]{line}[/]")
+        console.print(Text(line, style="bold red"))
     if st["workers"]:
         t = Table()
         for col in ("worker", "pid", "state", "restarts", "backoff", "heartbeat", "ADD", "DELETE", "messages",
