@@ -307,21 +307,9 @@ class Geometry:
                                      f"it should be {should} (a damaged or foreign segment)")
 
         ks, maxv, slots, ring, size = h[H_KEY_SIZE], h[H_MAX_VALUE], h[H_SLOTS], h[H_RING], h[H_SIZE]
-        if h[H_NBUCKETS] != NBUCKETS:
-            raise bad("nbuckets", str(NBUCKETS))
-        if not 1 <= ks <= MAX_KEY_SIZE:
-            raise bad("key_size", f"from 1 to {MAX_KEY_SIZE}")
-        if not 0 <= maxv <= 0xFFFFFFFF:
-            raise bad("max_value", "from 0 to 2**32-1")
-        if slots < MIN_SLOTS or slots & (slots - 1):
-            raise bad("slots", f"a power of two >= {MIN_SLOTS}")
-        if ring <= 0 or ring % RECORD_ALIGN or ring > POS_MASK:
-            raise bad("ring", f"a positive multiple of {RECORD_ALIGN} below 2**{POS_BITS}")
-        if ring < record_size(ks, maxv):
-            raise bad("ring", f">= {record_size(ks, maxv)}, one record of key_size={ks} and max_value={maxv}")
-        derived = align(FIXED_BYTES + NBUCKETS * slots * WORD, PAGE) + NBUCKETS * ring
-        if size != derived:
-            raise bad("size", f"{derived}, as derived from slots={slots} and ring={ring}")
+        problem = geometry_problem(h[H_NBUCKETS], ks, maxv, slots, ring, size)
+        if problem:
+            raise bad(*problem)
         if size != file_size:
             raise bad("size", f"{file_size}, the size of the file")
         if not 0 <= h[H_TOPIC_LEN] <= TOPIC_MAX:
@@ -329,6 +317,31 @@ class Geometry:
         if not 0 <= h[H_PARTITIONS] <= MAX_PARTITIONS:
             raise bad("partitions", f"from 0 to {MAX_PARTITIONS}")
         return cls(size=size, key_size=ks, max_value=maxv, slots=slots, ring=ring)
+
+
+def geometry_problem(nbuckets: int, key_size: int, max_value: int, slots: int, ring: int,
+                     size: int) -> tuple[str, str] | None:
+    """The first figure of a claimed geometry that this layout cannot hold or that
+    contradicts the others, as (field, what it should be); None if they agree. A
+    segment's header (Geometry.from_header) and a snapshot's (snapshot_format) are
+    checked by it: the kernels index with these figures."""
+    if nbuckets != NBUCKETS:
+        return "nbuckets", str(NBUCKETS)
+    if not 1 <= key_size <= MAX_KEY_SIZE:
+        return "key_size", f"from 1 to {MAX_KEY_SIZE}"
+    if not 0 <= max_value <= 0xFFFFFFFF:
+        return "max_value", "from 0 to 2**32-1"
+    if slots < MIN_SLOTS or slots & (slots - 1) or slots > POS_MASK:
+        return "slots", f"a power of two from {MIN_SLOTS} to 2**{POS_BITS - 1}"
+    if ring <= 0 or ring % RECORD_ALIGN or ring > POS_MASK:
+        return "ring", f"a positive multiple of {RECORD_ALIGN} below 2**{POS_BITS}"
+    least = record_size(key_size, max_value)
+    if ring < least:
+        return "ring", f">= {least}, one record of key_size={key_size} and max_value={max_value}"
+    derived = align(FIXED_BYTES + NBUCKETS * slots * WORD, PAGE) + NBUCKETS * ring
+    if size != derived:
+        return "size", f"{derived}, as derived from slots={slots} and ring={ring}"
+    return None
 
 
 _FIELDS = {"nbuckets": H_NBUCKETS, "key_size": H_KEY_SIZE, "max_value": H_MAX_VALUE, "slots": H_SLOTS,

@@ -52,7 +52,8 @@ from shmcache.engine.snapshot_format import (CHUNK, CHUNK_MAGIC, END, END_MAGIC,
                                              SnapshotInfo, buckets_per_chunk, check_expected, chunks, exact_memory,
                                              format_of, parse_header, topic_of)
 from shmcache.engine.snapshot_format import read_header, verify  # noqa: F401 - part of this module's API
-from shmcache.errors import SnapshotCorruptError, SnapshotError
+from shmcache.errors import (CacheSpaceError, MemoryTooSmallError, SnapshotCorruptError, SnapshotError,
+                             SnapshotMismatchError)
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word
 from shmcache.ipc.segment import kind_of
@@ -249,13 +250,21 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
             memory = exact_memory(src)
         elif memory is None:
             memory = src.size
-        target = L.Geometry.plan(L.parse_bytes(memory), src.key_size, maxv)
+        try:
+            target = L.Geometry.plan(L.parse_bytes(memory), src.key_size, maxv)
+        except MemoryTooSmallError as e:
+            raise SnapshotMismatchError(f"snapshot {path}: its key size {src.key_size} and values up to {maxv} B do "
+                                        f"not fit: {e}") from None
         same = target == src and info.layout_version == L.LAYOUT_VERSION
         try:  # the kernel reads the file's start while the segment is made (its 2 MiB pages zeroed)
             os.posix_fadvise(f.fileno(), 0, min(info.bytes, READ_AHEAD), os.POSIX_FADV_WILLNEED)
         except OSError:
             pass
-        w = table.create(name, memory=memory, key_size=src.key_size, max_value=maxv, mode=mode)
+        try:
+            w = table.create(name, memory=memory, key_size=src.key_size, max_value=maxv, mode=mode)
+        except CacheSpaceError as e:  # the snapshot's own size, when no memory= was given
+            raise SnapshotMismatchError(f"snapshot {path}: a cache of {L.format_bytes(target.size)} does not fit: "
+                                        f"{e}") from None
         try:
             ctl = w.control
             ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_RUNNING)

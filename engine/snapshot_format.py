@@ -14,9 +14,12 @@ The file (format version 1, all integers little-endian):
                 ring spans (each bucket's live records, tail to head) back to back
     "SNAPEND1"  u32 chunks  u32 0  u64 entries  u64 xxh3-64 of the chunks' checksums
 
-Every field is checked before use (a snapshot is as untrusted as the segment): a
-truncated file, a failed checksum or a file that is no snapshot raises
-SnapshotCorruptError, another topic, format or key size SnapshotMismatchError.
+Every field is checked before use (a snapshot is as untrusted as the segment, and its
+checksums are not keyed: anyone can write one that holds): each header field for its
+type and bounds, the geometry by the segment's own rule (layout.geometry_problem). A
+truncated file, a failed checksum or check, or a file that is no snapshot raises
+SnapshotCorruptError naming what was wrong; another topic, format or key size
+SnapshotMismatchError.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ CHUNK_MAGIC = b"CHNK"
 END_MAGIC = b"SNAPEND1"
 CHUNK_BYTES = 32 << 20  # bucket bytes per chunk at most: the memory a snapshot or restore holds
 HEADER_MAX = 1 << 20
+I64 = (1 << 63) - 1  # every integer of the header is a signed 64-bit word somewhere
+SIZE_MAX = 1 << 50  # a cache's size at most (1 PiB): well past any machine's memory
+NAME_MAX = 255  # a cache's name: a file name under /dev/shm
 
 HEAD = struct.Struct("<8sII")
 CHUNK = struct.Struct("<4sIIIQQ")
@@ -140,23 +146,74 @@ def parse_header(f, path: str) -> SnapshotInfo:
     (digest,) = struct.unpack("<Q", _read_exact(f, 8, path, "the header checksum"))
     if digest != xxhash.xxh3_64_intdigest(raw):
         raise _bad(path, "header checksum mismatch")
+    return _checked(_json_object(raw, path), path, os.fstat(f.fileno()).st_size)
+
+
+def _json_object(raw: bytes, path: str) -> dict:
+    """The header's JSON object; SnapshotCorruptError for anything else (the checksum is not
+    keyed: anyone can write a header that passes it, nested a million deep, say). NaN and
+    Infinity are read as floats, which no field takes: _checked names the field."""
     try:
         h = json.loads(raw)
-        ks, maxv, slots, ring, size = (int(h[k]) for k in ("key_size", "max_value", "slots", "ring", "size"))
-        offsets = tuple(int(x) for x in h["offsets"])
-        info = SnapshotInfo(path, L.Geometry(size, ks, maxv, slots, ring), int(h["layout_version"]), str(h["topic"]),
-                            str(h["wire_format"]), offsets, int(h["taken_ns"]), int(h["entries"]), str(h["name"]),
-                            os.fstat(f.fileno()).st_size, str(h.get("topic_id", "")))
-        L.topic_id_words(info.topic_id)  # a ValueError if it is no topic id
-        nbuckets = int(h["nbuckets"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise _bad(path, f"header is not what format version {FORMAT_VERSION} writes ({e})") from None
-    g = info.geometry
-    if (nbuckets != L.NBUCKETS or not 1 <= ks <= L.MAX_KEY_SIZE or slots < L.MIN_SLOTS or slots & (slots - 1)
-            or ring <= 0 or ring % L.RECORD_ALIGN or ring > L.POS_MASK or not 0 <= maxv <= 0xFFFFFFFF
-            or len(offsets) > L.MAX_PARTITIONS or g.size > 1 << 50):
-        raise _bad(path, f"header geometry is impossible ({h})")
-    return info
+    except (ValueError, RecursionError) as e:  # RecursionError: arrays nested past the interpreter's stack
+        raise _bad(path, f"header is not JSON ({type(e).__name__}: {str(e)[:100]})") from None
+    if not isinstance(h, dict):
+        raise _bad(path, f"header is a JSON {type(h).__name__}, not an object")
+    return h
+
+
+def _checked(h: dict, path: str, file_size: int) -> SnapshotInfo:
+    """The header's fields, each checked for its type and bounds, the geometry's figures
+    against each other as a segment's are (layout.geometry_problem) and against the file's
+    size; SnapshotCorruptError names the first field that is wrong and what it should be."""
+
+    def bad(field: str, should: str) -> SnapshotCorruptError:
+        shown = "missing" if field not in h else repr(h[field])
+        shown = shown if len(shown) <= 80 else shown[:80] + "..."
+        return _bad(path, f"header field {field} is {shown}; it should be {should}")
+
+    def integer(field: str, lo: int, hi: int) -> int:
+        v = h.get(field)
+        if type(v) is not int or not lo <= v <= hi:  # bool and float are not integers here
+            raise bad(field, f"an integer from {lo} to {hi}")
+        return v
+
+    def text(field: str, most: int, default: str | None = None) -> str:
+        v = h.get(field, default)
+        try:
+            if type(v) is str and len(v.encode()) <= most:
+                return v
+        except UnicodeEncodeError:  # a lone surrogate ("\\ud800"): no UTF-8 holds it
+            pass
+        raise bad(field, f"a string of at most {most} bytes of UTF-8")
+
+    ks, maxv, slots, ring, size = (integer(k, 0, I64) for k in ("key_size", "max_value", "slots", "ring", "size"))
+    problem = L.geometry_problem(integer("nbuckets", 0, I64), ks, maxv, slots, ring, size)
+    if problem:
+        raise bad(*problem)
+    if size > SIZE_MAX:
+        raise bad("size", f"at most {SIZE_MAX} (1 PiB)")
+    if L.NBUCKETS * slots * L.WORD > file_size:  # every bucket's index slots are in the file
+        raise bad("slots", f"at most {file_size // (L.NBUCKETS * L.WORD)}: the file ({file_size} bytes) holds "
+                           f"{L.NBUCKETS} buckets' index slots")
+    offsets = h.get("offsets")
+    if type(offsets) is not list or len(offsets) > L.MAX_PARTITIONS or any(
+            type(x) is not int or not -1 <= x <= I64 for x in offsets):
+        raise bad("offsets", f"a list of at most {L.MAX_PARTITIONS} integers from -1 to {I64}")
+    if type(h.get("partitions")) is not int or h["partitions"] != len(offsets):
+        raise bad("partitions", f"{len(offsets)}, the number of offsets")
+    integer("creation_id", -I64 - 1, I64)
+    wire_format = text("wire_format", 8)
+    if wire_format not in ("", *L.WIRE_FORMATS):
+        raise bad("wire_format", f"one of {('', *L.WIRE_FORMATS)}")
+    topic_id = text("topic_id", 64, "")
+    try:
+        L.topic_id_words(topic_id)
+    except ValueError:
+        raise bad("topic_id", "the base64 of 16 bytes, or empty") from None
+    return SnapshotInfo(path, L.Geometry(size, ks, maxv, slots, ring), integer("layout_version", 1, 0xFFFF),
+                        text("topic", L.TOPIC_MAX), wire_format, tuple(offsets), integer("taken_ns", 0, I64),
+                        integer("entries", 0, L.NBUCKETS * slots), text("name", NAME_MAX), file_size, topic_id)
 
 
 def read_header(path) -> SnapshotInfo:
@@ -187,7 +244,8 @@ def chunks(f, info: SnapshotInfo, buf: Buffers, nb: int):
     path, geo = info.path, info.geometry
     sums = xxhash.xxh3_64()
     fixed = buf.fixed(nb)
-    raws = [memoryview(np.zeros(fixed + nb * geo.ring, np.uint8)) for _ in range(2)]
+    # a chunk is never longer than the file: a ring the header claims (up to 2**47 bytes) is not allocated
+    raws = [memoryview(np.zeros(max(fixed, min(fixed + nb * geo.ring, info.bytes)), np.uint8)) for _ in range(2)]
     starts = list(range(0, L.NBUCKETS, nb))
     try:  # a larger read-ahead: a cold file read 2-3x faster here (0.22-0.5 GB/s without)
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
