@@ -1,0 +1,84 @@
+package shmcache
+
+// Owner words (docs/segment-format.md, section 13): pid << 32 | stamp, stamp = the low
+// 32 bits of the process's start time in 1/100 s since the epoch, as the Python engine
+// (psutil) computes it: round((starttime / CLK_TCK + btime) * 100), 1 if that is 0.
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+)
+
+const clkTck = 100 // sysconf(_SC_CLK_TCK): 100 on every Linux this runs on
+
+var bootTime = sync.OnceValue(func() float64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == "btime" {
+			v, _ := strconv.ParseFloat(string(f[1]), 64)
+			return v
+		}
+	}
+	return 0
+})
+
+// procStat is the state letter and start time (clock ticks since boot) of a process;
+// err wraps fs.ErrNotExist when there is none.
+func procStat(pid int) (state byte, start uint64, err error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, 0, fs.ErrNotExist
+	}
+	f := bytes.Fields(raw[i+1:]) // f[0] is field 3 (state); starttime is field 22
+	if len(f) < 20 {
+		return 0, 0, fs.ErrNotExist
+	}
+	start, err = strconv.ParseUint(string(f[19]), 10, 64)
+	return f[0][0], start, err
+}
+
+func stampOf(start uint64) int64 {
+	t := float64(float64(start)/clkTck) + bootTime()
+	s := int64(math.RoundToEven(float64(t*100))) & 0xFFFFFFFF
+	if s == 0 {
+		s = 1
+	}
+	return s
+}
+
+// OwnerWord is the owner word of process pid (0 if it cannot be read).
+func OwnerWord(pid int) int64 {
+	_, start, err := procStat(pid)
+	if err != nil {
+		return 0
+	}
+	return int64(pid)<<32 | stampOf(start)
+}
+
+var myOwnerWord = sync.OnceValue(func() int64 { return OwnerWord(os.Getpid()) })
+
+// IsAlive says whether the process an owner word names is running: not gone, not a
+// zombie, not another process with its pid. One this process may not look at is alive.
+func IsAlive(w int64) bool {
+	pid := int(w >> 32)
+	if pid <= 0 {
+		return false
+	}
+	state, start, err := procStat(pid)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, strconv.ErrSyntax)
+	}
+	return state != 'Z' && stampOf(start) == w&0xFFFFFFFF
+}

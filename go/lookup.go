@@ -1,0 +1,318 @@
+package shmcache
+
+// Lookups (docs/segment-format.md, sections 7-11). A reader takes no lock and writes
+// nothing to the cache: each key's bucket is read between two loads of its seqlock
+// version and the read kept only if the version was even (or is a dead writer's, or
+// damage, accepted as it stands) and did not move. Every read is bounded by the
+// geometry read at attach: an index slot's offset is used only if it is a record's, a
+// record only if its length fits, so no byte pattern makes a read leave the mapping. A
+// damaged slot or record is a miss and a counted corruption, never an error.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Batch is the result of GetMany: reuse one across calls and nothing is allocated per
+// key once its buffers have grown to the batch's size.
+type Batch struct {
+	Data        []byte   // the values found, back to back
+	Offsets     []int    // value i is Data[Offsets[i]:Offsets[i+1]] (n+1 entries)
+	Found       []uint64 // bit i%64 of word i/64: key i was found
+	Retries     int64    // seqlock retries in this call (a writer was changing a bucket)
+	Corruptions int64    // damaged slots or records, and buckets given up, met in this call
+	hashes      []uint64
+	givenUp     []int64
+	sink        int64
+}
+
+// Len is the number of keys of the last call.
+func (b *Batch) Len() int { return len(b.Offsets) - 1 }
+
+// Has says whether key i was found.
+func (b *Batch) Has(i int) bool { return b.Found[i>>6]&(1<<(uint(i)&63)) != 0 }
+
+// Value is key i's value (a view of Data, valid until the next call), nil if not found.
+func (b *Batch) Value(i int) []byte {
+	if !b.Has(i) {
+		return nil
+	}
+	return b.Data[b.Offsets[i]:b.Offsets[i+1]:b.Offsets[i+1]]
+}
+
+// Hits is how many keys of the last call were found.
+func (b *Batch) Hits() int {
+	n := 0
+	for _, w := range b.Found {
+		n += popcount(w)
+	}
+	return n
+}
+
+func popcount(w uint64) int {
+	n := 0
+	for ; w != 0; w &= w - 1 {
+		n++
+	}
+	return n
+}
+
+func (b *Batch) reset(n int) {
+	b.Data = b.Data[:0]
+	b.Offsets = grow(b.Offsets, n+1)
+	b.Offsets[0] = 0
+	b.Found = grow(b.Found, (n+63)/64)
+	clear(b.Found)
+	b.hashes = grow(b.hashes, n)
+	b.givenUp = b.givenUp[:0]
+	b.Retries, b.Corruptions = 0, 0
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+var batches = sync.Pool{New: func() any { return new(Batch) }}
+
+// GetMany looks up n keys given back to back in keys (n * key size bytes) and writes the
+// values into out. An error is for the whole call: a closed handle, keys of the wrong
+// size, a cache destroyed or cut short under the handle.
+func (c *Cache) GetMany(keys []byte, out *Batch) error { return c.lookup(keys, nil, out, true) }
+
+// GetManyKeys is GetMany for keys given as a slice of slices.
+func (c *Cache) GetManyKeys(keys [][]byte, out *Batch) error { return c.lookup(nil, keys, out, true) }
+
+// ContainsMany is GetMany without copying values: out.Found says which keys are present.
+func (c *Cache) ContainsMany(keys []byte, out *Batch) error { return c.lookup(keys, nil, out, false) }
+
+// Get looks one key up: its value (a copy), whether it was found, and an error for the
+// handle (see GetMany). Batches are many times faster per key.
+func (c *Cache) Get(key []byte) ([]byte, bool, error) {
+	b := batches.Get().(*Batch)
+	defer batches.Put(b)
+	if err := c.lookup(key, nil, b, true); err != nil {
+		return nil, false, err
+	}
+	if !b.Has(0) {
+		return nil, false, nil
+	}
+	return bytes.Clone(b.Value(0)), true, nil
+}
+
+// Contains says whether one key is present.
+func (c *Cache) Contains(key []byte) (bool, error) {
+	b := batches.Get().(*Batch)
+	defer batches.Put(b)
+	if err := c.lookup(key, nil, b, false); err != nil {
+		return false, err
+	}
+	return b.Has(0), nil
+}
+
+// prefetchAhead: key i + prefetchAhead's meta row and home index slot are loaded (a
+// plain load whose value is not waited for) while key i is read, so a batch keeps
+// several cache misses in flight; Go has no prefetch instruction.
+const prefetchAhead = 8
+
+func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err error) {
+	s, err := c.acquire()
+	if err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+	ks := int(s.geo.KeySize)
+	n := len(list)
+	if list == nil {
+		if len(flat)%ks != 0 {
+			return newErr(c.name, ErrKeySize, "keys are %d bytes, not a whole number of %d-byte keys", len(flat), ks)
+		}
+		n = len(flat) / ks
+	} else {
+		for i, k := range list {
+			if len(k) != ks {
+				return newErr(c.name, ErrKeySize, "key %d is %d bytes; this cache's keys are %d", i, len(k), ks)
+			}
+		}
+	}
+	out.reset(n)
+	keyAt := func(i int) []byte {
+		if list != nil {
+			return list[i]
+		}
+		return flat[i*ks : i*ks+ks]
+	}
+	for i := range n {
+		out.hashes[i] = xxhash.Sum64(keyAt(i))
+	}
+	defer guard(debug.SetPanicOnFault(true), s, c.name, c.path, &err)
+	slots := s.geo.Slots
+	var sink int64
+	staticB, staticV := int64(-1), int64(-1)
+	for i := range n {
+		if j := i + prefetchAhead; j < n {
+			h := out.hashes[j]
+			b := int64(h & (NBuckets - 1))
+			sink += s.meta[b*rowWords+mVersion] + s.index[b*slots+int64(h>>bucketBits)&(slots-1)]
+		}
+		h := out.hashes[i]
+		b := int64(h & (NBuckets - 1))
+		found := false
+		var stuckSince int64
+		for {
+			st, hit := s.readKey(h, keyAt(i), out, want, staticB, staticV)
+			if st == readDone {
+				found = hit
+				break
+			}
+			now := monotonicNS()
+			if stuckSince == 0 {
+				stuckSince = now
+			}
+			if contains(out.givenUp, b) || now-stuckSince > StuckGiveUpNS { // every call returns in a bound
+				if !contains(out.givenUp, b) {
+					out.givenUp = append(out.givenUp, b)
+				}
+				c.warn(b, "bucket %d stayed mid-write or kept changing for 1 s; its keys are reported missing "+
+					"for this call", b)
+				out.Corruptions++ // the key: a miss
+				break
+			}
+			staticB, staticV = c.stuckBucket(s, b, staticB, staticV, out)
+		}
+		if found {
+			out.Found[i>>6] |= 1 << (uint(i) & 63)
+		}
+		out.Offsets[i+1] = len(out.Data)
+	}
+	out.sink = sink // keeps the prefetching loads
+	hits := int64(out.Hits())
+	c.hits.Add(hits)
+	c.misses.Add(int64(n) - hits)
+	c.retries.Add(out.Retries)
+	c.corruptions.Add(out.Corruptions)
+	c.comp.add(hits, int64(n)-hits, out.Retries, out.Corruptions)
+	return nil
+}
+
+func contains(s []int64, v int64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+const (
+	readDone  = 0
+	readStuck = 1
+)
+
+// readKey reads one key under its bucket's seqlock, appending its value to out.Data when
+// want; readStuck when the version stayed odd or kept moving for SpinLimit loads.
+func (s *segment) readKey(h uint64, key []byte, out *Batch, want bool, staticB, staticV int64) (int, bool) {
+	b := int64(h & (NBuckets - 1))
+	ver := &s.meta[b*rowWords+mVersion]
+	pos := len(out.Data)
+	for spins := 0; ; {
+		v1 := atomic.LoadInt64(ver)
+		if v1&1 != 0 && !(b == staticB && v1 == staticV) {
+			if spins++; spins >= SpinLimit {
+				return readStuck, false
+			}
+			continue
+		}
+		hit, vlen, bad := s.probe(h, b, key)
+		if want && hit >= 0 {
+			out.Data = append(out.Data, s.ring[hit:hit+vlen]...)
+		}
+		if atomic.LoadInt64(ver) == v1 {
+			if bad && v1&1 == 0 {
+				out.Corruptions++
+			}
+			return readDone, hit >= 0
+		}
+		out.Data = out.Data[:pos]
+		out.Retries++
+		if spins++; spins >= SpinLimit {
+			return readStuck, false
+		}
+	}
+}
+
+// probe walks the key's probe path (sections 9-11): the ring offset of its value and its
+// length, or -1; bad if a slot of its tag or a record of its hash was damaged.
+func (s *segment) probe(h uint64, b int64, key []byte) (hit, vlen int64, bad bool) {
+	slots, ring, ks, maxv := s.geo.Slots, s.geo.Ring, s.geo.KeySize, s.geo.MaxValue
+	lim := uint64(ring - recordHead - ks) // a record header and key fit from an offset <= lim
+	mask := slots - 1
+	ibase, rbase := b*slots, b*ring
+	tag := int64(h >> tagShift)
+	idx := s.index[ibase : ibase+slots]
+	sl := int64(h>>bucketBits) & mask
+	for range slots {
+		e := idx[sl]
+		if e == 0 {
+			break
+		}
+		if e>>posBits == tag {
+			off := e&posMask - 1
+			if uint64(off) > lim || off&(recordAlign-1) != 0 {
+				bad = true
+			} else if p := rbase + off; binary.LittleEndian.Uint64(s.ring[p:]) == h {
+				w := binary.LittleEndian.Uint64(s.ring[p+8:])
+				ln := int64(w & 0xFFFFFFFF)
+				if int64(w)>>32 != fLive || ln > maxv || off+recordHead+ks+ln > ring {
+					bad = true
+				} else if k := p + recordHead; bytes.Equal(s.ring[k:k+ks], key) {
+					return k + ks, ln, bad
+				}
+			}
+		}
+		sl = (sl + 1) & mask
+	}
+	return -1, 0, bad
+}
+
+// stuckBucket decides what to do with a bucket that stayed mid-write (section 7, step 5):
+// accept its odd version as it stands (damage: no lock holder; or a dead holder), or
+// yield and let the caller read again.
+func (c *Cache) stuckBucket(s *segment, b, staticB, staticV int64, out *Batch) (int64, int64) {
+	ver, lock := &s.meta[b*rowWords+mVersion], &s.meta[b*rowWords+mLock]
+	v := atomic.LoadInt64(ver)
+	owner := atomic.LoadInt64(lock)
+	if v&1 != 0 && atomic.LoadInt64(ver) == v {
+		if owner == 0 {
+			if b != staticB || v != staticV {
+				out.Corruptions++
+				c.warn(b, "bucket %d is mid-write (version %d) with no writer holding its lock: damage, read as it "+
+					"stands", b, v)
+			}
+			return b, v
+		}
+		// only while the dead writer still holds the lock is that odd version its own
+		if !IsAlive(owner) && atomic.LoadInt64(lock) == owner {
+			return b, v
+		}
+	}
+	runtime.Gosched() // a live writer is mid-write (or just finished): read again
+	return staticB, staticV
+}
+
+func (c *Cache) warn(b int64, format string, args ...any) {
+	if c.Logf == nil {
+		return
+	}
+	if _, seen := c.warned.LoadOrStore(b, true); !seen {
+		c.Logf("shmcache: cache '%s': "+format, append([]any{c.name}, args...)...)
+	}
+}

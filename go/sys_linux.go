@@ -1,0 +1,143 @@
+package shmcache
+
+// The platform part: every system call the package makes is in this file and
+// liveness_linux.go (opening without following or blocking, mapping, the clocks).
+
+import (
+	"errors"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const shmDir = "/dev/shm"
+
+// openRegular opens path the way a directory every user may write needs: never following
+// a symlink, never blocking on a FIFO, and keeping only a regular file. It returns the fd
+// and the file's size.
+func openRegular(cache, path string, write bool) (int, int64, error) {
+	flags := unix.O_RDONLY
+	if write {
+		flags = unix.O_RDWR
+	}
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return -1, 0, newErr(cache, ErrNotFound, "does not exist (no %s)", path)
+		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+			return -1, 0, newErr(cache, ErrPermission, "permission denied opening %s", path)
+		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENXIO),
+			errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EOPNOTSUPP):
+			return -1, 0, newErr(cache, ErrNotACache, "%s is %s, not a shmcache segment (a cache is a regular file)",
+				path, kindAt(path))
+		}
+		return -1, 0, newErr(cache, ErrNotFound, "cannot open %s: %v", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, 0, newErr(cache, ErrNotFound, "cannot stat %s: %v", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, 0, newErr(cache, ErrNotACache, "%s is %s, not a shmcache segment (a cache is a regular file)",
+			path, kindOf(st.Mode))
+	}
+	return fd, st.Size, nil
+}
+
+func kindAt(path string) string {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return "not a regular file"
+	}
+	return kindOf(st.Mode)
+}
+
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFREG:
+		return "a regular file"
+	}
+	return "not a regular file"
+}
+
+// identity is (device, inode) of what is at path now, without following a symlink; ok
+// false if nothing is there.
+type identity struct{ dev, ino uint64 }
+
+func identityAt(path string) (identity, bool) {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return identity{}, false
+	}
+	return identity{uint64(st.Dev), st.Ino}, true
+}
+
+func identityOf(fd int) identity {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return identity{}
+	}
+	return identity{uint64(st.Dev), st.Ino}
+}
+
+func pread(fd int, n int) []byte {
+	buf := make([]byte, n)
+	got, err := unix.Pread(fd, buf, 0)
+	if err != nil || got < 0 {
+		return nil
+	}
+	return buf[:got]
+}
+
+// mapFile maps the whole file, shared, read-only unless write; the page tables are filled
+// at once (MAP_POPULATE), as the Python reader does.
+func mapFile(fd int, size int64, write bool) ([]byte, error) {
+	prot := unix.PROT_READ
+	if write {
+		prot |= unix.PROT_WRITE
+	}
+	return unix.Mmap(fd, 0, int(size), prot, unix.MAP_SHARED|unix.MAP_POPULATE)
+}
+
+func unmap(b []byte) {
+	if b != nil {
+		_ = unix.Munmap(b)
+	}
+}
+
+// words views n int64 words of a mapping from byte offset off (8-aligned: mappings are).
+func words(b []byte, off, n int64) []int64 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(&b[off])), n)
+}
+
+func monotonicNS() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+func wallNS() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &ts)
+	return ts.Nano()
+}
+
+func closeFile(fd int) error { return unix.Close(fd) }
