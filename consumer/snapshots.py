@@ -34,19 +34,25 @@ snapshots while running and at a clean stop, and retention gaps.
   supervisor runs with `accept_gaps` (`run --accept-gaps`), the operator's word that
   it may serve the table as it is. Snapshots go on either way: they keep what it has.
 
-Files: DIR/NAME-<taken ns, 20 digits>.snap; a NAME-*.snap.<16 hex digits>.tmp is a
-snapshot being written (or one a killed writer left) and is never read; the next
-start of a supervisor with this DIR and NAME removes what a killed one left (a
-writer holds a lock on its file until the rename: one being written is left). DIR is
-made at `shmcache run`'s start if it does not exist (check_dir: one that is not a
-directory and cannot be made stops the start); a snapshot that cannot be written
-(the directory gone, read-only, full) is logged and counted, and the supervisor
-carries on.
+Files: DIR/NAME-<number, 20 digits>.snap, the number the wall clock in ns or one past
+the largest there (next_path), so the order of the numbers is the order the snapshots
+were made in, a clock set back or not: it is what "newest" means for the restore and
+for retention. Only regular files of this user's are read (scan; the restore opens
+them with O_NOFOLLOW and O_NONBLOCK): a FIFO, a link or another user's file is logged
+by name and passed over. A NAME-*.snap.<16 hex digits>.tmp is a snapshot being written
+(or one a killed writer left) and is never read; the next start of a supervisor with
+this DIR and NAME removes what a killed one left (a writer holds a lock on its file
+until the rename: one being written is left). DIR is made at `shmcache run`'s start if
+it does not exist; one that is not a directory, cannot be made, or that another user
+may write to stops the start (check_dir). A snapshot that cannot be written (the
+directory gone, read-only, full) is logged and counted, and the supervisor carries on.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -55,6 +61,7 @@ from pathlib import Path
 from shmcache.engine import layout as L
 from shmcache.engine import snapshot
 from shmcache.errors import SnapshotCancelled, SnapshotError
+from shmcache.ipc.segment import kind_of
 
 log = logging.getLogger("shmcache.snapshots")
 
@@ -62,17 +69,53 @@ SUFFIX = ".snap"
 RESTORE_STATES = L.RESTORE_STATE_NAMES
 
 
-def files(directory, name: str) -> list[Path]:
-    """This cache's finished snapshots in `directory`, newest first (never a .tmp)."""
+def scan(directory, name: str) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """This cache's finished snapshots in `directory` (never a .tmp), created last first,
+    and the names of that form refused, each with why: anything but a regular file of this
+    user's (a FIFO would hang the read, a symbolic link or another user's file is not this
+    supervisor's). lstat only: nothing is opened here (the restore opens with O_NOFOLLOW and
+    O_NONBLOCK and checks again). Their order is the number in their names, which
+    next_path makes larger than any before it, whatever the wall clock says."""
     d = Path(directory)
     if not d.is_dir():
-        return []
-    found = [p for p in d.glob(f"{name}-*{SUFFIX}") if p.name[len(name) + 1:-len(SUFFIX)].isdigit()]
-    return sorted(found, key=lambda p: p.name, reverse=True)
+        return [], []
+    found, refused = [], []
+    for p in d.glob(f"{name}-*{SUFFIX}"):
+        if not _number(p, name):
+            continue
+        try:
+            st = os.lstat(p)
+        except OSError:  # gone since it was listed
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            refused.append((p, f"it is {kind_of(st.st_mode)}"))
+        elif st.st_uid != os.geteuid():
+            refused.append((p, f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"))
+        else:
+            found.append(p)
+    return sorted(found, key=lambda p: _number(p, name), reverse=True), sorted(refused)
 
 
-def path_for(directory, name: str, taken_ns: int) -> Path:
-    return Path(directory) / f"{name}-{taken_ns:020d}{SUFFIX}"
+def files(directory, name: str) -> list[Path]:
+    """This cache's finished snapshots in `directory` that may be read, created last first (scan)."""
+    return scan(directory, name)[0]
+
+
+def _number(p: Path, name: str) -> int:
+    digits = p.name[len(name) + 1:-len(SUFFIX)]
+    return int(digits) if digits.isdigit() and digits.isascii() else 0
+
+
+def path_for(directory, name: str, number: int) -> Path:
+    return Path(directory) / f"{name}-{number:020d}{SUFFIX}"
+
+
+def next_path(directory, name: str) -> Path:
+    """Where the next snapshot goes: numbered by the wall clock in ns, or one past the largest
+    number there if that is larger (a clock set back), so that the last one created sorts
+    first and retention removes the oldest, never the newest."""
+    there = [_number(p, name) for p in Path(directory).glob(f"{name}-*{SUFFIX}")]
+    return path_for(directory, name, max([time.time_ns(), *(n + 1 for n in there)]))
 
 
 def unfinished(directory, name: str) -> list[Path]:
@@ -91,16 +134,25 @@ def unfinished(directory, name: str) -> list[Path]:
 
 def check_dir(directory) -> None:
     """At a supervisor's start: `directory` (the snapshot dir) is a directory, made if it
-    does not exist; ValueError naming it otherwise (a file there, a parent that cannot be
-    written), before anything starts."""
+    does not exist, that no other user may write to (one who could would plant the
+    snapshot the next start restores); ValueError naming it otherwise (a file there, a
+    parent that cannot be written, group or other write permission, another owner than
+    this user or root), before anything starts."""
     if not directory:
         return
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
+        st = os.stat(directory)
     except FileExistsError:
         raise ValueError(f"snapshot_dir {directory}: exists and is not a directory") from None
     except OSError as e:
         raise ValueError(f"snapshot_dir {directory}: is not a directory and cannot be made: {e.strerror or e}") from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"snapshot_dir {directory}: is {kind_of(st.st_mode)}, not a directory")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or st.st_uid not in (os.geteuid(), 0):
+        raise ValueError(f"snapshot_dir {directory}: mode {stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid}: "
+                         "other users may write to it, and so plant the snapshot a start restores; give a "
+                         f"directory of this user's (uid {os.geteuid()}) that only it may write (chmod go-w)")
 
 
 class _LogProgress:
@@ -138,13 +190,17 @@ class SnapshotPolicy:
         cfg = self.cfg
         if not self.dir:
             return None
-        for path in files(self.dir, cfg.name):
+        found, refused = scan(self.dir, cfg.name)
+        for path, why in refused:
+            log.warning("cache %r: not reading %s: %s (a snapshot directory's snapshots are this user's regular "
+                        "files)", cfg.name, path, why)
+        for path in found:
             log.info("cache %r: restoring from snapshot %s", cfg.name, path)
             try:
                 out = snapshot.restore(path, cfg.name, memory=cfg.memory, max_value=cfg.max_value,
                                        key_size=cfg.key_size, topic=cfg.topic, wire_format=cfg.format,
-                                       progress=_LogProgress(f"restoring {path.name}"))
-            except SnapshotError as e:
+                                       progress=_LogProgress(f"restoring {path.name}"), own=True)
+            except (SnapshotError, OSError) as e:  # OSError: gone since listed, unreadable, a disk error
                 log.warning("cache %r: skipping snapshot %s: %s: %s", cfg.name, path, type(e).__name__, e)
                 continue
             log.info("cache %r: restored %d entries from %s (%s, %.2f s, %d evicted); taken %.0f s ago; resuming "
@@ -224,7 +280,7 @@ class SnapshotPolicy:
         `cancel` set (the supervisor stops) abandons it: None, one info line, not a failure."""
         cache = self.cache
         ctl = cache.control
-        path = path_for(self.dir, self.cfg.name, time.time_ns())
+        path = next_path(self.dir, self.cfg.name)
         t0 = time.monotonic()
         try:
             Path(self.dir).mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,7 @@ from shmcache.engine._snapshot_io import lower_priority  # noqa: F401 - part of 
 from shmcache.engine.lifecycle import destroy
 from shmcache.engine.snapshot_format import (CHUNK, CHUNK_MAGIC, END, END_MAGIC, FORMAT_VERSION, HEAD, MAGIC, Buffers,
                                              SnapshotInfo, buckets_per_chunk, check_expected, chunks, exact_memory,
-                                             format_of, parse_header, topic_of)
+                                             format_of, open_file, parse_header, topic_of)
 from shmcache.engine.snapshot_format import read_header, verify  # noqa: F401 - part of this module's API
 from shmcache.errors import (CacheSpaceError, MemoryTooSmallError, SnapshotCorruptError, SnapshotError,
                              SnapshotMismatchError)
@@ -233,15 +233,17 @@ def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path
 
 def restore(path, name: str, *, memory=None, max_value: int | None = None, mode: int = 0o600,
             topic: str | None = None, wire_format: str | None = None, key_size: int | None = None,
-            progress=None) -> dict:
+            progress=None, own: bool = False) -> dict:
     """Create cache `name` from the snapshot at `path`: of the snapshot's geometry unless
     `memory` (or `max_value`) says otherwise. Returns what was done: entries, evictions,
-    mode ("copy" or "re-insert"), seconds, the snapshot's info."""
+    mode ("copy" or "re-insert"), seconds, the snapshot's info. A FIFO or anything else but
+    a regular file at `path` is refused without blocking; `own` (a snapshot directory's
+    file): also a symbolic link and a file of another user (snapshot_format.open_file)."""
     from shmcache.engine import table
 
     path = os.fspath(path)
     t0 = time.monotonic()
-    with open(path, "rb", buffering=0) as f:
+    with open_file(path, own) as f:
         info = parse_header(f, path)
         check_expected(info, topic=topic, wire_format=wire_format, key_size=key_size)
         src = info.geometry

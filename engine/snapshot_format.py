@@ -24,8 +24,10 @@ SnapshotMismatchError.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,7 +36,8 @@ import numpy as np
 import xxhash
 
 from shmcache.engine import layout as L
-from shmcache.errors import SnapshotCorruptError, SnapshotMismatchError
+from shmcache.errors import SnapshotCorruptError, SnapshotError, SnapshotMismatchError
+from shmcache.ipc.segment import kind_of
 
 MAGIC = b"SHMSNAP1"
 FORMAT_VERSION = 1
@@ -216,10 +219,37 @@ def _checked(h: dict, path: str, file_size: int) -> SnapshotInfo:
                         integer("entries", 0, L.NBUCKETS * slots), text("name", NAME_MAX), file_size, topic_id)
 
 
-def read_header(path) -> SnapshotInfo:
-    """The snapshot's header, checked (the chunks are checked as they are read)."""
+def open_file(path: str, own: bool = False):
+    """The snapshot file at `path`, opened for reading without waiting on a FIFO planted
+    there (O_NONBLOCK), and only if it is a regular file; with `own` (a snapshot directory's
+    files), only one of this user's, never through a symbolic link (O_NOFOLLOW).
+    SnapshotError naming it otherwise; OSError if it cannot be opened."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if own else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if own and e.errno == errno.ELOOP:
+            raise SnapshotError(f"snapshot {path}: is a symbolic link; a snapshot directory's files are taken "
+                                "only as they are") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SnapshotError(f"snapshot {path}: is {kind_of(st.st_mode)}, not a snapshot file; not read")
+        if own and st.st_uid != os.geteuid():
+            raise SnapshotError(f"snapshot {path}: belongs to uid {st.st_uid}, not to this user (uid "
+                                f"{os.geteuid()}); a snapshot directory's files are taken only from their writer")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_header(path, own: bool = False) -> SnapshotInfo:
+    """The snapshot's header, checked (the chunks are checked as they are read); `own`: open_file's."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
+    with open_file(path, own) as f:
         return parse_header(f, path)
 
 
@@ -280,7 +310,7 @@ def chunks(f, info: SnapshotInfo, buf: Buffers, nb: int):
 def verify(path) -> SnapshotInfo:
     """Read the whole file and check every checksum; the header's info if it is whole."""
     path = os.fspath(path)
-    with open(path, "rb", buffering=0) as f:
+    with open_file(path) as f:
         info = parse_header(f, path)
         nb = buckets_per_chunk(info.geometry)
         for _ in chunks(f, info, Buffers(info.geometry, nb, allocate=False), nb):
