@@ -1,6 +1,18 @@
-"""Kafka topic administration: create a topic and wait for its leaders, delete it with its groups.
+"""Kafka topic administration: create a topic and wait until every partition answers,
+read a topic's end offsets, delete a topic with its groups.
 
-Used by the load generator (`shmcache produce --create-topic`), the demo and the tests."""
+Used by the load generator (`shmcache produce --create-topic`), the demo and the tests.
+
+A partition is usable when its leader answers for it, not when the metadata names a
+leader: a broker publishes a new partition's leader in its metadata before it has made
+the partition's log, and a produce request in between is refused (NOT_LEADER_OR_FOLLOWER).
+An idempotent librdkafka producer (2.x) then loses messages without a word: the refused
+request's messages wait for a retry, a later request of the same partition already in
+flight succeeds (the broker takes any first sequence from a producer it has no state
+for), and librdkafka acknowledges every earlier message of the partition as delivered,
+without an offset ("implicit ack", rdkafka_request.c). So a new topic is produced to only
+once each of its partitions answers a ListOffsets request, which its leader serves from
+the partition's log."""
 
 from __future__ import annotations
 
@@ -13,9 +25,10 @@ from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
                  config: dict[str, str] | None = None, broker_wait: float | None = None) -> bool:
     """Create `topic` with `partitions` partitions (replication 1) and wait until each has a
-    leader, `timeout` seconds at most. Returns False if it already existed with that many
-    partitions; raises if it exists with another count. A broker that does not answer the
-    creation within `broker_wait` (default: timeout) is BrokerUnavailableError."""
+    leader that answers for it (its end offset), `timeout` seconds at most. Returns False if
+    it already existed with that many partitions; raises if it exists with another count. A
+    broker that does not answer the creation within `broker_wait` (default: timeout) is
+    BrokerUnavailableError."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -46,10 +59,37 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
             if len(t.partitions) != partitions:
                 raise ValueError(f"topic {topic!r} exists with {len(t.partitions)} partitions, not {partitions}")
             if all(p.leader >= 0 and p.error is None for p in t.partitions.values()):
-                return created
+                break
         if time.monotonic() > deadline:
             raise TimeoutError(f"topic {topic!r}: not every partition has a leader after {timeout:.0f} s")
         time.sleep(0.1)
+    while True:
+        silent = [p for p, end in end_offsets(admin, topic, range(partitions), 5).items() if isinstance(end, str)]
+        if not silent:
+            return created
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic!r}: partitions {silent} have a leader that does not answer for them "
+                               f"after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def end_offsets(admin, topic: str, partitions, timeout: float) -> dict[int, int | str]:
+    """Each partition's end offset (its high watermark) as its leader answers it, asked all
+    at once through AdminClient `admin`; a partition whose leader did not answer has the
+    error's text instead."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                                 request_timeout=timeout)
+    out: dict[int, int | str] = {}
+    for tp, fut in futures.items():
+        try:
+            end = fut.result(timeout + 5).offset
+            out[tp.partition] = end if end >= 0 else f"no end offset within {timeout:g} s"
+        except KafkaException as e:
+            out[tp.partition] = broker.error_text(e)
+    return out
 
 
 def delete_topic(bootstrap: str, topic: str, groups: tuple[str, ...] = (), timeout: float = 30.0) -> None:
