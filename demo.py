@@ -187,7 +187,7 @@ class Demo:
         from shmcache.consumer import loadgen
 
         cfg = loadgen.LoadConfig(bootstrap=self.bootstrap, topic=self.topic, count=self.entries, format=self.fmt,
-                                 delete_share=self.delete_share, seed=self.seed,
+                                 delete_share=self.delete_share, seed=self.seed, sole_writer=self.created_topic,
                                  ground_truth=str(self.tmp / "ground-truth.parquet"))
         c = self.console
         t0 = time.monotonic()

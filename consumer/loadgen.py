@@ -95,6 +95,7 @@ class LoadConfig:
     seed: int | None = None
     create_topic: bool = False
     partitions: int = 8  # of a topic it creates
+    sole_writer: bool = False  # nothing else writes to the topic meanwhile (true of a topic it creates)
     ground_truth: str | None = None  # Parquet path
     settings: dict = field(default_factory=dict)  # librdkafka producer settings, over PRODUCER_SETTINGS
     broker_wait: float = BROKER_WAIT_S  # seconds for the broker's first answer (the topic's creation, its metadata)
@@ -256,11 +257,12 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
     """Send cfg.count entries to cfg.topic; returns when every message is acknowledged.
     Raises on any failed delivery (after flushing what it can)."""
     cfg.validate()
+    sole_writer = cfg.sole_writer
     if cfg.create_topic:
         from shmcache.consumer.topics import create_topic
 
-        create_topic(cfg.bootstrap, cfg.topic, cfg.partitions, broker_wait=cfg.broker_wait)
-    producer = TxmetaProducer(cfg.bootstrap, cfg.topic, format=cfg.format,
+        sole_writer |= create_topic(cfg.bootstrap, cfg.topic, cfg.partitions, broker_wait=cfg.broker_wait)
+    producer = TxmetaProducer(cfg.bootstrap, cfg.topic, format=cfg.format, sole_writer=sole_writer,
                               settings={**PRODUCER_SETTINGS, **cfg.settings}, broker_wait=cfg.broker_wait)
     gen = Generator(cfg.format, producer.partitions, cfg.delete_share, np.random.default_rng(cfg.seed))
     truth = GroundTruthWriter(cfg.ground_truth) if cfg.ground_truth else None

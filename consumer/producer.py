@@ -18,13 +18,26 @@ On backpressure (the local queue full) the producer waits, never drops. Every
 delivery report is checked: `flush()` raises if any message failed, and for v1
 each v1 or kv message's partition is compared with the one murmur2 gives its
 key (`misrouted`), so a client whose partitioner disagrees is caught, not trusted.
+
+An acknowledgement is not proof that a message is in the topic. librdkafka acknowledges
+some messages without an offset: a retry the broker already had (a duplicate), and also
+messages it never wrote, when a later request of their partition succeeded after theirs
+was refused (its "implicit ack"; consumer/topics.py says when that happens). `flush()`
+checks what it cannot otherwise trust, and raises KafkaRequestError naming the partition:
+- with `sole_writer` (nobody else writes to the topic meanwhile: a topic the caller just
+  made), every partition must have grown by exactly the messages acknowledged there;
+- otherwise each message acknowledged without an offset is looked for in its partition,
+  between the end it had when the producer started and its end now.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections import Counter, defaultdict
 
-from shmcache.consumer import broker, partitioners, wire
+import numpy as np
+import xxhash
+
+from shmcache.consumer import broker, partitioners, topics, wire
 from shmcache.consumer.config import FORMATS
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 
@@ -33,9 +46,10 @@ BROKER_WAIT_S = 15.0  # for the topic's metadata, asked once as the producer sta
 
 class TxmetaProducer:
     def __init__(self, bootstrap: str, topic: str, *, format: str = "v1", settings: dict | None = None,
-                 broker_wait: float = BROKER_WAIT_S):
-        """`broker_wait`: seconds for the topic's metadata, the broker's first answer; past it,
-        BrokerUnavailableError."""
+                 broker_wait: float = BROKER_WAIT_S, sole_writer: bool = False):
+        """`broker_wait`: seconds for the topic's metadata and its partitions' end offsets, the
+        broker's first answers; past it, BrokerUnavailableError. `sole_writer`: nothing else
+        writes to the topic while this producer does (flush() then accounts for every message)."""
         from confluent_kafka import KafkaException, Producer
 
         if format not in FORMATS:
@@ -53,9 +67,11 @@ class TxmetaProducer:
         conf["log_level"] = 2  # critical only: an absent broker is said once, below
         conf.update(settings or {})
         self._p = Producer(conf)
-        self._bootstrap, self._conf = bootstrap, conf  # an AdminClient's too, should the ends be asked (_ask_ends)
+        self._bootstrap, self._conf = bootstrap, conf  # an AdminClient's and a consumer's too (_ends, read_digests)
         self._errors: list[str] = []
-        self._untold: set[int] = set()  # partitions with a message acknowledged without its offset
+        self._untold: dict[int, list[int]] = defaultdict(list)  # partition -> digests of messages acked without offset
+        self._acked: Counter[int] = Counter()  # partition -> messages acknowledged there
+        self.sole_writer = sole_writer
         try:
             meta = self._p.list_topics(topic, timeout=broker_wait)
         except KafkaException as e:
@@ -68,9 +84,11 @@ class TxmetaProducer:
         if format == "v2" and wire.V2_BUCKETS % self.partitions:
             raise ValueError(f"topic {topic!r} has {self.partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
         self.sent_messages = 0
-        self.delivered_messages = 0  # acknowledged by the broker
+        self.delivered_messages = 0  # acknowledged with their offset, or found in the topic by flush()
         self.misrouted = 0  # v1/kv messages acknowledged on another partition than murmur2(key) gives
         self.end_offsets: dict[int, int] = {}  # partition -> highest acknowledged offset + 1
+        # where this producer's messages begin; -2 (the log's start) where the leader did not say
+        self.start_offsets = self._ends(range(self.partitions), broker_wait, strict=sole_writer)
 
     def delivered(self, err, msg, expect: int | None = None) -> None:
         """A delivery report (librdkafka's on_delivery, served by poll and flush): `msg` was
@@ -88,11 +106,12 @@ class TxmetaProducer:
         if err is not None:
             self._errors.append(f"{msg.topic()} [{msg.partition()}]: {err}")
             return
-        self.delivered_messages += 1
         p, offset = msg.partition(), msg.offset()
-        if offset is None:  # acknowledged without its offset (librdkafka: an idempotent retry the broker had)
-            self._untold.add(p)
+        self._acked[p] += 1
+        if offset is None:  # a duplicate the broker had, or one it never wrote: checked by flush()
+            self._untold[p].append(_digest(msg.key(), msg.value()))
         else:
+            self.delivered_messages += 1
             self.end_offsets[p] = max(self.end_offsets.get(p, 0), offset + 1)
         if expect is not None and p != expect:
             self.misrouted += 1
@@ -139,30 +158,104 @@ class TxmetaProducer:
             raise KafkaRequestError(f"{len(self._errors)} messages to {self.topic!r} failed: {self._errors[:3]}")
 
     def flush(self, timeout: float = 60.0) -> None:
-        """Wait until everything sent is acknowledged; raise if anything failed. A partition
-        with a message acknowledged without its offset gets the broker's high watermark as
-        its end (the end of what this producer sent there, or beyond, with other producers)."""
+        """Wait until everything sent is acknowledged; raise if anything failed, or if a message
+        acknowledged is not in the topic (see the module's docstring). A partition with a
+        message acknowledged without its offset gets the broker's end offset as its end."""
         left = self._p.flush(timeout)
         if left:
             raise TimeoutError(f"{left} messages to {self.topic!r} not delivered after {timeout:.0f} s")
         self.check()
-        if self._untold:
-            self._ask_ends(timeout)
-
-    def _ask_ends(self, timeout: float) -> None:
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        parts = sorted(self._untold)
-        admin = broker.quiet_admin(self._bootstrap, self._conf)
-        futures = admin.list_offsets({TopicPartition(self.topic, p): OffsetSpec.latest() for p in parts},
-                                     request_timeout=timeout)
-        for tp, fut in futures.items():
-            hi = fut.result(timeout).offset
-            if hi < 0:  # librdkafka's -1001: the request timed out
-                raise TimeoutError(f"{self.topic!r} [{tp.partition}]: no end offset from the broker in {timeout:.0f} s")
-            self.end_offsets[tp.partition] = max(self.end_offsets.get(tp.partition, 0), hi)
+        asked = range(self.partitions) if self.sole_writer else sorted(self._untold)
+        if not asked:
+            return
+        ends = self._ends(asked, timeout)
+        lost = self._count_check(ends) if self.sole_writer else self._look_for_untold(ends, timeout)
+        if lost:
+            raise KafkaRequestError(f"{self.topic!r} does not hold what the broker acknowledged in {len(lost)} "
+                                    f"partitions (librdkafka acknowledges some messages it never wrote, without "
+                                    f"an offset): {'; '.join(lost[:5])}")
+        for p in self._untold:
+            self.end_offsets[p] = ends[p]
+            self.delivered_messages += len(self._untold[p])
         self._untold.clear()
+
+    def _ends(self, parts, timeout: float, strict: bool = True) -> dict[int, int]:
+        """The partitions' end offsets; a partition whose leader does not answer is
+        BrokerUnavailableError, or (not `strict`) -2."""
+        admin = broker.quiet_admin(self._bootstrap, self._conf)
+        ends = topics.end_offsets(admin, self.topic, parts, timeout)
+        silent = {p: e for p, e in ends.items() if isinstance(e, str)}
+        if not strict:
+            return {p: -2 if p in silent else e for p, e in ends.items()}
+        if silent:
+            raise BrokerUnavailableError(f"{self.topic!r}: no end offset from the broker at {self._bootstrap} for "
+                                         f"partitions {sorted(silent)} ({next(iter(silent.values()))})")
+        return ends
+
+    def _count_check(self, ends: dict[int, int]) -> list[str]:
+        """As the sole writer: each partition grew by exactly the messages acknowledged there."""
+        lost = []
+        for p, end in ends.items():
+            start, acked = self.start_offsets[p], self._acked[p]
+            if end - start != acked:
+                lost.append(f"[{p}] {acked} acknowledged, but it grew by {end - start} ({start} -> {end})")
+        return lost
+
+    def _look_for_untold(self, ends: dict[int, int], timeout: float) -> list[str]:
+        """Each message acknowledged without an offset is in its partition, read back from the
+        end it had when this producer started to its end now."""
+        found = read_digests(self._bootstrap, self._conf, self.topic,
+                             {p: (self.start_offsets[p], ends[p]) for p in self._untold}, timeout)
+        lost = []
+        for p, digests in self._untold.items():
+            missing = sum(1 for d in digests if d not in found[p])
+            if missing:
+                lost.append(f"[{p}] {missing} of {len(digests)} acknowledged without an offset are not in "
+                            f"offsets {self.start_offsets[p]}..{ends[p]}")
+        return lost
+
+
+def _digest(key, value) -> int:
+    """What tells a message from the others of its partition: its key and value."""
+    h = xxhash.xxh64()
+    for part in (key, value):
+        h.update(b"\x00" if part is None else b"\x01%d:" % len(part))
+        h.update(part or b"")
+    return h.intdigest()
+
+
+def read_digests(bootstrap: str, conf: dict, topic: str, ranges: dict[int, tuple[int, int]],
+                 timeout: float) -> dict[int, set[int]]:
+    """The digests (_digest) of partition p's messages at offsets [start, end) for each
+    p: (start, end) of `ranges`, read with a consumer of no group; TimeoutError past `timeout`."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    found: dict[int, set[int]] = {p: set() for p in ranges}
+    todo = {p: r for p, r in ranges.items() if r[0] < r[1]}  # a start of -2: the log's start
+    if not todo:
+        return found
+    c = Consumer({**broker.connection_settings(conf), **broker.client_settings(), "log_level": 2,
+                  "bootstrap.servers": bootstrap, "group.id": "shmcache-producer-check",
+                  "enable.auto.commit": False, "enable.partition.eof": False})
+    deadline = time.monotonic() + timeout
+    try:
+        c.assign([TopicPartition(topic, p, start) for p, (start, _) in todo.items()])
+        while todo:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic!r}: partitions {sorted(todo)} not read back within {timeout:.0f} s")
+            for m in c.consume(500, timeout=0.5):
+                p = m.partition()
+                if m.error() is not None or p not in todo:
+                    continue
+                if m.offset() < todo[p][1]:
+                    found[p].add(_digest(m.key(), m.value()))
+                if m.offset() + 1 >= todo[p][1]:
+                    del todo[p]
+    finally:
+        c.close()
+    return found
 
 
 def produce_waiting(producer, topic: str, value, key, partition, on_delivery, stop=None) -> None:

@@ -106,7 +106,8 @@ class StreamProducer(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, model: Model, *, rate: float = 20.0,
                  batch_kw: dict | None = None, max_batches: int | None = None):
         super().__init__(daemon=True, name=f"producer-{topic}")
-        self.producer = TxmetaProducer(bootstrap, topic, format=model.fmt)
+        # each test's topic is its own: the producer accounts for every message (sole_writer)
+        self.producer = TxmetaProducer(bootstrap, topic, format=model.fmt, sole_writer=True)
         self.model = model
         self.rate = rate
         self.batch_kw = batch_kw or {}
