@@ -118,11 +118,6 @@ func (c *Cache) Contains(key []byte) (bool, error) {
 	return b.Has(0), nil
 }
 
-// prefetchAhead: key i + prefetchAhead's meta row and home index slot are loaded (a
-// plain load whose value is not waited for) while key i is read, so a batch keeps
-// several cache misses in flight; Go has no prefetch instruction.
-const prefetchAhead = 8
-
 func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err error) {
 	s, err := c.acquire()
 	if err != nil {
@@ -154,14 +149,34 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 		out.hashes[i] = xxhash.Sum64(keyAt(i))
 	}
 	defer guard(debug.SetPanicOnFault(true), s, c.name, c.path, &err)
-	slots := s.geo.Slots
 	var sink int64
+	span := recordHead + int64(ks)
+	if want {
+		span += aheadValue
+	}
 	staticB, staticV := int64(-1), int64(-1)
+	group := func(g int) []uint64 { return out.hashes[min(n, g*touchGroup):min(n, (g+1)*touchGroup)] }
+	if havePrefetch {
+		for j := range min(n, aheadBucket) {
+			s.prefetchBucket(out.hashes[j])
+		}
+		for j := range min(n, aheadRecord) {
+			s.prefetchRecord(out.hashes[j], span)
+		}
+	} else {
+		sink += s.touchBuckets(group(0)) + s.touchBuckets(group(1)) + s.touchRecords(group(0), span)
+	}
 	for i := range n {
-		if j := i + prefetchAhead; j < n {
-			h := out.hashes[j]
-			b := int64(h & (NBuckets - 1))
-			sink += s.meta[b*rowWords+mVersion] + s.index[b*slots+int64(h>>bucketBits)&(slots-1)]
+		if havePrefetch { // a software pipeline: buckets aheadBucket keys ahead, records aheadRecord
+			if i+aheadBucket < n {
+				s.prefetchBucket(out.hashes[i+aheadBucket])
+			}
+			if i+aheadRecord < n {
+				s.prefetchRecord(out.hashes[i+aheadRecord], span)
+			}
+		} else if i%touchGroup == 0 { // three stages: buckets two groups ahead, records one
+			g := i / touchGroup
+			sink += s.touchBuckets(group(g+2)) + s.touchRecords(group(g+1), span)
 		}
 		h := out.hashes[i]
 		b := int64(h & (NBuckets - 1))

@@ -1,6 +1,7 @@
 """The Go reader (go/, issue 41) in the suite: gofmt, go vet, a CGO_ENABLED=0 build, its
 tests (the golden segments, byte flips, a truncated file, a real Python writer under Go
-readers, a re-created cache), and the writer test again under the race detector.
+readers, a re-created cache; the goldens again without prefetching), the writer test
+again under the race detector, and a smoke-size run of its benchmark.
 Skipped, saying so, where `go` is not installed."""
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ GO = shutil.which("go")
 pytestmark = pytest.mark.skipif(GO is None, reason="go is not installed: the Go reader (go/) is not built or tested")
 
 
-def _go(*args: str, cgo: bool = False, timeout: float = 300) -> str:
-    env = {**os.environ, "CGO_ENABLED": "1" if cgo else "0", "SHMCACHE_PYTHON": sys.executable}
+def _go(*args: str, cgo: bool = False, timeout: float = 300, env: dict | None = None) -> str:
+    env = {**os.environ, "CGO_ENABLED": "1" if cgo else "0", "SHMCACHE_PYTHON": sys.executable, **(env or {})}
     p = subprocess.run([GO, *args], cwd=GO_DIR, env=env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"go {' '.join(args)} failed:\n{p.stdout}\n{p.stderr}"
     return p.stdout
@@ -34,6 +35,22 @@ def test_gofmt_vet_and_a_pure_go_build():
 
 def test_go_tests():
     _go("test", "-count=1", "./...")
+
+
+def test_go_tests_without_prefetch():
+    """The path of platforms without a prefetch instruction (touching lines), on the goldens."""
+    _go("test", "-count=1", "-tags", "shmcache_noprefetch", "-run", "Golden|ByteFlip|Truncated", ".")
+
+
+def test_go_benchmark_smoke():
+    """go/bench_test.go at a smoke size (SHMCACHE_BENCH_N, 20,000 unless set): it runs and
+    allocates nothing per batch. Full size: see its docstring."""
+    n = os.environ.get("SHMCACHE_BENCH_N", "20000")
+    out = _go("test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", "20x", "-cpu", "1", ".",
+              env={"SHMCACHE_BENCH_N": n})
+    rows = [line.split() for line in out.splitlines() if line.startswith("BenchmarkGetMany")]
+    assert len(rows) == 2, out
+    assert all(r[r.index("allocs/op") - 1] == "0" for r in rows), out
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
