@@ -16,7 +16,7 @@ const (
 	aheadBucket = 32
 	aheadRecord = 16
 	touchGroup  = 32
-	aheadValue  = 128 // value bytes of a record fetched ahead (Teranode's values: 61-141)
+	aheadValue  = 128 // value bytes of a record fetched ahead before a batch found any
 	aheadProbe  = 16  // slots followed from the home slot looking for the key's tag
 )
 

@@ -155,6 +155,7 @@ type Cache struct {
 	nextCheck atomic.Int64 // monotonic ns of the next look at the name
 
 	hits, misses, retries, corruptions atomic.Int64 // this handle's own
+	valueGuess                         atomic.Int64 // mean value length of the last batch with hits
 	Logf                               func(format string, args ...any)
 	warned                             sync.Map // buckets this handle has logged
 }
@@ -180,6 +181,7 @@ func attach(name, path string, follow bool) (*Cache, error) {
 		return nil, err
 	}
 	c := &Cache{name: name, path: path, follow: follow, seg: s}
+	c.valueGuess.Store(aheadValue)
 	if follow {
 		c.comp = openCompanion(name, s.creationID)
 		c.nextCheck.Store(monotonicNS() + followIntervalNS)

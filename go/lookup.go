@@ -152,7 +152,7 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 	var sink int64
 	span := recordHead + int64(ks)
 	if want {
-		span += aheadValue
+		span += c.valueGuess.Load() // the mean value length met so far (a guess of what to fetch)
 	}
 	staticB, staticV := int64(-1), int64(-1)
 	group := func(g int) []uint64 { return out.hashes[min(n, g*touchGroup):min(n, (g+1)*touchGroup)] }
@@ -210,6 +210,9 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 	}
 	out.sink = sink // keeps the prefetching loads
 	hits := int64(out.Hits())
+	if want && hits > 0 {
+		c.valueGuess.Store(min(int64(len(out.Data))/hits+1, s.geo.MaxValue))
+	}
 	c.hits.Add(hits)
 	c.misses.Add(int64(n) - hits)
 	c.retries.Add(out.Retries)
