@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 )
 
 const clkTck = 100 // sysconf(_SC_CLK_TCK): 100 on every Linux this runs on
@@ -78,7 +79,8 @@ func IsAlive(w int64) bool {
 	}
 	state, start, err := procStat(pid)
 	if err != nil {
-		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, strconv.ErrSyntax)
+		// gone (or exiting: ESRCH) or unreadable garbage is dead; a permission error is alive
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH) && !errors.Is(err, strconv.ErrSyntax)
 	}
 	return state != 'Z' && stampOf(start) == w&0xFFFFFFFF
 }
