@@ -15,6 +15,7 @@ of librdkafka settings passed through to every consumer unchanged:
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 
@@ -25,9 +26,23 @@ FORMATS = L.WIRE_FORMATS  # the wire formats (consumer/wire.py): their names, ke
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 
 # Settings the supervisor and workers own; passing them through would break the
-# invariants (commits only of applied offsets, by the supervisor alone).
-RESERVED_KAFKA = {"enable.auto.commit", "enable.auto.offset.store", "group.id", "bootstrap.servers",
-                  "group.instance.id"}
+# invariants (commits only of applied offsets, by the supervisor alone; where a partition
+# starts, which the supervisor decides and checks against the log start: a gap). Each with
+# every other name librdkafka takes for it (its aliases and legacy topic-level forms, from
+# librdkafka's CONFIGURATION.md): metadata.broker.list silently replaced --bootstrap.
+RESERVED_KAFKA = {
+    "bootstrap.servers": "--bootstrap", "metadata.broker.list": "--bootstrap",
+    "group.id": "--group", "group.instance.id": "--instance-id",
+    "enable.auto.commit": "nothing: the supervisor commits what was applied",
+    "auto.commit.enable": "nothing: the supervisor commits what was applied",
+    "enable.auto.offset.store": "nothing: the supervisor stores what was applied",
+    "auto.offset.reset": "nothing: a partition starts where the table ends, a gap is flagged",
+    # a table of topic settings (confluent-kafka's old form), which could set any of the above
+    "default.topic.config": "the settings themselves",
+    # callables shmcache sets; a TOML file or --set can only give text there
+    "error_cb": "nothing", "logger": "nothing", "on_commit": "nothing", "stats_cb": "nothing",
+    "throttle_cb": "nothing",
+}
 TOPIC_REFRESH_MS = 5000  # how soon partitions added to the topic are seen (consumer_settings)
 DYNAMIC = "none"  # instance_id for plain (dynamic) group membership
 
@@ -42,6 +57,30 @@ _TYPES = {
     "int | None": ((int, type(None)), "a whole number"),
     "int | str": ((int, str), "a whole number or a size such as \"128MiB\""),
 }
+DAY = 86_400.0
+_MEANING = {"max_rate": " (0 = unlimited)", "metrics_port": " (0 = no endpoint)", "broker_wait": " (0 = for ever)"}
+# each number's range: (least, most, whether the least itself is refused); floats must be finite
+_RANGES = {
+    "workers": (1, L.MAX_WORKERS, False),  # one row each in the segment
+    "key_size": (1, L.MAX_KEY_SIZE, False),
+    "commit_interval": (0, 3600.0, True),
+    # consume() takes at most 1,000,000; the local queue holds ~460 txmeta messages at librdkafka's
+    # defaults, so a larger batch only holds a worker's heartbeat longer where messages are small
+    "batch_messages": (1, 100_000, False),
+    "max_rate": (0, 10**12, False),  # 0 = unlimited
+    "drain_timeout": (0, DAY, True),
+    "stop_timeout": (0, DAY, True),
+    "worker_heartbeat_timeout": (0, DAY, True),
+    "worker_start_timeout": (0, DAY, True),
+    "metrics_port": (0, 65535, False),  # 0 = no endpoint
+    "broker_wait": (0, 30 * DAY, False),  # 0 = wait for ever
+    "snapshot_interval": (0, 30 * DAY, True),
+    "snapshot_keep": (1, 10_000, False),
+}
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
 
 @dataclass
@@ -121,36 +160,26 @@ class RunConfig:
             raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
         if self.assignment not in STRATEGIES:
             raise ValueError(f"assignment={self.assignment!r}: expected one of {', '.join(STRATEGIES)}")
-        if not 1 <= self.workers <= L.MAX_WORKERS:  # one row each in the segment
-            raise ValueError(f"workers={self.workers}: expected 1..{L.MAX_WORKERS}")
-        if self.max_rate < 0:
-            raise ValueError(f"max_rate={self.max_rate}: must be >= 0 (0 = unlimited)")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port={self.metrics_port}: expected 0 (none) or a TCP port 1..65535")
-        if not self.broker_wait >= 0:
-            raise ValueError(f"broker_wait={self.broker_wait}: must be >= 0 seconds (0 = wait for the broker for ever)")
-        if not self.snapshot_interval > 0 or self.snapshot_keep < 1:
-            raise ValueError(f"snapshot_interval={self.snapshot_interval}, snapshot_keep={self.snapshot_keep}: the "
-                             "interval must be positive seconds and at least 1 snapshot kept")
+        for name, (lo, hi, above) in _RANGES.items():
+            v = getattr(self, name)
+            if isinstance(v, float) and not math.isfinite(v) or v < lo or v > hi or (above and v == lo):
+                raise ValueError(f"{name}={v!r}: expected {'more than' if above else 'at least'} {_num(lo)} and at "
+                                 f"most {_num(hi)}{_MEANING.get(name, '')}")
+        L.parse_bytes(self.memory, what="memory")  # a clear ValueError now, not at the cache's creation
         self.snapshot_rate_bytes  # a clear ValueError for a rate that is no size
-        if not isinstance(self.accept_gaps, bool):
-            raise ValueError(f"accept_gaps={self.accept_gaps!r}: expected true or false")
-        if not self.worker_heartbeat_timeout > 0:
-            raise ValueError(f"worker_heartbeat_timeout={self.worker_heartbeat_timeout}: must be positive seconds")
-        if not self.stop_timeout > 0:
-            raise ValueError(f"stop_timeout={self.stop_timeout}: must be positive seconds")
-        if not self.worker_start_timeout > 0:
-            raise ValueError(f"worker_start_timeout={self.worker_start_timeout}: must be positive seconds")
-        if self.commit_interval <= 0:
-            raise ValueError(f"commit_interval={self.commit_interval}: must be positive")
         if self.max_value is not None and (isinstance(self.max_value, bool) or not isinstance(self.max_value, int)
                                            or not 0 <= self.max_value <= 0xFFFFFFFF):
             raise ValueError(f"max_value={self.max_value!r}: expected bytes 0..{0xFFFFFFFF} (or unset: the cache's own)")
         if self.format != "kv" and self.key_size != 32:
             raise ValueError(f"key_size={self.key_size}: the txmeta formats carry 32-byte keys; use format='kv'")
-        bad = RESERVED_KAFKA & set(self.kafka)
-        if bad:
-            raise ValueError(f"kafka settings {sorted(bad)} are set by shmcache itself; use the matching option instead")
+        for key, value in self.kafka.items():
+            if key in RESERVED_KAFKA:
+                raise ValueError(f"kafka setting {key!r} is set by shmcache itself; use {RESERVED_KAFKA[key]} instead")
+            if isinstance(value, dict):  # [kafka] fetch.max.bytes = 1 is a table fetch > max > bytes to TOML
+                raise ValueError(f"kafka setting {key!r} = {value!r}: a table, not a value; write a librdkafka name "
+                                 f"in quotes (\"{key}.{next(iter(value), '')}\" = ...)")
+            if isinstance(value, float) and not math.isfinite(value) or not isinstance(value, (str, int, float, bool)):
+                raise ValueError(f"kafka setting {key!r} = {value!r}: expected text, a number or true/false")
 
     @property
     def snapshot_rate_bytes(self) -> int:
