@@ -19,5 +19,7 @@
 //
 // Not guaranteed: an entry may be evicted at any time once its bucket is full; a key
 // set while it is read reads as the old or the new value; stats are a snapshot.
-// Linux only; the seqlock's ordering is that of x86-64 (the engine's platform).
+// Linux only. Tested on amd64 (the engine's platform); elsewhere (arm64) it builds, reads
+// with a load fence in the seqlock (fence_other.go) and touches lines instead of
+// prefetching (ahead.go), untested on such hardware here.
 package shmcache

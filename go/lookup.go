@@ -253,6 +253,7 @@ func (s *segment) readKey(h uint64, key []byte, out *Batch, want bool, staticB, 
 		if want && hit >= 0 {
 			out.Data = append(out.Data, s.ring[hit:hit+vlen]...)
 		}
+		loadFence(&out.sink)
 		if atomic.LoadInt64(ver) == v1 {
 			if bad && v1&1 == 0 {
 				out.Corruptions++
