@@ -65,8 +65,8 @@ func checkHeader(cache, path string, fileSize int64, h func(int) int64, magic in
 		return Geometry{}, bad("key_size", hKeySize, "from 1 to %d", maxKeySize)
 	case maxv < 0 || maxv > 0xFFFFFFFF:
 		return Geometry{}, bad("max_value", hMaxValue, "from 0 to 2**32-1")
-	case slots < minSlots || slots&(slots-1) != 0:
-		return Geometry{}, bad("slots", hSlots, "a power of two >= %d", minSlots)
+	case slots < minSlots || slots&(slots-1) != 0 || slots > posMask:
+		return Geometry{}, bad("slots", hSlots, "a power of two from %d to 2**%d", minSlots, posBits-1)
 	case ring <= 0 || ring%recordAlign != 0 || ring > posMask:
 		return Geometry{}, bad("ring", hRing, "a positive multiple of %d below 2**%d", recordAlign, posBits)
 	case ring < recordSize(ks, maxv):

@@ -132,11 +132,11 @@ def build() -> dict[str, tuple[bytes, dict]]:
             ("version", L.H_VERSION, 2, "version"), ("nbuckets", L.H_NBUCKETS, 4096, "corrupt"),
             ("key_size", L.H_KEY_SIZE, 0, "corrupt"), ("key_size", L.H_KEY_SIZE, L.MAX_KEY_SIZE + 1, "corrupt"),
             ("max_value", L.H_MAX_VALUE, -1, "corrupt"), ("slots", L.H_SLOTS, 12, "corrupt"),
-            ("slots", L.H_SLOTS, 4, "corrupt"), ("ring", L.H_RING, 328, "corrupt"),
+            ("slots", L.H_SLOTS, 4, "corrupt"), ("slots", L.H_SLOTS, 1 << 50, "corrupt"), ("ring", L.H_RING, 328, "corrupt"),
             ("ring", L.H_RING, 144, "corrupt"), ("size", L.H_SIZE, len(base) + L.PAGE, "corrupt"),
             ("topic_len", L.H_TOPIC_LEN, L.TOPIC_MAX + 1, "corrupt"),
             ("partitions", L.H_PARTITIONS, L.MAX_PARTITIONS + 1, "corrupt")):
-        name = f"header_{field}_{value & 0xFFFFFFFF:x}"
+        name = f"header_{field}_{value & 0xFFFFFFFFFFFFFFFF:x}"
         s = Segment(bytearray(base))
         s.set(word * L.WORD, value)
         cases[name] = (bytes(s.data), {"attach_error": kind, "field": field if kind == "corrupt" else None})
