@@ -169,6 +169,16 @@ func TestGoldenEveryKeyAnswersAsExpected(t *testing.T) {
 					t.Errorf("batch: %s: got %x, want %v", k.Why, b.Value(i), k.Value)
 				}
 			}
+			if err := r.ContainsMany(flat, &b); err != nil || len(b.Data) != 0 {
+				t.Fatalf("contains: %v, %d value bytes copied", err, len(b.Data))
+			}
+			for i, k := range c.Keys {
+				key, _ := hex.DecodeString(k.Key)
+				one, err := r.Contains(key)
+				if err != nil || one != (k.Value != nil) || b.Has(i) != one {
+					t.Errorf("contains: %s: %v and %v, want %v (%v)", k.Why, one, b.Has(i), k.Value != nil, err)
+				}
+			}
 		})
 	}
 }
