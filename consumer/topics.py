@@ -63,13 +63,23 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
         if time.monotonic() > deadline:
             raise TimeoutError(f"topic {topic!r}: not every partition has a leader after {timeout:.0f} s")
         time.sleep(0.1)
+    wait_answering(admin, topic, range(partitions), deadline - time.monotonic())
+    return created
+
+
+def wait_answering(admin, topic: str, partitions, timeout: float) -> dict[int, int]:
+    """Wait until the leader of each of `partitions` answers for it (its end offset), asked
+    through AdminClient `admin`, `timeout` seconds at most (TimeoutError naming those that
+    do not); returns their end offsets."""
+    deadline = time.monotonic() + timeout
     while True:
-        silent = [p for p, end in end_offsets(admin, topic, range(partitions), 5).items() if isinstance(end, str)]
+        ends = end_offsets(admin, topic, partitions, max(1.0, min(5.0, deadline - time.monotonic())))
+        silent = {p: e for p, e in ends.items() if isinstance(e, str)}
         if not silent:
-            return created
+            return ends
         if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic!r}: partitions {silent} have a leader that does not answer for them "
-                               f"after {timeout:.0f} s")
+            raise TimeoutError(f"topic {topic!r}: partitions {sorted(silent)} have no leader that answers for them "
+                               f"after {timeout:.0f} s ({next(iter(silent.values()))})")
         time.sleep(0.1)
 
 

@@ -20,6 +20,13 @@ The plan (each step a Spark stage; no per-entry Python anywhere):
    Kafka's murmur2 partitioner places each message in the partition of every entry
    in it; v2 records with their partition set and no key.
 
+Checked with the broker (confluent-kafka on the driver): before step 4, every partition
+of the topic has a leader that answers for it (a new topic's partitions are refused to
+producers for a moment after their leaders are named: consumer/topics.py); after it,
+each partition grew by at least the messages the tasks wrote there, else
+KafkaRequestError naming it (a message acknowledged but never written, as librdkafka
+does; more is fine: a retried task's first attempt, or another writer).
+
 Guaranteed (DESIGN invariant 2): every entry lands in the partition of its own hash,
 and within a partition each hash's ADD precedes its DELETE from the same run, since
 one task produces all of a partition's messages in order through an idempotent
@@ -37,8 +44,8 @@ from dataclasses import asdict, dataclass
 from functools import partial
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import wire
-from shmcache.errors import BrokerUnavailableError
+from shmcache.consumer import topics, wire
+from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 from shmcache.spark import _messages
 
 WHO = "shmcache.spark.publish"
@@ -105,6 +112,8 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
     t0 = time.monotonic() if t0 is None else t0
     sc = spark.sparkContext
     counts = {name: sc.accumulator(0) for name in ("adds", "deletes", "messages", "bytes")}
+    written = sc.accumulator([0] * partitions, _PerPartition())  # messages the tasks wrote, per partition
+    starts = _answering(bootstrap, topic, partitions)
     step1 = partial(_messages.entry_batches, partitions=partitions, fmt=format, key_col=key_col)
     entries = adds.mapInArrow(partial(_counted, step1, counts["adds"], action=wire.ADD), ENTRY_SCHEMA)
     if deletes is not None:
@@ -113,7 +122,8 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
     tasks = max(1, min(partitions, int(spark.conf.get("spark.sql.shuffle.partitions"))))
     ordered = entries.repartition(tasks, "kpart").sortWithinPartitions("kpart", "action")
     step3 = partial(_messages.message_batches, fmt=format, max_entries=max_entries, max_bytes=max_bytes)
-    records = ordered.mapInArrow(partial(_records_counted, step3, counts["messages"], counts["bytes"]),
+    records = ordered.mapInArrow(partial(_records_counted, step3, counts["messages"], counts["bytes"], written,
+                                         partitions),
                                  RECORD_SCHEMA)
     records = records.drop("partition") if format == "v1" else records.select(F.col("value"), F.col("partition"))
 
@@ -131,6 +141,7 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
                 "shmcache.spark.session(kafka=True) (which puts the connector's jars on spark.jars) "
                 "before any other session starts, or set spark.jars yourself") from e
         raise
+    _check_grown(bootstrap, topic, starts, written.value)
     return PublishReport(topic=topic, format=format, partitions=partitions, adds=counts["adds"].value,
                          deletes=counts["deletes"].value, messages=counts["messages"].value,
                          bytes=counts["bytes"].value, seconds=time.monotonic() - t0)
@@ -157,9 +168,39 @@ def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
     return len(t.partitions)
 
 
+def _answering(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[int]:
+    """Each partition's end offset, once every partition's leader answers for it."""
+    admin = broker_mod.quiet_admin(bootstrap)
+    try:
+        ends = topics.wait_answering(admin, topic, range(partitions), timeout)
+    except TimeoutError as e:
+        raise BrokerUnavailableError(f"{WHO}: {e}; nothing was sent") from None
+    return [ends[p] for p in range(partitions)]
+
+
+def _check_grown(bootstrap: str, topic: str, starts: list[int], written: list[int]) -> None:
+    """Each partition grew by at least what the tasks wrote there (see the module's docstring)."""
+    ends = _answering(bootstrap, topic, len(starts))
+    short = [f"[{p}] {w} written, grew by {e - s} ({s} -> {e})"
+             for p, (s, e, w) in enumerate(zip(starts, ends, written)) if e - s < w]
+    if short:
+        raise KafkaRequestError(f"{WHO}: topic {topic!r} does not hold every message Spark's Kafka sink wrote: "
+                                f"{'; '.join(short[:5])}")
+
+
 # -- in the executors ------------------------------------------------------------------------------
 # Counters ride on Spark accumulators: summed on the driver when the job ends (a retried
 # task counts twice; the figures are a report, not a check).
+
+
+class _PerPartition:
+    """An accumulator of per-partition counts (a list of ints, added element by element)."""
+
+    def zero(self, value):
+        return [0] * len(value)
+
+    def addInPlace(self, a, b):  # noqa: N802 - pyspark's AccumulatorParam names it so
+        return [x + y for x, y in zip(a, b)]
 
 
 def _counted(step, acc, batches, *, action):
@@ -168,10 +209,12 @@ def _counted(step, acc, batches, *, action):
         yield out
 
 
-def _records_counted(step, messages, nbytes, batches):
+def _records_counted(step, messages, nbytes, written, partitions, batches):
+    import numpy as np
     import pyarrow.compute as pc
 
     for out in step(batches):
         messages.add(out.num_rows)
+        written.add(np.bincount(out.column("partition").to_numpy(), minlength=partitions).tolist())
         nbytes.add(int(pc.sum(pc.binary_length(out.column("value"))).as_py() or 0))
         yield out

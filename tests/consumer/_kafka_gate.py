@@ -21,7 +21,9 @@ sent on; when that client's next Produce request arrives on the same connection,
 gate answers the held one itself as a broker answers a partition it does not lead yet
 (NOT_LEADER_OR_FOLLOWER, every partition in it) and sends the next one on to the broker.
 That is what a freshly created topic's leader does to a producer for a moment, made to
-happen on demand with a second request of the same partition in flight.
+happen on demand with a second request of the same partition in flight. With
+`answer=False` the held request is dropped instead, never answered: a request lost on
+the way, which a producer with acks=0 never hears of.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class KafkaGate:
         self._armed: tuple[frozenset, str, bool, str] | None = None
         self._slow: tuple[frozenset, str, float, str] | None = None  # (api keys, client prefix, seconds, suffix)
         self._refuse: str | None = None  # client prefix whose first Produce request is refused (refuse_produce)
+        self._answer = True  # the refusal is answered (NOT_LEADER_OR_FOLLOWER), or the request dropped
         self.refused = threading.Event()  # that request is held, waiting for the client's next Produce request
         self.refused_partitions: list[tuple[str, int]] = []  # (topic, partition) the refusal named
         self.slowed = 0  # requests slowed down so far
@@ -76,9 +79,9 @@ class KafkaGate:
         with self._lock:
             self._slow = (frozenset(api_keys), client_prefix, seconds, suffix)
 
-    def refuse_produce(self, client_prefix: str) -> None:
+    def refuse_produce(self, client_prefix: str, answer: bool = True) -> None:
         with self._lock:
-            self._refuse = client_prefix
+            self._refuse, self._answer = client_prefix, answer
             self.refused.clear()
             self.refused_partitions = []
 
@@ -144,8 +147,10 @@ class KafkaGate:
                         self.refused.set()
                         continue
                     if held is not None and struct.unpack_from(">h", frame, 4)[0] == PRODUCE:
-                        with to_client:
-                            src.sendall(self._refusal(held))
+                        refusal = self._refusal(held)
+                        if self._answer:
+                            with to_client:
+                                src.sendall(refusal)
                         held = None
                     if delay := self._look(frame, conn_open):
                         self._closing.wait(delay)

@@ -113,10 +113,11 @@ def test_recreated_cache_is_reattached(spark, cache_names):
         shmcache.destroy(name)  # the workers still map the old table; the next batch must not read it
 
 
-def test_cache_survives_the_session(filled, tmp_path, repo):
+def test_cache_survives_the_session(filled, tmp_path, repo, kafka_broker, kafka_topic):
     """Executors attach in a Spark session of a child process, which stops its session and
     exits: the cache is still there, intact, and its readers' counters show the executors read it.
-    (The child's session has no Kafka jars, so it also checks publish's error for that.)"""
+    (The child's session has no Kafka jars, so it also checks publish's error for that, to a
+    real topic whose partitions answer.)"""
     name, keys, _, values = filled
     datagen.write(tmp_path / "src", 10)
     script = tmp_path / "child.py"
@@ -129,7 +130,8 @@ def test_cache_survives_the_session(filled, tmp_path, repo):
         df = spark.createDataFrame(pa.table({{"tx_hash": pa.array(keys, pa.binary())}})).repartition(2)
         print("FOUND", lookup(df, cache={name!r}).filter("found").count())
         try:
-            publish.publish(spark, {str(tmp_path / "src")!r}, "127.0.0.1:1", "t", partitions=4)
+            publish.publish(spark, {str(tmp_path / "src")!r}, {kafka_broker.bootstrap!r}, {kafka_topic(4)!r},
+                            partitions=4)
         except SparkSetupError as e:
             print("SETUP-ERROR", e)
         except Exception as e:

@@ -1,14 +1,19 @@
-"""What the publisher asks the broker before Spark runs a task (spark/publish.py
-topic_partitions): a broker that is not there is one error naming it and the wait, raised
-within that wait, with none of librdkafka's connect errors on the terminal (it printed ~20
-a second, then a KafkaException out of `shmcache spark publish`)."""
+"""What the publisher asks the broker (spark/publish.py): before Spark runs a task, a broker
+that is not there is one error naming it and the wait, raised within that wait, with none
+of librdkafka's connect errors on the terminal (it printed ~20 a second, then a
+KafkaException out of `shmcache spark publish`); after the sink has written, whether the
+topic holds what it wrote."""
 
 import os
 import socket
 import subprocess
 import sys
 
+import pytest
+
 from shmcache.errors import BrokerUnavailableError
+from _private_broker import broker_run  # tests/consumer, on the path by tests/spark/conftest.py
+from _topic_model import KafkaProbe
 
 CHILD = """
 import sys
@@ -31,3 +36,27 @@ def test_publish_without_a_broker_says_so_once():
                        env=os.environ)
     assert p.returncode == 0 and p.stderr == "", p.stderr[-3000:]
     assert f"no Kafka broker answered at {bootstrap} within 2 s" in p.stdout, p.stdout
+
+
+def test_a_message_the_sink_wrote_but_the_topic_lacks_fails_the_publish(spark, tmp_path):
+    """Spark's Kafka sink (Java's producer), told acks=0 by the caller, never hears of a request
+    lost on the way (the gate drops its first one): the publish checks the topic's growth against
+    what the tasks wrote, per partition, and fails naming the partition."""
+    from shmcache.errors import KafkaRequestError
+    from shmcache.spark import datagen, publish
+
+    client = "t-dropped-spark"
+    datagen.write(tmp_path / "src", 20000, seed=5)
+    with broker_run(tmp_path, "sink-dropped", 1, seed=59, gated=True) as run:
+        run.gate.refuse_produce(client, answer=False)
+        with pytest.raises(KafkaRequestError) as e:
+            publish.publish(spark, str(tmp_path / "src"), run.bootstrap, run.topic,
+                            kafka_options={"client.id": client, "acks": "0", "enable.idempotence": "false"})
+        assert run.gate.refused.is_set() and run.gate.refused_partitions == [(run.topic, 0)]
+        probe = KafkaProbe(run.bootstrap, run.topic, 1)
+        try:
+            end = probe.end_offsets()[0]
+        finally:
+            probe.close()
+        assert f"topic {run.topic!r} does not hold every message" in str(e.value), e.value
+        assert f"[0] {end + 1} written, grew by {end} (0 -> {end})" in str(e.value), e.value
