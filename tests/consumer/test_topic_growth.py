@@ -10,6 +10,8 @@ import sys
 import numpy as np
 from confluent_kafka.admin import NewPartitions
 
+from shmcache.consumer.topics import wait_answering
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import Harness  # noqa: E402
 from _topic_model import produce_entries  # noqa: E402
@@ -32,6 +34,7 @@ def test_partitions_added_to_the_topic_end_ready_until_they_are_applied(tmp_path
         assert all(v is not None for v in r.get_many(list(before)))
 
         kafka_admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        wait_answering(kafka_admin, topic, range(4), 30)  # produced to only once the new leaders answer
         added = produce_entries(h.bootstrap, topic, {2: 100, 3: 100}, rng)
         poll_until(lambda: r.status()["partitions"] == 4, BOUND, "the supervisor to see the topic's 4 partitions")
         st = r.wait_ready(BOUND)
