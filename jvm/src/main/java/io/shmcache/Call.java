@@ -1,0 +1,242 @@
+package io.shmcache;
+
+import static io.shmcache.Layout.*;
+
+import java.lang.invoke.VarHandle;
+
+/**
+ * One lookup call of one thread over any number of keys (docs/segment-format.md, sections
+ * 7-11): each key's bucket is read between two acquire loads of its seqlock version and
+ * the read kept only if the version was even (or is a dead writer's, or damage, accepted as
+ * it stands) and did not move. Every read is bounded by the geometry read at attach, so no
+ * byte pattern makes a read leave the mapping; a damaged slot or record is a miss and a
+ * counted corruption, never an error. A bucket stuck mid-write is waited for at most
+ * STUCK_GIVE_UP (1 s) per call, then given up for the rest of the call.
+ *
+ * <p>{@link #close()} (or {@link #flush()}) counts the call: hits, misses, retries and
+ * corruptions in the handle and one batch in the readers' companion.
+ */
+public final class Call implements AutoCloseable {
+    private static final int DONE = 0, STUCK = 1;
+    private static final long MAX_ARRAY = Integer.MAX_VALUE - 8;
+
+    private final Segment seg;
+    private long hits, misses, retries, corruptions;
+    private long[] givenUp = new long[4];
+    private int nGivenUp;
+    private long staticB = -1, staticV = -1; // a bucket accepted at an odd version, as it stands
+    // the last probe's results
+    private boolean bad;
+    private long vlen;
+    private byte[] value;
+
+    Call(Segment seg) {
+        this.seg = seg;
+    }
+
+    /** The value of the key at key[off..off+key_size] (a copy), null if not found. */
+    public byte[] get(byte[] key, int off) {
+        return lookup(key, off, key.length - off, true) ? value : null;
+    }
+
+    /** Whether the key at key[off..off+key_size] is present; no value is copied. */
+    public boolean contains(byte[] key, int off) {
+        return lookup(key, off, key.length - off, false);
+    }
+
+    /** Like {@link #get} for a key of {@code len} bytes at off (len must be the key size). */
+    public byte[] get(byte[] key, int off, int len) {
+        return lookup(key, off, len, true) ? value : null;
+    }
+
+    /** Like {@link #contains} for a key of {@code len} bytes at off. */
+    public boolean contains(byte[] key, int off, int len) {
+        return lookup(key, off, len, false);
+    }
+
+    /** Keys looked up since the last flush. */
+    public long pending() {
+        return hits + misses;
+    }
+
+    /** Counts what was looked up so far as one call and starts a new one. */
+    public void flush() {
+        if (hits + misses > 0) {
+            seg.count(hits, misses, retries, corruptions);
+        }
+        hits = misses = retries = corruptions = 0;
+        nGivenUp = 0;
+        staticB = staticV = -1;
+    }
+
+    @Override
+    public void close() {
+        flush();
+    }
+
+    private boolean lookup(byte[] key, int off, int len, boolean want) {
+        Mapped m = seg.acquire();
+        if (len != m.keySize) {
+            throw new ShmcacheException.KeySize(seg.name(), "a key of " + len + " bytes; this cache's keys are "
+                    + m.keySize + " bytes");
+        }
+        long h = Segment.XXH64.hash(key, off, len, 0L);
+        long b = h & (NBUCKETS - 1);
+        boolean found = false;
+        value = null;
+        try {
+            long stuckSince = 0;
+            for (boolean waited = false;; waited = true) {
+                if (readKey(m, h, b, key, off, want) == DONE) {
+                    found = value != null || vlen >= 0;
+                    break;
+                }
+                long now = System.nanoTime();
+                if (!waited) {
+                    stuckSince = now;
+                }
+                if (isGivenUp(b) || now - stuckSince > STUCK_GIVE_UP_NS) { // every call returns in a bound
+                    giveUp(b);
+                    seg.warn(b, "stayed mid-write or kept changing for 1 s; its keys are reported missing for this call");
+                    corruptions++; // the key: a miss
+                    value = null;
+                    break;
+                }
+                stuckBucket(m, b);
+            }
+        } catch (InternalError e) {
+            throw seg.cutShort(m, e);
+        }
+        if (found) {
+            hits++;
+        } else {
+            misses++;
+        }
+        return found;
+    }
+
+    /** DONE with vlen >= 0 for a hit (and value set when want), -1 for a miss; or STUCK. */
+    private int readKey(Mapped m, long h, long b, byte[] key, int off, boolean want) {
+        long ver = m.metaWord(b, M_VERSION);
+        for (int spins = 0;;) {
+            long v1 = m.map.getLongAcquire(ver);
+            if ((v1 & 1) != 0 && !(b == staticB && v1 == staticV)) {
+                if (++spins >= SPIN_LIMIT) {
+                    return STUCK;
+                }
+                Thread.onSpinWait();
+                continue;
+            }
+            bad = false;
+            long hit = probe(m, h, b, key, off);
+            byte[] v = null;
+            if (want && hit >= 0) {
+                if (vlen > MAX_ARRAY) {
+                    throw new ShmcacheException.Corrupt(seg.name(), null, "a value of " + vlen
+                            + " bytes does not fit a Java array", null);
+                }
+                v = new byte[(int) vlen];
+                m.map.copy(hit, v, 0, (int) vlen); // copied before the second load of the version
+            }
+            VarHandle.acquireFence();
+            if (m.map.getLongAcquire(ver) == v1) {
+                if (bad && (v1 & 1) == 0) {
+                    corruptions++;
+                }
+                if (hit < 0) {
+                    vlen = -1;
+                }
+                value = v;
+                return DONE;
+            }
+            retries++;
+            if (++spins >= SPIN_LIMIT) {
+                return STUCK;
+            }
+        }
+    }
+
+    /**
+     * The key's probe path (sections 9-11): the file position of its value (vlen set), or
+     * -1; {@code bad} set if a slot of its tag or a record of its hash was damaged.
+     */
+    private long probe(Mapped m, long h, long b, byte[] key, int off) {
+        long slots = m.slots, ring = m.ring;
+        int ks = m.keySize;
+        long lim = ring - RECORD_HEADER - ks; // a record header and key fit from an offset <= lim
+        long mask = slots - 1;
+        long ibase = FIXED_BYTES + b * slots * WORD, rbase = m.ringOff + b * ring;
+        long tag = h >>> TAG_SHIFT;
+        long sl = (h >>> BUCKET_BITS) & mask;
+        for (long i = 0; i < slots; i++) {
+            long e = m.map.getLong(ibase + sl * WORD);
+            if (e == 0) {
+                break;
+            }
+            if ((e >> POS_BITS) == tag) {
+                long o = (e & POS_MASK) - 1;
+                if (o < 0 || o > lim || (o & (RECORD_ALIGN - 1)) != 0) {
+                    bad = true;
+                } else if (m.map.getLong(rbase + o) == h) {
+                    long w = m.map.getLong(rbase + o + 8);
+                    long ln = w & 0xFFFFFFFFL;
+                    if ((w >> 32) != F_LIVE || ln > m.maxValue || o + RECORD_HEADER + ks + ln > ring) {
+                        bad = true;
+                    } else if (m.map.equalsAt(rbase + o + RECORD_HEADER, key, off, ks)) {
+                        vlen = ln;
+                        return rbase + o + RECORD_HEADER + ks;
+                    }
+                }
+            }
+            sl = (sl + 1) & mask;
+        }
+        return -1;
+    }
+
+    /**
+     * A bucket that stayed mid-write (section 7, step 5): accept its odd version as it
+     * stands (damage: no lock holder, one corruption; or a dead holder, nothing counted), or
+     * yield and let the caller read again (a live writer is at work).
+     */
+    private void stuckBucket(Mapped m, long b) {
+        long ver = m.metaWord(b, M_VERSION), lock = m.metaWord(b, M_LOCK);
+        long v = m.map.getLongAcquire(ver);
+        long owner = m.map.getLongAcquire(lock);
+        if ((v & 1) != 0 && m.map.getLongAcquire(ver) == v) {
+            if (owner == 0) {
+                if (b != staticB || v != staticV) {
+                    corruptions++;
+                    seg.warn(b, "is mid-write (version " + v + ") with no writer holding its lock: damage, read as it stands");
+                }
+                staticB = b;
+                staticV = v;
+                return;
+            }
+            if (!Liveness.isAlive(owner) && m.map.getLongAcquire(lock) == owner) { // only its own odd version
+                staticB = b;
+                staticV = v;
+                return;
+            }
+        }
+        Thread.yield();
+    }
+
+    private boolean isGivenUp(long b) {
+        for (int i = 0; i < nGivenUp; i++) {
+            if (givenUp[i] == b) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    private void giveUp(long b) {
+        if (isGivenUp(b)) {
+            return;
+        }
+        if (nGivenUp == givenUp.length) {
+            givenUp = java.util.Arrays.copyOf(givenUp, nGivenUp * 2);
+        }
+        givenUp[nGivenUp++] = b;
+    }
+}

@@ -1,0 +1,169 @@
+package io.shmcache;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import java.io.IOException;
+import java.io.RandomAccessFile;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Damage beyond the goldens: a file cut short under the mapping, random byte flips, a
+ * cache re-created under its name, the readers' companion. Files made in /dev/shm are
+ * removed after each test.
+ */
+class FaultTest {
+    static final Goldens.Case BASE = Goldens.cases().get("base");
+
+    @TempDir
+    Path tmp;
+    final List<Path> made = new ArrayList<>();
+
+    @AfterEach
+    void removeWhatWasMade() throws IOException {
+        for (Path p : made) {
+            Files.deleteIfExists(p);
+        }
+    }
+
+    private String shmName(String what) {
+        String name = "jvmtest-" + ProcessHandle.current().pid() + "-" + what;
+        made.add(Path.of(Layout.SHM_DIR, name));
+        made.add(Companion.pathOf(name));
+        return name;
+    }
+
+    @Test
+    void aFileCutShortUnderTheMappingIsAnErrorNamingIt() throws IOException {
+        Path p = Goldens.write(tmp.resolve("cut.shm"), Goldens.bytes(BASE));
+        try (Segment r = Segment.attachPath(p)) {
+            Goldens.Key hit = BASE.keys().get(1);
+            assertArrayEquals(hit.value(), r.get(hit.key()));
+            try (RandomAccessFile f = new RandomAccessFile(p.toFile(), "rw")) {
+                f.setLength(Layout.PAGE);
+            }
+            r.check(); // what every lookup does every 0.1 s
+            ShmcacheException.Corrupt e = assertThrows(ShmcacheException.Corrupt.class, () -> r.get(hit.key()));
+            assertTrue(e.getMessage().contains("cut short") && e.getMessage().contains(p.toString()), e.getMessage());
+            assertThrows(ShmcacheException.Corrupt.class, () -> r.get(hit.key()), "and stays so");
+            assertThrows(ShmcacheException.Corrupt.class, r::stats);
+        }
+    }
+
+    @Test
+    void byteFlipsNeverCrashHangOrReadOutside() {
+        byte[] clean = Goldens.bytes(BASE);
+        Random rnd = new Random(40);
+        byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
+        for (int round = 0; round < 200; round++) {
+            byte[] data = clean.clone();
+            // flips where they matter: the header, the bucket meta rows, the index and the rings
+            for (int i = 0; i < 64; i++) {
+                int at = switch (i % 4) {
+                    case 0 -> rnd.nextInt(128);
+                    case 1 -> (int) Layout.META_OFF + rnd.nextInt((int) (Layout.NBUCKETS * 64));
+                    default -> (int) Layout.FIXED_BYTES + rnd.nextInt(data.length - (int) Layout.FIXED_BYTES);
+                };
+                data[at] ^= (byte) (1 << rnd.nextInt(8));
+            }
+            Path p = Goldens.write(tmp.resolve("flip" + round + ".shm"), data);
+            Segment r;
+            try {
+                r = Segment.attachPath(p);
+            } catch (ShmcacheException e) {
+                continue; // refused with a named error: fine
+            }
+            try (r) {
+                long t0 = System.nanoTime();
+                byte[][] got = r.getMany(keys);
+                assertEquals(keys.length, got.length);
+                for (byte[] v : got) {
+                    assertTrue(v == null || v.length <= 4096);
+                }
+                assertTrue(System.nanoTime() - t0 < 30_000_000_000L, "bounded");
+            } catch (ShmcacheException e) {
+                fail("a lookup on damaged bytes raised instead of counting: " + e);
+            }
+        }
+    }
+
+    @Test
+    void aCacheRecreatedUnderItsNameIsMappedAgain() throws Exception {
+        String name = shmName("recreate");
+        Path at = Path.of(Layout.SHM_DIR, name);
+        Goldens.write(at, Goldens.bytes(BASE));
+        Goldens.Key hit = BASE.keys().get(1);
+        try (Segment r = Segment.attach(name)) {
+            assertArrayEquals(hit.value(), r.get(hit.key()));
+            // re-created: another file at the name, this key gone from it
+            Goldens.Case other = Goldens.cases().get("record_hash_changed");
+            Goldens.Key gone = other.keys().stream().filter(k -> k.value() == null && !k.corrupt()
+                    && BASE.keys().stream().anyMatch(b -> java.util.Arrays.equals(b.key(), k.key()) && b.value() != null))
+                    .findFirst().orElseThrow();
+            Path next = Goldens.write(Path.of(Layout.SHM_DIR, name + ".next"), Goldens.bytes(other));
+            made.add(next);
+            Files.move(next, at, java.nio.file.StandardCopyOption.ATOMIC_MOVE, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+            long deadline = System.nanoTime() + 5_000_000_000L;
+            while (r.get(gone.key()) != null) { // noticed within 0.1 s of a lookup
+                assertTrue(System.nanoTime() < deadline, "the re-created cache was not mapped");
+                Thread.onSpinWait();
+            }
+            Files.delete(at);
+            deadline = System.nanoTime() + 5_000_000_000L;
+            while (true) {
+                try {
+                    r.get(hit.key());
+                } catch (ShmcacheException.NotFound e) {
+                    assertTrue(e.getMessage().contains(name), e.getMessage());
+                    break;
+                }
+                assertTrue(System.nanoTime() < deadline, "the destroyed cache is still read");
+            }
+        }
+    }
+
+    @Test
+    void hitsAndMissesAreCountedInTheReadersCompanion() throws Exception {
+        String name = shmName("companion");
+        byte[] data = Goldens.bytes(BASE);
+        Goldens.write(Path.of(Layout.SHM_DIR, name), data);
+        byte[] comp = new byte[(int) Layout.COMPANION_BYTES];
+        Goldens.putWord(comp, 0, Layout.COMPANION_MAGIC);
+        Goldens.putWord(comp, 8, 2);
+        Goldens.putWord(comp, Layout.COMPANION_CREATION * 8L,
+                java.nio.ByteBuffer.wrap(data).order(java.nio.ByteOrder.LITTLE_ENDIAN).getLong(Layout.H_CREATION_ID * 8));
+        Goldens.putWord(comp, Layout.PAGE + Layout.R_HITS * 8L, 5); // a dead reader's row: kept, summed
+        Goldens.putWord(comp, Layout.PAGE, (long) Integer.MAX_VALUE << 32 | 1);
+        Goldens.write(Companion.pathOf(name), comp);
+        byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
+        long hits = BASE.keys().stream().filter(k -> k.value() != null).count();
+        try (Segment r = Segment.attach(name)) {
+            r.getMany(keys);
+            Segment.Stats s = r.stats();
+            assertEquals(hits, s.hits());
+            assertEquals(5 + hits, s.readerHits());
+            assertEquals(keys.length - hits, s.readerMisses());
+        }
+        try (RandomAccessFile f = new RandomAccessFile(Companion.pathOf(name).toFile(), "r")) {
+            f.seek(Layout.PAGE + 64); // the dead reader's row stays; this process took the next free one
+            assertEquals(Liveness.mine(), Long.reverseBytes(f.readLong()));
+            assertEquals(hits, Long.reverseBytes(f.readLong()));
+            assertEquals(keys.length - hits, Long.reverseBytes(f.readLong()));
+            assertEquals(1, Long.reverseBytes(f.readLong()), "one batch");
+        }
+    }
+
+    @Test
+    void aMissingCacheAndABadNameAreNotFound() {
+        String name = shmName("missing");
+        ShmcacheException e = assertThrows(ShmcacheException.NotFound.class, () -> Segment.attach(name));
+        assertTrue(e.getMessage().contains(name), e.getMessage());
+        assertThrows(ShmcacheException.NotFound.class, () -> Segment.attach("../etc/passwd"));
+    }
+}

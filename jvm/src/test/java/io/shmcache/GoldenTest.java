@@ -1,0 +1,122 @@
+package io.shmcache;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/** The golden segments: every reader (Python, Go, this one) gives the same answers. */
+class GoldenTest {
+    static final Map<String, Goldens.Case> CASES = Goldens.cases();
+
+    @TempDir
+    Path tmp;
+
+    static Stream<String> damagedHeaders() {
+        return CASES.values().stream().filter(c -> c.attachError() != null).map(Goldens.Case::name);
+    }
+
+    static Stream<String> readable() {
+        return CASES.values().stream().filter(c -> c.attachError() == null && !c.name().equals("live_holder"))
+                .map(Goldens.Case::name);
+    }
+
+    @Test
+    void theGoldensAreAllThere() {
+        assertTrue(damagedHeaders().count() >= 10, "damaged headers");
+        assertTrue(readable().count() >= 10, "readable segments");
+    }
+
+    @ParameterizedTest
+    @MethodSource("damagedHeaders")
+    void damagedHeadersAreRefusedByKindAndField(String name) {
+        Goldens.Case c = CASES.get(name);
+        Path p = Goldens.write(tmp.resolve(name + ".shm"), Goldens.bytes(c));
+        ShmcacheException e = assertThrows(ShmcacheException.class, () -> Segment.attachPath(p));
+        Class<?> kind = switch (c.attachError()) {
+            case "not_a_cache" -> ShmcacheException.NotACache.class;
+            case "version" -> ShmcacheException.Version.class;
+            case "corrupt" -> ShmcacheException.Corrupt.class;
+            default -> throw new AssertionError(c.attachError());
+        };
+        assertInstanceOf(kind, e, e.getMessage());
+        assertTrue(e.getMessage().contains(p.toString()), "names the cache: " + e.getMessage());
+        if (c.field() != null) {
+            assertTrue(e.getMessage().contains("header field " + c.field() + " is"), e.getMessage());
+            assertEquals(c.field(), ((ShmcacheException.Corrupt) e).field());
+        }
+    }
+
+    @ParameterizedTest
+    @MethodSource("readable")
+    void everyKeyAnswersAsExpected(String name) {
+        Goldens.Case c = CASES.get(name);
+        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve(name + ".shm"), Goldens.bytes(c)))) {
+            if (c.entries() != null) {
+                assertEquals(c.entries(), r.stats().entries(), "entries");
+            }
+            List<byte[]> keys = new ArrayList<>();
+            for (Goldens.Key k : c.keys()) {
+                keys.add(k.key());
+                long before = r.stats().corruptions();
+                assertArrayEquals(k.value(), r.get(k.key()), name + ": " + k.why());
+                assertEquals(k.corrupt(), r.stats().corruptions() > before, name + ": " + k.why() + ": corruption counted?");
+                assertEquals(k.value() != null, r.contains(k.key()), name + ": contains: " + k.why());
+            }
+            byte[][] batch = r.getMany(keys.toArray(new byte[0][]));
+            boolean[] present = r.containsMany(keys.toArray(new byte[0][]));
+            for (int i = 0; i < keys.size(); i++) {
+                Goldens.Key k = c.keys().get(i);
+                assertArrayEquals(k.value(), batch[i], name + ": batch: " + k.why());
+                assertEquals(k.value() != null, present[i], name + ": batch contains: " + k.why());
+            }
+        }
+    }
+
+    @Test
+    void aBucketHeldMidWriteByALiveProcessIsGivenUpAfterTheBound() {
+        Goldens.Case c = CASES.get("live_holder");
+        byte[] data = Goldens.bytes(c);
+        Goldens.putWord(data, c.liveHolderOffset(), Liveness.mine());
+        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("live_holder.shm"), data))) {
+            List<byte[]> held = new ArrayList<>();
+            for (Goldens.Key k : c.keys()) {
+                if (k.corrupt()) {
+                    held.add(k.key());
+                }
+            }
+            long t0 = System.nanoTime();
+            byte[][] got = r.getMany(held.toArray(new byte[0][]));
+            double took = (System.nanoTime() - t0) / 1e9;
+            for (byte[] v : got) {
+                assertNull(v);
+            }
+            assertEquals(held.size(), r.stats().corruptions(), "each held key a counted miss");
+            assertTrue(took >= 1.0 && took < 3.0, "one 1 s bound for the whole batch, took " + took);
+            long before = r.stats().corruptions();
+            for (Goldens.Key k : c.keys()) {
+                if (!k.corrupt()) {
+                    assertArrayEquals(k.value(), r.get(k.key()), k.why());
+                }
+            }
+            assertEquals(before, r.stats().corruptions(), "the other buckets count nothing");
+        }
+    }
+
+    @Test
+    void aKeyOfTheWrongSizeIsRefusedNamingTheCache() {
+        Goldens.Case c = CASES.get("base");
+        Path p = Goldens.write(tmp.resolve("base.shm"), Goldens.bytes(c));
+        try (Segment r = Segment.attachPath(p)) {
+            ShmcacheException e = assertThrows(ShmcacheException.KeySize.class, () -> r.get(new byte[31]));
+            assertTrue(e.getMessage().contains(p.toString()) && e.getMessage().contains("31 bytes"), e.getMessage());
+        }
+    }
+}
