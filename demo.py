@@ -55,10 +55,12 @@ from shmcache.ipc import liveness
 BYTES_PER_ENTRY = 300  # ring + index per entry with room to spare (records average ~160 B)
 MEMORY_FLOOR = 64 << 20
 READY_TIMEOUT_S = 120.0
-# Ctrl-C and SIGTERM both raise KeyboardInterrupt: the cleanup runs in run()'s finally. The
+# Ctrl-C, SIGTERM and SIGHUP (its terminal closed: an ssh or tmux session that ended) all
+# raise KeyboardInterrupt: the cleanup runs in run()'s finally. The
 # stop is kept and raised again between steps and in every wait: a handler that ran inside
 # a finalizer (numba's compiler, a library's __del__) had its exception swallowed.
 _stop = liveness.StopRequest(lambda signum: KeyboardInterrupt())
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class DemoError(Exception):
@@ -275,7 +277,6 @@ class Demo:
 
     def cleanup(self) -> None:
         """Stop whatever is still running, by pid; remove what was made. Each step on its own."""
-        c = self.console
         steps = []
         if self.sup is not None and self.sup.running():
             steps.append(("supervisor", lambda: self.sup.stop()))
@@ -292,8 +293,8 @@ class Demo:
             try:
                 fn()
             except Exception as e:  # noqa: BLE001 - the other steps still run
-                c.print(f"[red]cleanup: {what}: {e}[/]")
                 self.failures.append(f"cleanup of the {what} failed: {e}")
+                self._say(f"[red]cleanup: {what}: {e}[/]")
         stopped = []
         if self.sup is not None:
             workers = ", ".join(map(str, sorted(self.sup.worker_pids))) or "-"
@@ -301,14 +302,14 @@ class Demo:
         if self.broker is not None and self.broker.pid is not None:
             stopped.append(f"broker pid {self.broker.pid}")
         if stopped:
-            c.print("stopped " + ", ".join(stopped))
+            self._say("stopped " + ", ".join(stopped))
         if self.sup is None:
             pass  # no cache was made
         elif self.keep:
-            c.print(f"kept /dev/shm/{self.name}; read it with shmcache.attach({self.name!r}), "
-                    f"remove it with: shmcache destroy {self.name}")
+            self._say(f"kept /dev/shm/{self.name}; read it with shmcache.attach({self.name!r}), "
+                      f"remove it with: shmcache destroy {self.name}")
         else:
-            c.print(f"removed cache {self.name}")
+            self._say(f"removed cache {self.name}")
 
     def _delete_topic(self) -> None:
         from shmcache.consumer import topics
@@ -329,19 +330,26 @@ class Demo:
         except Exception as e:  # noqa: BLE001 - reported below, after the cleanup
             self.failures.append(f"{type(e).__name__}: {e}")
         finally:
-            # a second Ctrl-C or SIGTERM must not cut the cleanup short
-            old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+            # a second Ctrl-C, SIGTERM or SIGHUP must not cut the cleanup short
+            old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
             try:
                 self.cleanup()
             finally:
                 for sig, handler in old.items():
                     signal.signal(sig, handler)
         if self.failures:
-            self.console.print("[red]demo FAILED:[/] " + "; ".join(self.failures))
+            self._say("[red]demo FAILED:[/] " + "; ".join(self.failures))
             return 130 if self.failures == ["interrupted"] else 1
-        self.console.print("[green]demo passed:[/] every sampled hash hit with its exact value, every deleted one "
-                           "missed, nothing evicted, every applied offset committed")
+        self._say("[green]demo passed:[/] every sampled hash hit with its exact value, every deleted one "
+                  "missed, nothing evicted, every applied offset committed")
         return 0
+
+    def _say(self, text: str) -> None:
+        """A line of the end, where the terminal may be gone (SIGHUP): a write that fails is dropped."""
+        try:
+            self.console.print(text)
+        except OSError:
+            pass
 
 
 def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: str = "v1",
@@ -361,7 +369,7 @@ def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: st
                 sample=sample, delete_share=delete_share, seed=seed, name=name, keep=keep,
                 console=Console(soft_wrap=True))  # long lines stay whole in logs (no terminal width)
 
-    old = _stop.install(signal.SIGINT, signal.SIGTERM)
+    old = _stop.install(*(sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN))  # nohup
     try:
         return demo.run()
     finally:

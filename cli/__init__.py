@@ -8,12 +8,20 @@ command line imports this package.
 
 Errors: a user's mistake is one line on stderr and exit 2, never a traceback;
 ShmcacheError, ValueError and OSError from a command are shown that way too.
+
+Signals: SIGTERM and SIGHUP (a closing terminal: an ssh or tmux session that ends) stop a
+command as Ctrl-C does, by a KeyboardInterrupt, so what it made is removed on the way out
+(a half-restored cache, a snapshot's temporary file, the demo's cache, topic and
+processes); killed by their default action it was left. One line, exit 128 + the signal.
+A signal ignored when the command started (nohup) stays ignored. `run` has its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
 
 import shmcache
@@ -58,14 +66,34 @@ def main(argv: list[str] | None = None) -> int:
 
         forkserver.prestart()
     a = parser().parse_args(argv)
+    stopped = _stop_on(signal.SIGTERM, signal.SIGHUP) if a.command != "run" else [0]
     try:
         return a.fn(a)
     except (shmcache.ShmcacheError, ValueError, OSError) as e:
         print(f"shmcache: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        signum = stopped[0] or signal.SIGINT
+        with contextlib.suppress(OSError):  # a terminal that closed takes no more lines
+            print(f"shmcache: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
     except SystemExit as e:
         if isinstance(e.code, str):  # a command's own usage error: its message, and the usage-error code
             print(e.code, file=sys.stderr)
             return 2
         raise
 
+
+def _stop_on(*sigs: int) -> list[int]:
+    """From now on each of `sigs` raises KeyboardInterrupt in the main thread, as SIGINT does
+    (unless it is ignored, as under nohup); returns a list whose item is the first that came."""
+    first = [0]
+
+    def interrupt(signum, frame):
+        first[0] = first[0] or signum
+        raise KeyboardInterrupt
+
+    for sig in sigs:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, interrupt)
+    return first
