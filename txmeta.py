@@ -1,6 +1,6 @@
 """Teranode's txmeta value (`MetaBytes`): the cache value of a tx hash, in batches.
 
-The content of an ADD entry on the txmeta topic (DESIGN.md, wire format)::
+The content of an ADD entry on the txmeta topic (docs/design.md, wire format)::
 
     +------------+------------+----------+------------------+
     | fee u64 LE | size u64 LE| flags u8 | parentCount u32 LE|                   8 + 8 + 1 + 4 = 21 B

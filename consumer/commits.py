@@ -16,7 +16,7 @@ in status(), no worker restarts. So:
   (less if the stop's budget is short, never under its minimum: consumer/stop.py)
   while poll serves its result. One not confirmed by then is logged and left: whoever
   owns the partition next starts from the last committed offset, and applying an
-  entry again is harmless (DESIGN.md, invariants).
+  entry again is harmless (docs/design.md, invariants).
 
 A commit refused because the group is moving to a new generation is deferred: the
 periodic commits hold until the assignment callback says the move is done (the revoke

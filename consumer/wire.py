@@ -102,7 +102,7 @@ V2_ENTRY_HEADER = HASH_SIZE + KEY_SIZE + ACTION_SIZE + LEN_SIZE  # 8 + 32 + 1 + 
 # (engine.layout.NBUCKETS; a test pins the two together). Producers depend on it.
 V2_BUCKETS = 8192
 
-MAX_VALUE = DEFAULT_MAX_VALUE  # "records up to 4 KiB must fit" (DESIGN.md); longer is damage
+MAX_VALUE = DEFAULT_MAX_VALUE  # "records up to 4 KiB must fit" (docs/design.md); longer is damage
 _MAX_VALUE_LIMIT = 2**31 - 1  # value_lens is int32
 _U32 = 0xFFFFFFFF  # the largest u32 LE length
 

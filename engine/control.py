@@ -30,7 +30,7 @@ Who writes what (one writer per word, so no locks are needed):
 Readers (status, wait_ready, metrics, top) only read. Values are published with
 plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
 one partition's row a moment older than another's. The segment is untrusted
-(DESIGN.md, invariant 8): a word out of its range is named in status's "damaged"
+(docs/design.md, invariant 8): a word out of its range is named in status's "damaged"
 and read as nothing, never raised on. This module reads and writes the words;
 engine/control_status.py assembles status() and wait_ready() from its readers.
 """

@@ -2,7 +2,7 @@
 view's public readers: the header words (`view.word`), the partition and worker rows,
 the group, the broker's state and the supervisor's counters.
 
-The segment is untrusted (DESIGN.md, invariant 8): a word out of its range is named in
+The segment is untrusted (docs/design.md, invariant 8): a word out of its range is named in
 status's "damaged" and read as nothing, never raised on. Ready means the whole topic,
 now (invariant 10): every partition assigned here by the live supervisor and caught up,
 the assignment settled, the broker answering. A partition is caught up only while its

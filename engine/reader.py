@@ -38,7 +38,7 @@ from shmcache.ipc.segment import Segment
 log = logging.getLogger("shmcache.engine")
 
 # Spins before a kernel hands a held lock / odd bucket back to Python, which yields
-# the CPU and checks whether the holder still lives (spin with backoff: DESIGN.md, Atomics).
+# the CPU and checks whether the holder still lives (spin with backoff: docs/design.md, Atomics).
 SPIN_LIMIT = 2000
 # How long a lookup waits on one key whose bucket stays mid-write under a live lock holder,
 # or whose version never settles (a writer stopped inside a bucket, or a hostile process),

@@ -15,7 +15,7 @@ holds a lock on its own until the rename, so the next write to PATH removes thos
 writer was killed (and none being written); PATH is refused if it holds anything but a snapshot (a cache's
 segment, another file, a directory, a link), and a name ending in .tmp is refused
 (that is what an unfinished snapshot is called, and no reader takes it). Why replaying from
-offsets taken before the copy gives the table Kafka's order implies: DESIGN.md,
+offsets taken before the copy gives the table Kafka's order implies: docs/design.md,
 "Snapshots".
 
 Reading (`read_header`, `verify`, `restore`): every field is checked before use
@@ -92,7 +92,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
     t0 = time.monotonic()
     nparts = min(max(int(header[L.H_PARTITIONS]), 0), L.MAX_PARTITIONS)
     rows = parts.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
-    # the offsets first, before any bucket is copied (DESIGN.md, Snapshots)
+    # the offsets first, before any bucket is copied (docs/design.md, Snapshots)
     offsets = tuple(int(x) for x in rows[:nparts, L.P_APPLIED].tolist())
     taken = time.time_ns()
     entries = int(meta.reshape(L.NBUCKETS, L.ROW_WORDS)[:, L.M_LIVE].sum())

@@ -1,7 +1,7 @@
 """Cross-process atomics on numpy arrays, as numba intrinsics.
 
 These are the only primitives the lock and seqlock kernels use to touch shared
-words (DESIGN.md, "Atomics from numba", says what was verified). On x86-64 the CAS
+words (docs/design.md, "Atomics from numba", says what was verified). On x86-64 the CAS
 and fetch-add become `lock cmpxchg` / `lock xadd`; acquire loads, release stores
 and acquire/release fences are plain moves plus compiler barriers. They are still
 required: with plain loads and stores LLVM removes or reorders the seqlock's

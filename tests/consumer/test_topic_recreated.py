@@ -11,7 +11,7 @@ until it has applied up to the high watermark; commits follow what was applied f
 new topic. The same while the
 supervisor runs: its workers see the new log's first message below the offset they were
 at (consumer/log_replaced.py), or, when the group saw the topic gone, the next
-assignment does. The old topic's entries stay in the cache (DESIGN.md).
+assignment does. The old topic's entries stay in the cache (docs/design.md).
 
 A new log longer than what the table applied looks like the old one by its offsets: a
 supervisor started each partition at its applied offset, inside the new log, and the
@@ -127,7 +127,7 @@ def _everything_after_applied_and_committed(h, r, sup, topic, group, rng, old, n
     more = _produce(h.bootstrap, topic, MORE, rng)  # offsets 10..159 of each partition
     wait_applied(r, [NEW + MORE] * PARTITIONS, 60, sup)
     assert r.get_many(list(new) + list(more)) == list(new.values()) + list(more.values())
-    assert r.get_many(list(old)) == list(old.values())  # the old topic's entries stay (DESIGN.md)
+    assert r.get_many(list(old)) == list(old.values())  # the old topic's entries stay (docs/design.md)
     poll_until(lambda: _committed(h.bootstrap, topic, group) == applied(r, PARTITIONS) == [NEW + MORE] * PARTITIONS,
                60, lambda: f"committed {_committed(h.bootstrap, topic, group)} == applied "
                            f"{applied(r, PARTITIONS)} == the new topic's end {NEW + MORE}")
@@ -181,7 +181,7 @@ def _old_topic_filled(tmp_path, kafka_broker, kafka_topic, label: str, seed: int
 
 def _started_over_by_its_id(r, sup, admin, topic: str, old_id: str, old: dict, new: dict) -> None:
     """The supervisor said the topic's id changed, was ready only with the new (LONG) log
-    whole, and the table keeps the new id and the old topic's entries (DESIGN.md)."""
+    whole, and the table keeps the new id and the old topic's entries (docs/design.md)."""
     new_id = _topic_id(admin, topic)
     assert new_id != old_id
     poll_until(lambda: _id_line(sup.log_text(), topic, old_id, new_id), 60,
