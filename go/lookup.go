@@ -11,6 +11,7 @@ package shmcache
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -50,15 +51,7 @@ func (b *Batch) Value(i int) []byte {
 func (b *Batch) Hits() int {
 	n := 0
 	for _, w := range b.Found {
-		n += popcount(w)
-	}
-	return n
-}
-
-func popcount(w uint64) int {
-	n := 0
-	for ; w != 0; w &= w - 1 {
-		n++
+		n += bits.OnesCount64(w)
 	}
 	return n
 }
