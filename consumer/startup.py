@@ -53,20 +53,21 @@ def open_cache(cfg):
 
     cache = shmcache.create(cfg.name, memory=cfg.memory, key_size=cfg.key_size,
                             max_value=cfg.max_value, exist_ok=True)
-    other = cache.control.supervisor
-    if other and other != liveness.owner_word() and liveness.is_alive(other):
+    # first, by compare-and-swap: of two supervisors started at once one holds the word, the
+    # other stops here (a look, then a store after the orphans' wait, let both through)
+    other = cache.control.claim_supervisor()
+    if other:
         cache.close()
         raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, pid {liveness.word_pid(other)}")
+    # at once: nothing the last one assigned counts under this process's live word (DESIGN invariant 10)
+    cache.control.disown_partitions()
     wait_for_orphans(cache)
     if cache.control.topic != cfg.topic:
         cache.control.reset_partitions()  # progress on another topic means nothing here
-    # before this supervisor's pid makes the rows count: nothing a dead one assigned is
-    # assigned now, so nobody reads its rows as ready (DESIGN invariant 10)
-    cache.control.disown_partitions()
+    cache.control.disown_partitions()  # again after a reset: the generation moves past any an orphan held
     cache.control.workers[:] = 0
     cache.control.reset_supervisor(accept_gaps=cfg.accept_gaps, worker_stale_s=cfg.worker_heartbeat_timeout)
     segment_id = identify_segment(cfg.name, cache)
-    cache.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
     repaired = cache.repair_dead_locks()
     if repaired:
         log.warning("repaired %d buckets left locked by dead writers", repaired)

@@ -124,7 +124,9 @@ class Supervisor:
             restored = None if existed else self.snapshots.restore_at_start()
             self.cache, self._segment_id = startup.open_cache(self.cfg)
             self.snapshots.opened(self.cache, restored is not None)
-            created = None if existed else self.cache.creation_id
+            # this run made the cache (its restore, or the create itself; never a look beforehand,
+            # which races with another creator): a start that fails removes it
+            created = self.cache.creation_id if restored is not None or self.cache.created else None
             self.metrics = startup.serve_metrics(self.cfg, self.cache.control)
             joined = self._start()
             self.state = State.RUNNING
@@ -254,7 +256,7 @@ class Supervisor:
             # still reads the cache, which stays mapped until the process exits
             closable = self.snapshots.at_stop(clean, budget.snapshot())
             self.cache.control.set_word(L.H_METRICS_PORT, 0)
-            self.cache.control.set_word(L.H_SUPERVISOR, 0)
+            self.cache.control.release_supervisor()
             if self.assignment is not None:
                 self.assignment.clear_rows()
             if closable:

@@ -45,6 +45,8 @@ import numpy as np
 from shmcache.engine import control_status
 from shmcache.engine import layout as L
 from shmcache.engine.control_status import NO_GROUP, STALE_HEARTBEAT_S
+from shmcache.ipc import liveness
+from shmcache.ipc.atomics import cas_word, load_word
 
 __all__ = ["STALE_HEARTBEAT_S", "SUPERVISOR_COUNTERS", "ControlArea", "ControlView"]
 
@@ -237,6 +239,26 @@ class ControlArea(ControlView):
     def count(self, word: int, n: int = 1) -> None:
         """Add to one of the supervisor's header counters (the supervisor is their only writer)."""
         self._h[word] += n
+
+    def claim_supervisor(self) -> int:
+        """Make this process the cache's supervisor by compare-and-swap on the supervisor word,
+        from 0 or a dead owner's word: of two processes that try at once, one wins. Returns 0
+        when this process holds it, else the live owner word that holds it."""
+        me = liveness.owner_word()
+        while True:
+            cur = int(load_word(self._h, L.H_SUPERVISOR))
+            if cur == me:
+                return 0
+            if cur and liveness.is_alive(cur):
+                return cur
+            if cas_word(self._h, L.H_SUPERVISOR, cur, me) == cur:
+                self._h[L.H_AGE_CLOCK] = L.AGE_CLOCK_MONOTONIC
+                self._h[L.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()  # not the dead one's, stale
+                return 0
+
+    def release_supervisor(self) -> None:
+        """This process is the supervisor no more (a word another holds is left alone)."""
+        cas_word(self._h, L.H_SUPERVISOR, liveness.owner_word(), 0)
 
     def set_topic(self, name: str, npartitions: int) -> None:
         raw = name.encode()

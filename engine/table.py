@@ -42,7 +42,8 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
     FileExistsError (CacheExistsError) if it exists, unless exist_ok=True, which opens
     it instead: its key size and max_value must match, and its memory stays as it was
     (`memory` is then not planned, so one too small for this max_value is no error).
-    max_value=None: the existing cache's own, or L.DEFAULT_MAX_VALUE for a new one."""
+    max_value=None: the existing cache's own, or L.DEFAULT_MAX_VALUE for a new one.
+    The writer's `created` says whether this call made the cache."""
     check_name(name)
     key_size = _whole(name, "key_size", key_size, 1, L.MAX_KEY_SIZE)
     if max_value is not None:
@@ -102,7 +103,9 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         reader_stats.unlink(name, creation_id)  # this creator's companion, never another's
         raise
     try:
-        return Writer._adopt(name, seg)
+        w = Writer._adopt(name, seg)
+        w.created = True
+        return w
     except BaseException:  # named, but not handed over (a signal turned exception): take it back
         seg.unname()
         seg.close()

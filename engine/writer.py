@@ -48,6 +48,10 @@ class Writer(Reader):
 
     _writable = True
     _slot = -1
+    # True on the handle of the create() call that made the cache; False on every other, also
+    # on create(exist_ok=True)'s when another process had just made it (the caller's only
+    # sure way to know: a look at the name beforehand races with that other creator)
+    created = False
     _control_class = ControlArea
     # Called at each look while a lock held by a live process keeps a write waiting:
     # on_wait(bucket, holder_pid, waited_s). The waiting write goes on when it returns.

@@ -190,3 +190,13 @@ def test_systemd_unit_verifies(tmp_path):
     p = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     complaints = [ln for ln in (p.stdout + p.stderr).splitlines() if "shmcache@" in ln]
     assert p.returncode == 0 and not complaints, p.stdout + p.stderr
+
+
+def test_the_config_is_installed_readable_by_the_daemon_only():
+    """The config may hold a SASL password ([kafka] "sasl.password"): every install line of
+    it says 0640 and the daemon's group, never 0644 (issue 39 item 11)."""
+    docs = REPO / "docs" / "deploy.md"
+    for path in (docs, DEPLOY / "shmcache@.service"):
+        lines = [ln for ln in path.read_text().splitlines() if "install" in ln and "shmcache.toml" in ln]
+        assert lines and all("-m 640 -g shmcache" in ln for ln in lines), (path, lines)
+    assert "0644 would give to every" in docs.read_text()
