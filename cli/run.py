@@ -17,7 +17,7 @@ def add_arguments(rn) -> None:
                                           "this machine and cache; 'none' = dynamic membership)")
     rn.add_argument("--machine", help="this machine's name in the default group and instance id "
                                       "(default $SHMCACHE_MACHINE, else the host name)")
-    rn.add_argument("--memory", help="cache size if it must be created (default 1GiB)")
+    rn.add_argument("--memory", help="cache size if it must be created (default 1GiB; a restored snapshot's own)")
     rn.add_argument("--max-value", type=int, metavar="BYTES",
                     help="largest value if the cache must be created (default 4096); an existing cache keeps "
                          "its own, which must match if this is given")

@@ -43,6 +43,7 @@ RESERVED_KAFKA = {
     "error_cb": "nothing", "logger": "nothing", "on_commit": "nothing", "stats_cb": "nothing",
     "throttle_cb": "nothing",
 }
+DEFAULT_MEMORY = "1GiB"  # a new cache's size when `memory` is not given
 TOPIC_REFRESH_MS = 5000  # how soon partitions added to the topic are seen (consumer_settings)
 DYNAMIC = "none"  # instance_id for plain (dynamic) group membership
 
@@ -96,7 +97,9 @@ class RunConfig:
     # this machine's name in the defaults above (shmcache.machine: $SHMCACHE_MACHINE, else the
     # host name); several machines on one host (scripts/cluster) each need their own
     machine: str = ""
-    memory: str = "1GiB"
+    # size of a cache this run creates, DEFAULT_MEMORY if not given; a cache restored from a
+    # snapshot keeps the snapshot's own size unless this is given (memory_given)
+    memory: str = ""
     workers: int = 2
     format: str = "v1"
     commit_interval: float = 1.0  # seconds between periodic commits
@@ -165,7 +168,7 @@ class RunConfig:
             if isinstance(v, float) and not math.isfinite(v) or v < lo or v > hi or (above and v == lo):
                 raise ValueError(f"{name}={v!r}: expected {'more than' if above else 'at least'} {_num(lo)} and at "
                                  f"most {_num(hi)}{_MEANING.get(name, '')}")
-        L.parse_bytes(self.memory, what="memory")  # a clear ValueError now, not at the cache's creation
+        L.parse_bytes(self.create_memory, what="memory")  # a clear ValueError now, not at the cache's creation
         self.snapshot_rate_bytes  # a clear ValueError for a rate that is no size
         if self.max_value is not None and (isinstance(self.max_value, bool) or not isinstance(self.max_value, int)
                                            or not 0 <= self.max_value <= 0xFFFFFFFF):
@@ -180,6 +183,11 @@ class RunConfig:
                                  f"in quotes (\"{key}.{next(iter(value), '')}\" = ...)")
             if isinstance(value, float) and not math.isfinite(value) or not isinstance(value, (str, int, float, bool)):
                 raise ValueError(f"kafka setting {key!r} = {value!r}: expected text, a number or true/false")
+
+    @property
+    def create_memory(self) -> str:
+        """The size of a cache this run creates: `memory`, or DEFAULT_MEMORY if not given."""
+        return self.memory or DEFAULT_MEMORY
 
     @property
     def snapshot_rate_bytes(self) -> int:

@@ -197,7 +197,8 @@ class SnapshotPolicy:
         for path in found:
             log.info("cache %r: restoring from snapshot %s", cfg.name, path)
             try:
-                out = snapshot.restore(path, cfg.name, memory=cfg.memory, max_value=cfg.max_value,
+                # the snapshot's own size unless one was given: a default would shrink a larger table
+                out = snapshot.restore(path, cfg.name, memory=cfg.memory or None, max_value=cfg.max_value,
                                        key_size=cfg.key_size, topic=cfg.topic, wire_format=cfg.format,
                                        progress=_LogProgress(f"restoring {path.name}"), own=True)
             except (SnapshotError, OSError) as e:  # OSError: gone since listed, unreadable, a disk error
@@ -207,6 +208,12 @@ class SnapshotPolicy:
                      "from its offsets %s", cfg.name, out["entries"], path, out["mode"], out["seconds"],
                      out["evictions"], (time.time_ns() - out["snapshot"]["taken_ns"]) / 1e9,
                      out["snapshot"]["offsets"])
+            if out["evictions"]:
+                log.warning("cache %r: the restore evicted %d of the snapshot's %d entries: memory=%s holds less "
+                            "than the snapshot's %s, and the partitions resume after the offsets they came from, so "
+                            "they are not fetched again (restore at the snapshot's size: leave memory unset)",
+                            cfg.name, out["evictions"], out["snapshot"]["entries"], cfg.memory,
+                            L.format_bytes(out["snapshot"]["memory"]))
             return out
         log.info("cache %r: no valid snapshot in %s; filling it from the topic's start", cfg.name, self.dir)
         return None
@@ -367,7 +374,8 @@ def summary_rows(st: dict) -> list[tuple[str, str, str]]:
     rows = []
     if rs["state"] != "none":
         age = "" if rs["snapshot_age_s"] is None else f", snapshot {rs['snapshot_age_s']:.0f} s old"
-        rows.append(("restore", f"{rs['state']}: {rs['entries']:,} entries in {rs['seconds']:.2f} s{age}"
+        evicted = f", {rs['evictions']:,} evicted (a smaller table)" if rs.get("evictions") else ""
+        rows.append(("restore", f"{rs['state']}: {rs['entries']:,} entries in {rs['seconds']:.2f} s{evicted}{age}"
                      if rs["state"] == "restored" else rs["state"], ""))
     if sn["count"] or sn["age_s"] is not None:
         age = "-" if sn["age_s"] is None else f"{sn['age_s']:.0f} s ago"

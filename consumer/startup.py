@@ -51,7 +51,7 @@ def open_cache(cfg):
     /dev/shm/NAME, for the supervisor's periodic check."""
     import shmcache
 
-    cache = shmcache.create(cfg.name, memory=cfg.memory, key_size=cfg.key_size,
+    cache = shmcache.create(cfg.name, memory=cfg.create_memory, key_size=cfg.key_size,
                             max_value=cfg.max_value, exist_ok=True)
     # first, by compare-and-swap: of two supervisors started at once one holds the word, the
     # other stops here (a look, then a store after the orphans' wait, let both through)
