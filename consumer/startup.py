@@ -62,9 +62,7 @@ def open_cache(cfg):
     # at once: nothing the last one assigned counts under this process's live word (DESIGN invariant 10)
     cache.control.disown_partitions()
     wait_for_orphans(cache)
-    if cache.control.topic != cfg.topic:
-        cache.control.reset_partitions()  # progress on another topic means nothing here
-    cache.control.disown_partitions()  # again after a reset: the generation moves past any an orphan held
+    # (its topic and applied offsets change only once the topic is known to exist: adopt_topic)
     cache.control.workers[:] = 0
     cache.control.reset_supervisor(accept_gaps=cfg.accept_gaps, worker_stale_s=cfg.worker_heartbeat_timeout)
     segment_id = identify_segment(cfg.name, cache)
@@ -171,6 +169,26 @@ def topic_metadata(cfg, control, consumer, broker, stopped):
         log.info("topic %r is not usable yet (%s); retrying", cfg.topic, err or "no partitions")
         _sleep(control, broker_mod.RETRY_FIRST_S, stopped)
     return None
+
+
+def adopt_topic(cfg, cache) -> None:
+    """The topic exists (topic_metadata): make it the cache's, before anything is fetched.
+    A cache of no topic, or of another that it holds no progress of, takes it (its partition
+    rows start over). One that holds applied offsets of another topic is refused with a
+    ShmcacheError naming both, and nothing in it changes: the other topic's entries are in
+    its table, and a mistyped --topic must not cost the right one its progress (the next,
+    correct run would replay from the log's start, and flag a gap where retention moved it)."""
+    ctl = cache.control
+    have = ctl.topic
+    if have == cfg.topic:
+        return
+    held = [p for p in range(L.MAX_PARTITIONS) if int(ctl.partitions[p, L.P_APPLIED]) > 0]
+    if have and held:
+        raise ShmcacheError(f"cache {cfg.name!r} holds entries of topic {have!r} (applied offsets of partitions "
+                            f"{held[:8]}{' ...' if len(held) > 8 else ''}); refusing to fill it from topic "
+                            f"{cfg.topic!r}: give --topic {have!r}, or destroy the cache to start it anew")
+    ctl.reset_partitions()  # progress on another topic (none held) means nothing here
+    ctl.disown_partitions()  # the generation moves past any a dead supervisor's orphan held
 
 
 def _broker_failed(cfg, control, broker, stopped, why: str) -> None:

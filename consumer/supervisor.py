@@ -185,7 +185,7 @@ class Supervisor:
         # compile every kernel once, while the broker answers, unless this install is warm already
         # (after everything that can refuse the run at once: a refusal leaves no warm-up running)
         warming = None if warm.is_warm() else warm.start()
-        if not self.cache.control.topic:  # a new cache: name its topic while waiting for the broker
+        if self.cache.created and not self.cache.control.topic:  # this run's cache: its topic while waiting
             self.cache.control.set_topic(cfg.topic, 0)
         try:
             tmeta = startup.topic_metadata(cfg, self.cache.control, self.consumer, self.broker,
@@ -199,6 +199,7 @@ class Supervisor:
                  else warm.finish(warming, self._beat, lambda: self._stop_reason or tmeta is None))
         if tmeta is None:
             return False
+        startup.adopt_topic(cfg, self.cache)  # the topic exists: now, and only now, the cache's
         npart = len(tmeta.partitions)
         if npart > L.MAX_PARTITIONS:
             raise ShmcacheError(f"cache {cfg.name!r}: topic {cfg.topic!r} has {npart} partitions; "
