@@ -3,11 +3,17 @@
     from shmcache.spark import lookup
     out = lookup(df, key_col="tx_hash", cache="txmeta", decode="txmeta")
 
-Implemented with `DataFrame.mapInArrow`: each Arrow batch of `df` goes to an
-executor's Python worker, which attaches the cache read-only once (see
-_executor.py), converts the key column without per-row Python objects (_keys.py),
-calls `get_many_packed` and appends the results as Arrow arrays built over the
-returned buffers (`Packed.to_arrow`, `txmeta.to_arrow`).
+Two engines give the same rows. engine="jvm" (the default when the shmcache JVM jar
+is built, see _session.py) looks keys up inside the executors' JVM with the Spark SQL
+functions shmcache_get / shmcache_contains (jvm/: a Java reader of the segment,
+compiled into the stage's generated code), so no row goes through a Python worker for
+the lookup; decode="txmeta" then decodes the value column in a Python worker
+(mapInArrow over the values only). engine="python" uses `DataFrame.mapInArrow`: each
+Arrow batch of `df` goes to an executor's Python worker, which attaches the cache
+read-only once (see _executor.py), converts the key column without per-row Python
+objects (_keys.py), calls `get_many_packed` and appends the results as Arrow arrays
+built over the returned buffers (`Packed.to_arrow`, `txmeta.to_arrow`). barrier=True
+is a mapInArrow stage: it takes the Python engine.
 
 Guaranteed: every input row comes out once, with its columns unchanged, in the
 same order within its partition; `found` is true iff the key was in the cache when
@@ -26,10 +32,12 @@ import numpy as np
 
 WHO = "shmcache.spark.lookup"
 DECODERS = (None, "txmeta")
+ENGINES = (None, "jvm", "python")
 
 
 def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str | None = None,
-           value_col: str | None = "value", found_col: str = "found", barrier: bool = False):
+           value_col: str | None = "value", found_col: str = "found", barrier: bool = False,
+           engine: str | None = None):
     """`df` with `found_col` (boolean) and `value_col` (binary, null where not found;
     None leaves it out) appended, and with decode="txmeta" the MetaBytes fields
     (fee, size, flags, parents, parent_vouts, block_height; see txmeta.arrow_fields),
@@ -37,7 +45,10 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
 
     `key_col` is binary (raw keys) or string (hex). A wrong column type raises here;
     a key of the wrong length, and a cache missing on an executor's machine, raise
-    when the plan runs (Spark wraps them in a PythonException that keeps the text).
+    when the plan runs (Spark wraps them in an exception that keeps the text).
+
+    `engine`: "jvm" (the default when the shmcache JVM jar is built and barrier is False)
+    or "python"; see the module docstring.
     """
     from pyspark.sql.types import BooleanType, BinaryType, StructField, StructType
 
@@ -45,6 +56,10 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
 
     if decode not in DECODERS:
         raise ValueError(f"{WHO}: decode={decode!r}; expected one of {DECODERS}")
+    if engine not in ENGINES:
+        raise ValueError(f"{WHO}: engine={engine!r}; expected one of {ENGINES}")
+    if engine == "jvm" and barrier:
+        raise ValueError(f"{WHO}: barrier=True is a mapInArrow stage: use engine='python'")
     if key_col not in df.columns:
         raise ValueError(f"{WHO}: no key column {key_col!r} in {df.columns}")
     _keys.check_type(df.schema[key_col].dataType, key_col, WHO)
@@ -57,10 +72,84 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
     if clash or len({f.name for f in new}) != len(new):
         raise ValueError(f"{WHO}: output column(s) {clash or [f.name for f in new]} would clash with df's "
                          "columns or each other; rename them or pass value_col=/found_col=")
+    if engine is None:
+        from shmcache.spark._session import jvm_jar
+
+        engine = "jvm" if not barrier and jvm_jar(required=False) is not None else "python"
+    if engine == "jvm":
+        return _lookup_jvm(df, key_col, cache, decode, value_col, found_col, new)
     schema = StructType(list(df.schema.fields) + new)
     fn = partial(lookup_batches, cache=cache, key_col=key_col, decode=decode, value_col=value_col,
                  found_col=found_col)
     return df.mapInArrow(fn, schema, barrier=barrier)
+
+
+def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, new):
+    """The lookup as Spark SQL functions in the executors' JVM; decode in a Python worker over the values."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    _register_jvm(df.sparkSession)
+    cols = [F.col(f"`{c}`") for c in df.columns]
+    key = F.col(f"`{key_col}`")
+    if value_col is None and decode is None:
+        return df.select(*cols, F.call_function("shmcache_contains", F.lit(cache), key).alias(found_col))
+    tmp = value_col or f"__shmcache_value_{found_col}"
+    staged = df.select(*cols, F.call_function("shmcache_get", F.lit(cache), key).alias(tmp))
+    value = F.col(f"`{tmp}`")
+    if decode is None:
+        return staged.select(*cols, value.isNotNull().alias(found_col), value)
+    staged = staged.select(*cols, value.isNotNull().alias(found_col), value)
+    schema = StructType(list(df.schema.fields) + new)
+    fn = partial(decode_batches, value_col=tmp, keep_value=value_col is not None)
+    return staged.mapInArrow(fn, schema)
+
+
+_REGISTERED: set[int] = set()  # ids of the JVM sessions the functions are registered in
+
+
+def _register_jvm(spark) -> None:
+    """shmcache_get / shmcache_contains in this session (idempotent): session() starts it with
+    them as an extension; a session started otherwise gets them here, if the jar is loaded."""
+    from shmcache.spark._session import JVM_BUILD, SparkSetupError, jvm_jar
+
+    jvm_jar()  # built, and for this Spark
+    js = spark._jsparkSession
+    if id(js) in _REGISTERED:
+        return
+    try:
+        spark._jvm.io.shmcache.spark.Functions.register(js)
+    except TypeError:  # py4j: no such class (a JavaPackage is not callable)
+        raise SparkSetupError(
+            f"{WHO}: engine='jvm': this SparkSession cannot load io.shmcache.spark.Functions: start it with "
+            "shmcache.spark.session() (which puts the shmcache JVM jar on spark.jars), or set spark.jars to "
+            f"the jar yourself ({JVM_BUILD}); or use engine='python'") from None
+    _REGISTERED.add(id(js))
+
+
+def decode_batches(batches, *, value_col: str, keep_value: bool):
+    """mapInArrow's function after the JVM lookup: the txmeta columns decoded from the value
+    column's buffers (no per-row Python object), the value column kept or dropped."""
+    import pyarrow as pa
+
+    from shmcache import txmeta
+
+    for batch in batches:
+        values = batch.column(value_col)
+        n = len(values)
+        found = ~values.is_null().to_numpy(zero_copy_only=False) if n else np.zeros(0, np.bool_)
+        bufs = values.buffers()
+        width = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+        offsets = np.frombuffer(bufs[1], width, n + 1, values.offset * np.dtype(width).itemsize).astype(np.int64) \
+            if n else np.zeros(1, np.int64)
+        data = np.frombuffer(bufs[2], np.uint8) if n and bufs[2] is not None else np.zeros(0, np.uint8)
+        fields = txmeta.to_arrow(txmeta.decode(offsets, data, found))
+        cols, names = [], []
+        for name, col in zip(batch.schema.names, batch.columns):
+            if name != value_col or keep_value:
+                cols.append(col)
+                names.append(name)
+        yield pa.RecordBatch.from_arrays(cols + list(fields.values()), names=names + list(fields))
 
 
 def decoded_fields():

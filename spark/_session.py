@@ -8,7 +8,13 @@ go on `spark.jars` from local files fetched by scripts/setup (scripts/spark-jars
 nothing is resolved from the network at run time. `spark.jars` are shipped to a
 cluster's executors by Spark itself.
 
-Where the jars come from, first match wins:
+The shmcache JVM jar (jvm/, built by scripts/setup: `cd jvm && mvn -q package`) goes on
+`spark.jars` too whenever it is there, with its Spark SQL functions (shmcache_get,
+shmcache_contains) as a session extension (`spark.sql.extensions`); `lookup(...,
+engine="jvm")` needs it (`jvm_jar()`: $SHMCACHE_JVM_JAR, else jvm/target/). A jar built
+for another Spark than the installed PySpark is refused, saying how to rebuild it.
+
+Where the Kafka jars come from, first match wins:
 1. SHMCACHE_SPARK_JARS: a directory of jars or a comma-separated list of jar files;
 2. .cache/spark/pyspark-<version>/kafka-jars/ in the repo (scripts/spark-jars).
 A missing directory raises an error that says how to fetch it.
@@ -39,8 +45,51 @@ LOCAL_CONF = {
 }
 
 
+JVM_EXTENSION = "io.shmcache.spark.Functions"
+JVM_BUILD = "build it with scripts/setup (or: cd jvm && mvn -q package; Java 17+ and Maven)"
+
+
 class SparkSetupError(RuntimeError):
-    """PySpark or the Kafka connector jars are not installed where expected."""
+    """PySpark, the Kafka connector jars or the shmcache JVM jar are not installed where expected."""
+
+
+def jvm_jar(required: bool = True) -> str | None:
+    """The shmcache JVM jar ($SHMCACHE_JVM_JAR, else jvm/target/shmcache-jvm-*.jar), checked to be
+    built for the installed PySpark's Spark; None when there is none and not `required`."""
+    given = os.environ.get("SHMCACHE_JVM_JAR")
+    if given:
+        if not os.path.isfile(given):
+            raise SparkSetupError(f"SHMCACHE_JVM_JAR={given!r} is not a file; {JVM_BUILD}")
+        jar = given
+    else:
+        found = sorted(glob.glob(str(REPO / "jvm" / "target" / "shmcache-jvm-*.jar")))
+        if not found:
+            if required:
+                raise SparkSetupError(f"the shmcache JVM jar is not in {REPO / 'jvm' / 'target'} (engine='jvm' "
+                                      f"needs it); {JVM_BUILD}, or use engine='python'")
+            return None
+        jar = found[-1]
+    check_jvm_jar(jar)
+    return jar
+
+
+def check_jvm_jar(jar: str) -> None:
+    """The jar's manifest must name the installed PySpark's Spark version (jvm/pom.xml writes it)."""
+    import zipfile
+
+    version = _pyspark_version()
+    try:
+        with zipfile.ZipFile(jar) as z:
+            manifest = z.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        raise SparkSetupError(f"{jar} is not a shmcache JVM jar ({e}); {JVM_BUILD}") from None
+    built = next((line.split(":", 1)[1].strip() for line in manifest.splitlines()
+                  if line.startswith("Shmcache-Spark-Version:")), None)
+    if built != version:
+        raise SparkSetupError(
+            f"{jar} was built for Spark {built}, but pyspark is {version}: rebuild it with "
+            f"`cd jvm && mvn -q package -Dspark.version={version}` (or install the pyspark that "
+            "pyproject.toml pins)")
 
 
 def kafka_jars() -> list[str]:
@@ -96,7 +145,8 @@ def _pyspark_version() -> str:
 def session(app: str = "shmcache", *, master: str | None = None, kafka: bool = False,
             conf: dict[str, str] | None = None, log_level: str = "ERROR"):
     """The running SparkSession, or a new one: `master` (default $SHMCACHE_SPARK_MASTER,
-    else local[2]), the connector's jars when kafka=True, then `conf` on top."""
+    else local[2]), the connector's jars when kafka=True, the shmcache JVM jar when built,
+    then `conf` on top."""
     _pyspark_version()
     from pyspark.sql import SparkSession
 
@@ -111,8 +161,13 @@ def session(app: str = "shmcache", *, master: str | None = None, kafka: bool = F
         # may not have shmcache: locally, use this interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # read by the JVM as it starts
-    if kafka:
-        settings["spark.jars"] = ",".join(kafka_jars())
+    jars = kafka_jars() if kafka else []
+    jar = jvm_jar(required=False)
+    if jar is not None:
+        jars.append(jar)
+        settings["spark.sql.extensions"] = JVM_EXTENSION
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
     settings.update(conf or {})
     b = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():

@@ -54,6 +54,11 @@ public final class Call implements AutoCloseable {
         return lookup(key, off, len, false);
     }
 
+    /** Counts a key that was not looked up (a null key in Spark) as a miss of this call. */
+    public void countMiss() {
+        misses++;
+    }
+
     /** Keys looked up since the last flush. */
     public long pending() {
         return hits + misses;

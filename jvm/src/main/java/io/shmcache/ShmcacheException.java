@@ -10,7 +10,12 @@ public class ShmcacheException extends RuntimeException {
     private final String cache;
 
     ShmcacheException(String cache, String message, Throwable cause) {
-        super("shmcache: cache '" + cache + "': " + message, cause);
+        this(cache, message, cause, false);
+    }
+
+    /** whole: the message is given whole (it names the cache itself), with no prefix added. */
+    ShmcacheException(String cache, String message, Throwable cause, boolean whole) {
+        super(whole ? message : "shmcache: cache '" + cache + "': " + message, cause);
         this.cache = cache;
     }
 
@@ -22,7 +27,9 @@ public class ShmcacheException extends RuntimeException {
     /** Nothing at the name (or it went away): Python's CacheNotFoundError. */
     public static final class NotFound extends ShmcacheException {
         private static final long serialVersionUID = 1L;
-        NotFound(String cache, String message) { super(cache, message, null); }
+        public NotFound(String cache, String message) { super(cache, message, null); }
+        /** A message given whole, naming the cache itself (Spark's errors, worded as the Python lookup's). */
+        public NotFound(String cache, String message, boolean whole) { super(cache, message, null, whole); }
     }
 
     /** A file that is not a shmcache segment (no magic, bad magic, not a regular file, too small). */
@@ -53,7 +60,9 @@ public class ShmcacheException extends RuntimeException {
     /** A key that is not the cache's key size. */
     public static final class KeySize extends ShmcacheException {
         private static final long serialVersionUID = 1L;
-        KeySize(String cache, String message) { super(cache, message, null); }
+        public KeySize(String cache, String message) { super(cache, message, null); }
+        /** A message given whole, naming the cache itself. */
+        public KeySize(String cache, String message, boolean whole) { super(cache, message, null, whole); }
     }
 
     /** A handle used after close(). */

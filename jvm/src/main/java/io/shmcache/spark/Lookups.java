@@ -1,0 +1,243 @@
+package io.shmcache.spark;
+
+import io.shmcache.Call;
+import io.shmcache.Segment;
+import io.shmcache.ShmcacheException;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.spark.TaskContext;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * What the Spark SQL functions call, row by row, inside an executor's JVM (the same code
+ * for the Catalyst expression and the Java UDF): one read-only {@link Segment} per cache
+ * per JVM, attached at its first lookup and shared by every task; each task thread looks
+ * keys up in its own {@link Call}, counted in the readers' companion as one batch every
+ * {@code FLUSH_EVERY} keys and at the task's end (so `shmcache stats` sees them when the
+ * job is done). A null key is a miss. At a task's first lookup the handle looks at the
+ * name (a re-created cache is mapped again, a file cut short is an error).
+ *
+ * <p>Errors fail the task with a message naming what was wrong: a cache missing on this
+ * host (every machine that runs executors needs its own `shmcache run`), a key of the
+ * wrong length or not hex, naming the key column.
+ */
+public final class Lookups {
+    private Lookups() {}
+
+    static final int FLUSH_EVERY = 4096;
+    static final String WHO = "shmcache.spark.lookup";
+    private static final Map<String, Segment> HANDLES = new ConcurrentHashMap<>();
+    private static final ThreadLocal<Tally> TALLY = ThreadLocal.withInitial(Tally::new);
+
+    /** A task thread's calls, one per cache; flushed every FLUSH_EVERY keys and at the task's end. */
+    private static final class Tally {
+        final Map<String, Call> calls = new HashMap<>();
+        long task = Long.MIN_VALUE;
+        long rows; // keys this task looked up so far: the row an error names
+        boolean inTask; // false: the driver evaluates the plan itself (a local table's projection)
+        UTF8String lastName;
+        Call last;
+        Segment lastSeg;
+
+        void flushAll() {
+            for (Call c : calls.values()) {
+                c.flush();
+            }
+        }
+    }
+
+    /** The value of a raw key (binary), null where not found or the key is null. */
+    public static byte[] get(UTF8String cache, byte[] key, UTF8String column) {
+        Call c = call(cache);
+        if (key == null) {
+            c.countMiss();
+            done(c);
+            return null;
+        }
+        try {
+            byte[] v = c.get(key, 0, key.length);
+            done(c);
+            return v;
+        } catch (ShmcacheException e) {
+            throw explain(e, cache, column, key);
+        }
+    }
+
+    /** Whether a raw key is present; false for a null key. */
+    public static boolean contains(UTF8String cache, byte[] key, UTF8String column) {
+        Call c = call(cache);
+        if (key == null) {
+            c.countMiss();
+            done(c);
+            return false;
+        }
+        try {
+            boolean v = c.contains(key, 0, key.length);
+            done(c);
+            return v;
+        } catch (ShmcacheException e) {
+            throw explain(e, cache, column, key);
+        }
+    }
+
+    /** {@link #get} for a key given as 2 * key_size hex digits (either case). */
+    public static byte[] getHex(UTF8String cache, UTF8String key, UTF8String column) {
+        return key == null ? get(cache, null, column) : get(cache, unhex(cache, key, column), column);
+    }
+
+    /** {@link #contains} for a key given as hex digits. */
+    public static boolean containsHex(UTF8String cache, UTF8String key, UTF8String column) {
+        return key == null ? contains(cache, null, column) : contains(cache, unhex(cache, key, column), column);
+    }
+
+    private static byte[] unhex(UTF8String cache, UTF8String key, UTF8String column) {
+        call(cache);
+        Tally t = TALLY.get();
+        t.rows--; // counted again by the lookup of the parsed key
+        int ks = t.lastSeg.keySize();
+        String s = key.toString();
+        if (s.length() != 2 * ks) {
+            throw keyError(cache, column, "key " + show(s) + " is " + s.length() + " hex characters; keys of this "
+                    + "cache are " + 2 * ks + " hex characters");
+        }
+        try {
+            return HexFormat.of().parseHex(s);
+        } catch (IllegalArgumentException e) {
+            throw keyError(cache, column, "key " + show(s) + " is not " + 2 * ks + " hex characters");
+        }
+    }
+
+    /** A key error worded as the Python lookup's (_keys.py); the "batch" is this task's partition. */
+    private static ShmcacheException.KeySize keyError(UTF8String cache, UTF8String column, String what) {
+        return new ShmcacheException.KeySize(cache.toString(), WHO + " (cache '" + cache + "'): key column '" + column
+                + "', row " + (TALLY.get().rows - 1) + " of this batch: " + what, true);
+    }
+
+    private static String show(String s) {
+        return "'" + (s.length() > 80 ? s.substring(0, 80) + "..." : s) + "'";
+    }
+
+    /** This thread's call on the cache, attaching it at its first use in this JVM. */
+    private static Call call(UTF8String cache) {
+        Tally t = TALLY.get();
+        TaskContext ctx = TaskContext.get();
+        long task = ctx == null ? driverQuery() : ctx.taskAttemptId();
+        t.inTask = ctx != null;
+        if (task != t.task) { // a new task on this thread: count the last one's keys, watch this one's end
+            t.flushAll();
+            t.calls.clear();
+            t.lastName = null;
+            t.task = task;
+            t.rows = 0;
+            if (ctx != null) {
+                Tally mine = t;
+                ctx.addTaskCompletionListener((org.apache.spark.util.TaskCompletionListener) done -> mine.flushAll());
+            }
+        }
+        if (cache == null) {
+            throw new IllegalArgumentException("shmcache: the cache name is null");
+        }
+        if (!cache.equals(t.lastName)) {
+            String name = cache.toString();
+            Call c = t.calls.get(name);
+            Segment seg = handle(name);
+            if (c == null) {
+                seg.check(); // the task's first look at the name
+                c = seg.call();
+                t.calls.put(name, c);
+            }
+            t.lastName = cache.clone();
+            t.last = c;
+            t.lastSeg = seg;
+        }
+        Call c = t.last;
+        t.rows++;
+        if (c.pending() >= FLUSH_EVERY) {
+            c.flush();
+        }
+        return c;
+    }
+
+    /**
+     * Outside a task (the driver folds a projection of a local table while it plans the
+     * query): the query's execution id stands for the task, and each key is counted at once.
+     */
+    private static long driverQuery() {
+        scala.Option<org.apache.spark.sql.SparkSession> s = org.apache.spark.sql.SparkSession.getActiveSession();
+        String id = s.isDefined() ? s.get().sparkContext().getLocalProperty("spark.sql.execution.id") : null;
+        try {
+            return id == null ? Long.MIN_VALUE : -2 - Long.parseLong(id);
+        } catch (NumberFormatException e) {
+            return Long.MIN_VALUE;
+        }
+    }
+
+    private static void done(Call c) {
+        if (!TALLY.get().inTask) {
+            c.flush();
+        }
+    }
+
+    private static Segment handle(String name) {
+        Segment s = HANDLES.get(name);
+        if (s != null) {
+            return s;
+        }
+        try {
+            return HANDLES.computeIfAbsent(name, Segment::attach);
+        } catch (ShmcacheException.NotFound e) {
+            throw missing(name, e);
+        }
+    }
+
+    private static RuntimeException explain(ShmcacheException e, UTF8String cache, UTF8String column, byte[] key) {
+        String name = cache.toString();
+        if (e instanceof ShmcacheException.NotFound) {
+            Segment gone = HANDLES.remove(name); // attached again at the next task's first lookup
+            if (gone != null) {
+                gone.close();
+            }
+            TALLY.get().calls.remove(name);
+            TALLY.get().lastName = null;
+            return missing(name, e);
+        }
+        if (e instanceof ShmcacheException.KeySize) {
+            String k = HexFormat.of().formatHex(key, 0, Math.min(key.length, 40)) + (key.length > 40 ? "..." : "");
+            return keyError(cache, column, "key " + k + " is " + key.length + " bytes; keys of this cache are "
+                    + TALLY.get().lastSeg.keySize() + " bytes");
+        }
+        return e;
+    }
+
+    private static ShmcacheException.NotFound missing(String name, Exception cause) {
+        return new ShmcacheException.NotFound(name, WHO + ": cache '" + name + "' not found on host " + describeHost()
+                + " (/dev/shm/" + name + "); every machine that runs executors needs its own `shmcache run --name "
+                + name + " ...` (see README, Spark)", true);
+    }
+
+    /** The machine as shmcache names it ($SHMCACHE_MACHINE, else the host name), as machine.describe(). */
+    static String describeHost() {
+        String host;
+        try {
+            host = Files.readString(Path.of("/proc/sys/kernel/hostname"), StandardCharsets.UTF_8).trim();
+        } catch (IOException e) {
+            host = "localhost";
+        }
+        String m = System.getenv("SHMCACHE_MACHINE");
+        if (m == null || m.isEmpty() || m.equals(host)) {
+            return "'" + host + "'";
+        }
+        return "'" + m + "' (host '" + host + "')";
+    }
+
+    /** Counts this thread's pending lookups now (tests, and callers outside tasks). */
+    public static void flush() {
+        TALLY.get().flushAll();
+    }
+}

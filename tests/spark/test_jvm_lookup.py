@@ -1,0 +1,127 @@
+"""lookup(engine="jvm") (the Spark SQL functions of jvm/, in the executors' JVM) against
+lookup(engine="python") on a local[2] session, over a real cache filled by the Python
+writer: identical rows for every key, misses, null keys and decoded columns included,
+keys as binary and hex; the SQL functions from SQL; errors naming the column, the cache
+and the host; a re-created cache re-attached; hits and misses in the readers' companion;
+a jar built for another Spark refused. Skipped where the jar is not built (scripts/setup)."""
+
+import socket
+import zipfile
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import shmcache
+from shmcache import txmeta
+from shmcache.spark import lookup
+from shmcache.spark import _session
+
+N = 2000
+pytestmark = pytest.mark.skipif(_session.jvm_jar(required=False) is None,
+                                reason="the shmcache JVM jar is not built (scripts/setup, or cd jvm && mvn -q package)")
+
+
+@pytest.fixture
+def filled(cache_names):
+    """A cache of N txmeta values, a quarter of them deleted again, and a few empty values."""
+    name = cache_names("jvm")
+    rng = np.random.default_rng(40)
+    keys = rng.integers(0, 256, (N, 32), np.uint8)
+    offsets, data = txmeta.encode(txmeta.generate(N, rng))
+    with shmcache.create(name, memory="64MiB") as w:
+        w.set_many(keys, (offsets, data))
+        w.delete_many(keys[::4])
+        w.set_many(keys[1:40:4], [b""] * 10)  # empty values are hits, not misses
+    return name, keys
+
+
+def _query(spark, keys, as_hex=False, nulls=0):
+    col = [k.tobytes().hex() if as_hex else k.tobytes() for k in keys] + [None] * nulls
+    typ = pa.string() if as_hex else pa.binary()
+    return spark.createDataFrame(pa.table({"tx_hash": pa.array(col, typ), "row": pa.array(range(len(col)))}))
+
+
+def _rows(df):
+    """The rows as tuples (binary as bytes), in the order of the `row` column."""
+    rows = [tuple(bytes(v) if isinstance(v, (bytes, bytearray)) else v for v in r) for r in df.collect()]
+    return sorted(rows, key=lambda r: r[1])
+
+
+@pytest.mark.parametrize("as_hex", [False, True])
+@pytest.mark.parametrize("decode,value_col", [(None, "value"), (None, None), ("txmeta", "value"), ("txmeta", None)])
+def test_jvm_and_python_give_identical_rows(spark, filled, as_hex, decode, value_col):
+    name, keys = filled
+    misses = np.random.default_rng(41).integers(0, 256, (200, 32), np.uint8)
+    df = _query(spark, np.concatenate([keys, misses]), as_hex, nulls=5).repartition(3)
+    jvm = lookup(df, cache=name, decode=decode, value_col=value_col, engine="jvm")
+    py = lookup(df, cache=name, decode=decode, value_col=value_col, engine="python")
+    assert [(f.name, f.dataType) for f in jvm.schema] == [(f.name, f.dataType) for f in py.schema]
+    got, want = _rows(jvm), _rows(py)
+    assert len(got) == N + 200 + 5
+    assert got == want
+    found = jvm.columns.index("found")
+    assert sum(r[found] for r in got) == N - N // 4  # the deletes, the misses and the nulls are misses
+
+
+def test_the_default_engine_is_the_jvm_and_sql_calls_the_functions(spark, filled):
+    name, keys = filled
+    df = _query(spark, keys[:10]).repartition(2)  # executors (a local table's projection runs in the driver)
+    plan = lookup(df, cache=name)._jdf.queryExecution().executedPlan().toString()
+    assert "shmcache" in plan.lower() and "PythonMapInArrow" not in plan and "MapInArrow" not in plan, plan
+    one = keys[1].tobytes()
+    with shmcache.attach(name) as r:
+        want = r.get(one)
+    row = spark.sql(f"SELECT shmcache_get('{name}', unhex('{one.hex()}')) AS v, "
+                    f"shmcache_contains('{name}', '{one.hex()}') AS c, "
+                    f"shmcache_contains('{name}', CAST(NULL AS BINARY)) AS n").collect()[0]
+    assert bytes(row.v) == want and row.c is True and row.n is False
+
+
+def test_errors_name_the_column_the_cache_and_the_host(spark, filled, cache_names):
+    name, keys = filled
+    short = spark.createDataFrame(pa.table({"k": pa.array([keys[0].tobytes(), keys[1].tobytes()[:31]])}))
+    with pytest.raises(Exception, match=r"key column 'k', row \d+ of this batch.*: .* is 31 bytes; .*32 bytes"):
+        lookup(short, key_col="k", cache=name, engine="jvm").collect()
+    badhex = spark.createDataFrame(pa.table({"k": pa.array(["zz" * 32])}))
+    with pytest.raises(Exception, match="key column 'k'.* is not 64 hex characters"):
+        lookup(badhex, key_col="k", cache=name, engine="jvm").collect()
+    with pytest.raises(TypeError, match="key column 'id' is bigint; expected binary"):
+        lookup(spark.range(3), key_col="id", cache=name, engine="jvm")
+    missing = cache_names("missing")  # never created
+    with pytest.raises(Exception) as e:
+        lookup(_query(spark, keys[:2]), cache=missing, engine="jvm").collect()
+    assert f"cache {missing!r} not found on host {socket.gethostname()!r}" in str(e.value)
+    assert "shmcache run" in str(e.value)
+
+
+def test_a_recreated_cache_is_reattached(spark, cache_names):
+    name = cache_names("again")
+    keys = np.random.default_rng(42).integers(0, 256, (100, 32), np.uint8)
+    df = _query(spark, keys).coalesce(1)
+    for generation in (b"first", b"second"):
+        with shmcache.create(name, memory="64MiB") as w:
+            w.set_many(keys, [generation] * len(keys))
+        assert {bytes(r.value) for r in lookup(df, cache=name, engine="jvm").collect()} == {generation}
+        shmcache.destroy(name)
+    with pytest.raises(Exception, match=f"cache '{name}' not found on host"):
+        lookup(df, cache=name, engine="jvm").collect()
+
+
+def test_hits_and_misses_are_counted_in_the_readers_companion(spark, filled):
+    name, keys = filled
+    with shmcache.attach(name) as r:
+        before = r.stats()
+        df = _query(spark, keys, nulls=3).repartition(2)
+        assert lookup(df, cache=name, engine="jvm").filter("found").count() == N - N // 4
+        after = r.stats()
+    assert after["reader_hits"] - before["reader_hits"] == N - N // 4
+    assert after["reader_misses"] - before["reader_misses"] == N // 4 + 3
+
+
+def test_a_jar_built_for_another_spark_is_refused(tmp_path):
+    jar = tmp_path / "shmcache-jvm-0.0.jar"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nShmcache-Spark-Version: 3.5.1\n")
+    with pytest.raises(_session.SparkSetupError, match=r"built for Spark 3\.5\.1.*mvn -q package -Dspark.version="):
+        _session.check_jvm_jar(str(jar))
