@@ -1,5 +1,7 @@
 """A partition's log replaced under a running worker (consumer/worker.py): the topic was
-deleted and re-created (or its log truncated) between two of the worker's fetches.
+deleted and re-created (or its log truncated) between two of the worker's fetches; and
+(jumps, note_gaps) its log's start moved past the worker by retention while it fell
+behind, which librdkafka's auto.offset.reset skips without a word.
 
 The worker fetches at an offset past the new log's end; the broker says it is out of
 range and librdkafka resets to the log's start (auto.offset.reset) and delivers the new
@@ -42,6 +44,51 @@ def split(msgs, next_offsets: dict[int, int]) -> tuple[list, dict[int, int]]:
         next_offsets[p] = m.offset() + 1
         good.append(m)
     return good, replaced
+
+
+def jumps(msgs, next_offsets: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
+    """{partition: [(offset expected, offset that came), ...]} of each forward jump in the
+    batch's offsets (read before split moves next_offsets on). A jump is normal where offsets
+    carry no message (a transaction's marker, a compacted topic); it is a retention gap where
+    the log's start passed the offset expected (gap_offsets)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    at = dict(next_offsets)
+    for m in msgs:
+        p, o = m.partition(), m.offset()
+        if p in at and o >= at[p]:
+            if o > at[p]:
+                out.setdefault(p, []).append((at[p], o))
+            at[p] = o + 1
+    return out
+
+
+def gap_offsets(found: list[tuple[int, int]], log_start: int) -> int:
+    """Offsets of a partition's jumps that retention deleted before they were fetched: those
+    below `log_start` (the low watermark of the last fetch; librdkafka moved the fetch there by
+    auto.offset.reset when it found the offset out of range, without a word)."""
+    return sum(max(0, min(came, log_start) - expected) for expected, came in found)
+
+
+def note_gaps(consumer, cache, topic: str, found: dict[int, list[tuple[int, int]]], current, index: int) -> None:
+    """Flag the retention gaps among a batch's jumps (see jumps) as the supervisor flags one at
+    assignment (consumer/snapshots.py note_start), before the batch is applied and published:
+    a reader never sees the partition caught up without the gap. `current(p)`: the partition
+    is still this worker's."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    for p, jumped in found.items():
+        try:
+            lo, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+        except KafkaException:
+            continue
+        n = gap_offsets(jumped, lo)
+        if n <= 0 or not current(p):
+            continue
+        cache.control.flag_gap(p, n, again=True)
+        log.warning("worker %d: topic %r partition %d: offsets %s were deleted by the topic's retention before this "
+                    "worker fetched them (its log starts at %d now): the table lacks what they held (a gap); the "
+                    "cache is not ready unless the supervisor runs with --accept-gaps", index, topic, p,
+                    ", ".join(f"{e}..{min(c, lo) - 1}" for e, c in jumped if min(c, lo) > e), lo)
 
 
 def start_over(consumer, topic: str, row, p: int, offset: int, was: int, current: bool, paused: bool,

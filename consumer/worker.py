@@ -191,11 +191,16 @@ class Worker:
         for m in msgs:
             err = m.error()
             if err is not None:
-                log.warning("worker %d: %s [%d]: %s", self.index, m.topic(), m.partition() or -1, err)
+                log.warning("worker %d: %s [%d]: %s", self.index, m.topic(),
+                            -1 if m.partition() is None else m.partition(), err)  # partition 0 is 0
                 continue
             fetched.append(m)
         # a message fetched just before a revoke is not ours; one below its partition's offset
         # comes from a new log (a re-created topic): that partition starts over after this batch
+        found = log_replaced.jumps(fetched, self.next)
+        if found:  # a retention gap is flagged before what came after it is applied and published
+            log_replaced.note_gaps(self.consumer, self.cache, self.cfg.topic, found,
+                                   lambda p: self.rows[p, L.P_GENERATION] == self.owned.get(p), self.index)
         good, replaced = log_replaced.split(fetched, self.next)
         if good:
             if self.cfg.format == "kv":

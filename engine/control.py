@@ -26,7 +26,9 @@ Who writes what (one writer per word, so no locks are needed):
   when it finds the partition's log replaced under it (consumer/log_replaced.py:
   the new log's is the readiness target then). A partition's caught-up flag is the
   supervisor's while no live worker has it: cleared when its worker is lost, set again
-  when a look after the restart finds it applied up to the high watermark.
+  when a look after the restart finds it applied up to the high watermark;
+- both, by compare-and-swap: the retention-gap words (H_GAP_BITS, H_GAP_OFFSETS), set by
+  the supervisor at assignment and by a worker whose fetch jumped past the log start.
 Readers (status, wait_ready, metrics, top) only read. Values are published with
 plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
 one partition's row a moment older than another's. The segment is untrusted
@@ -301,17 +303,27 @@ class ControlArea(ControlView):
         self._h[L.H_WORKER_HANDLES + i] = ((at << 24) | (min(max(failures, 0), 0xFFFF) << 8)
                                            | (L.WORKER_STATES.index(state) + 1))
 
-    def flag_gap(self, partition: int, offsets: int) -> bool:
-        """Flag a retention gap of `offsets` offsets on a partition; False if it was flagged already."""
+    def flag_gap(self, partition: int, offsets: int, again: bool = False) -> bool:
+        """Flag a retention gap of `offsets` offsets on a partition; False if it was flagged
+        already, and then its offsets are counted only if `again` (a new gap, not the same one
+        seen again). By compare-and-swap: the supervisor flags a gap at assignment and the
+        owning worker one that opens while it fetches, each at any time."""
         if not 0 <= partition < L.MAX_PARTITIONS:
             return False
-        bits = self._h.view(np.uint64)
-        word, bit = L.H_GAP_BITS + partition // 64, np.uint64(1) << np.uint64(partition % 64)
-        if bits[word] & bit:
-            return False
-        bits[word] |= bit
-        self._h[L.H_GAP_OFFSETS] += offsets
-        return True
+        word, bit = L.H_GAP_BITS + partition // 64, 1 << (partition % 64)
+        while True:
+            cur = int(load_word(self._h, word))
+            bits = (cur & ((1 << 64) - 1)) | bit  # as unsigned
+            first = bits != cur & ((1 << 64) - 1)
+            new = bits - (1 << 64) if bits >> 63 else bits  # a signed int64 again
+            if not first or cas_word(self._h, word, cur, new) == cur:
+                break
+        if first or again:
+            while True:
+                total = int(load_word(self._h, L.H_GAP_OFFSETS))
+                if cas_word(self._h, L.H_GAP_OFFSETS, total, total + offsets) == total:
+                    break
+        return bool(first)
 
     def reset_partitions(self) -> None:
         """A new topic for this segment: forget progress made on another topic."""
