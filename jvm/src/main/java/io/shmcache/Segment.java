@@ -36,6 +36,8 @@ public final class Segment implements AutoCloseable {
     private volatile Companion comp;    // null: uncounted in shared memory
     private volatile boolean closed;
     private volatile long nextCheck;
+    private int untimed; // lookups since the clock was last read (racy across threads: only a pace)
+    private static final int CLOCK_EVERY = 64; // read the clock every this many lookups, not each
     final AtomicLong hits = new AtomicLong(), misses = new AtomicLong();
     final AtomicLong retries = new AtomicLong(), corruptions = new AtomicLong();
     private final Set<Long> warned = ConcurrentHashMap.newKeySet();
@@ -147,15 +149,21 @@ public final class Segment implements AutoCloseable {
         comp = null;
     }
 
-    /** The mapping to read now; a handle attached by name first looks at the name every 0.1 s. */
+    /**
+     * The mapping to read now; every 64th lookup reads the clock, and every 0.1 s one looks
+     * at the file ({@link #check()}). Spark's Lookups also checks at each task's first lookup.
+     */
     Mapped acquire() {
         if (closed) {
             throw new ShmcacheException.Closed(name);
         }
-        long now = System.nanoTime();
-        if (now - nextCheck >= 0) {
-            nextCheck = now + FOLLOW_INTERVAL_NS;
-            check();
+        if (++untimed >= CLOCK_EVERY) {
+            untimed = 0;
+            long now = System.nanoTime();
+            if (now - nextCheck >= 0) {
+                nextCheck = now + FOLLOW_INTERVAL_NS;
+                check();
+            }
         }
         Mapped m = cur;
         if (m == null) {
@@ -172,7 +180,7 @@ public final class Segment implements AutoCloseable {
     }
 
     /**
-     * Looks at the file now (every lookup does, at most every 0.1 s): a file cut short
+     * Looks at the file now (lookups do, at most every 0.1 s): a file cut short
      * marks the mapping lost (lookups then throw {@link ShmcacheException.Corrupt}) before
      * a read can fault on it, and for a handle attached by name, another file at the name
      * (a re-created cache) is mapped, nothing there drops the mapping.

@@ -1,0 +1,109 @@
+"""The JVM lookup (issue 40) on local mode, in one run: the Spark SQL function as a native
+Catalyst expression (shmcache_get: a StaticInvoke compiled into the stage's generated
+code), the same lookup as a Java UDF (spark.udf.registerJavaFunction), today's Python
+lookup (mapInArrow) and a no-op of the same shape (the lookup replaced by constant
+columns of its output types). Each way is one action consuming every row: count(found)
+and sum(length(value)) over Q = 10 * N keys (all hits, each key 10 times in a scattered
+order) against N entries; rounds are interleaved, the order rotating, and each way's
+median rows/s and ratio to the no-op's are reported.
+
+    SHMCACHE_SPARK_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_jvm_lookup.py -p no:cacheprovider -s
+    CI=true .venv/bin/python -m pytest bench/test_jvm_lookup.py -p no:cacheprovider     # smoke, N = 20,000
+
+N: SHMCACHE_SPARK_BENCH_N, else SHMCACHE_BENCH_N (scripts/test's smoke size), else 20,000
+under CI=true, else 1,000,000; rounds: SHMCACHE_SPARK_BENCH_ROUNDS (3). Asserted: every
+way returns every row, and the lookups find every key with the cache's bytes; never speed.
+Skipped where the shmcache JVM jar is not built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import _peers as P  # bench/ is on sys.path (bench/conftest.py)
+import shmcache
+from shmcache import txmeta
+from shmcache.spark import _session, lookup
+
+REPEAT, STRIDE = 10, 7919
+CI = os.environ.get("CI", "").lower() in ("true", "1")
+N = next((int(os.environ[v].replace("_", "")) for v in ("SHMCACHE_SPARK_BENCH_N", "SHMCACHE_BENCH_N")
+          if os.environ.get(v)), 20_000 if CI else 1_000_000)
+ROUNDS = int(os.environ.get("SHMCACHE_SPARK_BENCH_ROUNDS", "3"))
+WAYS = [("noop", "no-op: constant found + value columns"), ("expr", "JVM: Catalyst expression (shmcache_get)"),
+        ("udf", "JVM: Java UDF"), ("python", "Python: mapInArrow lookup")]
+RESULTS: dict[str, list[float]] = {}
+pytestmark = [pytest.mark.skipif(_session.jvm_jar(required=False) is None, reason="the shmcache JVM jar is not built"),
+              pytest.mark.timeout(900 + N // 1000)]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+    import pyarrow as pa
+
+    name = f"bench-jvm-{uuid.uuid4().hex[:8]}"
+    keys = np.frombuffer(b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(N)), np.uint8).reshape(N, 32)
+    offsets, data = txmeta.encode(txmeta.generate(N, np.random.default_rng(40)))
+    w = shmcache.create(name, memory=2 * P.memory_for(N))  # room: nothing evicted
+    spark = None
+    try:
+        w.set_many(keys, (offsets, data))
+        spark = _session.session("bench-jvm", master="local[2]", conf={"spark.driver.memory": "3g"})
+        spark.udf.registerJavaFunction("shmcache_get_udf", "io.shmcache.spark.JavaUdfs$Get", BinaryType())
+        order = (np.arange(REPEAT * N, dtype=np.int64) * STRIDE) % N
+        q = spark.createDataFrame(pa.table({"tx_hash": pa.array([keys[i].tobytes() for i in order], pa.binary())}))
+        q = q.repartition(2).persist()
+        assert q.count() == REPEAT * N
+        total = int(np.diff(offsets)[order].sum())
+        yield spark, q, name, total, F
+    finally:
+        w.close()
+        shmcache.destroy(name, force=True)
+        if spark is not None:
+            spark.stop()
+
+
+def _run(way, spark, q, name, F):
+    lit_value = F.lit(b"\0" * 100)
+    if way == "noop":
+        out = q.select("tx_hash", F.lit(True).alias("found"), lit_value.alias("value"))
+    elif way == "expr":
+        out = lookup(q, cache=name, engine="jvm")
+    elif way == "udf":
+        v = F.expr(f"shmcache_get_udf('{name}', tx_hash, 'tx_hash')")
+        staged = q.select("tx_hash", v.alias("value"))
+        out = staged.select("tx_hash", F.col("value").isNotNull().alias("found"), "value")
+    else:
+        out = lookup(q, cache=name, engine="python")
+    r = out.agg(F.count(F.when(F.col("found"), 1)).alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]
+    return r.n, r.b
+
+
+def test_jvm_lookup_against_python_and_a_noop(setup):
+    spark, q, name, total, F = setup
+    for way, _ in WAYS:  # warm-up: codegen, Python workers, numba kernels, the handles
+        _run(way, spark, q, name, F)
+    for rnd in range(ROUNDS):
+        for way, _ in WAYS[rnd % len(WAYS):] + WAYS[:rnd % len(WAYS)]:
+            t0 = time.perf_counter()
+            n, b = _run(way, spark, q, name, F)
+            RESULTS.setdefault(way, []).append(REPEAT * N / (time.perf_counter() - t0))
+            assert n == REPEAT * N
+            if way != "noop":
+                assert b == total, way
+    noop = statistics.median(RESULTS["noop"])
+    print(f"\nJVM lookup bench: {REPEAT * N:,} keys against {N:,} entries, local[2], {ROUNDS} interleaved rounds, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    for way, label in WAYS:
+        med = statistics.median(RESULTS[way])
+        print(f"  {label:45s} {med / 1e6:6.2f} M rows/s  {med / noop:5.2f}x no-op  "
+              f"{1e9 / med:7.0f} ns/row  runs {', '.join(f'{x / 1e6:.2f}M' for x in RESULTS[way])}")
