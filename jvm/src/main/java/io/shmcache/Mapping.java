@@ -50,8 +50,15 @@ final class Mapping {
         return chunks[(int) (pos >>> CHUNK_BITS)].getLong((int) (pos & IN_CHUNK));
     }
 
+    /**
+     * An acquire load: the load, then an acquire fence (no later load or store moves above
+     * it). The same ordering as VarHandle.getAcquire, without the view handle's per-access
+     * checks (on x86-64 both are a plain load the compiler may not reorder).
+     */
     long getLongAcquire(long pos) {
-        return (long) LONGS.getAcquire(chunks[(int) (pos >>> CHUNK_BITS)], (int) (pos & IN_CHUNK));
+        long v = chunks[(int) (pos >>> CHUNK_BITS)].getLong((int) (pos & IN_CHUNK));
+        VarHandle.acquireFence();
+        return v;
     }
 
     boolean compareAndSet(long pos, long expect, long value) {
