@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shmcache.cli.args import key_values
+from shmcache.cli.args import key_values, mode_arg
 
 HELP = "run the supervisor daemon: keep a cache filled from a Kafka topic"
 
@@ -21,6 +21,10 @@ def add_arguments(rn) -> None:
     rn.add_argument("--max-value", type=int, metavar="BYTES",
                     help="largest value if the cache must be created (default 4096); an existing cache keeps "
                          "its own, which must match if this is given")
+    rn.add_argument("--mode", type=mode_arg, help="the cache's octal file mode at every start, restores too "
+                                                  "(640: a reader group may attach; default: 600 for a new cache)")
+    rn.add_argument("--reader-group", metavar="GROUP", help="the Unix group the cache's file is given (with --mode "
+                                                            "640, its readers'); this user must belong to it")
     rn.add_argument("--workers", type=int, help="worker processes (default 2)")
     rn.add_argument("--format", choices=("v1", "v2", "kv"), help="wire format (default v1)")
     rn.add_argument("--commit-interval", type=float, help="seconds between commits (default 1)")
@@ -55,7 +59,8 @@ def run(a) -> int:
     from shmcache.consumer import supervisor
     from shmcache.consumer.config import RunConfig
 
-    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "max_value", "workers",
+    flags = {k: getattr(a, k) for k in ("name", "bootstrap", "topic", "group", "instance_id", "memory", "max_value",
+                                        "mode", "reader_group", "workers",
                                         "format", "commit_interval", "assignment", "max_rate", "metrics_port",
                                         "metrics_host", "broker_wait", "machine", "snapshot_dir", "snapshot_interval",
                                         "snapshot_keep", "snapshot_rate", "accept_gaps",

@@ -57,6 +57,7 @@ _TYPES = {
     "dict": ((dict,), "a table"),
     "int | None": ((int, type(None)), "a whole number"),
     "int | str": ((int, str), "a whole number or a size such as \"128MiB\""),
+    "int | str | None": ((int, str, type(None)), "an octal mode such as 0o640 or \"0640\""),
 }
 DAY = 86_400.0
 _MEANING = {"max_rate": " (0 = unlimited)", "metrics_port": " (0 = no endpoint)", "broker_wait": " (0 = for ever)"}
@@ -100,6 +101,13 @@ class RunConfig:
     # size of a cache this run creates, DEFAULT_MEMORY if not given; a cache restored from a
     # snapshot keeps the snapshot's own size unless this is given (memory_given)
     memory: str = ""
+    # the cache's file mode, as `shmcache create --mode` (0o640: a reader group may attach), made
+    # so at every start, also of a cache restored from a snapshot; None: a new cache's 0o600, a
+    # cache that is there keeps its own
+    mode: int | str | None = None
+    # the Unix group (name or gid) the cache's file is given, with `mode` 0o640 its readers'
+    # ("" the supervisor user's own); that user must be a member
+    reader_group: str = ""
     workers: int = 2
     format: str = "v1"
     commit_interval: float = 1.0  # seconds between periodic commits
@@ -169,6 +177,11 @@ class RunConfig:
                 raise ValueError(f"{name}={v!r}: expected {'more than' if above else 'at least'} {_num(lo)} and at "
                                  f"most {_num(hi)}{_MEANING.get(name, '')}")
         L.parse_bytes(self.create_memory, what="memory")  # a clear ValueError now, not at the cache's creation
+        if self.mode is not None:
+            from shmcache.engine.lifecycle import check_mode
+
+            check_mode(self.name, self.file_mode)
+        # reader_group is looked up at the start (startup.open_cache): the machine's groups, not the file's
         self.snapshot_rate_bytes  # a clear ValueError for a rate that is no size
         if self.max_value is not None and (isinstance(self.max_value, bool) or not isinstance(self.max_value, int)
                                            or not 0 <= self.max_value <= 0xFFFFFFFF):
@@ -183,6 +196,31 @@ class RunConfig:
                                  f"in quotes (\"{key}.{next(iter(value), '')}\" = ...)")
             if isinstance(value, float) and not math.isfinite(value) or not isinstance(value, (str, int, float, bool)):
                 raise ValueError(f"kafka setting {key!r} = {value!r}: expected text, a number or true/false")
+
+    @property
+    def file_mode(self) -> int | None:
+        """`mode` as a number (TOML 0o640, or octal digits in a string: "0640"), None if not given."""
+        if self.mode is None or isinstance(self.mode, int):
+            return self.mode
+        try:
+            return int(self.mode, 8)
+        except ValueError:
+            raise ValueError(f"mode={self.mode!r}: expected octal digits such as \"0640\"") from None
+
+    @property
+    def reader_gid(self) -> int | None:
+        """`reader_group` as a gid (None if not given); ValueError if there is no such group."""
+        import grp
+
+        if not self.reader_group:
+            return None
+        try:
+            return grp.getgrnam(self.reader_group).gr_gid
+        except KeyError:
+            if self.reader_group.isdigit():
+                return int(self.reader_group)
+            raise ValueError(f"reader_group={self.reader_group!r}: no such group on this machine "
+                             "(groupadd it, and add the readers' and the supervisor's users)") from None
 
     @property
     def create_memory(self) -> str:

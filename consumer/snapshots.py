@@ -199,6 +199,7 @@ class SnapshotPolicy:
             try:
                 # the snapshot's own size unless one was given: a default would shrink a larger table
                 out = snapshot.restore(path, cfg.name, memory=cfg.memory or None, max_value=cfg.max_value,
+                                       mode=0o600 if cfg.file_mode is None else cfg.file_mode,
                                        key_size=cfg.key_size, topic=cfg.topic, wire_format=cfg.format,
                                        progress=_LogProgress(f"restoring {path.name}"), own=True)
             except (SnapshotError, OSError) as e:  # OSError: gone since listed, unreadable, a disk error

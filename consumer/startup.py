@@ -51,8 +51,9 @@ def open_cache(cfg):
     /dev/shm/NAME, for the supervisor's periodic check."""
     import shmcache
 
+    mode, gid = cfg.file_mode, cfg.reader_gid  # a group that does not exist stops the start before anything
     cache = shmcache.create(cfg.name, memory=cfg.create_memory, key_size=cfg.key_size,
-                            max_value=cfg.max_value, exist_ok=True)
+                            max_value=cfg.max_value, mode=0o600 if mode is None else mode, exist_ok=True)
     # first, by compare-and-swap: of two supervisors started at once one holds the word, the
     # other stops here (a look, then a store after the orphans' wait, let both through)
     other = cache.control.claim_supervisor()
@@ -61,6 +62,17 @@ def open_cache(cfg):
         raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, pid {liveness.word_pid(other)}")
     # at once: nothing the last one assigned counts under this process's live word (DESIGN invariant 10)
     cache.control.disown_partitions()
+    if mode is not None or gid is not None:  # created, restored or found: who may read it is the run's say
+        from shmcache.engine.lifecycle import set_access
+
+        try:
+            set_access(cfg.name, cache_mode(cfg.name) if mode is None else mode, gid)
+        except BaseException:
+            made = cache.created
+            cache.close()
+            if made:  # this run's, and no one may read it as asked: not kept
+                shmcache.destroy(cfg.name)
+            raise
     wait_for_orphans(cache)
     # (its topic and applied offsets change only once the topic is known to exist: adopt_topic)
     cache.control.workers[:] = 0
@@ -74,6 +86,13 @@ def open_cache(cfg):
              L.format_bytes(s["memory"]), cfg.topic, cfg.group,
              f"static member {cfg.instance_id!r}" if cfg.static else "dynamic membership")
     return cache, segment_id
+
+
+def cache_mode(name: str) -> int:
+    """The permission bits of the cache's file now."""
+    from shmcache.ipc.segment import path_of
+
+    return os.stat(path_of(name), follow_symlinks=False).st_mode & 0o777
 
 
 def wait_for_orphans(cache) -> None:

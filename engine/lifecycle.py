@@ -1,5 +1,5 @@
 """Lifecycle of a cache's name under /dev/shm, apart from making one (table.create):
-whether something is there, which names are caches, and removing one.
+whether something is there, which names are caches, who may read it, and removing one.
 
 /dev/shm is shared with every user: any name may hold a FIFO, a directory, a symlink
 or someone else's file. Every open here goes through ipc/segment.py's open_regular
@@ -117,3 +117,43 @@ def list_caches() -> Iterable[str]:
             os.close(fd)
         if magic == L.MAGIC:
             yield entry
+
+
+def check_mode(name: str, mode) -> None:
+    """ValueError naming the cache unless `mode` is one a cache may have: the owner's
+    read-write, no one else's write, no execute bits (0o600; 0o640 for a reader group, 0o644
+    for everyone): writers trust the memory they read."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or mode & ~0o666 or mode & 0o600 != 0o600 or mode & 0o022:
+        shown = f"{mode:#o}" if isinstance(mode, int) and not isinstance(mode, bool) else repr(mode)
+        raise ValueError(f"cache {name!r}: mode={shown} must give the owner read-write, no one else write and no "
+                         "execute bits (0o600, or 0o640 / 0o644 for readers): writers trust the memory they read")
+
+
+def set_access(name: str, mode: int, gid: int | None = None) -> None:
+    """Give the cache `mode` (as create's mode=) and, if `gid` is given, that group; its
+    readers' companion the matching mode (reader_stats.companion_mode) and group. What a
+    supervisor does at each start with its `mode` and `reader_group`, so that they hold for a
+    cache it created, restored from a snapshot or found. Only the files' owner may; a group
+    only one its user belongs to (CachePermissionError naming both otherwise). Readers
+    attached keep their mappings; the next attach sees the new mode."""
+    check_mode(name, mode)
+    for path, m, what in ((path_of(name), mode, ""),
+                          (reader_stats.path_of(name), reader_stats.companion_mode(mode), " (its readers' companion)")):
+        try:
+            fd = open_regular(name, path, os.O_RDONLY, what=what)
+        except CacheNotFoundError:
+            if what:
+                continue  # a cache made without one: its readers count nothing
+            raise
+        try:
+            if gid is not None:
+                os.fchown(fd, -1, gid)
+            os.fchmod(fd, m)
+        except PermissionError as e:
+            st = os.fstat(fd)
+            raise CachePermissionError(
+                f"cache {name!r}: cannot give {path}{what} (owner uid {st.st_uid}, group {st.st_gid}) mode "
+                f"{m:04o}{'' if gid is None else f' and group {gid}'}: {e.strerror}; only its owner may, and only to "
+                f"a group its user (uid {os.geteuid()}) belongs to") from None
+        finally:
+            os.close(fd)

@@ -26,7 +26,7 @@ import numpy as np
 
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
-from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401  (this module's API)
+from shmcache.engine.lifecycle import check_mode, destroy, exists, list_caches, set_access  # noqa: F401  (this module's API)
 from shmcache.engine.packed import Packed
 from shmcache.engine.reader import Reader
 from shmcache.engine.writer import Writer
@@ -48,10 +48,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
     key_size = _whole(name, "key_size", key_size, 1, L.MAX_KEY_SIZE)
     if max_value is not None:
         max_value = _whole(name, "max_value", max_value, 0, 0xFFFFFFFF)
-    if isinstance(mode, bool) or not isinstance(mode, int) or mode & ~0o666 or mode & 0o600 != 0o600 or mode & 0o022:
-        shown = f"{mode:#o}" if isinstance(mode, int) and not isinstance(mode, bool) else repr(mode)
-        raise ValueError(f"cache {name!r}: mode={shown} must give the owner read-write, no one else write and no "
-                         "execute bits (0o600, or 0o640 / 0o644 for readers): writers trust the memory they read")
+    check_mode(name, mode)
     nbytes = L.parse_bytes(memory)
     if exist_ok:
         try:

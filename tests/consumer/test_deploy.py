@@ -61,7 +61,8 @@ def test_config_file_ready_endpoint_and_dashboard(harness, kafka_topic):
     port, port_b = free_ports(2)
     # the example config, with the flags the harness gives (name, bootstrap, topic, group, memory, ...) winning
     sup = harness.supervisor(name, topic, group, memory="64MiB",
-                             args=("--config", str(DEPLOY / "shmcache.toml"), "--metrics-port", str(port)))
+                             args=("--config", str(DEPLOY / "shmcache.toml"), "--metrics-port", str(port),
+                                   "--reader-group", ""))  # the example's shmcache-readers is not this machine's
     r = harness.attach(name, sup=sup)
     assert r.status()["topic"] == topic  # the flag, not the file's "txmeta"
     code, why = poll_until(lambda: (lambda c: c if c[0] == 200 else None)(get(port, "/ready")), 60,
