@@ -49,9 +49,11 @@ def kafka_broker(tmp_path_factory) -> KafkaBroker:
 
 @pytest.fixture(scope="session")
 def kafka_admin(kafka_broker):
-    from confluent_kafka.admin import AdminClient
+    """An AdminClient of the session broker, quiet (consumer/broker.py quiet_admin): one
+    that outlived the broker at the interpreter's exit printed librdkafka's connect errors."""
+    from shmcache.consumer.broker import quiet_admin
 
-    return AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    return quiet_admin(kafka_broker.bootstrap)
 
 
 @pytest.fixture
