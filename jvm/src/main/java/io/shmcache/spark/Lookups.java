@@ -199,10 +199,7 @@ public final class Lookups {
     private static RuntimeException explain(ShmcacheException e, UTF8String cache, UTF8String column, byte[] key) {
         String name = cache.toString();
         if (e instanceof ShmcacheException.NotFound) {
-            Segment gone = HANDLES.remove(name); // attached again at the next task's first lookup
-            if (gone != null) {
-                gone.close();
-            }
+            HANDLES.remove(name); // attached again at the next lookup; not closed: other tasks may hold it
             TALLY.get().calls.remove(name);
             TALLY.get().lastName = null;
             return missing(name, e);
