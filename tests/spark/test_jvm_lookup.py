@@ -64,6 +64,44 @@ def test_jvm_and_python_give_identical_rows(spark, filled, as_hex, decode, value
     assert sum(r[found] for r in got) == N - N // 4  # the deletes, the misses and the nulls are misses
 
 
+def test_jvm_and_python_agree_on_a_cache_filled_by_shmcache_run(spark, harness, kafka_topic):
+    """A real `shmcache run` (kv format, 2 workers) fills the cache from a topic of adds,
+    overwrites and tombstones; both engines give the same rows for every key sent and for
+    keys never sent, and the JVM's hits are exactly the keys left live."""
+    from confluent_kafka import Producer
+
+    from _topic_model import KafkaProbe
+    from _waits import wait_applied
+
+    topic = kafka_topic(2)
+    rng = np.random.default_rng(43)
+    keys = rng.integers(0, 256, (1500, 32), np.uint8)
+    offsets, data = txmeta.encode(txmeta.generate(len(keys), rng))
+    p = Producer({"bootstrap.servers": harness.bootstrap, "partitioner": "murmur2_random"})
+    for i, k in enumerate(keys):
+        p.produce(topic, key=k.tobytes(), value=data[offsets[i]:offsets[i + 1]].tobytes())
+    for k in keys[::5]:
+        p.produce(topic, key=k.tobytes(), value=None)  # a tombstone: deleted
+    for k in keys[1::5]:
+        p.produce(topic, key=k.tobytes(), value=b"overwritten")
+    assert p.flush(60) == 0
+    name = harness.cache_name("jvm")
+    sup = harness.supervisor(name, topic, harness.group("jvm"), fmt="kv", memory="64MiB")
+    r = harness.attach(name, sup=sup)
+    probe = KafkaProbe(harness.bootstrap, topic, 2)
+    try:
+        ends = probe.end_offsets()
+    finally:
+        probe.close()
+    wait_applied(r, ends, 120, sup)
+    misses = rng.integers(0, 256, (100, 32), np.uint8)
+    df = _query(spark, np.concatenate([keys, misses]), nulls=2).repartition(2)
+    for decode in (None, "txmeta"):
+        jvm, py = (_rows(lookup(df, cache=name, decode=decode, engine=e)) for e in ("jvm", "python"))
+        assert jvm == py
+        assert sum(row[2] for row in jvm) == len(keys) - len(keys[::5])
+
+
 def test_the_default_engine_is_the_jvm_and_sql_calls_the_functions(spark, filled):
     name, keys = filled
     df = _query(spark, keys[:10]).repartition(2)  # executors (a local table's projection runs in the driver)
