@@ -16,6 +16,7 @@ __all__ = [
     "LayoutVersionError",
     "CacheNotReadyError",
     "CachePermissionError",
+    "CacheOwnerError",
     "GeometryMismatchError",
     "KeySizeError",
     "ValueTooLargeError",
@@ -61,6 +62,12 @@ class CacheNotReadyError(ShmcacheError, TimeoutError):
 
 class CachePermissionError(ShmcacheError, PermissionError):
     """The segment's mode does not let this user open it."""
+
+
+class CacheOwnerError(CachePermissionError):
+    """The cache's file belongs to another user than the one its reader was told to expect
+    (attach(name, owner=...)): anyone may create a name in /dev/shm before its supervisor
+    does, and serve any values (and a fake readiness) from it."""
 
 
 class GeometryMismatchError(ShmcacheError, ValueError):

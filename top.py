@@ -188,7 +188,7 @@ def command(a) -> int:
     if a.interval <= 0:
         raise ValueError(f"--interval {a.interval}: must be positive")
     console = Console()
-    with shmcache.attach(a.name) as r:
+    with shmcache.attach(a.name, owner=a.owner) as r:
         if a.once:
             prev = Snapshot.read(r)
             time.sleep(min(a.interval, 1.0))

@@ -48,3 +48,9 @@ def key_values(items: list[str] | None, flag: str, what: str) -> dict[str, str]:
             usage_error(f"{flag} {item!r}: expected KEY=VALUE ({what})")
         out[k] = v
     return out
+
+
+def owner_option(p) -> None:
+    """--owner USER: a reader's check of whose the cache is (attach(owner=))."""
+    p.add_argument("--owner", metavar="USER", help="read the cache only if this user (a name or uid) owns it, "
+                                                   "e.g. the supervisor's: refuse one another user made at the name")

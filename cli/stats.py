@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 import shmcache
+from shmcache.cli.args import owner_option
 from shmcache.engine.layout import format_bytes
 
 HELP = "print a cache's figures"
@@ -16,10 +17,11 @@ HELP = "print a cache's figures"
 def add_arguments(s) -> None:
     s.add_argument("name")
     s.add_argument("--json", action="store_true")
+    owner_option(s)
 
 
 def run(a) -> int:
-    with shmcache.attach(a.name) as r:
+    with shmcache.attach(a.name, owner=a.owner) as r:
         s = r.stats()
     for k in ("hits", "misses", "read_retries"):  # this command's own lookups: none
         s.pop(k)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from shmcache.cli.args import owner_option
+
 HELP = "a live view of a cache: throughput, lag, memory, readers, workers"
 
 
@@ -9,6 +11,7 @@ def add_arguments(tp) -> None:
     tp.add_argument("name")
     tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     tp.add_argument("--once", action="store_true", help="print one snapshot and exit (rates over one interval)")
+    owner_option(tp)
     tp.add_argument("--count", type=int, default=0, help="exit after this many refreshes (default 0: until Ctrl-C)")
 
 

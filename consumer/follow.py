@@ -14,8 +14,9 @@ from shmcache.ipc.segment import identity
 
 
 class Followed:
-    def __init__(self, name: str):
+    def __init__(self, name: str, owner: int | str | None = None):
         self.name = name
+        self.owner = owner  # attach(owner=): every re-attach checks whose the new file is
         self._reader = None
         self._id = None  # identity of the segment attached: another one means a re-created cache
         self.attached_now = False  # the last reader() call (re)attached
@@ -37,7 +38,7 @@ class Followed:
         if self._reader is not None and now != self._id:  # destroyed or re-created
             self.close()
         if self._reader is None and now is not None:
-            self._reader = shmcache.attach(self.name)
+            self._reader = shmcache.attach(self.name, owner=self.owner)
             self._id = now
             self.attached_now = True
         return self._reader

@@ -33,7 +33,7 @@ from shmcache.engine.packed import Packed
 from shmcache.errors import ClosedError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
-from shmcache.ipc.segment import Segment
+from shmcache.ipc.segment import Segment, owner_uid
 
 log = logging.getLogger("shmcache.engine")
 
@@ -67,13 +67,19 @@ class Reader:
 
     _seg: Segment | None = None  # class defaults: close() may run on a half-built handle
     _writable = False
+    _owner: int | None = None  # the uid the cache's file must belong to (attach(owner=)), None: any
     _control_class = ControlView
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, owner: int | str | None = None):
         """Attach to cache `name`; shmcache.attach(name). A name only ever holds a whole
         cache (a creator names its segment last: see ipc/segment.py), so there is no
-        creator to wait for; anything but a regular file is refused by open_regular."""
-        self._setup(name, Segment(name, writable=self._writable, check=checks.header_check(name)))
+        creator to wait for; anything but a regular file is refused by open_regular.
+        `owner` (a user name or uid): the user whose cache it must be, or CacheOwnerError
+        naming both, before anything of it is read; its readers' companion too (another
+        owner's is not counted in)."""
+        uid = owner_uid(owner, name)
+        self._owner = uid
+        self._setup(name, Segment(name, writable=self._writable, check=checks.header_check(name), owner=uid))
 
     @classmethod
     def _adopt(cls, name: str, seg: Segment):
@@ -94,7 +100,7 @@ class Reader:
         self._misses = 0
         self._counts = np.zeros(2, np.int64)  # the lookup kernel's retries and corruptions (_lookup.C_*)
         self._warned: set[int] = set()  # buckets this handle has logged damage of
-        self._shared_stats = reader_stats.ReaderStats(name, self.creation_id)  # every reader's hits, misses
+        self._shared_stats = reader_stats.ReaderStats(name, self.creation_id, self._owner)  # every reader's counts
         self._avg_value = 128  # running guess of value size, to size lookup buffers
 
     # -- mapping --------------------------------------------------------------------------

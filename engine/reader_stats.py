@@ -34,7 +34,7 @@ import stat
 import numpy as np
 
 from shmcache.engine import layout as L
-from shmcache.errors import CacheExistsError, CachePermissionError, NotACacheError, ShmcacheError
+from shmcache.errors import CacheExistsError, CacheOwnerError, CachePermissionError, NotACacheError, ShmcacheError
 from shmcache.ipc import liveness
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, kind_of, open_regular
 
@@ -159,13 +159,15 @@ class ReaderStats:
     _seg: Segment | None = None
     _claimed = False  # a row is claimed at the first batch, so stats-only handles take none
 
-    def __init__(self, name: str, creation_id: int):
+    def __init__(self, name: str, creation_id: int, owner: int | None = None):
         path = path_of(name)
         try:
             try:  # shared: a reader group writes it by design
-                seg = Segment(name, writable=True, path=path, what=_WHAT, shared=True, check=_check_size)
+                seg = Segment(name, writable=True, path=path, what=_WHAT, shared=True, check=_check_size, owner=owner)
+            except CacheOwnerError:
+                return  # another user's, where the reader expects its cache's owner: not counted in
             except PermissionError:  # a reader allowed to read the sums, not to count
-                seg = Segment(name, writable=False, path=path, what=_WHAT, check=_check_size)
+                seg = Segment(name, writable=False, path=path, what=_WHAT, check=_check_size, owner=owner)
         except (OSError, ValueError):
             return  # no companion, not a file, not ours to read, not its size: no shared counters
         self._seg = seg

@@ -143,9 +143,12 @@ def open_writer(name: str) -> Writer:
     return Writer(name)
 
 
-def attach(name: str) -> Reader:
-    """Map a cache read-only (PROT_READ) from any process; never registers it for cleanup."""
-    return Reader(name)
+def attach(name: str, owner: int | str | None = None) -> Reader:
+    """Map a cache read-only (PROT_READ) from any process; never registers it for cleanup.
+    `owner` (a user name or uid, e.g. "shmcache"): refuse a cache whose file another user
+    owns (CacheOwnerError naming both) before reading anything of it: any user may create
+    the name first (before the supervisor's start, or after a destroy) and serve any values."""
+    return Reader(name, owner=owner)
 
 
 def _whole(name: str, what: str, value, lo: int, hi: int) -> int:

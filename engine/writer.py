@@ -57,6 +57,11 @@ class Writer(Reader):
     # on_wait(bucket, holder_pid, waited_s). The waiting write goes on when it returns.
     on_wait: Callable[[int, int, float], None] | None = None
 
+    def __init__(self, name: str):
+        """Open cache `name` for writing (shmcache.open); a writer checks the owner itself:
+        only a segment of its own user's that no one else may write (ipc/segment.py)."""
+        super().__init__(name)
+
     def _setup(self, name, seg) -> None:
         super()._setup(name, seg)
         try:

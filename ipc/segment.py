@@ -34,6 +34,7 @@ import stat
 from shmcache.errors import (
     CacheExistsError,
     CacheNotFoundError,
+    CacheOwnerError,
     CachePermissionError,
     CacheSpaceError,
     NotACacheError,
@@ -77,6 +78,34 @@ def _not_a_file(name: str, path: str, what: str, st: os.stat_result | None) -> N
     kind = kind_of(st.st_mode) if st is not None else "not a regular file"
     return NotACacheError(f"cache {name!r}: {path}{what} is {kind}, not a shmcache segment "
                           "(a cache is a regular file)")
+
+
+def user_text(uid: int) -> str:
+    """'uid 998 (shmcache)', or 'uid 4242' for a uid with no name on this machine."""
+    import pwd
+
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def owner_uid(owner, name: str) -> int | None:
+    """A reader's `owner=` (a user name, or a uid) as a uid; None for None. ValueError naming
+    the cache for a user this machine does not have."""
+    import pwd
+
+    if owner is None:
+        return None
+    if isinstance(owner, int) and not isinstance(owner, bool) and owner >= 0:
+        return owner
+    if isinstance(owner, str) and owner:
+        try:
+            return pwd.getpwnam(owner).pw_uid
+        except KeyError:
+            if owner.isdigit():
+                return int(owner)
+    raise ValueError(f"cache {name!r}: owner={owner!r}: no such user on this machine (a user name or a uid)")
 
 
 def open_regular(name: str, path: str, flags: int, *, what: str = "") -> int:
@@ -150,7 +179,8 @@ class Segment:
     _guard: int = -1  # the mapping's token in ipc/sigbus.py
 
     def __init__(self, name: str, *, create_size: int = 0, writable: bool, mode: int = 0o600,
-                 path: str | None = None, what: str = "", shared: bool = False, check=None):
+                 path: str | None = None, what: str = "", shared: bool = False, check=None,
+                 owner: int | None = None):
         self.name = check_name(name)
         self.path = path if path is not None else path_of(name)
         self.what = what
@@ -163,6 +193,10 @@ class Segment:
             else:
                 self._open()
             st = os.fstat(self.fd)
+            if owner is not None and st.st_uid != owner:  # before a byte of it is read
+                raise CacheOwnerError(f"cache {self.name!r}: {self.path}{self.what} belongs to {user_text(st.st_uid)}, "
+                                      f"not to {user_text(owner)} as its reader was told (owner=): refusing to read "
+                                      "it (any user may create a name in /dev/shm before its supervisor does)")
             self.size = st.st_size
             self.ident = (st.st_dev, st.st_ino)  # ipc.segment.identity() of the file mapped
             if check is not None and not self.created:

@@ -24,9 +24,15 @@ from shmcache.machine import describe
 _READERS: dict[str, Followed] = {}  # name -> the handle on what is at the name (consumer/follow.py)
 
 
-def reader(name: str, who: str) -> "shmcache.Reader":
-    """This process's read-only handle on cache `name`, attached on first use."""
-    held = _READERS.setdefault(name, Followed(name))
+def reader(name: str, who: str, owner: int | str | None = None) -> "shmcache.Reader":
+    """This process's read-only handle on cache `name`, attached on first use; with `owner`,
+    only if that user owns its file (CacheOwnerError otherwise), at every re-attach too."""
+    held = _READERS.get(name)
+    if held is not None and held.owner != owner:  # asked with another owner: attached (and checked) anew
+        _drop(name)
+        held = None
+    if held is None:
+        held = _READERS[name] = Followed(name, owner)
     try:
         r = held.reader()
     except FileNotFoundError:  # CacheNotFoundError: destroyed between the stat and the open

@@ -37,7 +37,7 @@ ENGINES = (None, "jvm", "python")
 
 def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str | None = None,
            value_col: str | None = "value", found_col: str = "found", barrier: bool = False,
-           engine: str | None = None):
+           engine: str | None = None, owner: int | str | None = None):
     """`df` with `found_col` (boolean) and `value_col` (binary, null where not found;
     None leaves it out) appended, and with decode="txmeta" the MetaBytes fields
     (fee, size, flags, parents, parent_vouts, block_height; see txmeta.arrow_fields),
@@ -49,6 +49,11 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
 
     `engine`: "jvm" (the default when the shmcache JVM jar is built and barrier is False)
     or "python"; see the module docstring.
+
+    `owner` (a user name or uid, e.g. "shmcache"): each executor refuses a cache whose file
+    another user owns (CacheOwnerError naming both), at its first attach and at every
+    re-attach to a re-created cache, before reading anything of it. It takes the Python
+    engine (the JVM reader does not check owners).
     """
     from pyspark.sql.types import BooleanType, BinaryType, StructField, StructType
 
@@ -60,6 +65,11 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
         raise ValueError(f"{WHO}: engine={engine!r}; expected one of {ENGINES}")
     if engine == "jvm" and barrier:
         raise ValueError(f"{WHO}: barrier=True is a mapInArrow stage: use engine='python'")
+    if owner is not None and (isinstance(owner, bool) or not isinstance(owner, (int, str)) or owner == ""):
+        raise ValueError(f"{WHO}: owner={owner!r}; expected a user name or a uid")
+    if engine == "jvm" and owner is not None:
+        raise ValueError(f"{WHO}: owner= is checked by the Python engine only (the JVM reader does not check "
+                         "whose the cache is): use engine='python'")
     if key_col not in df.columns:
         raise ValueError(f"{WHO}: no key column {key_col!r} in {df.columns}")
     _keys.check_type(df.schema[key_col].dataType, key_col, WHO)
@@ -75,12 +85,12 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
     if engine is None:
         from shmcache.spark._session import jvm_jar
 
-        engine = "jvm" if not barrier and jvm_jar(required=False) is not None else "python"
+        engine = "jvm" if not barrier and owner is None and jvm_jar(required=False) is not None else "python"
     if engine == "jvm":
         return _lookup_jvm(df, key_col, cache, decode, value_col, found_col, new)
     schema = StructType(list(df.schema.fields) + new)
     fn = partial(lookup_batches, cache=cache, key_col=key_col, decode=decode, value_col=value_col,
-                 found_col=found_col)
+                 found_col=found_col, owner=owner)
     return df.mapInArrow(fn, schema, barrier=barrier)
 
 
@@ -166,7 +176,7 @@ def decoded_fields():
 
 
 def lookup_batches(batches, *, cache: str, key_col: str, decode: str | None, value_col: str | None,
-                   found_col: str):
+                   found_col: str, owner: int | str | None = None):
     """mapInArrow's function: each RecordBatch with the lookup's columns appended.
 
     Per batch, no per-row Python object: the key column's buffer viewed as (n, key_size)
@@ -178,7 +188,7 @@ def lookup_batches(batches, *, cache: str, key_col: str, decode: str | None, val
 
     names = None
     for batch in batches:
-        r = _executor.reader(cache, WHO)  # per batch: notices a re-created cache
+        r = _executor.reader(cache, WHO, owner)  # per batch: notices a re-created cache (and checks its owner)
         packed = packed_lookup(r, batch.column(key_col), key_col)
         n = len(packed.found)
         cols = batch.columns
