@@ -47,8 +47,8 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
     a key of the wrong length, and a cache missing on an executor's machine, raise
     when the plan runs (Spark wraps them in an exception that keeps the text).
 
-    `engine`: "jvm" (the default when the shmcache JVM jar is built and barrier is False)
-    or "python"; see the module docstring.
+    `engine`: "jvm" (the default when the shmcache JVM jar is built, the session loads it,
+    and neither barrier nor owner is given) or "python"; see the module docstring.
 
     `owner` (a user name or uid, e.g. "shmcache"): each executor refuses a cache whose file
     another user owns (CacheOwnerError naming both), at its first attach and at every
@@ -83,9 +83,7 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
         raise ValueError(f"{WHO}: output column(s) {clash or [f.name for f in new]} would clash with df's "
                          "columns or each other; rename them or pass value_col=/found_col=")
     if engine is None:
-        from shmcache.spark._session import jvm_jar
-
-        engine = "jvm" if not barrier and owner is None and jvm_jar(required=False) is not None else "python"
+        engine = "jvm" if not barrier and owner is None and _jvm_usable(df.sparkSession) else "python"
     if engine == "jvm":
         return _lookup_jvm(df, key_col, cache, decode, value_col, found_col, new)
     schema = StructType(list(df.schema.fields) + new)
@@ -116,6 +114,20 @@ def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, new):
 
 
 _REGISTERED: set[int] = set()  # ids of the JVM sessions the functions are registered in
+
+
+def _jvm_usable(spark) -> bool:
+    """Whether the JVM engine can run here: the jar is built for this Spark and the session
+    loads its functions (a session started without the jar on spark.jars cannot)."""
+    from shmcache.spark._session import SparkSetupError, jvm_jar
+
+    if jvm_jar(required=False) is None:
+        return False
+    try:
+        _register_jvm(spark)
+    except SparkSetupError:
+        return False
+    return True
 
 
 def _register_jvm(spark) -> None:

@@ -5,6 +5,7 @@ keys as binary and hex; the SQL functions from SQL; errors naming the column, th
 and the host; a re-created cache re-attached; hits and misses in the readers' companion;
 a jar built for another Spark refused. Skipped where the jar is not built (scripts/setup)."""
 
+import os
 import socket
 import zipfile
 
@@ -155,6 +156,40 @@ def test_hits_and_misses_are_counted_in_the_readers_companion(spark, filled):
         after = r.stats()
     assert after["reader_hits"] - before["reader_hits"] == N - N // 4
     assert after["reader_misses"] - before["reader_misses"] == N // 4 + 3
+
+
+def test_a_session_without_the_jar_falls_back_to_python_unless_jvm_is_asked(filled, tmp_path, repo):
+    """A SparkSession started without shmcache.spark.session() (no jar on spark.jars): the
+    default engine is the Python one, and engine='jvm' is an error saying how to fix it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    name, keys = filled
+    script = tmp_path / "plain.py"
+    script.write_text(textwrap.dedent(f"""
+        import pyarrow as pa
+        from pyspark.sql import SparkSession
+        from shmcache.spark import lookup
+        from shmcache.spark._session import SparkSetupError
+        spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+                 .getOrCreate())
+        keys = [bytes.fromhex(h) for h in {[k.tobytes().hex() for k in keys[:8]]!r}]
+        df = spark.createDataFrame(pa.table({{"tx_hash": pa.array(keys, pa.binary())}})).repartition(1)
+        print("FOUND", lookup(df, cache={name!r}).filter("found").count())
+        try:
+            lookup(df, cache={name!r}, engine="jvm")
+        except SparkSetupError as e:
+            print("SETUP-ERROR", e)
+        spark.stop()
+    """))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=repo, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with shmcache.attach(name) as r:
+        assert f"FOUND {sum(v is not None for v in r.get_many([k.tobytes() for k in keys[:8]]))}" in out.stdout
+    assert "SETUP-ERROR" in out.stdout and "spark.jars" in out.stdout, out.stdout
 
 
 def test_a_jar_built_for_another_spark_is_refused(tmp_path):
