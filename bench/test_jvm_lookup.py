@@ -53,8 +53,11 @@ def setup():
     name = f"bench-jvm-{uuid.uuid4().hex[:8]}"
     keys = np.frombuffer(b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(N)), np.uint8).reshape(N, 32)
     offsets, data = txmeta.encode(txmeta.generate(N, np.random.default_rng(40)))
+    from pyspark.sql import SparkSession
+
     w = shmcache.create(name, memory=2 * P.memory_for(N))  # room: nothing evicted
-    spark = None
+    spark, q = None, None
+    started = SparkSession.getActiveSession() is None  # a running session (the suite's) is not ours to stop
     try:
         w.set_many(keys, (offsets, data))
         spark = _session.session("bench-jvm", master="local[2]", conf={"spark.driver.memory": "3g"})
@@ -66,10 +69,12 @@ def setup():
         total = int(np.diff(offsets)[order].sum())
         yield spark, q, name, total, F
     finally:
+        if q is not None:
+            q.unpersist()
+        if spark is not None and started:
+            spark.stop()
         w.close()
         shmcache.destroy(name, force=True)
-        if spark is not None:
-            spark.stop()
 
 
 def _run(way, spark, q, name, F):
