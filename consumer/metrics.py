@@ -72,20 +72,25 @@ class CacheCollector:
     """A prometheus-client collector for one cache: `collect()` reads the segment.
 
     It attaches read-only on the first scrape (and again if the cache was destroyed
-    and re-created); a cache that does not exist yields no samples."""
+    and re-created); a cache that does not exist, or (with `owner`, as a supervisor's
+    endpoint has: its own user) belongs to another user, yields no samples."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, owner: int | str | None = None):
         self.name = name
-        self._followed = Followed(name)
+        self._followed = Followed(name, owner)
         self._lock = threading.Lock()  # the HTTP server may run scrapes in parallel threads
+        self._why = ""  # why the last attach failed, for /ready
 
     def _attach(self):
         import shmcache
 
         try:
-            return self._followed.reader()
+            r = self._followed.reader()
+            self._why = "" if r is not None else f"cache {self.name!r} does not exist"
+            return r
         except (OSError, shmcache.ShmcacheError) as e:
             log.debug("metrics: cache %r not attachable: %s", self.name, e)
+            self._why = str(e)
             return None
 
     def collect(self):
@@ -183,7 +188,7 @@ class CacheCollector:
         with self._lock:
             r = self._attach()
             if r is None:
-                return False, f"cache {self.name!r} does not exist"
+                return False, self._why
             try:
                 r.wait_ready(timeout=0)
             except CacheNotReadyError as e:
@@ -199,12 +204,12 @@ class MetricsServer:
     """The HTTP endpoint: /metrics with this cache's collector and the process' own metrics,
     and /ready (consumer/ready.py)."""
 
-    def __init__(self, name: str, port: int, host: str = "127.0.0.1"):
+    def __init__(self, name: str, port: int, host: str = "127.0.0.1", owner: int | str | None = None):
         from prometheus_client import CollectorRegistry, ProcessCollector
 
         from shmcache.consumer import ready
 
-        self.collector = CacheCollector(name)
+        self.collector = CacheCollector(name, owner)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total etc. of the supervisor

@@ -153,7 +153,7 @@ def serve_metrics(cfg, control):
         return None
     from shmcache.consumer.metrics import MetricsServer
 
-    metrics = MetricsServer(cfg.name, cfg.metrics_port, cfg.metrics_host)
+    metrics = MetricsServer(cfg.name, cfg.metrics_port, cfg.metrics_host, owner=os.geteuid())  # its own cache's user
     control.set_word(L.H_METRICS_PORT, metrics.port)
     log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
     return metrics

@@ -124,3 +124,24 @@ def test_another_owners_companion_is_not_counted_in(name):
         assert r._shared_stats.rows is None
     with shmcache.attach(name) as r:  # told nothing: counted as before
         assert r._shared_stats.rows is not None
+
+
+def test_a_supervisors_endpoint_reads_only_its_own_users_cache(name):
+    """The metrics endpoint follows the cache's name: with the supervisor's owner (its own
+    user) it serves no sample of a cache another user made there, and /ready says why."""
+    import urllib.error
+    import urllib.request
+
+    from shmcache.consumer.metrics import MetricsServer
+
+    _squat(name)
+    srv = MetricsServer(name, 0, owner=0)
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/ready", timeout=10)
+        said = e.value.read().decode()
+        assert e.value.code == 503 and f"belongs to uid {SQUATTER}" in said, said
+        text = urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/metrics", timeout=10).read().decode()
+        assert "shmcache_table_entries" not in text
+    finally:
+        srv.close()
