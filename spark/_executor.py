@@ -49,7 +49,7 @@ def _missing(name: str, who: str) -> CacheNotFoundError:
     return CacheNotFoundError(
         f"{who}: cache {name!r} not found on host {describe()} ({path_of(name)}); "
         "every machine that runs executors needs its own `shmcache run --name "
-        f"{name} ...` (see README, Spark)")
+        f"{name} ...` (see docs/spark.md)")
 
 
 def _drop(name: str) -> None:

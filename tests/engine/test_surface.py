@@ -1,4 +1,4 @@
-"""The public surface of the handles (README, Python API): a Reader has no write methods
+"""The public surface of the handles (docs/python-api.md): a Reader has no write methods
 at all, one apply takes every form of values, no private keyword on the constructors,
 and `from shmcache import *` never shadows the builtin open()."""
 

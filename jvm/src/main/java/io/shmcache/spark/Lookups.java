@@ -215,7 +215,7 @@ public final class Lookups {
     private static ShmcacheException.NotFound missing(String name, Exception cause) {
         return new ShmcacheException.NotFound(name, WHO + ": cache '" + name + "' not found on host " + describeHost()
                 + " (/dev/shm/" + name + "); every machine that runs executors needs its own `shmcache run --name "
-                + name + " ...` (see README, Spark)", true);
+                + name + " ...` (see docs/spark.md)", true);
     }
 
     /** The machine as shmcache names it ($SHMCACHE_MACHINE, else the host name), as machine.describe(). */
