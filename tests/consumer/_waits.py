@@ -8,6 +8,8 @@ waited for; none waits for a time.
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +36,17 @@ def poll_until(cond, timeout: float, what: str, interval: float = 0.05):
 
 
 # -- processes ---------------------------------------------------------------------------------
+
+
+def stop_popen(p, timeout: float = 60.0) -> None:
+    """SIGTERM a child (subprocess.Popen) that still runs and reap it; SIGKILL past `timeout`."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def running(p: psutil.Process) -> bool:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -27,6 +25,9 @@ from shmcache.consumer.config import RunConfig
 from shmcache.engine import reader_stats
 from shmcache.engine import snapshot as S
 from shmcache.ipc.segment import path_of
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _waits import poll_until, stop_popen  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="readers of other uids: needs root")
 
@@ -67,15 +68,6 @@ def _run(name: str, snaps: Path, log: Path) -> subprocess.Popen:
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT)
 
 
-def _until(cond, timeout: float, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
-        time.sleep(0.05)
-
 
 def _supervised(name: str, p: subprocess.Popen) -> bool:
     assert p.poll() is None, f"the supervisor exited with {p.returncode}"
@@ -85,15 +77,6 @@ def _supervised(name: str, p: subprocess.Popen) -> bool:
     except (shmcache.ShmcacheError, OSError):
         return False
 
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def _access(name: str) -> tuple:
@@ -109,7 +92,7 @@ def test_a_reader_group_attaches_to_the_runs_cache_and_its_restore(tmp_path):
     try:
         p = _run(name, snaps, tmp_path / "first.log")
         procs.append(p)
-        _until(lambda: _supervised(name, p), 60, lambda: (tmp_path / "first.log").read_text()[-2000:])
+        poll_until(lambda: _supervised(name, p), 60, lambda: (tmp_path / "first.log").read_text()[-2000:])
         assert _access(name) == (0o640, GROUP, 0o660, GROUP)
         with shmcache.open(name) as w:  # the test writes what the readers read (this cache has no workers)
             w.set(KEY, VALUE)
@@ -118,14 +101,14 @@ def test_a_reader_group_attaches_to_the_runs_cache_and_its_restore(tmp_path):
         kind, said = _read_as(name, STRANGER, [STRANGER])
         assert kind == "CachePermissionError" and f"cache {name!r}" in said and "permission denied" in said, said
         assert "0640" in said and re.search(rf"group {GROUP}|reader group", said), said
-        _stop(p)
+        stop_popen(p)
         if shmcache.exists(name):  # a run that never joined the group removes what it made
             shmcache.destroy(name)
 
         # the next start restores the snapshot: mode and group as before, the value there
         p = _run(name, snaps, tmp_path / "second.log")
         procs.append(p)
-        _until(lambda: _supervised(name, p), 60, lambda: (tmp_path / "second.log").read_text()[-2000:])
+        poll_until(lambda: _supervised(name, p), 60, lambda: (tmp_path / "second.log").read_text()[-2000:])
         with shmcache.attach(name) as r:
             assert r.status()["restore"]["state"] == "restored"
         assert _access(name) == (0o640, GROUP, 0o660, GROUP)
@@ -133,7 +116,7 @@ def test_a_reader_group_attaches_to_the_runs_cache_and_its_restore(tmp_path):
         assert _read_as(name, STRANGER, [STRANGER])[0] == "CachePermissionError"
     finally:
         for p in procs:
-            _stop(p)
+            stop_popen(p)
         if shmcache.exists(name):
             shmcache.destroy(name, force=True)
 

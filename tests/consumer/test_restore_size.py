@@ -7,10 +7,9 @@ after the offsets those entries came from, so they were never fetched again. Rea
 
 from __future__ import annotations
 
-import signal
+import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -20,18 +19,12 @@ import shmcache
 from shmcache.consumer import snapshots as policy
 from shmcache.engine import snapshot as S
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _waits import poll_until, stop_popen  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 ENTRIES = 250_000  # 64-byte values: what a 64 MiB cache holds without evicting, a 40 MiB one not
 
-
-def _until(cond, timeout: float, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
-        time.sleep(0.05)
 
 
 def _restored(name: str):
@@ -51,15 +44,6 @@ def _run(name: str, snaps: Path, log: Path, *memory: str) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
 
 
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
 
 def test_the_start_restores_at_the_snapshots_size_unless_told_and_says_what_a_smaller_one_evicted(tmp_path):
     name = f"t-rsize-{uuid.uuid4().hex[:8]}"
@@ -78,19 +62,19 @@ def test_the_start_restores_at_the_snapshots_size_unless_told_and_says_what_a_sm
         # no --memory: the snapshot's own geometry, a straight copy, nothing evicted
         p = _run(name, snaps, tmp_path / "own.log")
         procs.append(p)
-        st, stats = _until(lambda: p.poll() is None and _restored(name), 120,
+        st, stats = poll_until(lambda: p.poll() is None and _restored(name), 120,
                            lambda: f"the restore: {(tmp_path / 'own.log').read_text()[-2000:]}")
         assert stats["memory"] == size and stats["entries"] == ENTRIES, stats
         assert st["restore"]["entries"] == ENTRIES and st["restore"]["evictions"] == 0
         assert "(copy," in (tmp_path / "own.log").read_text()
-        _stop(p)
+        stop_popen(p)
         if shmcache.exists(name):  # a run that never joined the group removes what it made
             shmcache.destroy(name)
 
         # --memory 40MiB given: re-inserted into the smaller table; what it evicted is said
         p = _run(name, snaps, tmp_path / "small.log", "--memory", "40MiB")
         procs.append(p)
-        st, stats = _until(lambda: p.poll() is None and _restored(name), 120,
+        st, stats = poll_until(lambda: p.poll() is None and _restored(name), 120,
                            lambda: f"the restore: {(tmp_path / 'small.log').read_text()[-2000:]}")
         evicted = st["restore"]["evictions"]
         assert stats["memory"] < size and evicted > 0 and stats["entries"] + evicted == ENTRIES, (st["restore"], stats)
@@ -102,6 +86,6 @@ def test_the_start_restores_at_the_snapshots_size_unless_told_and_says_what_a_sm
         assert f"{evicted:,} evicted" in out.stdout.replace("\n", " "), out.stdout
     finally:
         for p in procs:
-            _stop(p)
+            stop_popen(p)
         if shmcache.exists(name):
             shmcache.destroy(name, force=True)

@@ -9,10 +9,8 @@ broker (the winner waits for one)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +18,9 @@ import pytest
 
 import shmcache
 from shmcache.engine import layout as L
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _waits import poll_until, stop_popen  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,24 +47,6 @@ sys.stdin.readline()  # both answered: the test destroys the cache
 """
 
 
-def _until(cond, timeout: float, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
-        time.sleep(0.05)
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def test_two_supervisors_started_at_once_one_runs(tmp_path):
@@ -84,7 +67,7 @@ def test_two_supervisors_started_at_once_one_runs(tmp_path):
             opened = [log for log in logs if f"cache {name!r}: " in log.read_text() and "entries" in log.read_text()]
             return gave_up or len(opened) == 2
 
-        _until(settled, 90, lambda: "a supervisor to give up or both to open the cache:\n"
+        poll_until(settled, 90, lambda: "a supervisor to give up or both to open the cache:\n"
                                    + "\n".join(log.read_text()[-1500:] for log in logs))
         running = [p for p in sups if p.poll() is None]
         assert len(running) == 1, "both supervisors run:\n" + "\n".join(log.read_text()[-1500:] for log in logs)
@@ -93,14 +76,14 @@ def test_two_supervisors_started_at_once_one_runs(tmp_path):
         said = logs[sups.index(loser)].read_text()
         assert loser.returncode == 2 and f"already has a live supervisor, pid {winner.pid}" in said, said
         with shmcache.attach(name) as r:
-            _until(lambda: r.status()["supervisor_pid"] == winner.pid, 30, "the winner in the supervisor word")
-        _stop(winner)
+            poll_until(lambda: r.status()["supervisor_pid"] == winner.pid, 30, "the winner in the supervisor word")
+        stop_popen(winner)
         assert winner.returncode == 0
         with shmcache.attach(name) as r:
             assert r.control.word(L.H_SUPERVISOR) == 0  # released at its stop
     finally:
         for p in sups:
-            _stop(p)
+            stop_popen(p)
         if orphan.poll() is None:
             orphan.kill()
         orphan.wait()
