@@ -21,6 +21,16 @@ from shmcache.engine import snapshot as S
 
 REPO = Path(__file__).resolve().parents[1]
 SIGNALS = [signal.SIGTERM, signal.SIGHUP]
+# `shmcache ARGS...` started as from a terminal: SIGHUP and SIGTERM at their default
+# action, whatever this test runner inherited (a run under nohup ignores SIGHUP, and an
+# ignored signal stays ignored across exec: the command then rightly keeps ignoring it)
+_AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                       "signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+                       "os.execv(sys.executable, [sys.executable, '-m', 'shmcache', *sys.argv[1:]])")
+
+
+def _shmcache(*args: str) -> list[str]:
+    return [sys.executable, "-c", _AS_FROM_A_TERMINAL, *args]
 
 
 @pytest.fixture
@@ -79,7 +89,7 @@ def test_a_restore_stopped_midway_removes_its_cache(names, tmp_path, sig):
         w.set_many(keys, (np.arange(n + 1, dtype=np.int64) * 60, np.zeros(n * 60, np.uint8)))
         path = S.write(w, tmp_path / "big.snap").path
     shmcache.destroy(src)
-    p = subprocess.Popen([sys.executable, "-m", "shmcache", "restore", path, dst, "--memory", "384MiB"], cwd=REPO,
+    p = subprocess.Popen(_shmcache("restore", str(path), dst, "--memory", "384MiB"), cwd=REPO,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _until(lambda: _restoring(dst) or p.poll() is not None, 120, "the restore to be under way")
@@ -104,7 +114,7 @@ def test_a_snapshot_stopped_midway_removes_its_temporary_file(names, tmp_path, s
         w.set_many([i.to_bytes(32, "big") for i in range(20_000)], [b"v" * 100] * 20_000)
         S.write(w, path)
         before = path.read_bytes()
-        p = subprocess.Popen([sys.executable, "-m", "shmcache", "snapshot", name, str(path), "--rate", "1MiB"],
+        p = subprocess.Popen(_shmcache("snapshot", name, str(path), "--rate", "1MiB"),
                              cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True)
         try:
