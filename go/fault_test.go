@@ -14,18 +14,7 @@ import (
 
 // A file cut short under the mapping is an error naming the cache, not a SIGBUS.
 func TestTruncatedUnderTheMappingIsAnErrorNotASIGBUS(t *testing.T) {
-	c := goldenCases(t)["base"]
-	path := writeGolden(t, c, nil)
-	r, err := AttachPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var keys []byte
-	for _, k := range c.Keys {
-		key, _ := hex.DecodeString(k.Key)
-		keys = append(keys, key...)
-	}
+	path, r, keys := attachBase(t)
 	var b Batch
 	if err := r.GetMany(keys, &b); err != nil || b.Hits() == 0 {
 		t.Fatalf("before: %v, %d hits", err, b.Hits())
@@ -33,7 +22,7 @@ func TestTruncatedUnderTheMappingIsAnErrorNotASIGBUS(t *testing.T) {
 	if err := os.Truncate(path, page); err != nil {
 		t.Fatal(err)
 	}
-	err = r.GetMany(keys, &b)
+	err := r.GetMany(keys, &b)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "cut short") {
 		t.Fatalf("after truncate: %v, want a corrupt-cache error saying it was cut short", err)
 	}
@@ -65,26 +54,15 @@ func flipper(t *testing.T, path string) []byte {
 // Bytes of the golden keys' buckets (meta rows, index slots, rings) flipped at random under
 // a reader: no panic escapes, every call returns well within the give-up bound.
 func TestByteFlipsUnderAReader(t *testing.T) {
-	c := goldenCases(t)["base"]
-	path := writeGolden(t, c, nil)
-	r, err := AttachPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	path, r, keys := attachBase(t)
 	seg := flipper(t, path)
 	geo, _ := r.Geometry()
-	var keys []byte
 	var spans [][2]int64 // byte ranges of the keys' buckets
-	for _, k := range c.Keys {
-		key, _ := hex.DecodeString(k.Key)
-		keys = append(keys, key...)
-	}
 	var b Batch
 	if err := r.GetMany(keys, &b); err != nil {
 		t.Fatal(err)
 	}
-	for i := range len(c.Keys) {
+	for i := range b.Len() {
 		bk := int64(b.hashes[i] & (NBuckets - 1))
 		spans = append(spans, [2]int64{metaOff + bk*rowWords*word, rowWords * word},
 			[2]int64{geo.indexOff() + bk*geo.Slots*word, geo.Slots * word},
@@ -142,24 +120,30 @@ func FuzzLookup(f *testing.F) {
 	f.Add(uint32(0), []byte{0xff})
 	f.Add(uint32(77824+8), []byte{1, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, off uint32, patch []byte) {
-		c := goldenCases(t)["base"]
-		path := writeGolden(t, c, nil)
-		r, err := AttachPath(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
+		path, r, keys := attachBase(t)
 		seg := flipper(t, path)
 		start := int(off) % (len(seg) - page) // the header is read at attach only
 		copy(seg[page+start:], patch)
-		var keys []byte
-		for _, k := range c.Keys {
-			key, _ := hex.DecodeString(k.Key)
-			keys = append(keys, key...)
-		}
 		var b Batch
 		_ = r.GetMany(keys, &b)
 		_, _ = r.Stats()
 		_, _ = r.Status()
 	})
+}
+
+// attachBase writes the "base" golden segment to a file of the test's own and attaches it,
+// closed at the test's end; keys are its golden keys back to back.
+func attachBase(t testing.TB) (path string, r *Cache, keys []byte) {
+	c := goldenCases(t)["base"]
+	path = writeGolden(t, c, nil)
+	r, err := AttachPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	for _, k := range c.Keys {
+		key, _ := hex.DecodeString(k.Key)
+		keys = append(keys, key...)
+	}
+	return path, r, keys
 }
