@@ -25,7 +25,9 @@ of the topic has a leader that answers for it (a new topic's partitions are refu
 producers for a moment after their leaders are named: consumer/topics.py); after it,
 each partition grew by at least the messages the tasks wrote there, else
 KafkaRequestError naming it (a message acknowledged but never written, as librdkafka
-does; more is fine: a retried task's first attempt, or another writer).
+does; more is fine: a retried task's first attempt, or another writer). Under the
+caller's acks=0 or 1 a finished task says nothing of what the broker appended, so a
+short partition is looked at again until it is full or stops moving (SETTLE_QUIET).
 
 Guaranteed (DESIGN invariant 2): every entry lands in the partition of its own hash,
 and within a partition each hash's ADD precedes its DELETE from the same run, since
@@ -58,6 +60,7 @@ PRODUCER = {
     "compression.type": "lz4",
     "linger.ms": "5",
 }
+SETTLE_QUIET = 5.0  # seconds a short topic's end offsets stay still before acks=0/1 messages count as lost
 
 
 @dataclass
@@ -141,7 +144,8 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
                 "shmcache.spark.session(kafka=True) (which puts the connector's jars on spark.jars) "
                 "before any other session starts, or set spark.jars yourself") from e
         raise
-    _check_grown(bootstrap, topic, starts, written.value)
+    acks = str({**PRODUCER, **(kafka_options or {})}["acks"]).lower()
+    _check_grown(bootstrap, topic, starts, written.value, settle=acks not in ("all", "-1"))
     return PublishReport(topic=topic, format=format, partitions=partitions, adds=counts["adds"].value,
                          deletes=counts["deletes"].value, messages=counts["messages"].value,
                          bytes=counts["bytes"].value, seconds=time.monotonic() - t0)
@@ -170,22 +174,41 @@ def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
 
 def _answering(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[int]:
     """Each partition's end offset, once every partition's leader answers for it."""
-    admin = broker_mod.quiet_admin(bootstrap)
+    return _ends(broker_mod.quiet_admin(bootstrap), topic, partitions, timeout, then="nothing was sent")
+
+
+def _ends(admin, topic: str, partitions: int, timeout: float = 30.0, *, then: str) -> list[int]:
     try:
         ends = topics.wait_answering(admin, topic, range(partitions), timeout)
     except TimeoutError as e:
-        raise BrokerUnavailableError(f"{WHO}: {e}; nothing was sent") from None
+        raise BrokerUnavailableError(f"{WHO}: {e}; {then}") from None
     return [ends[p] for p in range(partitions)]
 
 
-def _check_grown(bootstrap: str, topic: str, starts: list[int], written: list[int]) -> None:
-    """Each partition grew by at least what the tasks wrote there (see the module's docstring)."""
-    ends = _answering(bootstrap, topic, len(starts))
-    short = [f"[{p}] {w} written, grew by {e - s} ({s} -> {e})"
-             for p, (s, e, w) in enumerate(zip(starts, ends, written)) if e - s < w]
+def _check_grown(bootstrap: str, topic: str, starts: list[int], written: list[int], *, settle: bool = False,
+                 quiet: float = SETTLE_QUIET) -> None:
+    """Each partition grew by at least what the tasks wrote there (see the module's docstring).
+    With `settle` (the caller's acks=0 or 1: a task's end does not mean the broker has
+    appended, nor made visible, what it sent) a short partition is looked at again until it
+    is full, or its end offsets stop moving for `quiet` seconds."""
+    admin = broker_mod.quiet_admin(bootstrap)
+    then = "what the sink wrote is not checked"
+    ends = _ends(admin, topic, len(starts), then=then)
+    moved = time.monotonic()
+    while settle and _short(starts, ends, written) and time.monotonic() - moved < quiet:
+        time.sleep(0.1)
+        now = _ends(admin, topic, len(starts), then=then)
+        if now != ends:
+            ends, moved = now, time.monotonic()
+    short = _short(starts, ends, written)
     if short:
         raise KafkaRequestError(f"{WHO}: topic {topic!r} does not hold every message Spark's Kafka sink wrote: "
                                 f"{'; '.join(short[:5])}")
+
+
+def _short(starts: list[int], ends: list[int], written: list[int]) -> list[str]:
+    return [f"[{p}] {w} written, grew by {e - s} ({s} -> {e})"
+            for p, (s, e, w) in enumerate(zip(starts, ends, written)) if e - s < w]
 
 
 # -- in the executors ------------------------------------------------------------------------------

@@ -60,3 +60,25 @@ def test_a_message_the_sink_wrote_but_the_topic_lacks_fails_the_publish(spark, t
             probe.close()
         assert f"topic {run.topic!r} does not hold every message" in str(e.value), e.value
         assert f"[0] {end + 1} written, grew by {end} (0 -> {end})" in str(e.value), e.value
+
+
+def test_acks_0_messages_still_on_their_way_are_waited_for(spark, tmp_path):
+    """Under acks=0 a task ends once its requests are on the socket, not once the broker has
+    appended them: every Produce request of the sink is held a second by the gate, so the
+    job ends with the topic still empty. The publish looks again until the topic holds
+    all it wrote (a CI run on a loaded machine failed here before it did)."""
+    from shmcache.spark import datagen, publish
+    from _kafka_gate import PRODUCE
+
+    client = "t-late-spark"
+    datagen.write(tmp_path / "src", 20000, seed=5)
+    with broker_run(tmp_path, "sink-late", 1, seed=61, gated=True) as run:
+        run.gate.slow_down([PRODUCE], client, 1.0)
+        report = publish.publish(spark, str(tmp_path / "src"), run.bootstrap, run.topic,
+                                 kafka_options={"client.id": client, "acks": "0", "enable.idempotence": "false"})
+        assert run.gate.slowed >= 1
+        probe = KafkaProbe(run.bootstrap, run.topic, 1)
+        try:
+            assert probe.end_offsets()[0] == report.messages
+        finally:
+            probe.close()
