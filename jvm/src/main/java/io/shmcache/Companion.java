@@ -9,6 +9,7 @@ import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
+import java.nio.file.attribute.PosixFileAttributes;
 
 /**
  * The readers' companion (docs/segment-format.md, section 13): this process counts its
@@ -33,12 +34,20 @@ final class Companion {
         return Path.of(SHM_DIR, ".shmcache-" + name + ".readers");
     }
 
-    /** The companion of the cache with this creation id, or null if none is usable. */
-    static Companion open(String name, long creationId) {
+    /**
+     * The companion of the cache with this creation id, or null if none is usable (or, with
+     * an owner, if another user owns it: not counted in, as the Python reader).
+     */
+    static Companion open(String name, long creationId, Owner owner) {
         Path path = pathOf(name);
         try {
-            BasicFileAttributes a = Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+            BasicFileAttributes a = owner == null
+                    ? Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS)
+                    : Files.readAttributes(path, PosixFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
             if (!a.isRegularFile() || a.size() != COMPANION_BYTES) {
+                return null;
+            }
+            if (owner != null && !owner.owns((PosixFileAttributes) a)) {
                 return null;
             }
         } catch (IOException e) {

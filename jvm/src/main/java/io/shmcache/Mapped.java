@@ -12,6 +12,7 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.BasicFileAttributes;
+import java.nio.file.attribute.PosixFileAttributes;
 import java.util.function.IntToLongFunction;
 
 /**
@@ -52,9 +53,19 @@ final class Mapped {
 
     /** Opens, checks and maps the file at path (sections 1 and 4). */
     static Mapped open(String cache, Path path) {
+        return open(cache, path, null);
+    }
+
+    /**
+     * Opens, checks and maps the file at path (sections 1 and 4); with an owner, refuses
+     * ({@link ShmcacheException.WrongOwner}) a file another user owns before it is opened,
+     * and a file replaced at the path between that look and the open before a byte is read.
+     */
+    static Mapped open(String cache, Path path, Owner owner) {
         BasicFileAttributes a;
         try {
-            a = Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+            a = owner == null ? Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS)
+                    : Files.readAttributes(path, PosixFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
         } catch (NoSuchFileException e) {
             throw new ShmcacheException.NotFound(cache, "no such cache (" + path + ")");
         } catch (IOException e) {
@@ -63,7 +74,17 @@ final class Mapped {
         if (!a.isRegularFile()) { // a FIFO, a directory, a link: never opened, never followed
             throw new ShmcacheException.NotACache(cache, path + " is not a regular file, not a shmcache segment");
         }
+        if (owner != null) {
+            owner.check(cache, path, (PosixFileAttributes) a, "");
+        }
         try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS)) {
+            if (owner != null) { // the file opened is the one whose owner was looked at (Java has no fstat)
+                BasicFileAttributes now = at(path);
+                if (now == null || !a.fileKey().equals(now.fileKey())) {
+                    throw new ShmcacheException.NotACache(cache, path + " was replaced while it was being opened, "
+                            + "after its owner was checked (owner=" + owner + "): not read; attach again");
+                }
+            }
             long size = ch.size();
             ByteBuffer head = ByteBuffer.allocate((int) PAGE).order(ByteOrder.LITTLE_ENDIAN);
             while (head.hasRemaining() && ch.read(head, head.position()) > 0) {

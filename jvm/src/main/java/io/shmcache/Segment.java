@@ -23,6 +23,11 @@ import net.jpountz.xxhash.XXHashFactory;
  * under the mapping makes lookups throw {@link ShmcacheException.Corrupt} ("cut short"),
  * never kill the process. Not guaranteed: the memory of a replaced file stays mapped
  * until the garbage collector drops its buffers (Java cannot unmap a buffer safely).
+ *
+ * <p>Told its cache's {@link Owner} ({@link #attach(String, Owner)}), a handle refuses a
+ * file another user owns with {@link ShmcacheException.WrongOwner} naming both users, at
+ * attach and at every re-attach to a re-created cache, before reading any byte of it; a
+ * readers' companion another user owns is not counted in.
  */
 public final class Segment implements AutoCloseable {
     private static final Pattern NAME = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._-]{0,199}");
@@ -32,6 +37,8 @@ public final class Segment implements AutoCloseable {
     private final String name;
     private final Path path;
     private final boolean follow;
+    private final Owner owner;           // null: any owner
+    private volatile ShmcacheException.WrongOwner refused; // the file at the name is another user's
     private volatile Mapped cur;        // null: nothing at the name any more
     private volatile Companion comp;    // null: uncounted in shared memory
     private volatile boolean closed;
@@ -42,30 +49,50 @@ public final class Segment implements AutoCloseable {
     final AtomicLong retries = new AtomicLong(), corruptions = new AtomicLong();
     private final Set<Long> warned = ConcurrentHashMap.newKeySet();
 
-    private Segment(String name, Path path, boolean follow, Mapped m) {
+    private Segment(String name, Path path, boolean follow, Owner owner, Mapped m) {
         this.name = name;
         this.path = path;
         this.follow = follow;
+        this.owner = owner;
         this.cur = m;
         if (follow) {
-            this.comp = Companion.open(name, m.creationId);
+            this.comp = Companion.open(name, m.creationId, owner);
         }
         this.nextCheck = System.nanoTime() + FOLLOW_INTERVAL_NS;
     }
 
     /** Maps cache {@code name} (/dev/shm/NAME) read-only and joins its readers' companion. */
     public static Segment attach(String name) {
+        return attach(name, null);
+    }
+
+    /**
+     * Maps cache {@code name} if its file belongs to {@code owner} (null: any user), else
+     * {@link ShmcacheException.WrongOwner} naming both, before anything of it is read; every
+     * re-attach to a re-created cache checks the owner again.
+     */
+    public static Segment attach(String name, Owner owner) {
         if (name == null || !NAME.matcher(name).matches()) {
             throw new ShmcacheException.NotFound(String.valueOf(name), "not a valid cache name: use 1-200 letters, "
                     + "digits, '.', '_' or '-', starting with a letter or digit");
         }
         Path p = Path.of(SHM_DIR, name);
-        return new Segment(name, p, true, Mapped.open(name, p));
+        return new Segment(name, p, true, owner, Mapped.open(name, p, owner));
     }
 
     /** Maps a segment's file anywhere: the same checks; no companion, no following. */
     public static Segment attachPath(Path path) {
-        return new Segment(path.toString(), path, false, Mapped.open(path.toString(), path));
+        return attachPath(path, null);
+    }
+
+    /** {@link #attachPath(Path)} of a file that must belong to {@code owner} (null: any user). */
+    public static Segment attachPath(Path path, Owner owner) {
+        return new Segment(path.toString(), path, false, owner, Mapped.open(path.toString(), path, owner));
+    }
+
+    /** The owner this handle insists on, null for any. */
+    public Owner owner() {
+        return owner;
     }
 
     public String name() {
@@ -170,6 +197,10 @@ public final class Segment implements AutoCloseable {
             if (closed) {
                 throw new ShmcacheException.Closed(name);
             }
+            ShmcacheException.WrongOwner r = refused;
+            if (r != null) {
+                throw new ShmcacheException.WrongOwner(r);
+            }
             throw new ShmcacheException.NotFound(name, "was destroyed (no " + path
                     + "); it is mapped again once it is re-created");
         }
@@ -206,18 +237,25 @@ public final class Segment implements AutoCloseable {
             return;
         }
         if (!follow || (m == null && there == null)) {
+            refused = null; // the refused file is gone too: nothing at the name
             return;
         }
         Mapped next = null;
         if (there != null) {
             try {
-                next = Mapped.open(name, path);
+                next = Mapped.open(name, path, owner);
+            } catch (ShmcacheException.WrongOwner e) {
+                refused = e; // another user's file at the name: nothing of it is read, lookups say so
+                cur = null;
+                comp = null;
+                return;
             } catch (ShmcacheException e) {
                 return; // a damaged or half-gone file: keep what is mapped, look again later
             }
         }
+        refused = null;
         cur = next;
-        comp = next == null ? null : Companion.open(name, next.creationId);
+        comp = next == null ? null : Companion.open(name, next.creationId, owner);
     }
 
     /** Counts a finished call in the handle and in the companion. */

@@ -57,6 +57,17 @@ public class ShmcacheException extends RuntimeException {
         public String field() { return field; }
     }
 
+    /**
+     * The cache's file belongs to another user than the reader was told to expect
+     * ({@link Segment#attach(String, Owner)}): Python's CacheOwnerError. Nothing of the file was read.
+     */
+    public static final class WrongOwner extends ShmcacheException {
+        private static final long serialVersionUID = 1L;
+        WrongOwner(String cache, String message) { super(cache, message, null); }
+        /** The same refusal again (a lookup of a handle whose cache was re-created by another user). */
+        WrongOwner(WrongOwner first) { super(first.cache(), first.getMessage(), null, true); }
+    }
+
     /** A key that is not the cache's key size. */
     public static final class KeySize extends ShmcacheException {
         private static final long serialVersionUID = 1L;

@@ -1,6 +1,7 @@
 package io.shmcache.spark;
 
 import io.shmcache.Call;
+import io.shmcache.Owner;
 import io.shmcache.Segment;
 import io.shmcache.ShmcacheException;
 import java.io.IOException;
@@ -23,6 +24,11 @@ import org.apache.spark.unsafe.types.UTF8String;
  * job is done). A null key is a miss. At a task's first lookup the handle looks at the
  * name (a re-created cache is mapped again, a file cut short is an error).
  *
+ * <p>With an owner (the 3-argument SQL functions), the handle is attached with
+ * {@link Segment#attach(String, io.shmcache.Owner)}: a cache whose file another user owns
+ * fails the task with {@link ShmcacheException.WrongOwner} naming both users, at its first
+ * attach and at every re-attach, before anything of it is read. A handle per (cache, owner).
+ *
  * <p>Errors fail the task with a message naming what was wrong: a cache missing on this
  * host (every machine that runs executors needs its own `shmcache run`), a key of the
  * wrong length or not hex, naming the key column.
@@ -41,7 +47,7 @@ public final class Lookups {
         long task = Long.MIN_VALUE;
         long rows; // keys this task looked up so far: the row an error names
         boolean inTask; // false: the driver evaluates the plan itself (a local table's projection)
-        UTF8String lastName;
+        UTF8String lastName, lastOwner;
         Call last;
         Segment lastSeg;
 
@@ -54,7 +60,12 @@ public final class Lookups {
 
     /** The value of a raw key (binary), null where not found or the key is null. */
     public static byte[] get(UTF8String cache, byte[] key, UTF8String column) {
-        Call c = call(cache);
+        return get(cache, key, column, null);
+    }
+
+    /** {@link #get} from a cache that must belong to {@code owner} (a user name or uid; null: any). */
+    public static byte[] get(UTF8String cache, byte[] key, UTF8String column, UTF8String owner) {
+        Call c = call(cache, owner);
         if (key == null) {
             c.countMiss();
             done(c);
@@ -71,7 +82,12 @@ public final class Lookups {
 
     /** Whether a raw key is present; false for a null key. */
     public static boolean contains(UTF8String cache, byte[] key, UTF8String column) {
-        Call c = call(cache);
+        return contains(cache, key, column, null);
+    }
+
+    /** {@link #contains} in a cache that must belong to {@code owner} (null: any). */
+    public static boolean contains(UTF8String cache, byte[] key, UTF8String column, UTF8String owner) {
+        Call c = call(cache, owner);
         if (key == null) {
             c.countMiss();
             done(c);
@@ -88,16 +104,27 @@ public final class Lookups {
 
     /** {@link #get} for a key given as 2 * key_size hex digits (either case). */
     public static byte[] getHex(UTF8String cache, UTF8String key, UTF8String column) {
-        return key == null ? get(cache, null, column) : get(cache, unhex(cache, key, column), column);
+        return getHex(cache, key, column, null);
+    }
+
+    /** {@link #getHex} from a cache that must belong to {@code owner} (null: any). */
+    public static byte[] getHex(UTF8String cache, UTF8String key, UTF8String column, UTF8String owner) {
+        return key == null ? get(cache, null, column, owner) : get(cache, unhex(cache, key, column, owner), column, owner);
     }
 
     /** {@link #contains} for a key given as hex digits. */
     public static boolean containsHex(UTF8String cache, UTF8String key, UTF8String column) {
-        return key == null ? contains(cache, null, column) : contains(cache, unhex(cache, key, column), column);
+        return containsHex(cache, key, column, null);
     }
 
-    private static byte[] unhex(UTF8String cache, UTF8String key, UTF8String column) {
-        call(cache);
+    /** {@link #containsHex} in a cache that must belong to {@code owner} (null: any). */
+    public static boolean containsHex(UTF8String cache, UTF8String key, UTF8String column, UTF8String owner) {
+        return key == null ? contains(cache, null, column, owner)
+                : contains(cache, unhex(cache, key, column, owner), column, owner);
+    }
+
+    private static byte[] unhex(UTF8String cache, UTF8String key, UTF8String column, UTF8String owner) {
+        call(cache, owner);
         Tally t = TALLY.get();
         t.rows--; // counted again by the lookup of the parsed key
         int ks = t.lastSeg.keySize();
@@ -124,7 +151,7 @@ public final class Lookups {
     }
 
     /** This thread's call on the cache, attaching it at its first use in this JVM. */
-    private static Call call(UTF8String cache) {
+    private static Call call(UTF8String cache, UTF8String owner) {
         Tally t = TALLY.get();
         TaskContext ctx = TaskContext.get();
         long task = ctx == null ? driverQuery() : ctx.taskAttemptId();
@@ -143,16 +170,18 @@ public final class Lookups {
         if (cache == null) {
             throw new IllegalArgumentException("shmcache: the cache name is null");
         }
-        if (!cache.equals(t.lastName)) {
-            String name = cache.toString();
-            Call c = t.calls.get(name);
-            Segment seg = handle(name);
+        if (!cache.equals(t.lastName) || !(owner == null ? t.lastOwner == null : owner.equals(t.lastOwner))) {
+            String name = cache.toString(), who = owner == null ? null : owner.toString();
+            String id = handleId(name, who);
+            Call c = t.calls.get(id);
+            Segment seg = handle(name, who);
             if (c == null) {
                 seg.check(); // the task's first look at the name
                 c = seg.call();
-                t.calls.put(name, c);
+                t.calls.put(id, c);
             }
             t.lastName = cache.clone();
+            t.lastOwner = owner == null ? null : owner.clone();
             t.last = c;
             t.lastSeg = seg;
         }
@@ -184,13 +213,19 @@ public final class Lookups {
         }
     }
 
-    private static Segment handle(String name) {
-        Segment s = HANDLES.get(name);
+    /** The key of a handle (and of a task's call): the cache, and the owner it must have. */
+    private static String handleId(String name, String owner) {
+        return owner == null ? name : name + '\0' + owner;
+    }
+
+    private static Segment handle(String name, String owner) {
+        String id = handleId(name, owner);
+        Segment s = HANDLES.get(id);
         if (s != null) {
             return s;
         }
         try {
-            return HANDLES.computeIfAbsent(name, Segment::attach);
+            return HANDLES.computeIfAbsent(id, k -> Segment.attach(name, owner == null ? null : Owner.of(name, owner)));
         } catch (ShmcacheException.NotFound e) {
             throw missing(name, e);
         }
@@ -199,9 +234,11 @@ public final class Lookups {
     private static RuntimeException explain(ShmcacheException e, UTF8String cache, UTF8String column, byte[] key) {
         String name = cache.toString();
         if (e instanceof ShmcacheException.NotFound) {
-            HANDLES.remove(name); // attached again at the next lookup; not closed: other tasks may hold it
-            TALLY.get().calls.remove(name);
-            TALLY.get().lastName = null;
+            Tally t = TALLY.get();
+            String id = handleId(name, t.lastOwner == null ? null : t.lastOwner.toString());
+            HANDLES.remove(id); // attached again at the next lookup; not closed: other tasks may hold it
+            t.calls.remove(id);
+            t.lastName = null;
             return missing(name, e);
         }
         if (e instanceof ShmcacheException.KeySize) {
