@@ -6,9 +6,9 @@
 Two engines give the same rows. engine="jvm" (the default when the shmcache JVM jar
 is built, see _session.py) looks keys up inside the executors' JVM with the Spark SQL
 functions shmcache_get / shmcache_contains (jvm/: a Java reader of the segment,
-compiled into the stage's generated code), so no row goes through a Python worker for
-the lookup; decode="txmeta" then decodes the value column in a Python worker
-(mapInArrow over the values only). engine="python" uses `DataFrame.mapInArrow`: each
+compiled into the stage's generated code), and decode="txmeta" with shmcache_txmeta (the
+same decoder in Java), so no row goes through a Python worker at all; owner= is the
+functions' third argument. engine="python" uses `DataFrame.mapInArrow`: each
 Arrow batch of `df` goes to an executor's Python worker, which attaches the cache
 read-only once (see _executor.py), converts the key column without per-row Python
 objects (_keys.py), calls `get_many_packed` and appends the results as Arrow arrays
@@ -48,12 +48,13 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
     when the plan runs (Spark wraps them in an exception that keeps the text).
 
     `engine`: "jvm" (the default when the shmcache JVM jar is built, the session loads it,
-    and neither barrier nor owner is given) or "python"; see the module docstring.
+    and barrier is not given) or "python"; see the module docstring.
 
     `owner` (a user name or uid, e.g. "shmcache"): each executor refuses a cache whose file
-    another user owns (CacheOwnerError naming both), at its first attach and at every
-    re-attach to a re-created cache, before reading anything of it. It takes the Python
-    engine (the JVM reader does not check owners).
+    another user owns (naming both: CacheOwnerError in a Python worker, the JVM reader's
+    ShmcacheException.WrongOwner), at its first attach and at every re-attach to a
+    re-created cache, before reading anything of it. The name is looked up on each
+    executor's machine.
     """
     from pyspark.sql.types import BooleanType, BinaryType, StructField, StructType
 
@@ -65,11 +66,9 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
         raise ValueError(f"{WHO}: engine={engine!r}; expected one of {ENGINES}")
     if engine == "jvm" and barrier:
         raise ValueError(f"{WHO}: barrier=True is a mapInArrow stage: use engine='python'")
-    if owner is not None and (isinstance(owner, bool) or not isinstance(owner, (int, str)) or owner == ""):
+    if owner is not None and (isinstance(owner, bool) or not isinstance(owner, (int, str)) or owner == ""
+                              or (isinstance(owner, int) and owner < 0)):
         raise ValueError(f"{WHO}: owner={owner!r}; expected a user name or a uid")
-    if engine == "jvm" and owner is not None:
-        raise ValueError(f"{WHO}: owner= is checked by the Python engine only (the JVM reader does not check "
-                         "whose the cache is): use engine='python'")
     if key_col not in df.columns:
         raise ValueError(f"{WHO}: no key column {key_col!r} in {df.columns}")
     _keys.check_type(df.schema[key_col].dataType, key_col, WHO)
@@ -83,34 +82,36 @@ def lookup(df, key_col: str = "tx_hash", cache: str = "txmeta", *, decode: str |
         raise ValueError(f"{WHO}: output column(s) {clash or [f.name for f in new]} would clash with df's "
                          "columns or each other; rename them or pass value_col=/found_col=")
     if engine is None:
-        engine = "jvm" if not barrier and owner is None and _jvm_usable(df.sparkSession) else "python"
+        engine = "jvm" if not barrier and _jvm_usable(df.sparkSession) else "python"
     if engine == "jvm":
-        return _lookup_jvm(df, key_col, cache, decode, value_col, found_col, new)
+        return _lookup_jvm(df, key_col, cache, decode, value_col, found_col, owner)
     schema = StructType(list(df.schema.fields) + new)
     fn = partial(lookup_batches, cache=cache, key_col=key_col, decode=decode, value_col=value_col,
                  found_col=found_col, owner=owner)
     return df.mapInArrow(fn, schema, barrier=barrier)
 
 
-def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, new):
-    """The lookup as Spark SQL functions in the executors' JVM; decode in a Python worker over the values."""
+def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, owner):
+    """The lookup, and the txmeta decoding, as Spark SQL functions in the executors' JVM."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
 
     _register_jvm(df.sparkSession)
     cols = [F.col(f"`{c}`") for c in df.columns]
-    key = F.col(f"`{key_col}`")
+    args = [F.lit(cache), F.col(f"`{key_col}`")] + ([F.lit(str(owner))] if owner is not None else [])
     if value_col is None and decode is None:
-        return df.select(*cols, F.call_function("shmcache_contains", F.lit(cache), key).alias(found_col))
+        return df.select(*cols, F.call_function("shmcache_contains", *args).alias(found_col))
     tmp = value_col or f"__shmcache_value_{found_col}"
-    staged = df.select(*cols, F.call_function("shmcache_get", F.lit(cache), key).alias(tmp))
+    # the lookup in a projection of its own (it is not deterministic: Spark keeps it apart and
+    # evaluates it once a row), then what is derived from its value
+    staged = df.select(*cols, F.call_function("shmcache_get", *args).alias(tmp))
     value = F.col(f"`{tmp}`")
+    out = [value.isNotNull().alias(found_col)] + ([value] if value_col is not None else [])
     if decode is None:
-        return staged.select(*cols, value.isNotNull().alias(found_col), value)
-    staged = staged.select(*cols, value.isNotNull().alias(found_col), value)
-    schema = StructType(list(df.schema.fields) + new)
-    fn = partial(decode_batches, value_col=tmp, keep_value=value_col is not None)
-    return staged.mapInArrow(fn, schema)
+        return staged.select(*cols, *out)
+    meta = f"__shmcache_txmeta_{found_col}"
+    staged = staged.select(*cols, value, F.call_function("shmcache_txmeta", value).alias(meta))
+    fields = [F.col(f"`{meta}`").getField(f.name).alias(f.name) for f in decoded_fields()]
+    return staged.select(*cols, *out, *fields)
 
 
 _REGISTERED: set[int] = set()  # ids of the JVM sessions the functions are registered in
@@ -149,37 +150,12 @@ def _register_jvm(spark) -> None:
     _REGISTERED.add(id(js))
 
 
-def decode_batches(batches, *, value_col: str, keep_value: bool):
-    """mapInArrow's function after the JVM lookup: the txmeta columns decoded from the value
-    column's buffers (no per-row Python object), the value column kept or dropped."""
-    import pyarrow as pa
-
-    from shmcache import txmeta
-
-    for batch in batches:
-        values = batch.column(value_col)
-        n = len(values)
-        found = ~values.is_null().to_numpy(zero_copy_only=False) if n else np.zeros(0, np.bool_)
-        bufs = values.buffers()
-        width = np.int64 if pa.types.is_large_binary(values.type) else np.int32
-        offsets = np.frombuffer(bufs[1], width, n + 1, values.offset * np.dtype(width).itemsize).astype(np.int64) \
-            if n else np.zeros(1, np.int64)
-        data = np.frombuffer(bufs[2], np.uint8) if n and bufs[2] is not None else np.zeros(0, np.uint8)
-        fields = txmeta.to_arrow(txmeta.decode(offsets, data, found))
-        cols, names = [], []
-        for name, col in zip(batch.schema.names, batch.columns):
-            if name != value_col or keep_value:
-                cols.append(col)
-                names.append(name)
-        yield pa.RecordBatch.from_arrays(cols + list(fields.values()), names=names + list(fields))
-
-
 def decoded_fields():
-    """The txmeta columns as Spark fields (from the one Arrow schema in txmeta.py)."""
+    """The txmeta columns as Spark fields (from the one Arrow schema in formats/txmeta.py)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from shmcache import txmeta
+    from shmcache.formats import txmeta
 
     return list(from_arrow_schema(pa.schema(txmeta.arrow_fields())).fields)
 
@@ -209,7 +185,7 @@ def lookup_batches(batches, *, cache: str, key_col: str, decode: str | None, val
         if value_col is not None:
             cols.append(packed.to_arrow())
         if decode == "txmeta":
-            from shmcache import txmeta
+            from shmcache.formats import txmeta
 
             fields = txmeta.to_arrow(txmeta.decode(packed.offsets, packed.data, packed.found))
             cols += list(fields.values())

@@ -3,9 +3,12 @@ lookup(engine="python") on a local[2] session, over a real cache filled by the P
 writer: identical rows for every key, misses, null keys and decoded columns included,
 keys as binary and hex; the SQL functions from SQL; errors naming the column, the cache
 and the host; a re-created cache re-attached; hits and misses in the readers' companion;
-a jar built for another Spark refused. Skipped where the jar is not built (scripts/setup)."""
+a jar built for another Spark refused; owner= checked by the JVM reader (a cache of another
+uid refused naming both, at attach and at re-attach); the JVM's txmeta decoder against the
+Python one on malformed values. Skipped where the jar is not built (scripts/setup)."""
 
 import os
+import pwd
 import socket
 import zipfile
 
@@ -14,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import shmcache
-from shmcache import txmeta
+from shmcache.formats import txmeta
 from shmcache.spark import lookup
 from shmcache.spark import _session
 
@@ -63,6 +66,8 @@ def test_jvm_and_python_give_identical_rows(spark, filled, as_hex, decode, value
     assert got == want
     found = jvm.columns.index("found")
     assert sum(r[found] for r in got) == N - N // 4  # the deletes, the misses and the nulls are misses
+    plan = jvm._jdf.queryExecution().executedPlan().toString()
+    assert "MapInArrow" not in plan and "BatchEvalPython" not in plan, plan  # no Python worker, decode included
 
 
 def test_jvm_and_python_agree_on_a_cache_filled_by_shmcache_run(spark, harness, kafka_topic):
@@ -198,3 +203,109 @@ def test_a_jar_built_for_another_spark_is_refused(tmp_path):
         z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nShmcache-Spark-Version: 3.5.1\n")
     with pytest.raises(_session.SparkSetupError, match=r"built for Spark 3\.5\.1.*mvn -q package -Dspark.version="):
         _session.check_jvm_jar(str(jar))
+
+
+STRANGER = 12345  # a uid with no user here: the other owner
+
+
+def test_owner_is_checked_by_the_jvm_reader_at_attach_and_reattach(spark, filled):
+    """owner= with engine="jvm" (and by default): the cache's owner, by name or uid, reads as
+    the Python engine does; another user refuses it naming both; a cache destroyed and made
+    again by another uid is refused at the executor's re-attach, and read when told that uid."""
+    if os.geteuid() != 0:
+        pytest.skip("a cache of another uid (chown): needs root")
+    name, keys = filled
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    df = _query(spark, keys[:60], nulls=2).repartition(2)
+    want = _rows(lookup(df, cache=name, owner=me, engine="python"))
+    for owner in (me, os.geteuid(), str(os.geteuid())):
+        assert _rows(lookup(df, cache=name, owner=owner, engine="jvm")) == want
+    plan = lookup(df, cache=name, owner=me)._jdf.queryExecution().executedPlan().toString()
+    assert "MapInArrow" not in plan, plan  # owner= no longer takes the Python engine
+    one = keys[1].tobytes()
+    with shmcache.attach(name) as r:
+        value = r.get(one)
+    row = spark.sql(f"SELECT shmcache_get('{name}', unhex('{one.hex()}'), '{me}') AS v, "
+                    f"shmcache_contains('{name}', '{one.hex()}', {os.geteuid()}) AS c").collect()[0]  # a uid as an int
+    assert bytes(row.v) == value and row.c is True
+    with pytest.raises(Exception, match=f"belongs to uid 0 \\(root\\), not to uid {STRANGER} "):
+        spark.sql(f"SELECT shmcache_contains('{name}', '{one.hex()}', {STRANGER})").collect()
+    for wrong, said in (("nobody", "not to uid 65534 (nobody)"), (STRANGER, f"not to uid {STRANGER}")):
+        with pytest.raises(Exception) as e:
+            lookup(df, cache=name, owner=wrong, engine="jvm").collect()
+        assert f"/dev/shm/{name} belongs to uid 0 (root), {said} as its reader was told (owner={wrong})" in str(e.value)
+    with pytest.raises(Exception, match="no such user"):
+        lookup(df, cache=name, owner="no-such-user-shmcache-40", engine="jvm").collect()
+    shmcache.destroy(name)  # made again at the name by another user: the executors' handle follows the name
+    try:
+        with shmcache.create(name, memory="64MiB") as w:
+            w.set_many(keys[:60], [b"a squatter's value"] * 60)
+        os.chown(f"/dev/shm/{name}", STRANGER, -1)
+        with pytest.raises(Exception) as e:
+            lookup(df, cache=name, owner=me, engine="jvm").collect()
+        assert f"/dev/shm/{name} belongs to uid {STRANGER}, not to uid 0 (root)" in str(e.value)
+        rows = lookup(df, cache=name, owner=STRANGER, engine="jvm").collect()
+        assert {bytes(r.value) for r in rows if r.found} == {b"a squatter's value"}
+        assert _rows(lookup(df, cache=name, owner=STRANGER, engine="jvm")) == \
+            _rows(lookup(df, cache=name, owner=STRANGER, engine="python"))
+    finally:
+        if shmcache.exists(name):
+            shmcache.destroy(name, force=True)
+
+
+def _malformed_values(rng):
+    """Values of every shape the decoder must refuse or accept: Teranode-shaped records,
+    and the same cut short, with bytes appended (4 of them are a height), with a parent or
+    vout count past the end (up to 2**32-1), with fee and size past 2**63, byte flips,
+    random bytes, and the edges (empty, 20 and 21 bytes, no parents)."""
+    n = 400
+    offsets, data = txmeta.encode(txmeta.generate(n, rng, max_parents=4, max_vouts=3))
+    good = [data[offsets[i]:offsets[i + 1]].tobytes() for i in range(n)]
+    out = good[:40] + [b"", bytes(20), bytes(21), bytes(25), bytes(24), bytes(26), b"\xff" * 21,
+                       bytes(17) + (0xFFFFFFFF).to_bytes(4, "little"),
+                       bytes(17) + (1).to_bytes(4, "little") + bytes(32) + (0xFFFFFFFF).to_bytes(4, "little")]
+    for v in good[40:]:
+        b = bytearray(v)
+        kind = int(rng.integers(0, 8))
+        if kind == 0:
+            b = b[:int(rng.integers(0, len(b)))]
+        elif kind == 1:
+            b += bytes(rng.integers(0, 256, int(rng.integers(1, 9)), np.uint8))
+        elif kind == 2:
+            b[17:21] = int(rng.choice([0, 1, 2, 5, 1000, 0x7FFFFFFF, 0xFFFFFFFF])).to_bytes(4, "little")
+        elif kind == 3:  # the first parent's vout count
+            at = 21 + 32 * int.from_bytes(b[17:21], "little")
+            b[at:at + 4] = int(rng.choice([0, 2, 3, 100, 0xFFFFFFFF])).to_bytes(4, "little")
+        elif kind == 4:
+            b[0:16] = bytes(rng.integers(128, 256, 16, np.uint8))  # fee and size >= 2**63 as u64
+        elif kind == 5:
+            for _ in range(int(rng.integers(1, 4))):
+                b[int(rng.integers(0, len(b)))] ^= 1 << int(rng.integers(0, 8))
+        elif kind == 6:
+            b = bytearray(rng.integers(0, 256, int(rng.integers(0, 200)), np.uint8).tobytes())
+        out.append(bytes(b))
+    return out
+
+
+def test_the_jvm_txmeta_decoder_matches_the_python_one_on_malformed_values(spark):
+    """shmcache_txmeta(value) in the executors' JVM against txmeta.decode + to_arrow, row for
+    row: the same fields, the same nulls (a value that does not parse, a null value, a missing
+    height), whatever the bytes say."""
+    rng = np.random.default_rng(4040)
+    values = _malformed_values(rng) + [None]
+    py_vals = [v if v is not None else b"" for v in values]
+    offsets = np.zeros(len(py_vals) + 1, np.int64)
+    np.cumsum([len(v) for v in py_vals], out=offsets[1:])
+    data = np.frombuffer(b"".join(py_vals), np.uint8)
+    present = np.array([v is not None for v in values])
+    want = pa.table(txmeta.to_arrow(txmeta.decode(offsets, data, present))).to_pylist()
+    assert sum(r["fee"] is not None for r in want) > 60 and sum(r["fee"] is None for r in want) > 100  # both kinds
+    df = spark.createDataFrame(pa.table({"row": pa.array(range(len(values))), "v": pa.array(values, pa.binary())}))
+    got = df.repartition(3).selectExpr("row", "shmcache_txmeta(v) AS m").select("row", "m.*").collect()
+    got = sorted(got, key=lambda r: r.row)
+    fields = [f for f, _ in txmeta.arrow_fields()]
+    assert len(got) == len(values)
+    for r, w in zip(got, want):
+        g = {f: r[f] for f in fields}
+        g["parents"] = None if g["parents"] is None else [bytes(p) for p in g["parents"]]
+        assert g == w, (r.row, values[r.row].hex() if values[r.row] is not None else None)
