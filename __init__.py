@@ -27,6 +27,7 @@ _LAZY = {  # name -> (module, attribute)
     "snapshot": ("shmcache.engine.snapshot", "write"),
     "restore": ("shmcache.engine.snapshot", "restore"),
     "verify_snapshot": ("shmcache.engine.snapshot", "verify"),
+    "txmeta": ("shmcache.formats.txmeta", None),  # the module: the txmeta value codec (decode, to_arrow)
 }
 
 __all__ = ["create", "attach", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", "snapshot", "restore",
@@ -40,7 +41,8 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'shmcache' has no attribute {name!r}") from None
     import importlib
 
-    value = getattr(importlib.import_module(module), attr)
+    value = importlib.import_module(module)
+    value = value if attr is None else getattr(value, attr)
     globals()[name] = value  # once: later lookups never come here
     return value
 

@@ -38,7 +38,7 @@ STRIDE = 7919
 def data(n: int):
     import hashlib
 
-    from shmcache import txmeta
+    from shmcache.formats import txmeta
 
     keys = np.empty((n, 32), np.uint8)
     for i in range(n):

@@ -2,7 +2,7 @@
 
 Entries come from one seeded generator, chunk by chunk, so every format carries the
 same keys and values in the same order: random 32-byte tx hashes, random 61-141-byte
-values, all ADD. Per format, as its producers send it (consumer/producer.py):
+values, all ADD. Per format, as its producers send it (produce/producer.py):
 - v1: messages of BATCH entries keyed by their first hash, placed by murmur2_random;
 - v2: each entry to `partitioners.v2_partition(xxh64)`, so every partition owns a
   range of the table's buckets; within a partition, in generation order, messages of
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shmcache.consumer import partitioners, wire
+from shmcache.formats import partitioners, wire
 
 BATCH = 1024  # entries per v1/v2 message
 SAMPLE = 10_000  # keys read back per run

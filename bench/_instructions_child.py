@@ -26,7 +26,7 @@ def _lookup(label: str, n: int, batches: int, toggle) -> int:
     import shmcache
     import test_lookup_bounds
     from shmcache.engine import _input, _lookup
-    from shmcache.engine._xxh64 import xxh64_rows
+    from shmcache.engine.xxh64 import xxh64_rows
 
     LK = _lookup if label == "today" else test_lookup_bounds._variant(label)  # noqa: N806 - a module
     ds = P.make_dataset(n, with_bytes=False)
@@ -60,7 +60,7 @@ def _add(label: str, n: int, batches: int, toggle) -> int:
     import shmcache
     import test_instructions
     from shmcache.engine import _input, _kernels
-    from shmcache.engine._xxh64 import xxh64_rows
+    from shmcache.engine.xxh64 import xxh64_rows
     from shmcache.engine.reader import SPIN_LIMIT
 
     K = _kernels if label == "today" else test_instructions.add_variant(label)  # noqa: N806 - a module

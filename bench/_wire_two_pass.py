@@ -1,4 +1,4 @@
-"""The decode of a consume() batch as it was up to commit 94080f9 (consumer/_wire_kernels.py
+"""The decode of a consume() batch as it was up to commit 94080f9 (formats/_wire_kernels.py
 scan_many and gather_many), for bench/test_worker_loop.py to run beside today's: every
 message scanned for its counts, then every message gathered, a second walk of its bytes.
 The per-message kernels `scan` and `gather` it calls are still the module's own."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.consumer._wire_kernels import (_V1_HEADER, _V2_COUNT_AT, _V2_ENTRY_HEADER, _V2_HEADER, M_COLUMNS,
+from shmcache.formats._wire_kernels import (_V1_HEADER, _V2_COUNT_AT, _V2_ENTRY_HEADER, _V2_HEADER, M_COLUMNS,
                                              M_DECLARED, M_DELETE_PAYLOADS, M_KEPT, M_UNKNOWN, M_VERSION, M_WALKED, OK,
                                              gather, scan)
-from shmcache.engine._le import u32
+from shmcache.engine.little_endian import u32
 
 
 @njit(nogil=True, _nrt=False)

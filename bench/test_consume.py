@@ -65,7 +65,8 @@ import _consume_profile as CP  # bench/ is put on sys.path by bench/conftest.py
 import _peers as P
 import shmcache
 from _consume_topics import BATCH, Topic, produce_topic
-from shmcache.consumer import topics, wire
+from shmcache.consumer import topics
+from shmcache.formats import wire
 
 PARTITIONS = 8
 POLL_S = 0.02  # status poll interval

@@ -29,7 +29,7 @@ import pytest
 
 import _peers as P  # bench/ is on sys.path (bench/conftest.py)
 import shmcache
-from shmcache import txmeta
+from shmcache.formats import txmeta
 from shmcache.spark import _session, lookup
 
 REPEAT, STRIDE = 10, 7919

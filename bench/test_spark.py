@@ -50,7 +50,7 @@ import _peers as P  # bench/ is put on sys.path by bench/conftest.py
 import _spark_ways as ways
 import psutil
 import shmcache
-from shmcache import txmeta
+from shmcache.formats import txmeta
 
 REPEAT = 10  # lookups per cache entry
 STRIDE = 7919  # a prime: (i * STRIDE) mod N visits every key in a scattered order

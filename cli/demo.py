@@ -1,4 +1,4 @@
-"""`shmcache demo`: the main job end to end (demo.py runs it)."""
+"""`shmcache demo`: the main job end to end (dev/demo.py runs it)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def run(a) -> int:
         from shmcache.spark import cluster_demo
 
         return cluster_demo.command(a)
-    from shmcache import demo
+    from shmcache.dev import demo
 
     return demo.run(entries=a.entries or 2_000_000, workers=a.workers, partitions=a.partitions, fmt=a.format,
                     bootstrap=a.bootstrap, memory=a.memory, sample=a.sample, delete_share=a.delete_share,

@@ -1,4 +1,4 @@
-"""`shmcache produce`: the load generator (consumer/loadgen.py) with a progress bar."""
+"""`shmcache produce`: the load generator (produce/loadgen.py) with a progress bar."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def run(a) -> int:
     """`shmcache produce`: progress while sending, then a summary line."""
     from rich.console import Console
 
-    from shmcache.consumer.loadgen import LoadConfig, LoadStats, produce
+    from shmcache.produce.loadgen import LoadConfig, LoadStats, produce
 
     settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
     cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,

@@ -1,4 +1,4 @@
-"""`shmcache top NAME`: a live view of a cache (top.py renders it)."""
+"""`shmcache top NAME`: a live view of a cache (cli/top_view.py renders it)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,6 @@ def add_arguments(tp) -> None:
 
 
 def run(a) -> int:
-    from shmcache import top
+    from shmcache.cli import top_view
 
-    return top.command(a)
+    return top_view.command(a)

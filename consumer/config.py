@@ -20,9 +20,9 @@ import tomllib
 from dataclasses import dataclass, field
 
 from shmcache.engine import layout as L
-from shmcache.machine import machine
+from shmcache.ipc.machine import machine
 
-FORMATS = L.WIRE_FORMATS  # the wire formats (consumer/wire.py): their names, kept by the segment's layout
+FORMATS = L.WIRE_FORMATS  # the wire formats (formats/wire.py): their names, kept by the segment's layout
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 
 # Settings the supervisor and workers own; passing them through would break the
@@ -95,7 +95,7 @@ class RunConfig:
     # its partitions back at once instead of after the session timeout. Default: unique to
     # this machine and cache; "none" = dynamic membership.
     instance_id: str = ""
-    # this machine's name in the defaults above (shmcache.machine: $SHMCACHE_MACHINE, else the
+    # this machine's name in the defaults above (shmcache.ipc.machine: $SHMCACHE_MACHINE, else the
     # host name); several machines on one host (scripts/cluster) each need their own
     machine: str = ""
     # size of a cache this run creates, DEFAULT_MEMORY if not given; a cache restored from a

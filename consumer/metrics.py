@@ -60,8 +60,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from shmcache.consumer.follow import Followed
-from shmcache.errors import CacheNotReadyError
+from shmcache.engine.reattach import Followed
+from shmcache.errors import CacheNotReadyError, ShmcacheError
 
 log = logging.getLogger("shmcache.metrics")
 
@@ -82,13 +82,11 @@ class CacheCollector:
         self._why = ""  # why the last attach failed, for /ready
 
     def _attach(self):
-        import shmcache
-
         try:
             r = self._followed.reader()
             self._why = "" if r is not None else f"cache {self.name!r} does not exist"
             return r
-        except (OSError, shmcache.ShmcacheError) as e:
+        except (OSError, ShmcacheError) as e:
             log.debug("metrics: cache %r not attachable: %s", self.name, e)
             self._why = str(e)
             return None
@@ -202,19 +200,19 @@ class CacheCollector:
 
 class MetricsServer:
     """The HTTP endpoint: /metrics with this cache's collector and the process' own metrics,
-    and /ready (consumer/ready.py)."""
+    and /ready (consumer/http_endpoint.py)."""
 
     def __init__(self, name: str, port: int, host: str = "127.0.0.1", owner: int | str | None = None):
         from prometheus_client import CollectorRegistry, ProcessCollector
 
-        from shmcache.consumer import ready
+        from shmcache.consumer import http_endpoint
 
         self.collector = CacheCollector(name, owner)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total etc. of the supervisor
         try:
-            self._server, self._thread = ready.start(self.collector, self.registry, host, port)
+            self._server, self._thread = http_endpoint.start(self.collector, self.registry, host, port)
         except OSError as e:
             self.collector.close()
             raise OSError(e.errno, f"metrics endpoint {host}:{port}: {e.strerror}") from None

@@ -16,7 +16,7 @@ A broker that does not answer then (stopped, or frozen with its connections open
 the partitions pending: the callback returns, status says "waiting for the broker"
 (consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
 the broker answers (`retry`). One look-up has one bound however many partitions it asks
-about, longer against a slow broker (consumer/lookup.py). A look-up that fails
+about, longer against a slow broker (consumer/start_offsets.py). A look-up that fails
 while the broker answers (its metadata, asked at once) is not an outage: the group
 coordinator does not answer or refuses (an authorisation error, say). The broker is then not
 shown waiting; the log says it answers and what failed, and the look-up is retried with
@@ -45,7 +45,7 @@ from typing import Callable
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import snapshots as snapshots_mod
-from shmcache.consumer.lookup import LookUp
+from shmcache.consumer.start_offsets import LookUp
 from shmcache.consumer.topic_id import TopicIdentity
 from shmcache.consumer.worker_handle import request_all
 from shmcache.engine import layout as L
@@ -71,7 +71,7 @@ class Assignment:
         self._failing_since = 0.0  # monotonic time of the first failed look-up of the pending ones; 0 none
         self._failure = ""  # the last failed look-up's error
         self.identity = TopicIdentity(cfg, cache.control, self.start_over)  # a re-created topic (consumer/topic_id.py)
-        self.look = LookUp(cfg, cache.control, self.identity)  # where partitions start (consumer/lookup.py)
+        self.look = LookUp(cfg, cache.control, self.identity)  # where partitions start (consumer/start_offsets.py)
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""

@@ -49,10 +49,10 @@ def open_cache(cfg):
     its key size, and its max_value when cfg gives one, must match.
     Returns (cache, segment identity): the identity is (st_dev, st_ino) of
     /dev/shm/NAME, for the supervisor's periodic check."""
-    import shmcache
+    from shmcache.engine import table
 
     mode, gid = cfg.file_mode, cfg.reader_gid  # a group that does not exist stops the start before anything
-    cache = shmcache.create(cfg.name, memory=cfg.create_memory, key_size=cfg.key_size,
+    cache = table.create(cfg.name, memory=cfg.create_memory, key_size=cfg.key_size,
                             max_value=cfg.max_value, mode=0o600 if mode is None else mode, exist_ok=True)
     # first, by compare-and-swap: of two supervisors started at once one holds the word, the
     # other stops here (a look, then a store after the orphans' wait, let both through)
@@ -71,7 +71,7 @@ def open_cache(cfg):
             made = cache.created
             cache.close()
             if made:  # this run's, and no one may read it as asked: not kept
-                shmcache.destroy(cfg.name)
+                table.destroy(cfg.name)
             raise
     wait_for_orphans(cache)
     # (its topic and applied offsets change only once the topic is known to exist: adopt_topic)
@@ -135,15 +135,15 @@ def identify_segment(name: str, cache):
 
 def remove_created(name: str, creation_id: int) -> None:
     """The run never got going: remove the cache it created (and only that one)."""
-    import shmcache
+    from shmcache.engine import table
 
     try:
-        with shmcache.attach(name) as r:
+        with table.attach(name) as r:
             same = r.creation_id == creation_id
     except (OSError, ShmcacheError):
         return
     if same:
-        shmcache.destroy(name)
+        table.destroy(name)
         log.info("removed cache %r: this run created it and never joined the group", name)
 
 

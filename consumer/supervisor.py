@@ -111,7 +111,7 @@ class Supervisor:
         # outright, no final commit; its workers and fork server ignore it, as they do Ctrl-C
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda s, f: self.request_stop(signal.Signals(s).name))
-        import shmcache
+        from shmcache.engine import table
 
         # the workers' fork server imports while the cache opens and the broker answers
         forkserver.prestart()
@@ -119,7 +119,7 @@ class Supervisor:
         created = None
         joined = False
         try:
-            existed = shmcache.exists(self.cfg.name)
+            existed = table.exists(self.cfg.name)
             self.snapshots = snapshots_mod.SnapshotPolicy(self.cfg)
             restored = None if existed else self.snapshots.restore_at_start()
             self.cache, self._segment_id = startup.open_cache(self.cfg)
@@ -167,7 +167,7 @@ class Supervisor:
         False if a stop was asked for while waiting (nothing was started)."""
         from confluent_kafka import Consumer, KafkaException
 
-        from shmcache import warm
+        from shmcache.consumer import warm
 
         cfg = self.cfg
         self.broker = broker_mod.BrokerWatch(self.cache.control, cfg.bootstrap, cfg.broker_wait)

@@ -15,7 +15,7 @@ it to its restore). `TopicIdentity` asks the broker for the topic's id
     the offsets' look-up and failing like it (the partitions stay pending, retried), so a
     supervisor started on a table whose topic was re-created meanwhile never starts a
     partition at an offset of the old log;
-  - every CHECK_S while running, without blocking the loop (consumer/admin_look.py: a
+  - every CHECK_S while running, without blocking the loop (consumer/admin_poll.py: a
     future looked at on a later tick), for a topic re-created under a running supervisor.
 
 A table without an id (new, or filled by an earlier shmcache) takes the topic's. A
@@ -31,7 +31,7 @@ import logging
 import time
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer.admin_look import AdminLook
+from shmcache.consumer.admin_poll import AdminLook
 from shmcache.engine import layout as L
 
 log = logging.getLogger("shmcache.supervisor")

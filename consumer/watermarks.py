@@ -6,7 +6,7 @@ fetch (consumer/worker.py). One that hangs, is stopped, dies, or backs off betwe
 restarts publishes nothing: its partitions would go on showing the lag of its last
 batch, and their caught-up flags what they said before it. So, every REFRESH_S, the
 supervisor asks the broker itself (AdminClient.list_offsets, latest; futures looked at
-on a later tick, consumer/admin_look.py, so a broker that does not answer stops nothing)
+on a later tick, consumer/admin_poll.py, so a broker that does not answer stops nothing)
 for the high watermarks of the partitions
 
   - whose worker is not up (starting, backing off) or has not beaten for SLOW_S, and
@@ -31,7 +31,7 @@ import logging
 import time
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer.admin_look import AdminLook
+from shmcache.consumer.admin_poll import AdminLook
 from shmcache.consumer.worker_handle import WorkerState
 from shmcache.engine import layout as L
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import forkserver, lock_wait, log_replaced
-from shmcache.consumer import wire, wire_batch
+from shmcache.formats import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
 from shmcache.engine import layout as L
@@ -82,7 +82,7 @@ class Worker:
     def _load_kernels(self) -> None:
         """Decode and apply an empty batch of this worker's format: numba loads the decode and
         apply kernels for exactly these argument types (compiled once by `shmcache warm`, which
-        the supervisor ran before starting workers; see warm.py); no entry changes."""
+        the supervisor ran before starting workers; see consumer/warm.py); no entry changes."""
         for batch in _decode_empty(self.cfg.format, self.scratch):  # batch and message-by-message paths
             apply_batch(self.cache, batch)
 
@@ -216,7 +216,7 @@ class Worker:
                                                    self.next[p], current, bool(self.paused_until), self.index)
 
     def _apply_wire_batch(self, msgs) -> None:
-        """The whole consume() batch as one decode and one apply (consumer/wire_batch.py): the
+        """The whole consume() batch as one decode and one apply (formats/wire_batch.py): the
         fixed cost of a decode and an apply is paid once per batch, not once per message.
         Message by message when any of them is not clean, so that damage is found, logged
         and counted per message, and the entries before it in its message still applied."""
@@ -290,7 +290,7 @@ class Worker:
 
 
 def apply_batch(cache, batch) -> None:
-    """Apply a decoded batch (consumer/wire.py's Batch) to the cache. A v2 batch's hashes
+    """Apply a decoded batch (formats/wire.py's Batch) to the cache. A v2 batch's hashes
     go along, so its keys are hashed once: decode verified every one against its key
     (a message with a wrong one is not v2), and the writer trusts what it is given."""
     cache.apply(batch.keys, batch.actions, (batch.value_starts, batch.value_lens, batch.data), hashes=batch.hashes)
@@ -313,7 +313,7 @@ def preload(fmts=("v1", "kv")) -> None:
     """In the fork server: name it, and load numba's set-up and the decode kernels if `shmcache
     warm` compiled them for these sources (on a cold install the supervisor's warm-up is still
     compiling them: each worker then loads them itself, after the warm-up)."""
-    from shmcache import warm
+    from shmcache.consumer import warm
 
     liveness.set_process_name(forkserver.NAME)
     forkserver.die_with_supervisor()

@@ -5,7 +5,7 @@ Phases, each the wall time of one step of `Worker.run`, summed over the loop:
 - fetch:   `consumer.consume()` calls that returned messages (librdkafka hands over
            what its fetcher thread queued; includes the wait when the queue ran dry);
 - idle:    `consume()` calls that returned nothing (caught up, or waiting for data);
-- decode:  checking the messages and decoding them into arrays (consumer/wire.py);
+- decode:  checking the messages and decoding them into arrays (formats/wire.py);
 - apply:   `Writer.apply` of the decoded entries (hash, lock, copy into the table);
 - publish: applied offsets, watermarks, heartbeat, flow control, the command pipe.
 Beside them, CPU seconds: the worker's main thread (all of the above that is not

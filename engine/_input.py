@@ -10,7 +10,7 @@ Values come in one of three forms, the same for set_many and apply:
 - a sequence of bytes-like objects, one per key;
 - an `(offsets, data)` pair: value i is data[offsets[i]:offsets[i + 1]] (offsets int, n + 1 entries);
 - a `(starts, lens, data)` triple: value i is data[starts[i]:starts[i] + lens[i]] (a decoded
-  Kafka batch, consumer/wire.py's Batch, comes in this form).
+  Kafka batch, formats/wire.py's Batch, comes in this form).
 """
 
 from __future__ import annotations

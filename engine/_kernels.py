@@ -37,8 +37,10 @@ from shmcache.engine._bucket import (
 from shmcache.engine._memcpy import copy_bytes
 from shmcache.engine._prefetch import prefetch
 from shmcache.engine._repair import _rebuild
-from shmcache.engine._xxh64 import hash_keys
+from shmcache.engine.xxh64 import hash_keys
 from shmcache.engine.layout import (
+    ADD,
+    DELETE,
     W_CORRUPTIONS,
     W_DELETE_MISSES,
     W_DELETES,
@@ -62,9 +64,6 @@ from shmcache.engine.layout import (
     ROW_WORDS,
 )
 from shmcache.ipc.atomics import cas, fence_release, load_acquire, store_release
-
-ADD = 0
-DELETE = 1
 
 
 @njit(inline="always")

@@ -45,7 +45,7 @@ from shmcache.engine._bucket import (
 from shmcache.engine._kernels import _prefetch_bucket, _tagged_entry
 from shmcache.engine._memcpy import copy_bytes
 from shmcache.engine._prefetch import prefetch
-from shmcache.engine._xxh64 import hash_keys
+from shmcache.engine.xxh64 import hash_keys
 from shmcache.engine.layout import F_LIVE, M_VERSION, POS_BITS, POS_MASK, RECORD_HEADER, ROW_WORDS
 from shmcache.ipc.atomics import fence_acquire, load_acquire
 

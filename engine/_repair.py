@@ -29,7 +29,7 @@ from shmcache.engine._bucket import (
     _slot_record,
     _tag,
 )
-from shmcache.engine._xxh64 import xxh64_span
+from shmcache.engine.xxh64 import xxh64_span
 from shmcache.engine.layout import (
     F_DEAD,
     F_LIVE,

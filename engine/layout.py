@@ -45,6 +45,9 @@ WORD = 8  # every shared word is an int64
 BUCKET_BITS = 13
 NBUCKETS = 1 << BUCKET_BITS  # 8192: per-bucket locks spread contention; P | 8192 for wire v2
 
+ADD = 0  # the actions an apply takes, one per entry (the wire formats carry the same codes)
+DELETE = 1
+
 # -- header: int64 word indices -------------------------------------------------
 H_MAGIC = 0
 H_VERSION = 1

@@ -111,7 +111,7 @@ class Writer(Reader):
         hashes: optional uint64 array of each key's xxh64 (seed 0, the table's key hash), as
         a wire v2 message carries them, so no key is hashed twice. They are TRUSTED, not
         checked: a wrong one files its key under the wrong bucket, where lookups do not find
-        it. Pass only hashes verified against their keys (consumer/wire.py's Batch.hashes:
+        it. Pass only hashes verified against their keys (formats/wire.py's Batch.hashes:
         decode checks every one; a message with a wrong one is not taken as v2)."""
         if values is None:
             k = self._keys(keys)
@@ -221,9 +221,16 @@ _NEVER_ALIVE = (2**22 + 1) << 32 | 1
 def warm_takeover(w: Writer) -> int:
     """Take over bucket 0 of `w` from a writer that never lived, by the real path
     (repair_dead_locks): numba compiles the repair kernel now, for the argument types a
-    takeover gives it, and not on a machine's first real takeover (warm.py, on its private
+    takeover gives it, and not on a machine's first real takeover (consumer/warmup.py, on its private
     cache; the bucket is rebuilt from its ring, as any taken-over bucket is). Returns 1."""
     w._check_open()
     if cas_word(w._meta, L.M_LOCK, 0, _NEVER_ALIVE) != 0:
         raise RuntimeError(f"cache {w.name!r}: bucket 0 is locked; the warm-up takes over a free bucket only")
     return w.repair_dead_locks()
+
+
+def apply_kernel_cache():
+    """numba's on-disk cache of the apply kernel (its directory: beside the sources,
+    NUMBA_CACHE_DIR or the user's cache directory, numba's choice), where a finished
+    warm-up leaves its marker (consumer/warm.py); None if this numba has none to show."""
+    return getattr(K.apply_entries, "_cache", None)

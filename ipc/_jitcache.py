@@ -25,7 +25,7 @@ with this stamp keep, which compile it again, and so on. It lives in ipc/, the
 lowest layer, so that every module with kernels can call it first, whichever of
 them a process imports first (ipc/atomics.py and engine/__init__.py do; the rest
 import one of those before their kernels).
-Compiling happens on first use, or ahead of it with `shmcache warm` (warm.py),
+Compiling happens on first use, or ahead of it with `shmcache warm` (consumer/warm.py),
 which scripts/setup and the supervisor run.
 """
 
@@ -51,7 +51,7 @@ def source_stamp(py_file: str) -> str:
 
 def files_stamp(paths, salt: bytes = b"") -> str:
     """sha256 over `salt` and the relative path and bytes of each file, in path order
-    (a kernel's stamp here; the whole package's in warm.py's marker)."""
+    (a kernel's stamp here; the whole package's in consumer/warm.py's marker)."""
     digest = hashlib.sha256(salt)
     for path in sorted(paths):
         with open(path, "rb") as f:

@@ -2,29 +2,29 @@
 
 Spark reuses a Python worker process for many tasks (`spark.python.worker.reuse`,
 on by default), so a cache is attached once per worker process and kept in
-`_READERS` for every later batch. A handle is only ever `shmcache.attach()`ed:
+`_READERS` for every later batch. A handle is only ever attached (engine/table.py attach):
 PROT_READ, never written, never unlinked, never registered with multiprocessing's
 resource tracker, so nothing an executor does (or its exit) can remove a cache.
 
 A cache that was destroyed and created again under the same name is a new file
 (another inode): each batch stats `/dev/shm/<name>` (one syscall) and re-attaches
-when the inode changed (consumer/follow.py), so a worker never keeps reading a dead table. A cache that
+when the inode changed (engine/reattach.py), so a worker never keeps reading a dead table. A cache that
 is gone raises CacheNotFoundError naming the cache and this host: on a cluster,
 every machine that runs executors needs its own `shmcache run`.
 """
 
 from __future__ import annotations
 
-import shmcache
+from shmcache.engine.reattach import Followed
+from shmcache.engine.reader import Reader
 from shmcache.errors import CacheNotFoundError
-from shmcache.consumer.follow import Followed
+from shmcache.ipc.machine import describe
 from shmcache.ipc.segment import path_of
-from shmcache.machine import describe
 
-_READERS: dict[str, Followed] = {}  # name -> the handle on what is at the name (consumer/follow.py)
+_READERS: dict[str, Followed] = {}  # name -> the handle on what is at the name (engine/reattach.py)
 
 
-def reader(name: str, who: str, owner: int | str | None = None) -> "shmcache.Reader":
+def reader(name: str, who: str, owner: int | str | None = None) -> Reader:
     """This process's read-only handle on cache `name`, attached on first use; with `owner`,
     only if that user owns its file (CacheOwnerError otherwise), at every re-attach too."""
     held = _READERS.get(name)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from shmcache.consumer import wire
+from shmcache.formats import wire
 from shmcache.spark import _keys, _partition
 
 MAX_ENTRIES = 1024  # entries per message, as Teranode's validator batches them
@@ -86,7 +86,7 @@ def entry_batches(batches, *, action: int, partitions: int, fmt: str, key_col: s
     """mapInArrow's function: txmeta rows (ADD) or bare hashes (DELETE) -> entries."""
     import pyarrow as pa
 
-    from shmcache import txmeta
+    from shmcache.formats import txmeta
 
     for batch in batches:
         keys, valid = _keys.from_arrow(batch.column(key_col), wire.KEY_SIZE, key_col, WHO)

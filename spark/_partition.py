@@ -9,7 +9,7 @@
 - v2: `(xxh64(hash) % 8192) // (8192 // P)`, the bucket-range partition
   (`partitioners.v2_partition`), set explicitly on each message.
 
-Both partitioners live in `consumer/wire.py`, the wire contract; this module picks
+Both partitioners live in `formats/wire.py`, the wire contract; this module picks
 one by format.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shmcache.consumer import partitioners, wire
+from shmcache.formats import partitioners, wire
 
 def v1_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
     """The partition Kafka's default partitioner gives each key (int32)."""

@@ -30,7 +30,7 @@ def read(spark, path, *, key_col: str = "tx_hash", delete_col: str | None = None
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType
 
-    from shmcache import txmeta
+    from shmcache.formats import txmeta
     from shmcache.spark import _keys
 
     df = spark.read.parquet(*_paths(path))

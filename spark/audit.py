@@ -109,7 +109,7 @@ def audit_batches(batches, *, cache: str, key_col: str, samples: int):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from shmcache import txmeta
+    from shmcache.formats import txmeta
     from shmcache.spark import _executor
     from shmcache.spark._lookup import packed_lookup
 

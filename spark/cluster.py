@@ -14,7 +14,7 @@ What `start` runs (every process from the installed PySpark or this Python, loop
   `shmcache run --machine mN` whose default consumer group `shmcache-mN-<name>` is that
   machine's own. A process in m1 cannot see m2's caches: each has its own /dev/shm.
 - It returns once the master lists every worker ALIVE (its /json) and, with --topic,
-  every replica answers 200 on /ready (consumer/ready.py).
+  every replica answers 200 on /ready (consumer/http_endpoint.py).
 
 The state (pids with their start times, ports, the master URL) is in DIR/cluster.json;
 `stop` ends every process by pid (the supervisors first, with SIGTERM: they drain and
@@ -132,7 +132,7 @@ def _warm(d: Path) -> None:
     machines' supervisors start: each runs the same warm-up, and N of them compiling the
     same kernels at once on a busy host could outlast READY_TIMEOUT_S (a no-op when the
     cache is warm; the cache is a directory, not in /dev/shm, so every machine sees it)."""
-    from shmcache import warm
+    from shmcache.consumer import warm
 
     with open(d / "warm.log", "ab") as log:
         p = subprocess.Popen([sys.executable, "-m", "shmcache", "warm"], stdin=subprocess.DEVNULL, stdout=log,

@@ -46,7 +46,7 @@ def _tag_machine(batches):
     """mapInArrow: each batch with the machine that ran it appended."""
     import pyarrow as pa
 
-    from shmcache.machine import machine
+    from shmcache.ipc.machine import machine
 
     for b in batches:
         yield pa.RecordBatch.from_arrays(list(b.columns) + [pa.array([machine()] * b.num_rows, pa.string())],
@@ -60,7 +60,7 @@ def _probe(_, *, cache: str, src: str):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from shmcache.machine import machine
+    from shmcache.ipc.machine import machine
     from shmcache.spark import audit
 
     out = {"machine": machine(), "host": socket.gethostname(), "pid": os.getpid(), "error": None, "counts": None}
@@ -95,7 +95,7 @@ class ClusterDemo:
 
     def setup(self) -> None:
         from shmcache.consumer import topics
-        from shmcache.consumer.localkafka import LocalBroker
+        from shmcache.dev.local_kafka import LocalBroker
         from shmcache.spark import datagen
 
         if not self.bootstrap:
@@ -175,7 +175,7 @@ class ClusterDemo:
     def _equal_to_source(self, path) -> bool:
         import pyarrow.parquet as pq
 
-        from shmcache import txmeta
+        from shmcache.formats import txmeta
 
         src = pq.read_table(self.src).sort_by("tx_hash")
         got = pq.read_table(path).sort_by("tx_hash")

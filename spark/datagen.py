@@ -49,7 +49,7 @@ def write(path, rows: int, *, seed: int = 0, rows_per_file: int = 250_000, delet
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from shmcache import txmeta
+    from shmcache.formats import txmeta
 
     if not isinstance(rows, int) or rows < 0:
         raise ValueError(f"datagen: rows={rows!r} must be an int >= 0")

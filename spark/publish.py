@@ -46,7 +46,8 @@ from dataclasses import asdict, dataclass
 from functools import partial
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import topics, wire
+from shmcache.consumer import topics
+from shmcache.formats import wire
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 from shmcache.spark import _messages
 

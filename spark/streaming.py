@@ -37,7 +37,7 @@ def txmeta_stream(spark, path: str, *, files_per_trigger: int = 1):
     """Parquet files of txmeta rows arriving under `path`, as a streaming DataFrame."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from shmcache import txmeta
+    from shmcache.formats import txmeta
 
     schema = from_arrow_schema(txmeta.table_schema())
     return spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger).parquet(str(path))

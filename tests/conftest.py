@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
+from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError
 
 # The first run on a fresh machine fetches ~45 MB of jars with Maven.
 START_TIMEOUT = float(os.environ.get("SHMCACHE_KAFKA_START_TIMEOUT", "900"))
@@ -29,7 +29,7 @@ class KafkaBroker:
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory) -> KafkaBroker:
     run_dir = tmp_path_factory.mktemp("kafka")
-    # --watch-pid (consumer/localkafka.py): a watchdog stops the broker if this pytest
+    # --watch-pid (dev/local_kafka.py): a watchdog stops the broker if this pytest
     # process dies without running its teardown (SIGKILL, a CI job timeout).
     local = LocalBroker(run_dir)
     try:

@@ -1,4 +1,4 @@
-"""`shmcache top` (top.py): renders without a terminal (plain text, the cache's
+"""`shmcache top` (cli/top_view.py): renders without a terminal (plain text, the cache's
 figures), once or once per interval; rates are differences of the shared
 counters; on a terminal it runs the rich Live view. A run against a live
 supervisor is in tests/consumer/test_metrics.py."""
@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 import shmcache
-from shmcache import top
+from shmcache.cli import top_view
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "CI": "true"}
@@ -73,17 +73,17 @@ def test_one_plain_rendering_per_interval(cache):
 def test_rates_are_differences_of_the_shared_counters_over_time(cache):
     name, _, keys = cache
     with shmcache.attach(name) as r, shmcache.attach(name) as looker:
-        prev = top.Snapshot.read(r)
-        assert top.rates(prev, None)["hits"] == 0
+        prev = top_view.Snapshot.read(r)
+        assert top_view.rates(prev, None)["hits"] == 0
         looker.get_many_packed(keys)  # 2000 hits, 1000 misses, counted in the readers' companion
         time.sleep(0.2)
-        cur = top.Snapshot.read(r)
-    rate = top.rates(cur, prev)
+        cur = top_view.Snapshot.read(r)
+    rate = top_view.rates(cur, prev)
     dt = cur.t - prev.t
     assert rate["hits"] == pytest.approx(2000 / dt) and rate["misses"] == pytest.approx(1000 / dt)
     assert rate["add"] == rate["delete"] == 0  # no workers: nothing applied
     buf = io.StringIO()
-    Console(file=buf, width=160).print(top.render(name, cur, prev))
+    Console(file=buf, width=160).print(top_view.render(name, cur, prev))
     assert f"{2000 / dt:,.0f}" in buf.getvalue()
 
 
@@ -134,7 +134,7 @@ def test_a_stale_supervisor_heartbeat_is_shown(cache):
     def header() -> str:
         buf = io.StringIO()
         with shmcache.attach(name) as r:
-            Console(file=buf, width=200).print(top.render(name, top.Snapshot.read(r)))
+            Console(file=buf, width=200).print(top_view.render(name, top_view.Snapshot.read(r)))
         return buf.getvalue().splitlines()[0]
 
     assert "stale" not in header()

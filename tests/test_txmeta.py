@@ -1,4 +1,4 @@
-"""MetaBytes (txmeta.py): golden bytes, encode/decode round trips, hostile input."""
+"""MetaBytes (formats/txmeta.py): golden bytes, encode/decode round trips, hostile input."""
 
 import struct
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmcache import txmeta
+from shmcache.formats import txmeta
 
 
 def _one(fee, size, flags, parents, vouts, height):

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import shmcache
-from shmcache import warm
+from shmcache.consumer import warm, warmup
 
 # A child that holds a warm-up's private cache and never finishes: the hardest moment to
 # stop a warm-up at (the real one holds its cache only while it runs the kernels).
@@ -114,7 +114,7 @@ _LANDS = {
     # inside a __del__ (numba's compiler frees objects in finalizers all along): an exception
     # raised there is printed as "Exception ignored in" and dropped
     "in a finalizer": """
-        from shmcache.consumer import partitioners
+        from shmcache.formats import partitioners
 
         class Finalizer:
             def __del__(self):
@@ -164,7 +164,7 @@ def test_a_stop_wherever_it_lands_stops_the_warm_up(tmp_path, where):
     else:  # the install's cache: the steps run quickly up to the finalizer's
         marker = os.path.join(warm._marker_dir() or str(tmp_path), warm.MARKER + warm.package_stamp())
         had_marker = os.path.exists(marker)
-    code = "import os, signal, sys\n" + textwrap.dedent(_LANDS[where]) + "\nfrom shmcache import warm\nsys.exit(warm.main())\n"
+    code = "import os, signal, sys\n" + textwrap.dedent(_LANDS[where]) + "\nfrom shmcache.consumer import warmup\nsys.exit(warmup.main())\n"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
@@ -194,12 +194,12 @@ def test_a_finished_warm_up_marks_the_install_warm_and_only_for_its_sources(tmp_
     (removed, or another version's) the install is not warm; a copy of the package with
     one source file edited has another stamp, and with an empty kernel cache is not warm
     (so its supervisor would warm up before starting workers)."""
-    assert warm.main() == 0  # loads (compiles only what changed since scripts/setup)
-    assert _in_child("from shmcache import warm; print(warm.is_warm())") == "True"
+    assert warmup.main() == 0  # loads (compiles only what changed since scripts/setup)
+    assert _in_child("from shmcache.consumer import warm; print(warm.is_warm())") == "True"
     marker = os.path.join(warm._marker_dir(), warm.MARKER + warm.package_stamp())
     os.rename(marker, marker + ".away")
     try:
-        assert _in_child("from shmcache import warm; print(warm.is_warm())") == "False"
+        assert _in_child("from shmcache.consumer import warm; print(warm.is_warm())") == "False"
     finally:
         os.rename(marker + ".away", marker)
     assert warm.is_warm()
@@ -214,10 +214,10 @@ def test_a_finished_warm_up_marks_the_install_warm_and_only_for_its_sources(tmp_
         shutil.copyfile(path, dest)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
     env.update(PYTHONPATH=str(tmp_path / "src"), NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    probe = "from shmcache import warm; print(warm.package_stamp(), warm.is_warm())"
+    probe = "from shmcache.consumer import warm; print(warm.package_stamp(), warm.is_warm())"
     stamp, warm_there = _in_child(probe, env).split()
     assert stamp == warm.package_stamp() and warm_there == "False"  # same sources; its own, empty cache
-    (pkg / "top.py").write_text((pkg / "top.py").read_text() + "\n# an edit\n")
+    (pkg / "cli/top_view.py").write_text((pkg / "cli/top_view.py").read_text() + "\n# an edit\n")
     assert _in_child(probe, env).split()[0] != stamp
 
 
@@ -229,9 +229,9 @@ def test_the_warm_up_compiles_the_takeover_kernel():
     its signature, loaded from numba's on-disk cache or compiled into it."""
     code = """
 import json, os
-from shmcache import warm
+from shmcache.consumer import warmup
 from shmcache.engine import _repair
-warm.warm()
+warmup.warm()
 d = _repair.repair_bucket
 print(json.dumps({"pid": os.getpid(), "signatures": len(d.signatures),
                   "cached": sum(d.stats.cache_hits.values()) + sum(d.stats.cache_misses.values())}))

@@ -4,7 +4,7 @@ broker of tests/conftest.py is shared and must stay up.
 
 Always stopped at the end (by the pid scripts/kafka reports), even if the test fails;
 --watch-pid stops it too if pytest itself dies. The process handling is
-consumer/localkafka.py's.
+dev/local_kafka.py's.
 
 `broker_run` is the stage of a test on such a broker: the broker (behind a KafkaGate,
 tests/consumer/_kafka_gate.py, if asked), a topic, a Harness, a cache name and a group,
@@ -22,7 +22,7 @@ from _kafka_gate import SUPERVISOR_CLIENT, KafkaGate
 from _supervisors import Harness, SupervisorProc
 from _topic_model import Model, produce_and_wait
 from _waits import poll_until, threads_stopped
-from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError, free_ports  # noqa: F401 (free_ports: tests)
+from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError, free_ports  # noqa: F401 (free_ports: tests)
 from shmcache.consumer.topics import create_topic
 
 

@@ -29,14 +29,14 @@ import shmcache
 from _topic_model import Model, StreamProducer, produce_and_wait
 from _waits import poll_until, wait_applied, wait_gone
 from shmcache.consumer import forkserver
-from shmcache.consumer.procs import SupervisorProcess
+from shmcache.dev.run_process import SupervisorProcess
 from shmcache.ipc import liveness
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 class SupervisorProc(SupervisorProcess):
-    """One `python -m shmcache run` process (consumer/procs.py's, run from the log's
+    """One `python -m shmcache run` process (dev/run_process.py's, run from the log's
     folder), with what the tests need besides: its descendants by pid, signals, kill."""
 
     def __init__(self, log_path: Path, name: str, bootstrap: str, topic: str, group: str, *,

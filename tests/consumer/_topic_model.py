@@ -22,8 +22,8 @@ from collections import defaultdict
 import numpy as np
 
 from _waits import poll_until
-from shmcache.consumer import partitioners, wire
-from shmcache.consumer.producer import TxmetaProducer
+from shmcache.formats import partitioners, wire
+from shmcache.produce.producer import TxmetaProducer
 
 ADD, DELETE = wire.ADD, wire.DELETE
 

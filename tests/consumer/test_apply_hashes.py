@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shmcache
-from shmcache.consumer import wire
+from shmcache.formats import wire
 from shmcache.consumer.worker import apply_batch
 
 

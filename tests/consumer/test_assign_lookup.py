@@ -1,4 +1,4 @@
-"""Where an assignment's partitions start (consumer/lookup.py LookUp.offsets): the
+"""Where an assignment's partitions start (consumer/start_offsets.py LookUp.offsets): the
 watermarks of all partitions asked at once (AdminClient.list_offsets, earliest and
 latest) must be exactly what one get_watermark_offsets a partition gave, with the group's
 committed offsets beside them (AdminClient.list_consumer_group_offsets) exactly what the
@@ -21,7 +21,7 @@ import numpy as np
 import shmcache
 
 from shmcache.consumer.config import RunConfig
-from shmcache.consumer.lookup import LookUp
+from shmcache.consumer.start_offsets import LookUp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _topic_model import produce_entries  # noqa: E402

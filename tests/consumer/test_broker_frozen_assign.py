@@ -1,5 +1,5 @@
 """A broker that stops answering while an assignment asks it where the partitions start
-(consumer/lookup.py: the group's committed offsets, the partitions' watermarks), against
+(consumer/start_offsets.py: the group's committed offsets, the partitions' watermarks), against
 a broker of the test's own. The freeze is put exactly there: the broker sits behind a
 gate (tests/consumer/_kafka_gate.py) that stops every connection at the supervisor's
 first OffsetFetch (committed offsets) or ListOffsets (watermarks) request; the broker is
@@ -34,7 +34,7 @@ import time
 from datetime import datetime
 
 from shmcache.consumer.broker import PROBE_TIMEOUT_S
-from shmcache.consumer.lookup import LOOKUP_TIMEOUT_S, ROLE
+from shmcache.consumer.start_offsets import LOOKUP_TIMEOUT_S, ROLE
 from shmcache.engine.control_status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

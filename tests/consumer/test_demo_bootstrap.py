@@ -61,7 +61,7 @@ def test_a_failed_check_exits_1_and_cleans_up(kafka_broker, kafka_admin):
     assert topic not in _topics(kafka_admin) and topic not in _groups(kafka_admin)
 
 
-# The demo's cleanup is bounded by its steps' own bounds: the supervisor's stop (consumer/procs.py,
+# The demo's cleanup is bounded by its steps' own bounds: the supervisor's stop (dev/run_process.py,
 # 60 s, and 10 s for its workers), the topic's and the group's deletion (30 s each): 130 s. This
 # test gave it 120 s, and CI, two runs at once on two cores, once ran out of it
 STOP_BOUND_S = 240
@@ -110,7 +110,7 @@ def test_ctrl_c_stops_everything_it_started(kafka_broker, kafka_admin):
 
 _SWALLOWED = """
 import os, signal, sys
-from shmcache import demo
+from shmcache.dev import demo
 from shmcache.cli import main
 
 

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import shmcache
 from shmcache.consumer.config import RunConfig
-from shmcache.consumer.localkafka import free_ports
+from shmcache.dev.local_kafka import free_ports
 from shmcache.consumer.metrics import MetricsServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,7 @@ import numpy as np
 from confluent_kafka import Producer
 
 import shmcache
-from shmcache.consumer import wire
+from shmcache.formats import wire
 from shmcache.ipc.segment import path_of
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""The supervisor's HTTP endpoint (consumer/ready.py) against clients that do not play
+"""The supervisor's HTTP endpoint (consumer/http_endpoint.py) against clients that do not play
 along (issue 39 item 10): every connection got a thread with no timeout (300 unfinished
 requests held 302 threads, for ever), and /ready answered any method. Now at most
 MAX_CONNECTIONS connections at once, each closed CONNECTION_S after its accept however
@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 import shmcache
-from shmcache.consumer import ready
+from shmcache.consumer import http_endpoint
 from shmcache.consumer.metrics import MetricsServer
 
 
@@ -83,12 +83,12 @@ def test_held_connections_are_bounded_in_number_and_time(server):
             s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\n")  # never the blank line that ends it
             socks.append(s)
         t0 = time.monotonic()
-        _until(lambda: count_closed() >= len(socks) - ready.MAX_CONNECTIONS, 30,
+        _until(lambda: count_closed() >= len(socks) - http_endpoint.MAX_CONNECTIONS, 30,
                lambda: f"the connections over the limit to be closed ({len(closed)} of {len(socks)}; "
                        f"{threading.active_count() - base} threads)")
-        assert threading.active_count() - base <= ready.MAX_CONNECTIONS
-        _until(lambda: count_closed() == len(socks), ready.CONNECTION_S + 10, "the held connections to be cut")
-        assert time.monotonic() - t0 < ready.CONNECTION_S + 10
+        assert threading.active_count() - base <= http_endpoint.MAX_CONNECTIONS
+        _until(lambda: count_closed() == len(socks), http_endpoint.CONNECTION_S + 10, "the held connections to be cut")
+        assert time.monotonic() - t0 < http_endpoint.CONNECTION_S + 10
         _until(lambda: threading.active_count() <= base, 30, "the connections' threads to end")
         status, _, body = _request(server.port, "GET")
         assert status == 503 and b"no live supervisor" in body
@@ -116,7 +116,7 @@ def test_a_client_that_sends_slowly_is_cut_off_in_time(server):
         took = time.monotonic() - t0
     finally:
         s.close()
-    assert cut and took < ready.CONNECTION_S + 5, f"cut={cut} after {took:.1f} s"
+    assert cut and took < http_endpoint.CONNECTION_S + 5, f"cut={cut} after {took:.1f} s"
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH"])

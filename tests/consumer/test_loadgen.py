@@ -1,4 +1,4 @@
-"""The load generator (consumer/loadgen.py): its batches keep per-key order, its
+"""The load generator (produce/loadgen.py): its batches keep per-key order, its
 ground truth is exactly what the topic holds, and it paces, waits and fails loudly.
 
 The first group needs no broker; the rest produce to the real one and read the
@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from shmcache import txmeta
-from shmcache.consumer import loadgen, partitioners, wire
+from shmcache.formats import partitioners, txmeta, wire
+from shmcache.produce import loadgen
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import REPO  # noqa: E402

@@ -28,7 +28,7 @@ from _supervisors import harness  # noqa: E402,F401
 from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
 from _waits import poll_until  # noqa: E402
 
-from shmcache.consumer import wire  # noqa: E402
+from shmcache.formats import wire  # noqa: E402
 from shmcache.engine import layout as L  # noqa: E402
 from shmcache.ipc import liveness  # noqa: E402
 

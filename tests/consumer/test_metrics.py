@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import shmcache
-from shmcache.consumer import loadgen
-from shmcache.consumer.localkafka import free_ports
+from shmcache.produce import loadgen
+from shmcache.dev.local_kafka import free_ports
 from shmcache.consumer.metrics import CacheCollector
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import Producer
 
 import shmcache
-from shmcache import warm
-from shmcache.consumer import wire
+from shmcache.consumer import warm
+from shmcache.formats import wire
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import harness  # noqa: E402,F401
@@ -67,7 +67,7 @@ def test_table_equals_model(harness, kafka_topic, fmt):
 @pytest.mark.parametrize("fmt", ["v1", "v2"])
 def test_a_backlog_is_applied_a_consume_batch_at_a_time(harness, kafka_topic, fmt):
     """A backlog of messages is decoded and applied a whole consume() call at a time
-    (consumer/wire_batch.py), not one table batch per message, and still gives the
+    (formats/wire_batch.py), not one table batch per message, and still gives the
     model's table. Before: one `apply` per message, so the writers' batch count was at
     least the number of messages."""
     topic = kafka_topic(PARTITIONS)
@@ -257,8 +257,8 @@ def test_a_kv_load_fills_a_kv_cache_to_its_ground_truth(harness, kafka_topic, tm
     --format kv`: the cache ends equal to the load generator's ground truth, value for value."""
     import pyarrow.compute as pc
 
-    from shmcache import txmeta
-    from shmcache.consumer import loadgen
+    from shmcache.formats import txmeta
+    from shmcache.produce import loadgen
 
     topic = kafka_topic(PARTITIONS)
     path = str(tmp_path / "truth.parquet")

@@ -1,4 +1,4 @@
-"""The producer's account of what it sent (consumer/producer.py TxmetaProducer), read
+"""The producer's account of what it sent (produce/producer.py TxmetaProducer), read
 against what the real broker's topic holds.
 
 librdkafka acknowledges some messages without their offset (Message.offset() is None):
@@ -27,8 +27,9 @@ import threading
 import numpy as np
 import pytest
 
-from shmcache.consumer import broker, wire
-from shmcache.consumer.producer import TxmetaProducer
+from shmcache.consumer import broker
+from shmcache.formats import wire
+from shmcache.produce.producer import TxmetaProducer
 from shmcache.consumer.topics import create_topic, end_offsets
 from shmcache.errors import KafkaRequestError
 

@@ -7,7 +7,7 @@ import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmcache.consumer import partitioners, wire
+from shmcache.formats import partitioners, wire
 
 K1, K2, K3 = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
 
@@ -56,9 +56,11 @@ def test_sizes_are_the_documented_sums():
     assert wire.V2_HEADER == 4 + 4
 
 
-def test_v2_buckets_equal_the_engines_buckets():
-    from shmcache.engine import layout
-    assert wire.V2_BUCKETS == layout.NBUCKETS
+def test_v2_buckets_are_the_producers_8192():
+    """v2 partitions by bucket range over the engine's buckets (wire.V2_BUCKETS is derived
+    from engine/layout.py): the producers' side of the contract fixes it at 8192, so a
+    change of the engine's bucket count is a change of the wire format, and fails here."""
+    assert wire.V2_BUCKETS == 8192
 
 
 # -- golden bytes -------------------------------------------------------------------

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmcache.consumer import wire, wire_batch
+from shmcache.formats import wire, wire_batch
 
 PROPERTY = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 

@@ -18,7 +18,7 @@ import numpy as np
 from confluent_kafka import Producer
 
 import shmcache
-from shmcache.consumer import wire
+from shmcache.formats import wire
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_handle import WorkerHandle, request_all
 from shmcache.engine import layout as L

@@ -367,7 +367,7 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
     between them, or a damaged word, sees "waiting" with no start. status(), wait_ready's
     reason, `shmcache status` and `shmcache top` must all show it (a wait of 0 s), where
     each once raised TypeError formatting None."""
-    from shmcache import top
+    from shmcache.cli import top_view
 
     w, r = handles
     c = w.control
@@ -380,7 +380,7 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
     c.set_word(L.H_BROKER_SINCE, since)
     st_ = _not_ready(r, "waiting for the Kafka broker for 0 s")
     assert st_["broker"] == "waiting for the broker" and st_["broker_waiting_s"] == 0.0
-    assert "waiting for the broker (0 s)" in top.render(r.name, top.Snapshot.read(r)).renderables[0].plain
+    assert "waiting for the broker (0 s)" in top_view.render(r.name, top_view.Snapshot.read(r)).renderables[0].plain
     cli = subprocess.run([sys.executable, "-m", "shmcache", "status", r.name], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert cli.returncode == 0 and "waiting for the broker (0 s)" in cli.stdout, cli.stdout + cli.stderr

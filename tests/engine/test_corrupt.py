@@ -212,7 +212,7 @@ def test_a_rebuild_never_brings_back_an_older_value(cache_name, damage_after, de
     everything before it, also when DEAD records follow it (a deleted key's). A record
     whose flags alone are damaged (its key and length check out, a whole record follows
     it) costs its own key only: the bucket's other keys stay."""
-    from shmcache.consumer import wire
+    from shmcache.formats import wire
     from shmcache.engine import _repair
 
     keys = np.random.default_rng(7).integers(0, 256, (50_000, 32), np.uint8)
@@ -272,7 +272,7 @@ def test_a_damaged_slot_of_the_key_never_hides_its_newest_value(cache_name, orph
     (space behind the tail, reused next): the slot found points outside the live records,
     a damage to repair, not K's record. "delete": the same slot met by a delete, which
     then removed it and left K readable."""
-    from shmcache.consumer import wire
+    from shmcache.formats import wire
 
     keys = np.random.default_rng(11).integers(0, 256, (50_000, 32), np.uint8)
     hashes = wire.xxh64_keys(keys)

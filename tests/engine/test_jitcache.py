@@ -1,4 +1,4 @@
-"""numba's on-disk kernel cache (ipc/_jitcache.py, warm.py): compiled once, kept
+"""numba's on-disk kernel cache (ipc/_jitcache.py, consumer/warm.py): compiled once, kept
 correct after a source change anywhere in the package, nothing deleted at import.
 
 The first two tests run a copy of the package's sources from a temporary directory
@@ -90,13 +90,13 @@ def test_change_in_an_inlined_module_recompiles(tmp_path, cache_name):
 def test_after_warm_nothing_compiles(tmp_path):
     """After `shmcache warm`, a new process writing, reading with an array and a list of
     keys, and decoding the wire formats compiles no kernel: each is loaded from the cache."""
-    from shmcache import warm
+    from shmcache.consumer import warmup
 
-    warm.warm()  # this install's cache (scripts/setup warmed it; compiles only if sources changed since)
+    warmup.warm()  # this install's cache (scripts/setup warmed it; compiles only if sources changed since)
     out = _run("""
         import json
-        from shmcache import warm
-        print(json.dumps(warm.warm()))
+        from shmcache.consumer import warmup
+        print(json.dumps(warmup.warm()))
     """, dict(os.environ))
     got = json.loads(out.strip().splitlines()[-1])
     assert got["compiled"] == 0 and got["loaded"] > 0, got
@@ -119,7 +119,7 @@ def test_a_kernels_stamp_covers_what_it_imports_and_nothing_else(tmp_path):
     def edit(rel):
         with open(os.path.join(pkg, rel), "a") as f:
             f.write("\n# edited\n")
-    for rel in (os.path.join("spark", "audit.py"), os.path.join("cli", "status.py"), "warm.py"):
+    for rel in (os.path.join("spark", "audit.py"), os.path.join("cli", "status.py"), "consumer/warm.py"):
         edit(rel)
     assert _run(code, env) == first
     edit(os.path.join("engine", "layout.py"))  # imported by _kernels.py, which _lookup.py imports
@@ -147,7 +147,7 @@ def test_every_kernel_is_stamped_whichever_module_a_process_imports_first():
     next process compile the atomics). Each kernel module, imported alone in a new
     process, must leave every cached kernel of the package in it with the package's stamp."""
     mods = _kernel_modules()
-    assert {"shmcache.ipc.atomics", "shmcache.engine._kernels", "shmcache.txmeta"} <= set(mods), mods
+    assert {"shmcache.ipc.atomics", "shmcache.engine._kernels", "shmcache.formats.txmeta"} <= set(mods), mods
     for mod in mods:
         out = _run(f"""
             import importlib, json, sys

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
+from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError
 
 
 def alive(p: psutil.Process) -> bool:
@@ -28,7 +28,7 @@ class Broker:
         self.port = self.cport = 0
         self.proc: psutil.Process | None = None
         self.seen: list[psutil.Process] = []  # brokers and watchdogs, for the leftover check
-        self._local = LocalBroker(run_dir)  # start/stop of scripts/kafka (consumer/localkafka.py)
+        self._local = LocalBroker(run_dir)  # start/stop of scripts/kafka (dev/local_kafka.py)
 
     def start(self, timeout: float = 900.0) -> None:  # the first start on a machine fetches the jars
         self._local.port, self._local.cport = self.port, self.cport

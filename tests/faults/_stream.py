@@ -10,12 +10,12 @@ entry `seq` had been handed to the producer before the lookup (else it was never
 written). That is "the set of values ever written for the key", checked in batches.
 
 Plan: batches of entries (new keys, overwrites, deletes of live and deleted keys,
-re-adds, the same key twice in a batch), built as consumer/loadgen.py builds them so
+re-adds, the same key twice in a batch), built as produce/loadgen.py builds them so
 that every message touching a key lands in one partition: v1 batches are built for one
 partition (round robin; the first key, which the message is keyed by, murmur2s there,
 and later entries only use keys first written for that partition); v2 and kv route by
 key. A few batches are malformed on the wire (v1 and v2: the last entry cut short; kv:
-keys of 31 bytes): per the wire contract (consumer/wire.py) v1 and v2 keep the entries
+keys of 31 bytes): per the wire contract (formats/wire.py) v1 and v2 keep the entries
 before the damage (a damaged v2 message keeps none: `kept_entries`), a kv message with a
 bad key is skipped. Their keys are used nowhere else.
 
@@ -160,7 +160,7 @@ class Plan:
 
 
 def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: int, malformed: int) -> Plan:
-    from shmcache.consumer import partitioners, wire
+    from shmcache.formats import partitioners, wire
 
     rng = np.random.default_rng(seed)
     groups = partitions if fmt == "v1" else 1
@@ -212,7 +212,7 @@ def make_plan(fmt: str, partitions: int, entries: int, seed: int, batch_size: in
 
 def kept_entries(fmt: str, n: int, message_len: int) -> int:
     """Entries of a malformed message (its last entry cut short) that the wire contract keeps
-    (consumer/wire.py): v1 the entries before the damage; v2 none (a message is v2 only if
+    (formats/wire.py): v1 the entries before the damage; v2 none (a message is v2 only if
     the whole v2 parse holds, and cut short it is not v1 either); kv messages with a bad key
     are skipped."""
     if fmt == "v1":
@@ -298,14 +298,14 @@ class StreamProducer(threading.Thread):
         self.msg_offset.append(-1)
         if bad:
             self.malformed[mid] = kept_entries(self.plan.fmt, len(entries), len(value))
-        from shmcache.consumer.producer import produce_waiting
+        from shmcache.produce.producer import produce_waiting
 
         produce_waiting(self._p, self.topic, value, key, partition, lambda err, msg: self._delivered(err, msg, mid),
                         stop=self.stop_event.is_set)
 
     def _batch(self, b: int) -> None:
-        from shmcache.consumer import partitioners, wire
-        from shmcache.consumer.producer import take
+        from shmcache.formats import partitioners, wire
+        from shmcache.produce.producer import take
 
         pl = self.plan
         s, e = int(pl.batch_start[b]), int(pl.batch_start[b + 1])

@@ -23,7 +23,7 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from shmcache import txmeta
+from shmcache.formats import txmeta
 
 ROWS = 1000
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 import shmcache
-from shmcache import txmeta
+from shmcache.formats import txmeta
 from shmcache.spark import datagen, lookup
 
 N = 3000

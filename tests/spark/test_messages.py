@@ -10,8 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shmcache import txmeta
-from shmcache.consumer import partitioners, wire
+from shmcache.formats import partitioners, txmeta, wire
 from shmcache.spark import _messages as M
 from shmcache.spark import _partition
 

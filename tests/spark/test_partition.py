@@ -1,9 +1,9 @@
-"""The publisher's partitioners against the reference ones in consumer/wire.py."""
+"""The publisher's partitioners against the reference ones in formats/wire.py."""
 
 import numpy as np
 import pytest
 
-from shmcache.consumer import partitioners, wire
+from shmcache.formats import partitioners, wire
 from shmcache.spark import _partition
 
 

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import shmcache
-from shmcache import cli, txmeta
-from shmcache.consumer import partitioners, wire
+from shmcache import cli
+from shmcache.formats import partitioners, txmeta, wire
 from shmcache.spark import audit, datagen, lookup, publish
 
 # tests/consumer's, put on sys.path by conftest

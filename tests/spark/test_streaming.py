@@ -18,8 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from shmcache import txmeta
-from shmcache.consumer import partitioners, wire
+from shmcache.formats import partitioners, txmeta, wire
 from shmcache.spark import datagen, lookup, streaming
 
 # tests/consumer's, put on sys.path by conftest

@@ -5,7 +5,7 @@
 2. Creates a fresh topic (8 partitions) and starts the supervisor daemon, `python
    -m shmcache run`, with 2 workers and enough memory that nothing is evicted;
    waits until every partition is assigned (`wait_ready`).
-3. Produces 2,000,000 Teranode-shaped entries (consumer/loadgen.py, 10% DELETEs of
+3. Produces 2,000,000 Teranode-shaped entries (produce/loadgen.py, 10% DELETEs of
    earlier hashes) with a ground-truth Parquet file, showing what was sent and
    what the cache applied, until every partition's applied offset reaches the
    end of what was sent.
@@ -44,13 +44,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-import shmcache
-from shmcache.consumer.groundtruth import reader_main
-from shmcache.consumer.localkafka import LocalBroker, LocalKafkaError
-from shmcache.consumer.procs import SupervisorProcess, alive
-from shmcache.demo_report import CatchUpBars, summarize
+from shmcache.dev.demo_report import CatchUpBars, summarize
+from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError
+from shmcache.dev.run_process import SupervisorProcess, alive
+from shmcache.engine import table
 from shmcache.engine.layout import format_bytes, parse_bytes
+from shmcache.errors import CacheNotFoundError, CacheNotReadyError
 from shmcache.ipc import liveness
+from shmcache.produce.ground_truth import reader_main
 
 BYTES_PER_ENTRY = 300  # ring + index per entry with room to spare (records average ~160 B)
 MEMORY_FLOOR = 64 << 20
@@ -76,7 +77,7 @@ def auto_memory(entries: int) -> int:
 
 
 class Broker(LocalBroker):
-    """The project's local broker (consumer/localkafka.py), its start's progress on the terminal."""
+    """The project's local broker (dev/local_kafka.py), its start's progress on the terminal."""
 
     def start(self) -> str:
         try:
@@ -130,7 +131,7 @@ class Demo:
     def start_supervisor(self) -> None:
         from shmcache.consumer import topics
 
-        if shmcache.exists(self.name):  # the demo checks (and removes) a cache of its own only
+        if table.exists(self.name):  # the demo checks (and removes) a cache of its own only
             raise DemoError(f"a cache named {self.name!r} exists already: give another --name, "
                             f"or remove it with: shmcache destroy {self.name}")
         topics.create_topic(self.bootstrap, self.topic, self.partitions)
@@ -143,10 +144,10 @@ class Demo:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while self.reader is None:
             self._supervisor_alive()
-            if shmcache.exists(self.name):
+            if table.exists(self.name):
                 try:
-                    self.reader = shmcache.attach(self.name)
-                except shmcache.CacheNotFoundError:
+                    self.reader = table.attach(self.name)
+                except CacheNotFoundError:
                     pass  # removed again between the two looks
             if time.monotonic() > deadline:
                 raise DemoError(f"cache {self.name} did not appear within {READY_TIMEOUT_S:.0f} s")
@@ -155,7 +156,7 @@ class Demo:
             self._supervisor_alive()
             try:
                 st = self.reader.wait_ready(timeout=1.0)
-            except shmcache.CacheNotReadyError:
+            except CacheNotReadyError:
                 if time.monotonic() > deadline:
                     raise
                 continue
@@ -186,7 +187,7 @@ class Demo:
         return sum(w["adds"] + w["deletes"] for w in st["workers"]), st
 
     def produce_and_catch_up(self) -> None:
-        from shmcache.consumer import loadgen
+        from shmcache.produce import loadgen
 
         cfg = loadgen.LoadConfig(bootstrap=self.bootstrap, topic=self.topic, count=self.entries, format=self.fmt,
                                  delete_share=self.delete_share, seed=self.seed, sole_writer=self.created_topic,
@@ -272,7 +273,7 @@ class Demo:
         return {p: int(rows[p, L.P_COMMITTED]) for p in range(self.partitions)}
 
     def summarize(self) -> None:
-        """The checks on what the table holds and the summary table (demo_report.py)."""
+        """The checks on what the table holds and the summary table (dev/demo_report.py)."""
         summarize(self)
 
     def cleanup(self) -> None:
@@ -287,7 +288,7 @@ class Demo:
         elif self.created_topic and not self.keep:
             steps.append(("topic", self._delete_topic))
         if not self.keep and self.sup is not None:  # the supervisor made it
-            steps.append(("cache", lambda: shmcache.destroy(self.name) if shmcache.exists(self.name) else None))
+            steps.append(("cache", lambda: table.destroy(self.name) if table.exists(self.name) else None))
         steps.append(("temporary directory", lambda: shutil.rmtree(self.tmp, ignore_errors=True)))
         for what, fn in steps:
             try:
@@ -356,7 +357,7 @@ def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: st
         bootstrap: str | None = None, memory: int | str = "auto", sample: int = 100_000,
         delete_share: float = 0.1, seed: int | None = None, name: str | None = None, keep: bool = False) -> int:
     """Run the demo; returns the exit code (0: every check held)."""
-    from shmcache.consumer import wire
+    from shmcache.formats import wire
 
     if entries < 1:
         raise ValueError(f"entries={entries}: must be >= 1")

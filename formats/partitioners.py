@@ -1,7 +1,7 @@
 """Which partition a producer sends each entry to: the two partitioners of the wire format.
 
 - v2: `v2_partition`, `(xxh64 % 8192) // (8192 // P)`, so a partition owns a
-  contiguous range of the table's buckets (consumer/wire.py, the contract).
+  contiguous range of the table's buckets (formats/wire.py, the contract).
 - v1 and kv: Kafka's default partitioner for a keyed record (`murmur2_partition`,
   Java `Utils.murmur2`, librdkafka `partitioner=murmur2_random`), one key at a
   time or vectorised over the rows of a key array (`murmur2_partitions`).
@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 
-from shmcache.consumer.wire import V2_BUCKETS
+from shmcache.formats.wire import V2_BUCKETS
 
 # Kafka's default partitioner (Java Utils.murmur2, librdkafka rd_murmur2).
 MURMUR2_SEED = 0x9747B28C

@@ -1,7 +1,7 @@
 """Compiled kernels behind `wire`: decoding is a validating scan, then a gather
 into arrays sized by the scan; `encode` writes the entries of a message;
 `decode_clean_many` decodes the clean messages of a whole consume() batch, each
-checked and gathered in one pass (consumer/wire_batch.py).
+checked and gathered in one pass (formats/wire_batch.py).
 
 Invariants these kernels keep:
 - `scan` never reads a byte it has not first bounds-checked against `buf.shape[0]`
@@ -26,10 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine._le import u32, u64
-
-ADD = 0
-DELETE = 1
+from shmcache.engine.layout import ADD, DELETE
+from shmcache.engine.little_endian import u32, u64
 
 # scan's error codes; wire.py turns them into messages.
 OK = 0
@@ -169,7 +167,7 @@ def encode(out, pos, hash_size, keys, actions, offsets, data, hashes):
     return p
 
 
-# -- many messages at once (consumer/wire_batch.py) -------------------------------
+# -- many messages at once (formats/wire_batch.py) -------------------------------
 # decode_clean_many's row per message: the version it decodes cleanly as (0: not cleanly, leave
 # it to wire.decode), then scan's walked, kept, unknown and delete_payloads, and the count
 M_VERSION, M_WALKED, M_KEPT, M_UNKNOWN, M_DELETE_PAYLOADS, M_DECLARED, M_COLUMNS = range(7)

@@ -1,4 +1,4 @@
-"""What `shmcache demo` (demo.py) shows: the produce-and-catch-up progress (two bars on a
+"""What `shmcache demo` (dev/demo.py) shows: the produce-and-catch-up progress (two bars on a
 terminal, a line every PLAIN_PROGRESS_S without one) and, at the end, the checks on
 what the table holds and the summary table. It reads the demo's public state only."""
 
@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shmcache.consumer.groundtruth import BATCH
+from shmcache.produce.ground_truth import BATCH
 from shmcache.engine.layout import format_bytes
 
 PLAIN_PROGRESS_S = 5.0  # seconds between progress lines when there is no terminal

@@ -19,7 +19,7 @@ while the loop sat in the rebalance callback it never returned, its timeout or n
 
 librdkafka 2.16 gives a ListOffsets that timed out as offsets -1001, not as an error, so
 watermarks that are not 0 <= low <= high fail the look-up. The AdminClient is dropped after a
-failed look-up: one made before a broker restart can time out for ever (consumer/admin_look.py).
+failed look-up: one made before a broker restart can time out for ever (consumer/admin_poll.py).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shmcache.consumer import _wire_kernels as _k
-from shmcache.consumer import wire
+from shmcache.formats import _wire_kernels as _k
+from shmcache.formats import wire
 
 
 _MIN_ENTRY = wire.KEY_SIZE + _k.ACTION_SIZE + _k.LEN_SIZE  # the smallest entry (v1, empty content): 37 B

@@ -66,7 +66,7 @@ xxh64 matching: 64 bits of chance per entry, never in practice.
 
 Also here: the plain key/value mode (`decode_kv`) and the encoders producers and tests
 use. The two partitioners (`v2_partition`, and Kafka's own `murmur2_partition`) are in
-consumer/partitioners.py.
+formats/partitioners.py.
 """
 
 from __future__ import annotations
@@ -76,10 +76,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shmcache.consumer import _wire_kernels as _k
-# The function the engine buckets keys with: the v2 hash must be that very hash.
-from shmcache.engine._xxh64 import xxh64_rows
-from shmcache.engine.layout import DEFAULT_MAX_VALUE
+from shmcache.engine import layout
+from shmcache.engine.xxh64 import xxh64_rows  # the engine's bucketing hash: the v2 hash must be that very hash
+from shmcache.formats import _wire_kernels as _k
 
 # -- the contract ---------------------------------------------------------------
 KEY_SIZE = 32  # a tx hash (chainhash.Hash): both versions carry 32-byte keys
@@ -88,8 +87,8 @@ ACTION_SIZE = 1  # u8 action
 LEN_SIZE = 4  # u32 LE content length
 HASH_SIZE = 8  # u64 LE xxh64(tx hash, seed 0), v2 only
 
-ADD = _k.ADD  # content is the cache value for the key
-DELETE = _k.DELETE  # remove the key; len is 0
+ADD = layout.ADD  # content is the cache value for the key
+DELETE = layout.DELETE  # remove the key; len is 0
 
 V1_HEADER = COUNT_SIZE
 V1_ENTRY_HEADER = KEY_SIZE + ACTION_SIZE + LEN_SIZE  # 32 + 1 + 4 = 37
@@ -98,11 +97,11 @@ V2_MAGIC = b"\xff\x02\x00\x00"  # magic 0xFF, version 0x02, two reserved zero by
 V2_HEADER = len(V2_MAGIC) + COUNT_SIZE  # 4 + 4 = 8
 V2_ENTRY_HEADER = HASH_SIZE + KEY_SIZE + ACTION_SIZE + LEN_SIZE  # 8 + 32 + 1 + 4 = 45
 
-# v2 partitions by bucket range, so this must equal the engine's bucket count
-# (engine.layout.NBUCKETS; a test pins the two together). Producers depend on it.
-V2_BUCKETS = 8192
+# v2 partitions by bucket range: the engine's buckets, so a partition's entries land in
+# whole buckets (a topic's partition count divides it). Producers depend on it.
+V2_BUCKETS = layout.NBUCKETS
 
-MAX_VALUE = DEFAULT_MAX_VALUE  # "records up to 4 KiB must fit" (docs/design.md); longer is damage
+MAX_VALUE = layout.DEFAULT_MAX_VALUE  # "records up to 4 KiB must fit" (docs/design.md); longer is damage
 _MAX_VALUE_LIMIT = 2**31 - 1  # value_lens is int32
 _U32 = 0xFFFFFFFF  # the largest u32 LE length
 

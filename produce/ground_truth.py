@@ -5,7 +5,7 @@ of its own and renamed to PATH only once every message was acknowledged (a file 
 PATH is complete). Columns: txmeta.table_schema() plus `deleted` (bool: the entry was
 a DELETE, its value columns null), `seq` (int64, the entry's number in send order) and
 `partition` (int32, where it was sent). `final_state()` gives the state the topic
-leaves: for each tx_hash its row with the highest seq (consumer/loadgen.py says why
+leaves: for each tx_hash its row with the highest seq (produce/loadgen.py says why
 that is well defined). `check_sample()` checks a cache against it (the demo's reader).
 """
 
@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from shmcache import txmeta
-from shmcache.consumer.wire import DELETE
+from shmcache.formats import txmeta
+from shmcache.formats.wire import DELETE
 
 GROUND_TRUTH_ROW_GROUP = 1 << 17  # rows buffered per Parquet row group
 BATCH = 1024  # lookups per get_many_packed call in check_sample
@@ -179,7 +179,7 @@ def hashes_of(column) -> np.ndarray:
 
 def _values_equal(o1, d1, o2, d2) -> np.ndarray:
     """Per row: is value i of (o1, d1) byte-equal to value i of (o2, d2)? Array operations only."""
-    from shmcache.consumer.producer import take
+    from shmcache.produce.producer import take
 
     l1, l2 = np.diff(o1), np.diff(o2)
     eq = l1 == l2
@@ -195,8 +195,8 @@ def check_sample(name: str, truth_path: str, sample: int, seed: int | None, min_
     """Look up `sample` sent hashes and check them against the ground truth; then time lookups."""
     import pyarrow.compute as pc
 
-    import shmcache
-    from shmcache.consumer.producer import take
+    from shmcache.engine import table
+    from shmcache.produce.producer import take
 
     state = final_state(truth_path)
     rng = np.random.default_rng(seed)
@@ -209,7 +209,7 @@ def check_sample(name: str, truth_path: str, sample: int, seed: int | None, min_
     found = np.empty(m, bool)
     lens = np.zeros(m, np.int64)
     chunks = []
-    with shmcache.attach(name) as r:
+    with table.attach(name) as r:
         for s in range(0, m, BATCH):
             p = r.get_many_packed(keys[s:s + BATCH])
             found[s:s + BATCH] = p.found

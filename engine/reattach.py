@@ -4,7 +4,7 @@ A cache destroyed and created again under the same name is a new file (another
 inode, ipc.segment.identity): a long-lived reader (the metrics endpoint, a Spark
 executor's Python worker) that kept its old mapping would go on reading a dead
 table. `Followed.reader()` looks at what is at the name (one lstat, no symlink
-followed) and re-attaches when it changed; it only ever `shmcache.attach()`es
+followed) and re-attaches when it changed; it only ever `table.attach()`es
 (read-only: never written, never unlinked).
 """
 
@@ -31,14 +31,14 @@ class Followed:
         """The handle on what is at the name now (re-attached if it changed); None if nothing is.
 
         Errors of the attach itself (a damaged segment, a race with a destroy) propagate."""
-        import shmcache
+        from shmcache.engine import table
 
         self.attached_now = False
         now = self._identity()  # before attach: a re-create in between is seen next time
         if self._reader is not None and now != self._id:  # destroyed or re-created
             self.close()
         if self._reader is None and now is not None:
-            self._reader = shmcache.attach(self.name, owner=self.owner)
+            self._reader = table.attach(self.name, owner=self.owner)
             self._id = now
             self.attached_now = True
         return self._reader

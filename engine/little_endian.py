@@ -1,6 +1,6 @@
 """Little-endian loads from a uint8 array, for numba kernels: one definition for the
-table's hash (engine/_xxh64.py), the wire decoder (consumer/_wire_kernels.py) and the
-MetaBytes codec (txmeta.py). Inlined where used; the caller has bounds-checked p."""
+table's hash (engine/xxh64.py), the wire decoder (formats/_wire_kernels.py) and the
+MetaBytes codec (formats/txmeta.py). Inlined where used; the caller has bounds-checked p."""
 
 from __future__ import annotations
 

@@ -56,12 +56,11 @@ from typing import Callable
 
 import numpy as np
 
-from shmcache import txmeta
-from shmcache.consumer import partitioners, wire
+from shmcache.formats import partitioners, txmeta, wire
 from shmcache.consumer.config import FORMATS
-# the ground truth is part of what the load generator offers (consumer/groundtruth.py)
-from shmcache.consumer.groundtruth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
-from shmcache.consumer.producer import BROKER_WAIT_S, TxmetaProducer
+# the ground truth is part of what the load generator offers (produce/ground_truth.py)
+from shmcache.produce.ground_truth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
+from shmcache.produce.producer import BROKER_WAIT_S, TxmetaProducer
 
 ADD, DELETE = wire.ADD, wire.DELETE
 # 4096 entries of at most 8+32+1+4 + 21+3*(32+4+4)+4 = 194 B stay under Kafka's

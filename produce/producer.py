@@ -11,7 +11,7 @@ The same key always lands in the same partition only for v2 and kv; v1 keys by
 the batch's first hash, so a later batch can carry the key elsewhere. Order per
 key across partitions is then not guaranteed: the producer of v1 must send a
 key's ADD and DELETE in one batch, or build each batch for one partition from
-keys that belong there (consumer/loadgen.py does), or accept it (Teranode's
+keys that belong there (produce/loadgen.py does), or accept it (Teranode's
 validator does).
 
 On backpressure (the local queue full) the producer waits, never drops. Every
@@ -37,7 +37,8 @@ from collections import Counter, defaultdict
 import numpy as np
 import xxhash
 
-from shmcache.consumer import broker, partitioners, topics, wire
+from shmcache.consumer import broker, topics
+from shmcache.formats import partitioners, wire
 from shmcache.consumer.config import FORMATS
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine._le import u32, u64
+from shmcache.engine.little_endian import u32, u64
 
 P1 = np.uint64(0x9E3779B185EBCA87)
 P2 = np.uint64(0xC2B2AE3D27D4EB4F)

@@ -1,0 +1,9 @@
+"""The contracts on the bytes that travel: what a Kafka message of the txmeta topic is
+(`wire`: the v1, v2 and key/value formats, decoded in whole batches by `wire_batch`
+over the kernels of `_wire_kernels`), which partition a key belongs to
+(`partitioners`), and what a txmeta value is (`txmeta`: Teranode's MetaBytes).
+
+Used by the consumer (decode) and by the producers and Spark (encode); built on the
+engine's public hash (engine/xxh64.py) and little-endian loads (engine/little_endian.py),
+and on nothing of Kafka's: no module here imports confluent-kafka.
+"""
