@@ -138,3 +138,13 @@ def test_the_checks_see_the_imports():
     assert "shmcache.formats.wire" in GRAPH["shmcache.consumer.worker"]  # a function-level or top-level import
     assert "shmcache.consumer.worker" in GRAPH["shmcache.consumer.warmup"]  # inside warm()
     assert sum(len(v) for v in GRAPH.values()) > 300
+
+
+def test_the_readme_lists_the_layers_in_order():
+    """README.md's Layout table names the package's folders, lowest layer first."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Layout"):]
+    section = section[:section.index("\n## ", 1)]
+    assert re.findall(r"^\| `(\w+)/` \|", section, re.M) == LAYERS
