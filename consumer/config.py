@@ -85,65 +85,84 @@ def _num(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
 
+def setting(default, help: str, **flag):
+    """A RunConfig field that is also a `shmcache run` flag, --NAME with dashes (cli/run.py makes
+    each flag from these): `help` its --help text, where "{default}" stands for the default;
+    `flag` argparse's metavar or choices, or octal=True for a file mode given as chmod takes it.
+    The flag's type is the field's; a flag not given leaves the TOML file's value or the default."""
+    shown = f"{default:g}" if isinstance(default, float) else default
+    return field(default=default, metadata={"help": help.format(default=shown), **flag})
+
+
 @dataclass
 class RunConfig:
-    name: str
-    bootstrap: str
-    topic: str
-    group: str = ""  # default: unique to this machine and cache
-    # Kafka static membership (group.instance.id): a supervisor restarted after a crash takes
-    # its partitions back at once instead of after the session timeout. Default: unique to
-    # this machine and cache; "none" = dynamic membership.
-    instance_id: str = ""
-    # this machine's name in the defaults above (shmcache.ipc.machine: $SHMCACHE_MACHINE, else the
-    # host name); several machines on one host (scripts/cluster) each need their own
-    machine: str = ""
-    # size of a cache this run creates, DEFAULT_MEMORY if not given; a cache restored from a
-    # snapshot keeps the snapshot's own size unless this is given (memory_given)
-    memory: str = ""
-    # the cache's file mode, as `shmcache create --mode` (0o640: a reader group may attach), made
-    # so at every start, also of a cache restored from a snapshot; None: a new cache's 0o600, a
-    # cache that is there keeps its own
-    mode: int | str | None = None
-    # the Unix group (name or gid) the cache's file is given, with `mode` 0o640 its readers'
-    # ("" the supervisor user's own); that user must be a member
-    reader_group: str = ""
-    workers: int = 2
-    format: str = "v1"
-    commit_interval: float = 1.0  # seconds between periodic commits
-    assignment: str = "cooperative-sticky"  # partition.assignment.strategy
+    name: str = setting(dataclasses.MISSING, "the cache name")
+    bootstrap: str = setting(dataclasses.MISSING, "Kafka bootstrap servers, host:port[,host:port]")
+    topic: str = setting(dataclasses.MISSING, "the Kafka topic that fills the cache")
+    group: str = setting("", "consumer group (default: unique to this machine and cache)")
+    # Kafka static membership: a supervisor restarted after a crash takes its partitions back
+    # at once instead of after the session timeout
+    instance_id: str = setting("", "Kafka static membership id (group.instance.id; default: unique to this "
+                                   f"machine and cache; '{DYNAMIC}' = dynamic membership)")
+    # several machines on one host (scripts/cluster) each need their own (shmcache.ipc.machine)
+    machine: str = setting("", "this machine's name in the default group and instance id "
+                               "(default $SHMCACHE_MACHINE, else the host name)")
+    # for a cache this run creates (create_memory); a cache restored from a snapshot keeps the
+    # snapshot's own size unless this is given
+    memory: str = setting("", f"cache size if it must be created (default {DEFAULT_MEMORY}; a restored "
+                              "snapshot's own)")
+    # None = an existing cache's own, else layout's default for a new one; given, an existing
+    # cache's must match. Workers decode against the cache's own.
+    max_value: int | None = setting(None, f"largest value if the cache must be created (default "
+                                          f"{L.DEFAULT_MAX_VALUE}); an existing cache keeps its own, which must "
+                                          "match if this is given", metavar="BYTES")
+    # made so at every start, also of a cache restored from a snapshot; None: a new cache's
+    # 0o600, a cache that is there keeps its own
+    mode: int | str | None = setting(None, "the cache's octal file mode at every start, restores too (640: a "
+                                           "reader group may attach; default: 600 for a new cache)", octal=True)
+    # a name or gid ("" the supervisor user's own), looked up at the start
+    reader_group: str = setting("", "the Unix group the cache's file is given (with --mode 640, its readers'); "
+                                    "this user must belong to it", metavar="GROUP")
+    workers: int = setting(2, "worker processes (default {default})")
+    format: str = setting("v1", "wire format (default {default})", choices=FORMATS)
+    commit_interval: float = setting(1.0, "seconds between commits (default {default})")
+    assignment: str = setting("cooperative-sticky", "partition.assignment.strategy (default {default})",
+                              choices=STRATEGIES)
     key_size: int = 32
-    # largest value in bytes: None = an existing cache's own, else layout's default for a new one;
-    # given, an existing cache's must match. Workers decode against the cache's own.
-    max_value: int | None = None
     batch_messages: int = 256  # messages a worker takes per consume() call
-    max_rate: int = 0  # entries/s per worker, 0 = unlimited (leaves CPU to readers while catching up)
+    # leaves CPU to readers while catching up
+    max_rate: int = setting(0, "entries/s per worker while catching up (default {default}: unlimited)")
     drain_timeout: float = 30.0  # how long a revoke waits for workers to drain; a shutdown, for all of them
-    # the whole stop's budget (drain, final commit, group leave, consumer close: consumer/stop.py):
-    # inside the systemd unit's TimeoutStopSec=60 with room for the interpreter's exit
-    stop_timeout: float = 50.0
-    # a worker whose heartbeat (one per loop: every 0.1 s idle, after every batch busy) is older
-    # than this is stale (hung, stopped): its partitions are not caught up, and it is killed and
-    # restarted. The longest gap measured: 0.43 s, a 180,000-entry batch with 6 CPU hogs on 2 cores
-    worker_heartbeat_timeout: float = 10.0
-    # a worker that has not claimed its row (come up: opened the cache, loaded its kernels) this
-    # long after it was forked is hung or stopped before it came up: killed and restarted. A
-    # start takes about 1 s with the kernels in numba's cache (the supervisor warms them first);
-    # one that must compile them itself (a cache it cannot write) took 22.5 s at load 1 on 2
-    # cores: the bound leaves that room several times over, or such a worker would never come up
-    worker_start_timeout: float = 120.0
-    metrics_port: int = 0  # serve Prometheus metrics on this port; 0 = no endpoint
-    metrics_host: str = "127.0.0.1"  # the endpoint's address: loopback unless asked otherwise
-    broker_wait: float = 0.0  # seconds to wait for an unreachable broker before exiting; 0 = wait for ever
-    snapshot_dir: str = ""  # write snapshots here and restore from them at start (consumer/snapshots.py); "" = none
-    snapshot_interval: float = 300.0  # seconds between snapshots while running
-    snapshot_keep: int = 3  # snapshots kept in snapshot_dir
-    # bytes/s a periodic snapshot writes at most ("128MiB" a second; 0 = unlimited); it also
-    # runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/snapshots.py)
-    snapshot_rate: int | str = "128MiB"
+    metrics_port: int = setting(0, "serve Prometheus metrics on this port (default {default}: none)")
+    metrics_host: str = setting("127.0.0.1", "address of the metrics endpoint (default {default})")
+    broker_wait: float = setting(0.0, "exit if the Kafka broker does not answer for this long (default "
+                                      "{default}: wait for it)", metavar="SECONDS")
+    snapshot_dir: str = setting("", "snapshot the cache here; restore the newest at start", metavar="DIR")
+    snapshot_interval: float = setting(300.0, "seconds between snapshots (default {default})", metavar="SECONDS")
+    snapshot_keep: int = setting(3, "snapshots kept (default {default})", metavar="K")
+    # it also runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/snapshots.py)
+    snapshot_rate: int | str = setting("128MiB", "bytes/s a periodic snapshot writes at most, e.g. 64MiB "
+                                                 "(default {default}; 0 = unlimited)", metavar="BYTES")
+    # a heartbeat is written once per loop: every 0.1 s idle, after every batch busy
+    worker_heartbeat_timeout: float = setting(
+        10.0, "kill and restart a worker whose heartbeat is older than this; its partitions are not caught up "
+              "meanwhile (default {default})", metavar="SECONDS")
+    # come up = claimed its row. A start takes about a second with the kernels in numba's cache
+    # (the supervisor warms them first); one that must compile them itself (a cache it cannot
+    # write) takes far longer on a loaded host: the bound leaves that room several times over,
+    # or such a worker would never come up
+    worker_start_timeout: float = setting(
+        120.0, "kill and restart a worker that has not come up (opened the cache, loaded its kernels) this "
+               "long after it was started (default {default})", metavar="SECONDS")
+    # consumer/stop.py; room for the interpreter's exit inside the systemd unit's TimeoutStopSec
+    stop_timeout: float = setting(
+        50.0, "the whole stop's budget: drain, final commit, leaving the group, closing the Kafka consumer "
+              "(default {default}, inside systemd's TimeoutStopSec=60)", metavar="SECONDS")
     # a table that lacks offsets the topic's retention deleted before it had them (a gap) is
     # not ready unless this is set: the operator says the cache may serve it as it is
-    accept_gaps: bool = False
+    accept_gaps: bool = setting(False, "call the cache ready even where the topic's retention deleted offsets "
+                                       "before the cache had them (default: such a cache is caught up but not "
+                                       "ready)")
     kafka: dict = field(default_factory=dict)  # librdkafka settings, passed through
 
     def __post_init__(self) -> None:
