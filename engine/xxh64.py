@@ -40,33 +40,58 @@ def _merge(acc, val):
     return acc * P1 + P4
 
 
+@njit(inline="always")
+def _stripes_start(seed):
+    """The four accumulators of a key of 32 bytes or more, before its first stripe."""
+    return seed + P1 + P2, seed + P2, seed, seed - P1
+
+
+@njit(inline="always")
+def _converge(v1, v2, v3, v4):
+    """The four accumulators folded into one, after the last whole stripe."""
+    h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+    h = _merge(h, v1)
+    h = _merge(h, v2)
+    h = _merge(h, v3)
+    return _merge(h, v4)
+
+
+@njit(inline="always")
+def _lane_tail(h, lane):
+    """One remaining 8-byte lane mixed into h."""
+    h ^= _round(np.uint64(0), lane)
+    return _rotl(h, 27) * P1 + P4
+
+
+@njit(inline="always")
+def _avalanche(h):
+    h ^= h >> np.uint64(33)
+    h *= P2
+    h ^= h >> np.uint64(29)
+    h *= P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
 @njit(nogil=True, cache=True)
 def xxh64_span(buf, start, n, seed):
     """XXH64 of buf[start:start + n] (a 1-d uint8 array)."""
     p = start
     end = start + n
     if n >= 32:
-        v1 = seed + P1 + P2
-        v2 = seed + P2
-        v3 = seed
-        v4 = seed - P1
+        v1, v2, v3, v4 = _stripes_start(seed)
         while p + 32 <= end:
             v1 = _round(v1, u64(buf, p))
             v2 = _round(v2, u64(buf, p + 8))
             v3 = _round(v3, u64(buf, p + 16))
             v4 = _round(v4, u64(buf, p + 24))
             p += 32
-        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
-        h = _merge(h, v1)
-        h = _merge(h, v2)
-        h = _merge(h, v3)
-        h = _merge(h, v4)
+        h = _converge(v1, v2, v3, v4)
     else:
         h = seed + P5
     h += np.uint64(n)
     while p + 8 <= end:
-        h ^= _round(np.uint64(0), u64(buf, p))
-        h = _rotl(h, 27) * P1 + P4
+        h = _lane_tail(h, u64(buf, p))
         p += 8
     if p + 4 <= end:
         h ^= np.uint64(u32(buf, p)) * P1
@@ -76,12 +101,7 @@ def xxh64_span(buf, start, n, seed):
         h ^= np.uint64(buf[p]) * P5
         h = _rotl(h, 11) * P1
         p += 1
-    h ^= h >> np.uint64(33)
-    h *= P2
-    h ^= h >> np.uint64(29)
-    h *= P3
-    h ^= h >> np.uint64(32)
-    return h
+    return _avalanche(h)
 
 
 @njit(nogil=True, cache=True)
@@ -100,34 +120,21 @@ def _rows_words(words, n, nw, seed):
         base = r * nw
         p = 0
         if nw >= 4:
-            v1 = seed + P1 + P2
-            v2 = seed + P2
-            v3 = seed
-            v4 = seed - P1
+            v1, v2, v3, v4 = _stripes_start(seed)
             while p + 4 <= nw:
                 v1 = _round(v1, words[base + p])
                 v2 = _round(v2, words[base + p + 1])
                 v3 = _round(v3, words[base + p + 2])
                 v4 = _round(v4, words[base + p + 3])
                 p += 4
-            h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
-            h = _merge(h, v1)
-            h = _merge(h, v2)
-            h = _merge(h, v3)
-            h = _merge(h, v4)
+            h = _converge(v1, v2, v3, v4)
         else:
             h = seed + P5
         h += np.uint64(nw * 8)
         while p < nw:
-            h ^= _round(np.uint64(0), words[base + p])
-            h = _rotl(h, 27) * P1 + P4
+            h = _lane_tail(h, words[base + p])
             p += 1
-        h ^= h >> np.uint64(33)
-        h *= P2
-        h ^= h >> np.uint64(29)
-        h *= P3
-        h ^= h >> np.uint64(32)
-        out[r] = h
+        out[r] = _avalanche(h)
     return out
 
 
@@ -139,18 +146,9 @@ def _xxh64_4words(a, b, c, d):
     v2 = _round(P2, b)
     v3 = _round(np.uint64(0), c)
     v4 = _round(np.uint64(0) - P1, d)
-    h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
-    h = _merge(h, v1)
-    h = _merge(h, v2)
-    h = _merge(h, v3)
-    h = _merge(h, v4)
+    h = _converge(v1, v2, v3, v4)
     h += np.uint64(32)
-    h ^= h >> np.uint64(33)
-    h *= P2
-    h ^= h >> np.uint64(29)
-    h *= P3
-    h ^= h >> np.uint64(32)
-    return h
+    return _avalanche(h)
 
 
 @njit(nogil=True, cache=True)
