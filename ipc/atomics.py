@@ -95,28 +95,24 @@ def store_release(typingctx, arr, idx, value):
     return sig, codegen
 
 
-@intrinsic
-def fence_acquire(typingctx):
-    """Loads before the fence complete before loads after it (seqlock reader)."""
-    sig = types.void()
+def _fence(ordering: str, name: str, doc: str):
+    """A fence intrinsic of this LLVM ordering, under its own name."""
+    def fence(typingctx):
+        def codegen(context, builder, sig, args):
+            builder.fence(ordering)
+            return context.get_dummy_value()
 
-    def codegen(context, builder, sig, args):
-        builder.fence("acquire")
-        return context.get_dummy_value()
+        return types.void(), codegen
 
-    return sig, codegen
+    fence.__name__ = fence.__qualname__ = name
+    fence.__doc__ = doc
+    return intrinsic(fence)
 
 
-@intrinsic
-def fence_release(typingctx):
-    """Stores before the fence become visible before stores after it (seqlock writer)."""
-    sig = types.void()
-
-    def codegen(context, builder, sig, args):
-        builder.fence("release")
-        return context.get_dummy_value()
-
-    return sig, codegen
+fence_acquire = _fence("acquire", "fence_acquire",
+                       "Loads before the fence complete before loads after it (seqlock reader).")
+fence_release = _fence("release", "fence_release",
+                       "Stores before the fence become visible before stores after it (seqlock writer).")
 
 
 @njit(nogil=True, cache=True)
