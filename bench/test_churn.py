@@ -27,6 +27,7 @@ import numpy as np
 import _peers as P
 import shmcache
 from shmcache.engine import layout as L
+from shmcache.engine import units
 
 N = P.bench_n()
 DELETE_SHARE, OVERWRITE_SHARE = 0.10, 0.03
@@ -90,7 +91,7 @@ def test_churn():
         shmcache.destroy(name)
     live = s["entries"]
     report = {
-        "N": N, "segment": L.format_bytes(geo.size), "entries that fit": fit, "live entries": live,
+        "N": N, "segment": units.format_bytes(geo.size), "entries that fit": fit, "live entries": live,
         "live / fit": live / fit, "live record bytes / ring bytes": s["bytes_used"] / geo.capacity_bytes,
         "live record bytes / segment": s["bytes_used"] / geo.size, "segment bytes per live entry": geo.size / live,
         "hits on the most recent N/2 written": recent_hits, "evictions": s["evictions"],

@@ -95,7 +95,7 @@ def test_full_cache():
     from shmcache.engine import _input
     from shmcache.engine import _kernels as K
     from shmcache.engine import _lookup as LK
-    from shmcache.engine import layout as L
+    from shmcache.engine import units
 
     KB, LKB = _before("_kernels"), _before("_lookup")
     n = P.bench_n()
@@ -120,7 +120,7 @@ def test_full_cache():
         names.append(f"bench-{os.getpid()}-full-cache-{label}")
         w = shmcache.create(names[-1], memory=memory, max_value=MAX_VALUE)
         handles.append(w)
-        sizes[label] = L.format_bytes(w.geometry.size)
+        sizes[label] = units.format_bytes(w.geometry.size)
         a = w.segment_arrays()
         return w, (a.meta, a.index, a.ring8, a.ring64, a.geo), int(a.geo[5])
 

@@ -42,6 +42,7 @@ from numba import njit
 import _peers as P
 import shmcache
 from shmcache.engine import layout as L
+from shmcache.engine import units
 from shmcache.engine._prefetch import prefetch
 from shmcache.ipc.segment import Segment, shm_free_bytes
 
@@ -159,8 +160,8 @@ def test_scale():
             memory = max(64 << 20, int(P.memory_for(n) * HEADROOM))
             free = shm_free_bytes()
             if free is not None and memory > free * 0.9:
-                print(f"scale: N={n:,} skipped: a {L.format_bytes(memory)} segment does not fit in /dev/shm "
-                      f"({L.format_bytes(free)} free)", file=sys.stderr)
+                print(f"scale: N={n:,} skipped: a {units.format_bytes(memory)} segment does not fit in /dev/shm "
+                      f"({units.format_bytes(free)} free)", file=sys.stderr)
                 continue
             tables.append(_Table(n, memory))
             gc.collect()
@@ -199,7 +200,7 @@ def test_scale():
           f"{'vs first':>9} {'lines/s':>9} {'machine vs first':>16} {'hits':>6} {'B/entry':>8} {'sized':>6}",
           file=sys.stderr)
     for r in rows:
-        print(f"  {r['n']:>12,} {L.format_bytes(r['size']):>10} {r['create_s'] / (r['size'] / 2**30):>12.2f} "
+        print(f"  {r['n']:>12,} {units.format_bytes(r['size']):>10} {r['create_s'] / (r['size'] / 2**30):>12.2f} "
               f"{P.fmt_rate(r['n'] / r['fill_s']):>12} {P.fmt_rate(r['rate']):>11} "
               f"{r['vs_first']:>8.2f}x {P.fmt_rate(r['lines']):>9} {r['lines_vs_first']:>15.2f}x {r['hits']:>6.3f} "
               f"{r['per_entry']:>8.0f} {r['tight']:>6.0f}", file=sys.stderr)

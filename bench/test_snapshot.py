@@ -49,7 +49,7 @@ import _consume_topics as CT  # bench/ is on sys.path (bench/conftest.py): the c
 import test_consume as TC  # its topic maker
 from shmcache.consumer import topics
 from shmcache.consumer.config import RunConfig
-from shmcache.engine import layout as L
+from shmcache.engine import units
 from shmcache.engine import snapshot as S
 
 WINDOWS = int(os.environ.get("SHMCACHE_BENCH_WINDOWS", "6"))  # pairs of windows (without, with a snapshot) per way
@@ -141,7 +141,7 @@ def _reader_cost(name: str, keys_path: Path, out_dir: Path, how: str, rate: int)
             "snapshot_s": float(np.median([c - b for _, b, c in windows]))}
 
 
-PERIODIC_RATE = L.parse_bytes(RunConfig.snapshot_rate)  # what `shmcache run` snapshots at by default
+PERIODIC_RATE = units.parse_bytes(RunConfig.snapshot_rate)  # what `shmcache run` snapshots at by default
 
 
 def sizes() -> list[int]:
@@ -299,7 +299,7 @@ def test_reader_beside_a_snapshot(n, tmp_path):
             shmcache.destroy(name)
     rp, ro = f["reader_periodic"], f["reader_on_demand"]
     print(f"\nreader beside a snapshot, N={n:,} ({memory}, {len(keys):,} keys looked up over the table): "
-          f"periodic (SCHED_IDLE, {L.format_bytes(PERIODIC_RATE)}/s, {rp['snapshot_s']:.2f} s): "
+          f"periodic (SCHED_IDLE, {units.format_bytes(PERIODIC_RATE)}/s, {rp['snapshot_s']:.2f} s): "
           f"{rp['idle_per_s']:,.0f}/s -> {rp['beside_per_s']:,.0f}/s ({rp['cost']:.1%} less; CPU per lookup "
           f"{rp['cpu_cost']:+.1%}); on demand (unlimited, {ro['snapshot_s']:.2f} s): {ro['idle_per_s']:,.0f}/s -> "
           f"{ro['beside_per_s']:,.0f}/s ({ro['cost']:.1%} less; CPU per lookup {ro['cpu_cost']:+.1%}); "

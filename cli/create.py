@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shmcache
 from shmcache.cli.args import mode_arg
-from shmcache.engine.layout import DEFAULT_MAX_VALUE, format_bytes
+from shmcache.engine.layout import DEFAULT_MAX_VALUE
+from shmcache.engine.units import format_bytes
 
 HELP = "create a cache"
 

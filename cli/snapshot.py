@@ -14,6 +14,7 @@ from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeElapsedColu
 
 from shmcache.cli.progress import ProgressLine
 from shmcache.engine import layout as L
+from shmcache.engine import units
 
 
 class BucketProgress(ProgressLine):
@@ -27,7 +28,7 @@ class BucketProgress(ProgressLine):
     def __call__(self, done: int, total: int, nbytes: int) -> None:
         def plain() -> str:
             secs = max(time.monotonic() - self.t0, 1e-9)
-            return (f"{self.what}: {100 * done // total}% of the buckets, {L.format_bytes(nbytes)}, "
+            return (f"{self.what}: {100 * done // total}% of the buckets, {units.format_bytes(nbytes)}, "
                     f"{nbytes / secs / 1e9:.2f} GB/s")
         self.update(plain, completed=done, total=total)
 
@@ -49,7 +50,7 @@ def run(a) -> int:
     import shmcache
     from shmcache.engine import snapshot
 
-    rate = 0 if a.rate in (None, "0") else L.parse_bytes(a.rate, what="--rate")
+    rate = 0 if a.rate in (None, "0") else units.parse_bytes(a.rate, what="--rate")
     if a.idle:
         snapshot.lower_priority()  # this process does nothing else
     console = Console(stderr=a.json)
@@ -60,7 +61,7 @@ def run(a) -> int:
     if a.json:
         print(json.dumps({**info.to_dict(), "seconds": dt}))
     else:
-        console.print(f"snapshot of {a.name}: {info.path}, {info.entries:,} entries, {L.format_bytes(info.bytes)} in "
+        console.print(f"snapshot of {a.name}: {info.path}, {info.entries:,} entries, {units.format_bytes(info.bytes)} in "
                       f"{dt:.2f} s ({info.bytes / max(dt, 1e-9) / 1e9:.2f} GB/s); offsets {list(info.offsets)}",
                       markup=False, highlight=False)  # the path is text, not markup
     return 0

@@ -9,7 +9,7 @@ from rich.table import Table
 
 import shmcache
 from shmcache.cli.args import owner_option
-from shmcache.engine.layout import format_bytes
+from shmcache.engine.units import format_bytes
 
 HELP = "print a cache's figures"
 

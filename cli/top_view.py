@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shmcache.consumer import snapshots
-from shmcache.engine.layout import format_bytes
+from shmcache.engine.units import format_bytes
 
 MAX_PARTITION_ROWS = 32  # more partitions are summed up in one line
 WORKER_STATE_STYLE = {"up": "green", "starting": "yellow", "stopping": "yellow", "backing-off": "red",

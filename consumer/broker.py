@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 kafka_log = logging.getLogger("shmcache.kafka")
@@ -121,12 +121,12 @@ class BrokerWatch:
         self.delay = RETRY_FIRST_S
         self.next_try = 0.0
         self.last_error = ""
-        self.control.set_word(L.H_BROKER_STATE, L.BROKER_UNKNOWN)
-        self.control.set_word(L.H_BROKER_SINCE, 0)
+        self.control.set_word(C.H_BROKER_STATE, C.BROKER_UNKNOWN)
+        self.control.set_word(C.H_BROKER_SINCE, 0)
 
     @property
     def down(self) -> bool:
-        return self.control.broker_state != L.BROKER_UP
+        return self.control.broker_state != C.BROKER_UP
 
     def on_error(self, err) -> None:
         """librdkafka's error callback (served by poll): all brokers down asks for a probe at
@@ -145,11 +145,11 @@ class BrokerWatch:
             self.since = now
             self.delay = RETRY_FIRST_S
             self.next_try = now + self.delay
-            self.control.set_word(L.H_BROKER_SINCE, time.monotonic_ns())
-            self.control.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
+            self.control.set_word(C.H_BROKER_SINCE, time.monotonic_ns())
+            self.control.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
             log.warning("the Kafka broker at %s does not answer (%s); waiting for it", self.bootstrap, why)
             return
-        self.control.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
+        self.control.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
         waited = now - self.since
         self.delay = min(self.delay * 2, RETRY_MAX_S)
         self.next_try = now + self.delay
@@ -161,8 +161,8 @@ class BrokerWatch:
             log.info("the Kafka broker at %s answers again after %.1f s", self.bootstrap, time.monotonic() - self.since)
         self.since = 0.0
         self.next_try = 0.0
-        self.control.set_word(L.H_BROKER_SINCE, 0)
-        self.control.set_word(L.H_BROKER_STATE, L.BROKER_UP)
+        self.control.set_word(C.H_BROKER_SINCE, 0)
+        self.control.set_word(C.H_BROKER_STATE, C.BROKER_UP)
 
     def due(self) -> bool:
         """Time to ask the broker: librdkafka said it is down, the wait's next retry, or the

@@ -29,7 +29,7 @@ import logging
 import math
 import time
 
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -124,7 +124,7 @@ class Committer:
     def on_commit(self, err, tps) -> None:
         """librdkafka's result of an asynchronous commit (served by consumer.poll)."""
         todo, self.inflight = self.inflight, None
-        self.control.set_word(L.H_COMMIT_PENDING_SINCE, 0)
+        self.control.set_word(C.H_COMMIT_PENDING_SINCE, 0)
         if todo is None:
             return
         if err is None:
@@ -137,16 +137,16 @@ class Committer:
             name = err.name() if hasattr(err, "name") else ""
             if not final and name in _REBALANCE_ERRORS:
                 # the group is moving to a new generation: this commit went with the old one.
-                self.control.count(L.H_COMMITS_DEFERRED)
+                self.control.count(C.H_COMMITS_DEFERRED)
                 self.hold(time.monotonic())
                 log.info("commit of %s deferred: the group is rebalancing (%s)", dict(todo), name)
                 return
-            self.control.count(L.H_COMMIT_FAILURES)
+            self.control.count(C.H_COMMIT_FAILURES)
             log.warning("commit of %s failed: %s", dict(todo), err)
             return
-        self.control.count(L.H_COMMITS)
+        self.control.count(C.H_COMMITS)
         for p, o in todo:
-            rows[p, L.P_COMMITTED] = o
+            rows[p, C.P_COMMITTED] = o
         (log.info if final else log.debug)("committed %s", dict(todo))
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -157,8 +157,8 @@ class Committer:
         if self.broker.down:
             return []
         rows = self.control.partitions
-        return [(p, int(rows[p, L.P_APPLIED])) for p in parts
-                if rows[p, L.P_APPLIED] >= 0 and rows[p, L.P_APPLIED] != rows[p, L.P_COMMITTED]]
+        return [(p, int(rows[p, C.P_APPLIED])) for p in parts
+                if rows[p, C.P_APPLIED] >= 0 and rows[p, C.P_APPLIED] != rows[p, C.P_COMMITTED]]
 
     def _offsets(self, todo):
         from confluent_kafka import TopicPartition
@@ -169,7 +169,7 @@ class Committer:
         from confluent_kafka import KafkaException
 
         self.inflight, self._final = dict(todo), final
-        self.control.set_word(L.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
+        self.control.set_word(C.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
         try:
             self.consumer.commit(offsets=self._offsets(todo), asynchronous=True)
         except KafkaException as e:  # refused before it was sent (e.g. no assignment any more)

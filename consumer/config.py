@@ -19,10 +19,14 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 
+from shmcache.engine import control_layout as C
+
 from shmcache.engine import layout as L
+
+from shmcache.engine import units
 from shmcache.ipc.machine import machine
 
-FORMATS = L.WIRE_FORMATS  # the wire formats (formats/wire.py): their names, kept by the segment's layout
+FORMATS = C.WIRE_FORMATS  # the wire formats (formats/wire.py): their names, kept by the segment's layout
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 
 # Settings the supervisor and workers own; passing them through would break the
@@ -195,7 +199,7 @@ class RunConfig:
             if isinstance(v, float) and not math.isfinite(v) or v < lo or v > hi or (above and v == lo):
                 raise ValueError(f"{name}={v!r}: expected {'more than' if above else 'at least'} {_num(lo)} and at "
                                  f"most {_num(hi)}{_MEANING.get(name, '')}")
-        L.parse_bytes(self.create_memory, what="memory")  # a clear ValueError now, not at the cache's creation
+        units.parse_bytes(self.create_memory, what="memory")  # a clear ValueError now, not at the cache's creation
         if self.mode is not None:
             from shmcache.engine.lifecycle import check_mode
 
@@ -251,7 +255,7 @@ class RunConfig:
         """snapshot_rate in bytes/s, 0 = unlimited."""
         if self.snapshot_rate in (0, "0"):
             return 0
-        return L.parse_bytes(self.snapshot_rate, what="snapshot_rate")
+        return units.parse_bytes(self.snapshot_rate, what="snapshot_rate")
 
     @property
     def cooperative(self) -> bool:

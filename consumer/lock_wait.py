@@ -21,6 +21,8 @@ import time
 
 import psutil
 
+from shmcache.engine import control_layout as C
+
 from shmcache.engine import layout as L
 
 log = logging.getLogger("shmcache.worker")
@@ -50,7 +52,7 @@ class LockWait:
         self.report_at = WARN_S
 
     def __call__(self, bucket: int, pid: int, waited: float) -> None:
-        self.row[L.K_HEARTBEAT] = time.monotonic_ns()  # alive: waiting, not hung
+        self.row[C.K_HEARTBEAT] = time.monotonic_ns()  # alive: waiting, not hung
         if waited < self.last:
             self.report_at = WARN_S
         self.last = waited

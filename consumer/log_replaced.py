@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 log = logging.getLogger("shmcache.worker")
 
@@ -110,10 +110,10 @@ def start_over(consumer, topic: str, row, p: int, offset: int, was: int, current
               "up until it reaches %d; the cache keeps the entries it applied from the old log (DELETEs in the new "
               "one still apply)", index, topic, p, offset, was, start, hi)
     if current:  # readers see it lagging before they see the lower offset
-        row[L.P_CAUGHT_UP] = 0
-        row[L.P_HIGH_WATERMARK] = hi
-        row[L.P_LATEST] = hi
-        row[L.P_APPLIED] = start
+        row[C.P_CAUGHT_UP] = 0
+        row[C.P_HIGH_WATERMARK] = hi
+        row[C.P_LATEST] = hi
+        row[C.P_APPLIED] = start
     consumer.resume([tp])  # a pause flag must not outlive the assignment (consumer/worker.py)
     consumer.incremental_unassign([tp])
     consumer.incremental_assign([TopicPartition(topic, p, start)])

@@ -48,6 +48,7 @@ from shmcache.consumer import snapshots as snapshots_mod
 from shmcache.consumer.start_offsets import LookUp
 from shmcache.consumer.topic_id import TopicIdentity
 from shmcache.consumer.worker_handle import request_all
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
 
@@ -75,12 +76,12 @@ class Assignment:
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
-        self.cache.control.count(L.H_REBALANCES)  # called once per completed rebalance, even with no partitions
-        self.cache.control.set_word(L.H_ASSIGNING, 1)  # readers must not call a half-published assignment ready
+        self.cache.control.count(C.H_REBALANCES)  # called once per completed rebalance, even with no partitions
+        self.cache.control.set_word(C.H_ASSIGNING, 1)  # readers must not call a half-published assignment ready
         try:
             self._assign(consumer, tps)
         finally:
-            self.cache.control.set_word(L.H_ASSIGNING, 0)
+            self.cache.control.set_word(C.H_ASSIGNING, 0)
         self.commits.assigned()  # the new generation is in place: periodic commits go again
         self.rebalanced()
 
@@ -117,11 +118,11 @@ class Assignment:
                                 f"s (broker_wait {self.cfg.broker_wait:g} s) for {self._failure}")
         if self.stopping() or self.broker.down or time.monotonic() < self._retry_at:
             return
-        self.cache.control.set_word(L.H_ASSIGNING, 1)
+        self.cache.control.set_word(C.H_ASSIGNING, 1)
         try:
             self._hand_out(consumer)
         finally:
-            self.cache.control.set_word(L.H_ASSIGNING, 0)
+            self.cache.control.set_word(C.H_ASSIGNING, 0)
 
     def _hand_out(self, consumer) -> None:
         """Give the pending partitions to the workers, if the broker says where each starts."""
@@ -162,18 +163,18 @@ class Assignment:
             w.partitions.add(p)
             self.assigned[p] = w.index
             row = rows[p]
-            row[L.P_APPLIED] = start
-            row[L.P_HIGH_WATERMARK] = hi
-            row[L.P_LATEST] = hi
-            row[L.P_CAUGHT_UP] = int(start >= hi)
-            row[L.P_COMMITTED] = committed
-            row[L.P_OWNER] = w.index + 1
-            row[L.P_GENERATION] += 1
-            row[L.P_ASSIGNED] = 1
-            plan.setdefault(w.index, []).append((p, start, int(row[L.P_GENERATION])))
+            row[C.P_APPLIED] = start
+            row[C.P_HIGH_WATERMARK] = hi
+            row[C.P_LATEST] = hi
+            row[C.P_CAUGHT_UP] = int(start >= hi)
+            row[C.P_COMMITTED] = committed
+            row[C.P_OWNER] = w.index + 1
+            row[C.P_GENERATION] += 1
+            row[C.P_ASSIGNED] = 1
+            plan.setdefault(w.index, []).append((p, start, int(row[C.P_GENERATION])))
         for idx, items in plan.items():  # not waited for (consumer/worker.py): a worker still starting reads it once up
             self.workers[idx].tell(("assign", items))
-        log.info("assigned %s", {p: (self.assigned[p], int(rows[p, L.P_APPLIED]), int(rows[p, L.P_HIGH_WATERMARK]))
+        log.info("assigned %s", {p: (self.assigned[p], int(rows[p, C.P_APPLIED]), int(rows[p, C.P_HIGH_WATERMARK]))
                                  for p in parts})
 
     def _broker_answers(self, consumer) -> bool:
@@ -187,7 +188,7 @@ class Assignment:
         return True
 
     def _start_offset(self, p: int, lo: int, hi: int, committed: int) -> int:
-        have = int(self.cache.control.partitions[p, L.P_APPLIED])
+        have = int(self.cache.control.partitions[p, C.P_APPLIED])
         above = [f"{what} offset {o}" for what, o in (("applied", have), ("committed", committed)) if o > hi]
         if above:  # another log than this one had them: start it over, from its beginning
             log.error("topic %r partition %d: the %s %s above the partition's high watermark %d: the topic was "
@@ -214,8 +215,8 @@ class Assignment:
         from confluent_kafka import TopicPartition
 
         ctl = self.cache.control
-        assigning = ctl.word(L.H_ASSIGNING)  # set already when a hand-out found it
-        ctl.set_word(L.H_ASSIGNING, 1)  # not ready from now on: the held partitions' flags are the old log's
+        assigning = ctl.word(C.H_ASSIGNING)  # set already when a hand-out found it
+        ctl.set_word(C.H_ASSIGNING, 1)  # not ready from now on: the held partitions' flags are the old log's
         try:
             held = sorted(self.assigned)
             log.error("topic %r was deleted and re-created (its id was %s, is %s): every partition starts over at "
@@ -223,11 +224,11 @@ class Assignment:
                       "entries it applied from the old topic (DELETEs in the new one still apply)",
                       self.cfg.topic, old, new)
             self.release([TopicPartition(self.cfg.topic, p) for p in held], commit=False)
-            ctl.partitions[:, L.P_APPLIED] = -1  # none applied of the new log: start at its low watermark
+            ctl.partitions[:, C.P_APPLIED] = -1  # none applied of the new log: start at its low watermark
             self.pending.update(held)
             self._retry_at = 0.0
         finally:
-            ctl.set_word(L.H_ASSIGNING, assigning)
+            ctl.set_word(C.H_ASSIGNING, assigning)
 
     def release(self, tps, commit: bool) -> None:
         """Drain the workers of the partitions in `tps` (each finishes its batch first), commit
@@ -247,7 +248,7 @@ class Assignment:
             self.commits.in_callback(parts)
         rows = self.cache.control.partitions
         for p in parts:
-            rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = rows[p, L.P_CAUGHT_UP] = 0
+            rows[p, C.P_ASSIGNED] = rows[p, C.P_OWNER] = rows[p, C.P_CAUGHT_UP] = 0
             self.assigned.pop(p, None)
 
     def on_revoke(self, consumer, tps) -> None:
@@ -263,7 +264,7 @@ class Assignment:
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
         self.pending.difference_update(tp.partition for tp in tps)
         self.commits.hold(time.monotonic())
-        self.cache.control.count(L.H_PARTITIONS_LOST, len(tps))
+        self.cache.control.count(C.H_PARTITIONS_LOST, len(tps))
         self.release(tps, commit=False)
         self._unassign(consumer, tps)
 
@@ -277,7 +278,7 @@ class Assignment:
         """At the supervisor's stop: no partition of the cache is assigned any more."""
         rows = self.cache.control.partitions
         for p in list(self.assigned):
-            rows[p, L.P_ASSIGNED] = rows[p, L.P_OWNER] = 0
+            rows[p, C.P_ASSIGNED] = rows[p, C.P_OWNER] = 0
 
     def reassign(self, w) -> None:
         """A restarted worker gets its partitions back, from their applied offsets, each with
@@ -285,7 +286,7 @@ class Assignment:
         rows = self.cache.control.partitions
         items = []
         for p in sorted(w.partitions):
-            rows[p, L.P_GENERATION] += 1
-            items.append((p, int(rows[p, L.P_APPLIED]), int(rows[p, L.P_GENERATION])))
+            rows[p, C.P_GENERATION] += 1
+            items.append((p, int(rows[p, C.P_APPLIED]), int(rows[p, C.P_GENERATION])))
         if items:
             w.tell(("assign", items))  # read once it is up; the supervisor's loop goes on meanwhile

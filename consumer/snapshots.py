@@ -58,7 +58,13 @@ import time
 from pathlib import Path
 
 
+from shmcache.engine import control_layout as C
+
+
 from shmcache.engine import layout as L
+
+
+from shmcache.engine import units
 from shmcache.engine import snapshot
 from shmcache.errors import SnapshotCancelled, SnapshotError
 from shmcache.ipc.segment import kind_of
@@ -66,7 +72,7 @@ from shmcache.ipc.segment import kind_of
 log = logging.getLogger("shmcache.snapshots")
 
 SUFFIX = ".snap"
-RESTORE_STATES = L.RESTORE_STATE_NAMES
+RESTORE_STATES = C.RESTORE_STATE_NAMES
 
 
 def scan(directory, name: str) -> tuple[list[Path], list[tuple[Path, str]]]:
@@ -166,8 +172,8 @@ class _LogProgress:
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now
-            log.info("%s: %d%% (%s, %s/s)", self.what, 100 * done // total, L.format_bytes(nbytes),
-                     L.format_bytes(nbytes / max(now - self.t0, 1e-9)))
+            log.info("%s: %d%% (%s, %s/s)", self.what, 100 * done // total, units.format_bytes(nbytes),
+                     units.format_bytes(nbytes / max(now - self.t0, 1e-9)))
 
 
 class SnapshotPolicy:
@@ -214,7 +220,7 @@ class SnapshotPolicy:
                             "than the snapshot's %s, and the partitions resume after the offsets they came from, so "
                             "they are not fetched again (restore at the snapshot's size: leave memory unset)",
                             cfg.name, out["evictions"], out["snapshot"]["entries"], cfg.memory,
-                            L.format_bytes(out["snapshot"]["memory"]))
+                            units.format_bytes(out["snapshot"]["memory"]))
             return out
         log.info("cache %r: no valid snapshot in %s; filling it from the topic's start", cfg.name, self.dir)
         return None
@@ -223,9 +229,9 @@ class SnapshotPolicy:
         """The supervisor has its cache: note the wire format and how the table began."""
         self.cache = cache
         ctl = cache.control
-        ctl.set_word(L.H_WIRE_FORMAT, L.WIRE_FORMATS.index(self.cfg.format) + 1)
-        if self.dir and not restored and ctl.word(L.H_RESTORE_STATE) == L.RESTORE_NONE and not _entries(cache):
-            ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_NONE_VALID)
+        ctl.set_word(C.H_WIRE_FORMAT, C.WIRE_FORMATS.index(self.cfg.format) + 1)
+        if self.dir and not restored and ctl.word(C.H_RESTORE_STATE) == C.RESTORE_NONE and not _entries(cache):
+            ctl.set_word(C.H_RESTORE_STATE, C.RESTORE_NONE_VALID)
         self._next = time.monotonic() + self.cfg.snapshot_interval
         if self.dir:  # what a killed snapshot of this cache left (never read); none still being written
             for tmp in unfinished(self.dir, self.cfg.name):
@@ -252,7 +258,7 @@ class SnapshotPolicy:
     def _periodic(self) -> None:
         how = snapshot.lower_priority()  # this thread only, and it ends with the snapshot
         log.debug("periodic snapshot thread at %s, %s", how,
-                  f"{L.format_bytes(self.cfg.snapshot_rate_bytes)}/s" if self.cfg.snapshot_rate_bytes else "unlimited")
+                  f"{units.format_bytes(self.cfg.snapshot_rate_bytes)}/s" if self.cfg.snapshot_rate_bytes else "unlimited")
         self.take(rate=self.cfg.snapshot_rate_bytes, cancel=self._cancel)
 
     def stopping(self) -> None:
@@ -299,23 +305,23 @@ class SnapshotPolicy:
                      "file removed; the previous snapshots stay)", self.cfg.name, path)
             return None
         except (OSError, SnapshotError) as e:
-            ctl.count(L.H_SNAPSHOT_FAILURES)
+            ctl.count(C.H_SNAPSHOT_FAILURES)
             log.error("cache %r: snapshot to %s failed: %s (the previous snapshots stay)", self.cfg.name, path, e)
             return None
         except Exception:  # noqa: BLE001 - a bug's error: counted and shown whole; the supervisor goes on
-            ctl.count(L.H_SNAPSHOT_FAILURES)
+            ctl.count(C.H_SNAPSHOT_FAILURES)
             log.exception("cache %r: snapshot to %s failed (the previous snapshots stay)", self.cfg.name, path)
             return None
-        ctl.set_word(L.H_SNAPSHOT_TAKEN_NS, info.taken_ns)
-        ctl.set_word(L.H_SNAPSHOT_BYTES, info.bytes)
-        ctl.set_word(L.H_SNAPSHOT_NS, int((time.monotonic() - t0) * 1e9))
+        ctl.set_word(C.H_SNAPSHOT_TAKEN_NS, info.taken_ns)
+        ctl.set_word(C.H_SNAPSHOT_BYTES, info.bytes)
+        ctl.set_word(C.H_SNAPSHOT_NS, int((time.monotonic() - t0) * 1e9))
         for old in files(self.dir, self.cfg.name)[max(1, self.cfg.snapshot_keep):]:
             try:
                 old.unlink()
                 log.info("removed old snapshot %s (keeping %d)", old, self.cfg.snapshot_keep)
             except OSError as e:
                 log.warning("could not remove old snapshot %s: %s", old, e)
-        ctl.count(L.H_SNAPSHOTS)  # last: a status that counts this snapshot finds the old ones gone
+        ctl.count(C.H_SNAPSHOTS)  # last: a status that counts this snapshot finds the old ones gone
         return path
 
 
@@ -380,7 +386,7 @@ def summary_rows(st: dict) -> list[tuple[str, str, str]]:
                      if rs["state"] == "restored" else rs["state"], ""))
     if sn["count"] or sn["age_s"] is not None:
         age = "-" if sn["age_s"] is None else f"{sn['age_s']:.0f} s ago"
-        rows.append(("last snapshot", f"{age}, {L.format_bytes(sn['bytes'])} in {sn['seconds']:.2f} s", ""))
+        rows.append(("last snapshot", f"{age}, {units.format_bytes(sn['bytes'])} in {sn['seconds']:.2f} s", ""))
     if sn["failures"]:
         rows.append(("snapshot failures", f"{sn['failures']:,}", ""))
     return rows

@@ -29,7 +29,9 @@ import signal
 import time
 
 from shmcache.consumer import broker as broker_mod
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
+from shmcache.engine import units
 from shmcache.errors import BrokerUnavailableError, ShmcacheError
 from shmcache.ipc import liveness
 
@@ -83,7 +85,7 @@ def open_cache(cfg):
         log.warning("repaired %d buckets left locked by dead writers", repaired)
     s = cache.stats()
     log.info("cache %r: %d entries, %s; topic %r, group %r, %s", cfg.name, s["entries"],
-             L.format_bytes(s["memory"]), cfg.topic, cfg.group,
+             units.format_bytes(s["memory"]), cfg.topic, cfg.group,
              f"static member {cfg.instance_id!r}" if cfg.static else "dynamic membership")
     return cache, segment_id
 
@@ -100,7 +102,7 @@ def wait_for_orphans(cache) -> None:
     tenth of a second, or the end of the batch they are applying). Two writers on one
     partition could apply it out of order, so wait for them; kill the ones that stay."""
     rows = cache.control.workers
-    left = [int(w) for w in rows[:, L.K_OWNER].tolist() if w and liveness.is_alive(int(w))]
+    left = [int(w) for w in rows[:, C.K_OWNER].tolist() if w and liveness.is_alive(int(w))]
     if not left:
         return
     pids = [liveness.word_pid(w) for w in left]
@@ -154,7 +156,7 @@ def serve_metrics(cfg, control):
     from shmcache.consumer.metrics import MetricsServer
 
     metrics = MetricsServer(cfg.name, cfg.metrics_port, cfg.metrics_host, owner=os.geteuid())  # its own cache's user
-    control.set_word(L.H_METRICS_PORT, metrics.port)
+    control.set_word(C.H_METRICS_PORT, metrics.port)
     log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
     return metrics
 
@@ -201,7 +203,7 @@ def adopt_topic(cfg, cache) -> None:
     have = ctl.topic
     if have == cfg.topic:
         return
-    held = [p for p in range(L.MAX_PARTITIONS) if int(ctl.partitions[p, L.P_APPLIED]) > 0]
+    held = [p for p in range(L.MAX_PARTITIONS) if int(ctl.partitions[p, C.P_APPLIED]) > 0]
     if have and held:
         raise ShmcacheError(f"cache {cfg.name!r} holds entries of topic {have!r} (applied offsets of partitions "
                             f"{held[:8]}{' ...' if len(held) > 8 else ''}); refusing to fill it from topic "

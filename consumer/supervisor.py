@@ -57,6 +57,7 @@ from shmcache.consumer.config import RunConfig
 from shmcache.consumer.rebalance import Assignment
 from shmcache.consumer.watermarks import WatermarkWatch
 from shmcache.consumer.worker_handle import WorkerHandle, stop_all
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
 
@@ -256,7 +257,7 @@ class Supervisor:
             # a clean stop: workers drained, offsets final. False: the periodic snapshot's thread
             # still reads the cache, which stays mapped until the process exits
             closable = self.snapshots.at_stop(clean, budget.snapshot())
-            self.cache.control.set_word(L.H_METRICS_PORT, 0)
+            self.cache.control.set_word(C.H_METRICS_PORT, 0)
             self.cache.control.release_supervisor()
             if self.assignment is not None:
                 self.assignment.clear_rows()

@@ -32,7 +32,7 @@ import time
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer.admin_poll import AdminLook
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -42,7 +42,7 @@ TIMEOUT_S = 10.0  # a periodic look's request timeout; one unanswered for twice 
 
 def _text(desc) -> str:
     u = desc.topic_id
-    return "" if u is None else L.topic_id_text(u.get_most_significant_bits(), u.get_least_significant_bits())
+    return "" if u is None else C.topic_id_text(u.get_most_significant_bits(), u.get_least_significant_bits())
 
 
 def _unsupported(e) -> bool:

@@ -33,7 +33,7 @@ import time
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer.admin_poll import AdminLook
 from shmcache.consumer.worker_handle import WorkerState
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -56,9 +56,9 @@ class WatermarkWatch:
         rows = self.control.partitions
         for p in parts:
             row = rows[p]
-            row[L.P_LATEST] = max(row[L.P_LATEST], row[L.P_HIGH_WATERMARK])
-            row[L.P_HIGH_WATERMARK] = -1
-            row[L.P_CAUGHT_UP] = 0
+            row[C.P_LATEST] = max(row[C.P_LATEST], row[C.P_HIGH_WATERMARK])
+            row[C.P_HIGH_WATERMARK] = -1
+            row[C.P_CAUGHT_UP] = 0
             self.restarted[p] = now
         self.next = 0.0  # look at once
 
@@ -67,8 +67,8 @@ class WatermarkWatch:
         now = time.monotonic()
         rows = self.control.partitions
         for p, i in assigned.items():
-            if workers[i].state is WorkerState.BACKING_OFF and rows[p, L.P_CAUGHT_UP]:
-                rows[p, L.P_CAUGHT_UP] = 0  # lost with its worker: applied up to the end no more
+            if workers[i].state is WorkerState.BACKING_OFF and rows[p, C.P_CAUGHT_UP]:
+                rows[p, C.P_CAUGHT_UP] = 0  # lost with its worker: applied up to the end no more
         for p in [p for p in self.restarted if p not in assigned]:
             del self.restarted[p]  # revoked: a new assignment sets its own target
         if self.look.out:
@@ -113,15 +113,15 @@ class WatermarkWatch:
             since = self.restarted.get(p)
             if since is not None and asked < since:
                 continue  # asked before the restart: no target for the new worker
-            if since is None and not row[L.P_CAUGHT_UP] and w.state is WorkerState.UP:
+            if since is None and not row[C.P_CAUGHT_UP] and w.state is WorkerState.UP:
                 continue  # catching up under a live worker: its assignment's target stays
-            if hi > row[L.P_HIGH_WATERMARK]:
-                row[L.P_HIGH_WATERMARK] = hi
+            if hi > row[C.P_HIGH_WATERMARK]:
+                row[C.P_HIGH_WATERMARK] = hi
             if since is None or w.state is not WorkerState.UP:
                 continue
-            if not row[L.P_CAUGHT_UP] and 0 <= row[L.P_HIGH_WATERMARK] <= row[L.P_APPLIED]:
-                row[L.P_CAUGHT_UP] = 1
+            if not row[C.P_CAUGHT_UP] and 0 <= row[C.P_HIGH_WATERMARK] <= row[C.P_APPLIED]:
+                row[C.P_CAUGHT_UP] = 1
                 log.info("partition %d caught up again at offset %d after its worker's restart", p,
-                         int(row[L.P_APPLIED]))
-            if row[L.P_CAUGHT_UP]:
+                         int(row[C.P_APPLIED]))
+            if row[C.P_CAUGHT_UP]:
                 del self.restarted[p]

@@ -51,7 +51,7 @@ import psutil
 from shmcache.consumer import forkserver
 from shmcache.consumer.backoff import RestartBackoff
 from shmcache.consumer import worker as worker_mod
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 from shmcache.ipc import liveness
 
 log = logging.getLogger("shmcache.supervisor")
@@ -129,7 +129,7 @@ class WorkerHandle:
             self.word = liveness.owner_word(proc.pid) if forked else 0
         except psutil.Error:  # gone already: check() sees it and the backoff applies
             self.word = 0
-        self.sup.cache.control.workers[self.index, L.K_STARTS] += 1
+        self.sup.cache.control.workers[self.index, C.K_STARTS] += 1
         self.state = WorkerState.STARTING
         self._publish()
         if forked:
@@ -177,8 +177,8 @@ class WorkerHandle:
 
     def heartbeat_age(self) -> float:
         """Seconds since the up worker's last heartbeat (or since it was seen up, if later)."""
-        beat = int(self.sup.cache.control.workers[self.index, L.K_HEARTBEAT])
-        return (time.monotonic_ns() - max(beat, self.up_ns)) / 1e9  # the age clock (L.H_AGE_CLOCK)
+        beat = int(self.sup.cache.control.workers[self.index, C.K_HEARTBEAT])
+        return (time.monotonic_ns() - max(beat, self.up_ns)) / 1e9  # the age clock (C.H_AGE_CLOCK)
 
     def _check_heartbeat(self) -> None:
         """An up worker whose heartbeat is older than the bound is hung or stopped: kill it
@@ -186,7 +186,7 @@ class WorkerHandle:
         the bound passed (engine/control_status.py reads the same words)."""
         age = self.heartbeat_age()
         if age > self.sup.cfg.worker_heartbeat_timeout:
-            self._kill_hung(L.H_STALE_KILLS, f"was stale (no heartbeat for {age:.1f} s, worker_heartbeat_timeout "
+            self._kill_hung(C.H_STALE_KILLS, f"was stale (no heartbeat for {age:.1f} s, worker_heartbeat_timeout "
                                              f"{self.sup.cfg.worker_heartbeat_timeout:g} s: hung or stopped)")
 
     def _check_start(self) -> None:
@@ -194,7 +194,7 @@ class WorkerHandle:
         hung or stopped before it came up: kill it (by pid), and let check() see it die."""
         bound = self.sup.cfg.worker_start_timeout
         if time.monotonic() - self.started_at > bound:
-            self._kill_hung(L.H_START_KILLS, f"did not come up within {bound:g} s (worker_start_timeout: hung or "
+            self._kill_hung(C.H_START_KILLS, f"did not come up within {bound:g} s (worker_start_timeout: hung or "
                                              f"stopped before it opened the cache and loaded its kernels)")
 
     def _kill_hung(self, counter: int, why: str) -> None:
@@ -210,7 +210,7 @@ class WorkerHandle:
     def check(self, now: float) -> bool:
         """Follow the process (called every supervisor tick); True when a restart is due now."""
         if self.state is WorkerState.STARTING and self.alive():
-            owner = int(self.sup.cache.control.workers[self.index, L.K_OWNER])
+            owner = int(self.sup.cache.control.workers[self.index, C.K_OWNER])
             if owner and liveness.word_pid(owner) == self.proc.pid:
                 self.state = WorkerState.UP
                 self.up_ns = time.monotonic_ns()

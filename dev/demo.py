@@ -48,7 +48,7 @@ from shmcache.dev.demo_report import CatchUpBars, summarize
 from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError
 from shmcache.dev.run_process import SupervisorProcess, alive
 from shmcache.engine import table
-from shmcache.engine.layout import format_bytes, parse_bytes
+from shmcache.engine.units import format_bytes, parse_bytes
 from shmcache.errors import CacheNotFoundError, CacheNotReadyError
 from shmcache.ipc import liveness
 from shmcache.produce.ground_truth import reader_main
@@ -267,10 +267,10 @@ class Demo:
                            f"{'at the end of every partition' if not short else 'SHORT'}")
 
     def _committed(self) -> dict[int, int]:
-        from shmcache.engine import layout as L
+        from shmcache.engine import control_layout as C
 
         rows = self.reader.control.partitions
-        return {p: int(rows[p, L.P_COMMITTED]) for p in range(self.partitions)}
+        return {p: int(rows[p, C.P_COMMITTED]) for p in range(self.partitions)}
 
     def summarize(self) -> None:
         """The checks on what the table holds and the summary table (dev/demo_report.py)."""

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from shmcache.produce.ground_truth import BATCH
-from shmcache.engine.layout import format_bytes
+from shmcache.engine.units import format_bytes
 
 PLAIN_PROGRESS_S = 5.0  # seconds between progress lines when there is no terminal
 BAR_INTERVAL_S = 0.1  # the bars are redrawn at most this often while entries are produced

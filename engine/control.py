@@ -45,6 +45,7 @@ import time
 import numpy as np
 
 from shmcache.engine import control_status
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 from shmcache.engine.control_status import NO_GROUP, STALE_HEARTBEAT_S
 from shmcache.ipc import liveness
@@ -53,13 +54,13 @@ from shmcache.ipc.atomics import cas_word, load_word
 __all__ = ["STALE_HEARTBEAT_S", "SUPERVISOR_COUNTERS", "ControlArea", "ControlView"]
 
 SUPERVISOR_COUNTERS = {  # status() key -> header word
-    "commits": L.H_COMMITS,
-    "commit_failures": L.H_COMMIT_FAILURES,
-    "commits_deferred": L.H_COMMITS_DEFERRED,
-    "rebalances": L.H_REBALANCES,
-    "partitions_lost": L.H_PARTITIONS_LOST,
-    "stale_worker_kills": L.H_STALE_KILLS,
-    "start_timeout_kills": L.H_START_KILLS,
+    "commits": C.H_COMMITS,
+    "commit_failures": C.H_COMMIT_FAILURES,
+    "commits_deferred": C.H_COMMITS_DEFERRED,
+    "rebalances": C.H_REBALANCES,
+    "partitions_lost": C.H_PARTITIONS_LOST,
+    "stale_worker_kills": C.H_STALE_KILLS,
+    "start_timeout_kills": C.H_START_KILLS,
 }
 
 
@@ -99,7 +100,7 @@ class ControlView:
         """The Kafka id of the topic whose offsets the table holds, as Kafka's tools write it
         (URL-safe base64 of its 16 bytes); "" unknown (a table filled by an earlier shmcache,
         or before the supervisor's first look)."""
-        return L.topic_id_text(int(self._h[L.H_TOPIC_ID]), int(self._h[L.H_TOPIC_ID + 1]))
+        return C.topic_id_text(int(self._h[C.H_TOPIC_ID]), int(self._h[C.H_TOPIC_ID + 1]))
 
     @property
     def npartitions(self) -> int:
@@ -109,21 +110,21 @@ class ControlView:
     @property
     def supervisor(self) -> int:
         """The supervisor's owner word (ipc/liveness.py), 0 if none."""
-        return int(self._h[L.H_SUPERVISOR])
+        return int(self._h[C.H_SUPERVISOR])
 
     @property
     def broker_state(self) -> int:
         """L.BROKER_*: the broker's state as the supervisor sees it."""
-        return int(self._h[L.H_BROKER_STATE])
+        return int(self._h[C.H_BROKER_STATE])
 
     def counters(self) -> dict:
         """The supervisor's counters since it started (SUPERVISOR_COUNTERS)."""
         return {k: int(self._h[w]) for k, w in SUPERVISOR_COUNTERS.items()}
 
     def age_now_ns(self) -> int:
-        """Now, on the clock of this segment's age words (L.H_AGE_CLOCK): CLOCK_MONOTONIC, or the
+        """Now, on the clock of this segment's age words (C.H_AGE_CLOCK): CLOCK_MONOTONIC, or the
         wall clock for a segment an earlier shmcache's supervisor wrote them in."""
-        if int(self._h[L.H_AGE_CLOCK]) == L.AGE_CLOCK_MONOTONIC:
+        if int(self._h[C.H_AGE_CLOCK]) == C.AGE_CLOCK_MONOTONIC:
             return time.monotonic_ns()
         return time.time_ns()
 
@@ -133,10 +134,10 @@ class ControlView:
         words one after the other (consumer/broker.py), so a look between its stores can see
         "waiting" with no start (0, or damage): that wait is reported as 0 s."""
         state = self.broker_state
-        since = int(self._h[L.H_BROKER_SINCE])
-        waiting = state == L.BROKER_WAITING
+        since = int(self._h[C.H_BROKER_SINCE])
+        waiting = state == C.BROKER_WAITING
         return {
-            "broker": L.BROKER_STATE_NAMES.get(state, "connecting"),
+            "broker": C.BROKER_STATE_NAMES.get(state, "connecting"),
             "broker_waiting_s": (max(0.0, (self.age_now_ns() - since) / 1e9) if since > 0 else 0.0) if waiting else None,
         }
 
@@ -146,12 +147,12 @@ class ControlView:
         None none); a torn read (the supervisor writing) is retried, then read as none."""
         h = self._h
         for _ in range(5):
-            since = int(h[L.H_LOOKUP_FAILING_SINCE])
+            since = int(h[C.H_LOOKUP_FAILING_SINCE])
             if since == 0:
                 break
-            n = min(max(int(h[L.H_LOOKUP_TEXT_LEN]), 0), L.LOOKUP_TEXT_MAX)  # the segment is untrusted
-            raw = self._bytes(L.H_LOOKUP_TEXT, n).tobytes()
-            if since > 0 and int(h[L.H_LOOKUP_FAILING_SINCE]) == since:
+            n = min(max(int(h[C.H_LOOKUP_TEXT_LEN]), 0), C.LOOKUP_TEXT_MAX)  # the segment is untrusted
+            raw = self._bytes(C.H_LOOKUP_TEXT, n).tobytes()
+            if since > 0 and int(h[C.H_LOOKUP_FAILING_SINCE]) == since:
                 return {"lookup_error": raw.decode("utf-8", "replace"),
                         "lookup_failing_s": max(0.0, (self.age_now_ns() - since) / 1e9)}
         return {"lookup_error": "", "lookup_failing_s": None}
@@ -160,14 +161,14 @@ class ControlView:
         """The group words, read between two looks at their version; a torn read is retried."""
         h = self._h
         for _ in range(5):
-            v = int(h[L.H_GROUP_CHECKED])
+            v = int(h[C.H_GROUP_CHECKED])
             if v <= 0:
                 return dict(NO_GROUP)
-            n = int(h[L.H_GROUP_TEXT_LEN])
-            members = int(h[L.H_GROUP_MEMBERS])
-            raw = self._bytes(L.H_GROUP_TEXT, L.GROUP_TEXT_MAX).tobytes()[:max(0, min(n, L.GROUP_TEXT_MAX))]
-            where = self._bytes(L.H_ELSEWHERE, L.MAX_PARTITIONS)[:nparts].copy()
-            if int(h[L.H_GROUP_CHECKED]) != v:
+            n = int(h[C.H_GROUP_TEXT_LEN])
+            members = int(h[C.H_GROUP_MEMBERS])
+            raw = self._bytes(C.H_GROUP_TEXT, C.GROUP_TEXT_MAX).tobytes()[:max(0, min(n, C.GROUP_TEXT_MAX))]
+            where = self._bytes(C.H_ELSEWHERE, L.MAX_PARTITIONS)[:nparts].copy()
+            if int(h[C.H_GROUP_CHECKED]) != v:
                 continue
             try:
                 others = json.loads(raw.decode()) if raw else []
@@ -176,8 +177,8 @@ class ControlView:
             except ValueError as e:
                 damaged.append(f"group members text ({e})")
                 others = []
-            if not 0 <= n <= L.GROUP_TEXT_MAX:
-                damaged.append(f"group text length {n} (should be 0..{L.GROUP_TEXT_MAX})")
+            if not 0 <= n <= C.GROUP_TEXT_MAX:
+                damaged.append(f"group text length {n} (should be 0..{C.GROUP_TEXT_MAX})")
             others = [{k: str(o.get(k, "")) for k in ("client_id", "host", "instance_id")} for o in others]
             elsewhere = {int(p): int(where[p]) - 1 for p in np.flatnonzero(where)}
             unlisted = []
@@ -195,18 +196,18 @@ class ControlView:
         return dict(NO_GROUP)
 
     def worker_handle(self, i: int) -> tuple[str | None, int, float | None]:
-        """Worker i as its supervisor's handle published it (L.H_WORKER_HANDLES): (state or
+        """Worker i as its supervisor's handle published it (C.H_WORKER_HANDLES): (state or
         None, deaths in a row, the restart due in unix seconds while backing off, else None)."""
-        word = int(self._h[L.H_WORKER_HANDLES + i])
+        word = int(self._h[C.H_WORKER_HANDLES + i])
         code, failures, at = word & 0xFF, (word >> 8) & 0xFFFF, word >> 24
-        state = L.WORKER_STATES[code - 1] if 1 <= code <= len(L.WORKER_STATES) else None
+        state = C.WORKER_STATES[code - 1] if 1 <= code <= len(C.WORKER_STATES) else None
         return state, failures, at / 10 if at > 0 and state == "backing-off" else None
 
     def has_gap(self, partition: int) -> bool:
-        """Retention deleted offsets of this partition before the table had them (L.H_GAP_BITS)."""
+        """Retention deleted offsets of this partition before the table had them (C.H_GAP_BITS)."""
         if not 0 <= partition < L.MAX_PARTITIONS:
             return False
-        return bool(int(self._h[L.H_GAP_BITS + partition // 64]) >> (partition % 64) & 1)
+        return bool(int(self._h[C.H_GAP_BITS + partition // 64]) >> (partition % 64) & 1)
 
     def status(self) -> dict:
         """Readiness and progress, from shared memory alone (no broker round trip;
@@ -236,7 +237,7 @@ class ControlArea(ControlView):
 
     def beat(self) -> None:
         """The supervisor went round its loop (H_SUPERVISOR_HEARTBEAT)."""
-        self._h[L.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
+        self._h[C.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
 
     def count(self, word: int, n: int = 1) -> None:
         """Add to one of the supervisor's header counters (the supervisor is their only writer)."""
@@ -248,19 +249,19 @@ class ControlArea(ControlView):
         when this process holds it, else the live owner word that holds it."""
         me = liveness.owner_word()
         while True:
-            cur = int(load_word(self._h, L.H_SUPERVISOR))
+            cur = int(load_word(self._h, C.H_SUPERVISOR))
             if cur == me:
                 return 0
             if cur and liveness.is_alive(cur):
                 return cur
-            if cas_word(self._h, L.H_SUPERVISOR, cur, me) == cur:
-                self._h[L.H_AGE_CLOCK] = L.AGE_CLOCK_MONOTONIC
-                self._h[L.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()  # not the dead one's, stale
+            if cas_word(self._h, C.H_SUPERVISOR, cur, me) == cur:
+                self._h[C.H_AGE_CLOCK] = C.AGE_CLOCK_MONOTONIC
+                self._h[C.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()  # not the dead one's, stale
                 return 0
 
     def release_supervisor(self) -> None:
         """This process is the supervisor no more (a word another holds is left alone)."""
-        cas_word(self._h, L.H_SUPERVISOR, liveness.owner_word(), 0)
+        cas_word(self._h, C.H_SUPERVISOR, liveness.owner_word(), 0)
 
     def set_topic(self, name: str, npartitions: int) -> None:
         raw = name.encode()
@@ -275,7 +276,7 @@ class ControlArea(ControlView):
 
     def set_topic_id(self, text: str) -> None:
         """The topic's Kafka id (as topic_id gives it; "" unknown)."""
-        self._h[L.H_TOPIC_ID:L.H_TOPIC_ID + 2] = L.topic_id_words(text)
+        self._h[C.H_TOPIC_ID:C.H_TOPIC_ID + 2] = C.topic_id_words(text)
 
     def reset_supervisor(self, metrics_port: int = 0, accept_gaps: bool = False,
                          worker_stale_s: float = 0.0) -> None:
@@ -283,25 +284,25 @@ class ControlArea(ControlView):
         whether it serves a table with retention gaps as ready, and how old a worker's
         heartbeat may be (0: no bound), are its own say."""
         h = self._h
-        h[L.H_ACCEPT_GAPS] = int(accept_gaps)
-        h[L.H_WORKER_STALE_NS] = max(0, int(worker_stale_s * 1e9))
+        h[C.H_ACCEPT_GAPS] = int(accept_gaps)
+        h[C.H_WORKER_STALE_NS] = max(0, int(worker_stale_s * 1e9))
         for word in SUPERVISOR_COUNTERS.values():
             h[word] = 0
-        h[L.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
-        h[L.H_COMMIT_PENDING_SINCE] = 0
+        h[C.H_ASSIGNING] = 0  # a supervisor killed mid-assignment may have left it set
+        h[C.H_COMMIT_PENDING_SINCE] = 0
         self.set_lookup_failure("", 0)
         self.set_group(0, [], {})
-        h[L.H_WORKER_HANDLES:L.H_WORKER_HANDLES + L.MAX_WORKERS] = 0
-        h[L.H_SUPERVISOR_STARTED] = time.time_ns()  # a time of day (status: supervisor_started_s)
-        h[L.H_AGE_CLOCK] = L.AGE_CLOCK_MONOTONIC  # its workers' heartbeats and its own (time.monotonic_ns())
-        h[L.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
-        h[L.H_METRICS_PORT] = metrics_port
+        h[C.H_WORKER_HANDLES:C.H_WORKER_HANDLES + L.MAX_WORKERS] = 0
+        h[C.H_SUPERVISOR_STARTED] = time.time_ns()  # a time of day (status: supervisor_started_s)
+        h[C.H_AGE_CLOCK] = C.AGE_CLOCK_MONOTONIC  # its workers' heartbeats and its own (time.monotonic_ns())
+        h[C.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
+        h[C.H_METRICS_PORT] = metrics_port
 
     def set_worker_handle(self, i: int, state: str, failures: int, restart_at_ns: int = 0) -> None:
-        """Publish the supervisor's handle on worker i (see L.H_WORKER_HANDLES)."""
+        """Publish the supervisor's handle on worker i (see C.H_WORKER_HANDLES)."""
         at = max(0, restart_at_ns) // 100_000_000
-        self._h[L.H_WORKER_HANDLES + i] = ((at << 24) | (min(max(failures, 0), 0xFFFF) << 8)
-                                           | (L.WORKER_STATES.index(state) + 1))
+        self._h[C.H_WORKER_HANDLES + i] = ((at << 24) | (min(max(failures, 0), 0xFFFF) << 8)
+                                           | (C.WORKER_STATES.index(state) + 1))
 
     def flag_gap(self, partition: int, offsets: int, again: bool = False) -> bool:
         """Flag a retention gap of `offsets` offsets on a partition; False if it was flagged
@@ -310,7 +311,7 @@ class ControlArea(ControlView):
         owning worker one that opens while it fetches, each at any time."""
         if not 0 <= partition < L.MAX_PARTITIONS:
             return False
-        word, bit = L.H_GAP_BITS + partition // 64, 1 << (partition % 64)
+        word, bit = C.H_GAP_BITS + partition // 64, 1 << (partition % 64)
         while True:
             cur = int(load_word(self._h, word))
             bits = (cur & ((1 << 64) - 1)) | bit  # as unsigned
@@ -320,8 +321,8 @@ class ControlArea(ControlView):
                 break
         if first or again:
             while True:
-                total = int(load_word(self._h, L.H_GAP_OFFSETS))
-                if cas_word(self._h, L.H_GAP_OFFSETS, total, total + offsets) == total:
+                total = int(load_word(self._h, C.H_GAP_OFFSETS))
+                if cas_word(self._h, C.H_GAP_OFFSETS, total, total + offsets) == total:
                     break
         return bool(first)
 
@@ -329,7 +330,7 @@ class ControlArea(ControlView):
         """A new topic for this segment: forget progress made on another topic."""
         rows = self.partitions
         rows[:] = 0
-        rows[:, [L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_COMMITTED, L.P_LATEST]] = -1
+        rows[:, [C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_COMMITTED, C.P_LATEST]] = -1
 
     def disown_partitions(self) -> None:
         """A supervisor starts: nothing the last one assigned is assigned now (DESIGN invariant 10).
@@ -338,21 +339,21 @@ class ControlArea(ControlView):
         so a worker of a dead supervisor that is still finishing a batch publishes nothing more,
         and the readiness target is unknown until this supervisor assigns the partition again."""
         rows = self.partitions
-        rows[:, [L.P_ASSIGNED, L.P_OWNER, L.P_CAUGHT_UP]] = 0
-        rows[:, L.P_HIGH_WATERMARK] = -1
-        rows[:, L.P_GENERATION] += 1
+        rows[:, [C.P_ASSIGNED, C.P_OWNER, C.P_CAUGHT_UP]] = 0
+        rows[:, C.P_HIGH_WATERMARK] = -1
+        rows[:, C.P_GENERATION] += 1
 
     def set_lookup_failure(self, text: str, since_ns: int) -> None:
         """Publish a failing look-up (`text`, cut to fit at a character's boundary) failing
         since `since_ns` (time.monotonic_ns(), the age clock); since_ns 0: none fails."""
         h = self._h
-        h[L.H_LOOKUP_FAILING_SINCE] = -1  # writing: a reader retries
-        raw = text.encode()[:L.LOOKUP_TEXT_MAX].decode("utf-8", "ignore").encode() if since_ns else b""
-        area = self._bytes(L.H_LOOKUP_TEXT, L.LOOKUP_TEXT_MAX)
+        h[C.H_LOOKUP_FAILING_SINCE] = -1  # writing: a reader retries
+        raw = text.encode()[:C.LOOKUP_TEXT_MAX].decode("utf-8", "ignore").encode() if since_ns else b""
+        area = self._bytes(C.H_LOOKUP_TEXT, C.LOOKUP_TEXT_MAX)
         area[:] = 0
         area[:len(raw)] = np.frombuffer(raw, np.uint8)
-        h[L.H_LOOKUP_TEXT_LEN] = len(raw)
-        h[L.H_LOOKUP_FAILING_SINCE] = since_ns
+        h[C.H_LOOKUP_TEXT_LEN] = len(raw)
+        h[C.H_LOOKUP_FAILING_SINCE] = since_ns
 
     def set_group(self, members: int, others: list[dict], elsewhere: dict[int, int]) -> None:
         """Publish the consumer group as the supervisor saw it: `members` in all (0 unknown),
@@ -360,20 +361,20 @@ class ControlArea(ControlView):
         holds ({partition: index in `others`}). Fits what does not fit: drops members from the
         end of the text (their partitions show as held by an unlisted member)."""
         h = self._h
-        h[L.H_GROUP_CHECKED] = -1  # writing: a reader ignores what it reads now
+        h[C.H_GROUP_CHECKED] = -1  # writing: a reader ignores what it reads now
         listed = list(others)
         raw = json.dumps(listed, separators=(",", ":")).encode()
-        while len(raw) > L.GROUP_TEXT_MAX:
+        while len(raw) > C.GROUP_TEXT_MAX:
             listed.pop()
             raw = json.dumps(listed, separators=(",", ":")).encode()
-        text = self._bytes(L.H_GROUP_TEXT, L.GROUP_TEXT_MAX)
+        text = self._bytes(C.H_GROUP_TEXT, C.GROUP_TEXT_MAX)
         text[:] = 0
         text[:len(raw)] = np.frombuffer(raw, np.uint8)
-        where = self._bytes(L.H_ELSEWHERE, L.MAX_PARTITIONS)
+        where = self._bytes(C.H_ELSEWHERE, L.MAX_PARTITIONS)
         where[:] = 0
         for p, i in elsewhere.items():
             if 0 <= p < L.MAX_PARTITIONS:
                 where[p] = min(i, len(listed)) + 1  # len(listed): a member not in the text
-        h[L.H_GROUP_TEXT_LEN] = len(raw)
-        h[L.H_GROUP_MEMBERS] = members
-        h[L.H_GROUP_CHECKED] = time.time_ns() if members else 0
+        h[C.H_GROUP_TEXT_LEN] = len(raw)
+        h[C.H_GROUP_MEMBERS] = members
+        h[C.H_GROUP_CHECKED] = time.time_ns() if members else 0

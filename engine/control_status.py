@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 
+from shmcache.engine import control_layout as C
+
 from shmcache.engine import layout as L
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness
@@ -52,24 +54,24 @@ def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> 
     parts = []
     for p in range(nparts):
         r = view.partitions[p].tolist()
-        if not r[L.P_ASSIGNED]:
+        if not r[C.P_ASSIGNED]:
             continue
-        owner = r[L.P_OWNER] - 1
+        owner = r[C.P_OWNER] - 1
         if not -1 <= owner < L.MAX_WORKERS:
             damaged.append(f"partition {p}: owner {owner + 1} (should be 0..{L.MAX_WORKERS})")
             owner = -1
-        applied = r[L.P_APPLIED]
-        latest = max(r[L.P_LATEST], r[L.P_HIGH_WATERMARK], applied)  # never shown below applied
+        applied = r[C.P_APPLIED]
+        latest = max(r[C.P_LATEST], r[C.P_HIGH_WATERMARK], applied)  # never shown below applied
         parts.append({
             "partition": p,
             "worker": owner if owner >= 0 else None,
-            "worker_pid": liveness.word_pid(int(wrows[owner, L.K_OWNER])) if owner >= 0 else None,
+            "worker_pid": liveness.word_pid(int(wrows[owner, C.K_OWNER])) if owner >= 0 else None,
             "applied": applied,
-            "high_watermark": r[L.P_HIGH_WATERMARK],
+            "high_watermark": r[C.P_HIGH_WATERMARK],
             "latest": latest,
             "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
-            "committed": r[L.P_COMMITTED],
-            "caught_up": bool(r[L.P_CAUGHT_UP]),  # and its worker up and beating: _judge_workers
+            "committed": r[C.P_COMMITTED],
+            "caught_up": bool(r[C.P_CAUGHT_UP]),  # and its worker up and beating: _judge_workers
             "worker_down": None,  # why its worker applies nothing now (None: up and beating)
             "gap": p in gapped,  # retention deleted offsets this table never had
         })
@@ -85,15 +87,15 @@ def _judge_workers(parts: list[dict], ws: list[dict]) -> None:
 
 
 def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
-    bound = view.word(L.H_WORKER_STALE_NS) if sup_alive else 0  # the live supervisor's, ns; 0 none
+    bound = view.word(C.H_WORKER_STALE_NS) if sup_alive else 0  # the live supervisor's, ns; 0 none
     # a writer's lock wait (L.W_WAIT) by its owner word: a worker's writer row is its process's
     waits = {o: w for o, w in view.writers[:, [L.W_OWNER, L.W_WAIT]].tolist() if o and 0 < w <= L.NBUCKETS}
     ws = []
     for i in range(L.MAX_WORKERS):
         r = view.workers[i].tolist()
-        if not r[L.K_OWNER] and not r[L.K_STARTS]:
+        if not r[C.K_OWNER] and not r[C.K_STARTS]:
             continue
-        alive = bool(r[L.K_OWNER]) and liveness.is_alive(r[L.K_OWNER])
+        alive = bool(r[C.K_OWNER]) and liveness.is_alive(r[C.K_OWNER])
         published, failures, restart_at = view.worker_handle(i) if sup_alive else (None, 0, None)
         if alive:  # backing-off: killed by the supervisor, not gone yet
             state = published if published in ("stopping", "backing-off") else "up"
@@ -103,23 +105,23 @@ def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
             state = published if published in ("backing-off", "stopping", "stopped") else "starting"
         ws.append({
             "worker": i,
-            "pid": liveness.word_pid(r[L.K_OWNER]) if r[L.K_OWNER] else None,
+            "pid": liveness.word_pid(r[C.K_OWNER]) if r[C.K_OWNER] else None,
             "alive": alive,
             "state": state,
             # the supervisor's restart backoff: deaths in a row, and when the next restart is due
             "restart_failures": failures,
             "next_restart_s": restart_at,
-            "heartbeat_age_s": (now - r[L.K_HEARTBEAT]) / 1e9 if r[L.K_HEARTBEAT] else None,
+            "heartbeat_age_s": (now - r[C.K_HEARTBEAT]) / 1e9 if r[C.K_HEARTBEAT] else None,
             # up, but its heartbeat is older than the supervisor's bound: hung or stopped
-            "stale": alive and bound > 0 and r[L.K_HEARTBEAT] > 0 and now - r[L.K_HEARTBEAT] > bound,
+            "stale": alive and bound > 0 and r[C.K_HEARTBEAT] > 0 and now - r[C.K_HEARTBEAT] > bound,
             # up and beating, but its write waits for a lock a live process holds (engine/writer.py)
-            "waiting_for_bucket": waits[r[L.K_OWNER]] - 1 if alive and r[L.K_OWNER] in waits else None,
-            "starts": r[L.K_STARTS],
-            "adds": r[L.K_ADDS],
-            "deletes": r[L.K_DELETES],
-            "messages": r[L.K_MESSAGES],
-            "malformed": r[L.K_MALFORMED],
-            "unknown_actions": r[L.K_UNKNOWN],
+            "waiting_for_bucket": waits[r[C.K_OWNER]] - 1 if alive and r[C.K_OWNER] in waits else None,
+            "starts": r[C.K_STARTS],
+            "adds": r[C.K_ADDS],
+            "deletes": r[C.K_DELETES],
+            "messages": r[C.K_MESSAGES],
+            "malformed": r[C.K_MALFORMED],
+            "unknown_actions": r[C.K_UNKNOWN],
         })
     return ws
 
@@ -136,11 +138,11 @@ def status(view) -> dict:
     if not 0 <= tlen <= L.TOPIC_MAX:
         damaged.append(f"topic length {tlen} (should be 0..{L.TOPIC_MAX})")
     now = time.time_ns()  # for the snapshot words: times of day
-    age_now = view.age_now_ns()  # for the heartbeats and the waits (L.H_AGE_CLOCK)
-    sup = word(L.H_SUPERVISOR)
+    age_now = view.age_now_ns()  # for the heartbeats and the waits (C.H_AGE_CLOCK)
+    sup = word(C.H_SUPERVISOR)
     # An assignment is published row by row: read the rows between two looks at the
     # rebalance count and the assigning flag, and call nothing ready across a change.
-    rebalances, assigning = word(L.H_REBALANCES), word(L.H_ASSIGNING)
+    rebalances, assigning = word(C.H_REBALANCES), word(C.H_ASSIGNING)
     gap_parts = [p for p in range(nparts) if view.has_gap(p)]  # each bit read once
     sup_alive = bool(sup) and liveness.is_alive(sup)
     # the partition rows before the worker rows: a worker counts a batch's entries before it
@@ -150,22 +152,22 @@ def status(view) -> dict:
     _judge_workers(parts, ws)
     here = {p["partition"] for p in parts}
     group = view.group(nparts, damaged) if sup_alive else dict(NO_GROUP)
-    settled = not assigning and not word(L.H_ASSIGNING) and word(L.H_REBALANCES) == rebalances
-    started = word(L.H_SUPERVISOR_STARTED)
-    beat_age = _age(view, L.H_SUPERVISOR_HEARTBEAT, age_now) if sup_alive else None
+    settled = not assigning and not word(C.H_ASSIGNING) and word(C.H_REBALANCES) == rebalances
+    started = word(C.H_SUPERVISOR_STARTED)
+    beat_age = _age(view, C.H_SUPERVISOR_HEARTBEAT, age_now) if sup_alive else None
     # ready means the whole topic, now (DESIGN invariant 10): every partition assigned here
     # by the live supervisor (whose start disowned every row a dead one left) and caught up
     whole = nparts > 0 and len(here) == nparts
     # while the broker does not answer, nobody can say where the topic ends: not ready
     broker = view.broker() if sup_alive else {"broker": None, "broker_waiting_s": None}
-    port = word(L.H_METRICS_PORT)
+    port = word(C.H_METRICS_PORT)
     # a live supervisor that stopped going round its loop (SIGSTOP, a hang) restarts no dead
     # worker and sees no new partition of the topic: what it published is not "now" any more
     sup_stale = beat_age is not None and beat_age > STALE_HEARTBEAT_S
     caught_up = (settled and sup_alive and not sup_stale and whole and broker["broker"] != "waiting for the broker"
                  and all(p["caught_up"] for p in parts))
     gaps = any(p["gap"] for p in parts)
-    accepted = sup_alive and bool(word(L.H_ACCEPT_GAPS))
+    accepted = sup_alive and bool(word(C.H_ACCEPT_GAPS))
     return {
         "name": view.name,
         "topic": view.topic,
@@ -195,7 +197,7 @@ def status(view) -> dict:
         # the last (or current) supervisor's counters, since it started
         **view.counters(),
         # seconds the live supervisor's commit has waited for Kafka's answer (None: none waits)
-        "commit_pending_s": _age(view, L.H_COMMIT_PENDING_SINCE, age_now) if sup_alive else None,
+        "commit_pending_s": _age(view, C.H_COMMIT_PENDING_SINCE, age_now) if sup_alive else None,
         "supervisor_started_s": started / 1e9 if started > 0 else None,
         "metrics_port": port if 0 < port <= 65535 else None,
         "damaged": damaged,
@@ -212,16 +214,16 @@ def snapshot_fields(view, gap_parts: list[int], now: int) -> dict:
     restore words, the supervisor's snapshot policy the others)."""
     word = view.word
     return {
-        "restore": {"state": L.RESTORE_STATE_NAMES.get(word(L.H_RESTORE_STATE), "damaged"),
-                    "entries": word(L.H_RESTORE_ENTRIES),
-                    "seconds": word(L.H_RESTORE_NS) / 1e9,
-                    "evictions": word(L.H_RESTORE_EVICTIONS),
-                    "snapshot_age_s": _age(view, L.H_RESTORE_TAKEN_NS, now)},
-        "snapshot": {"age_s": _age(view, L.H_SNAPSHOT_TAKEN_NS, now), "bytes": word(L.H_SNAPSHOT_BYTES),
-                     "seconds": word(L.H_SNAPSHOT_NS) / 1e9, "count": word(L.H_SNAPSHOTS),
-                     "failures": word(L.H_SNAPSHOT_FAILURES)},
+        "restore": {"state": C.RESTORE_STATE_NAMES.get(word(C.H_RESTORE_STATE), "damaged"),
+                    "entries": word(C.H_RESTORE_ENTRIES),
+                    "seconds": word(C.H_RESTORE_NS) / 1e9,
+                    "evictions": word(C.H_RESTORE_EVICTIONS),
+                    "snapshot_age_s": _age(view, C.H_RESTORE_TAKEN_NS, now)},
+        "snapshot": {"age_s": _age(view, C.H_SNAPSHOT_TAKEN_NS, now), "bytes": word(C.H_SNAPSHOT_BYTES),
+                     "seconds": word(C.H_SNAPSHOT_NS) / 1e9, "count": word(C.H_SNAPSHOTS),
+                     "failures": word(C.H_SNAPSHOT_FAILURES)},
         "gap_partitions": gap_parts,
-        "gap_offsets": word(L.H_GAP_OFFSETS),
+        "gap_offsets": word(C.H_GAP_OFFSETS),
     }
 
 

@@ -4,10 +4,10 @@ One segment per cache, a file under /dev/shm, laid out as consecutive sections,
 each a whole number of 4 KiB pages so every section starts page-aligned:
 
     +----------------------+  0
-    | header   (4 KiB)     |  int64 words: magic, version, geometry, ids, control words (engine/control.py)
+    | header   (4 KiB)     |  int64 words: magic, version, geometry, ids, topic; control words
     | writers  (4 KiB)     |  MAX_WRITERS x 8 int64: owner word + counters per writer process
-    | workers  (4 KiB)     |  MAX_WORKERS x 8 int64: pid word, heartbeat, counters (consumer/)
-    | partitions (64 KiB)  |  MAX_PARTITIONS x 8 int64: applied offset, watermark, owner (consumer/)
+    | workers  (4 KiB)     |  MAX_WORKERS x 8 int64: a row per consumer worker (control area)
+    | partitions (64 KiB)  |  MAX_PARTITIONS x 8 int64: a row per partition (control area)
     | bucket meta (512 KiB)|  NBUCKETS x 8 int64: lock, seqlock version, ring head/tail, counts
     | index                |  NBUCKETS x slots int64: open-addressing (linear probing) slots
     | rings                |  NBUCKETS x ring_bytes uint8: records, oldest overwritten first
@@ -25,15 +25,17 @@ offset = position % ring bytes); the live records lie between them. Bucket = xxh
 
 What is *not* guaranteed: a stored entry may be evicted at any time (FIFO per
 bucket when its ring or its index is full); evictions are counted.
+
+The control area (the header's words 10, 11, 14, 15 and from 48 on, and the workers'
+and partitions' rows: how the cache is kept filled from Kafka) is named in
+engine/control_layout.py; this module gives only where its sections lie.
 """
 
 from __future__ import annotations
 
-import base64
-import re
 from dataclasses import dataclass
-from fractions import Fraction
 
+from shmcache.engine.units import format_bytes
 from shmcache.errors import CorruptCacheError, MemoryTooSmallError
 
 MAGIC = 0x31484341434D4853  # b"SHMCACH1" read as a little-endian int64
@@ -59,95 +61,11 @@ H_RING = 6  # ring bytes per bucket (a multiple of RECORD_ALIGN)
 H_SIZE = 7  # total segment bytes
 H_CREATION_ID = 8  # random, tells a re-created segment from the old one
 H_CREATED_NS = 9  # time.time_ns() at creation (stats: created_s)
-H_SUPERVISOR = 10  # owner word (pid << 32 | start stamp) of the supervisor, 0 if none
-# word 11 is free (it was a state word nobody read: the magic, written last, says a segment is made)
-H_TOPIC_LEN = 12
+# words 10, 11, 14, 15 and 48.. are the control area's (engine/control_layout.py)
+H_TOPIC_LEN = 12  # bytes of the topic name in H_TOPIC
 H_PARTITIONS = 13  # partitions of the topic (0 until a supervisor has seen it)
-H_SUPERVISOR_HEARTBEAT = 14  # the supervisor's last loop, on the age clock (status: supervisor_heartbeat_age_s)
-# The clock of the words that measure an age: K_HEARTBEAT, H_SUPERVISOR_HEARTBEAT,
-# H_BROKER_SINCE, H_COMMIT_PENDING_SINCE. AGE_CLOCK_MONOTONIC: CLOCK_MONOTONIC ns
-# (time.monotonic_ns()), one clock for every process of the machine that a step of the
-# wall clock (NTP, an operator, a VM resumed) does not move: with time.time_ns(), a clock
-# set back an hour made a hung worker's heartbeat look fresh for that hour, and one set
-# forward made every worker look hung. AGE_CLOCK_WALL (0): time.time_ns(), as an earlier
-# shmcache wrote them. Set when the segment is made and when a supervisor starts.
-H_AGE_CLOCK = 15
-AGE_CLOCK_WALL, AGE_CLOCK_MONOTONIC = 0, 1
-H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8, for status output
+H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8
 TOPIC_MAX = 32 * WORD
-# Supervisor counters and facts: written by the supervisor only, zeroed when one starts
-# (as the worker rows are), read by status, `shmcache top` and the metrics endpoint.
-H_COMMITS = 48  # offset commits Kafka accepted
-H_COMMIT_FAILURES = 49  # commits Kafka refused or timed out (the offsets go again next time)
-H_REBALANCES = 50  # completed rebalances: assign callbacks, one per group generation, even if empty
-H_PARTITIONS_LOST = 51  # partitions lost: taken away without a revoke (nothing committed)
-H_SUPERVISOR_STARTED = 52  # time.time_ns() when the current supervisor started
-H_METRICS_PORT = 53  # TCP port of the supervisor's Prometheus endpoint, 0 if none
-H_ASSIGNING = 54  # 1 while the supervisor publishes an assignment (rows half-written): not ready
-# The broker's state as the supervisor sees it (consumer/broker.py), written by it alone.
-H_BROKER_STATE = 60  # BROKER_* below
-H_BROKER_SINCE = 61  # the current wait for the broker began, on the age clock; 0 when it answers
-BROKER_UNKNOWN, BROKER_UP, BROKER_WAITING = 0, 1, 2
-BROKER_STATE_NAMES = {BROKER_UNKNOWN: "connecting", BROKER_UP: "up", BROKER_WAITING: "waiting for the broker"}
-# The consumer group as the supervisor last saw it (engine/control.py set_group): who else
-# holds partitions of the topic. Written by the supervisor only; H_GROUP_CHECKED is -1 while
-# it writes them and the time of the look after, so a reader can tell a torn read.
-H_GROUP_MEMBERS = 96  # members of the group, this supervisor included; 0 unknown
-H_GROUP_CHECKED = 97  # time.time_ns() of the last look; 0 none yet, -1 being written
-H_COMMITS_DEFERRED = 98  # periodic commits refused during a rebalance, retried after it
-H_GROUP_TEXT_LEN = 99
-# A look-up of where assigned partitions start that fails (consumer/rebalance.py; the group
-# coordinator refuses or does not answer, or the broker is gone): when the first of the
-# failing look-ups was made, on the age clock (0 none, -1 being written), and the last one's
-# error, utf-8, cut to LOOKUP_TEXT_MAX: status() and why() say what the partitions wait for.
-H_LOOKUP_FAILING_SINCE = 100
-H_LOOKUP_TEXT_LEN = 101
-H_LOOKUP_TEXT = 104  # words 104..127
-LOOKUP_TEXT_MAX = 24 * WORD
-H_GROUP_TEXT = 128  # words 128..191: JSON list of the other members (client id, host, instance id)
-GROUP_TEXT_MAX = 64 * WORD
-H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th other member holding it
-# The supervisor's handle on each worker (consumer/worker_handle.py): one word per worker
-# slot, written by the supervisor alone: bits 0-7 the handle's state (index + 1 in
-# WORKER_STATES, 0 none published), bits 8-23 its deaths in a row (capped), bits 24-63 the
-# restart due while backing off, in tenths of a second since the epoch (0 none).
-H_WORKER_HANDLES = 192  # words 192..255
-WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
-# Snapshots (engine/snapshot.py, consumer/snapshots.py). These describe the table's content,
-# so they live as long as the segment (a supervisor's start does not zero them).
-H_WIRE_FORMAT = 55  # WIRE_FORMATS index + 1 of the topic's format, set by the supervisor; 0 unknown
-H_COMMIT_PENDING_SINCE = 56  # the supervisor's commit in flight was sent, on the age clock; 0 none
-# 1 when the live supervisor was told to serve a table with retention gaps as ready
-# (`run --accept-gaps`); written at its start, so it is the supervisor alive now that says so
-H_ACCEPT_GAPS = 57
-# The live supervisor's bound on a worker's heartbeat (`worker_heartbeat_timeout`, in ns; 0
-# none): a worker whose heartbeat (K_HEARTBEAT) is older is stale, its partitions are not
-# caught up, and the supervisor kills and restarts it. Written at the supervisor's start.
-H_WORKER_STALE_NS = 58
-H_STALE_KILLS = 59  # workers the supervisor killed for a stale heartbeat (a counter, zeroed at its start)
-H_START_KILLS = 62  # workers it killed for not coming up within its worker_start_timeout (the same)
-WIRE_FORMATS = ("v1", "v2", "kv")
-H_RESTORE_STATE = 400  # RESTORE_* below
-H_RESTORE_ENTRIES = 401  # entries the restore put in the table
-H_RESTORE_NS = 402  # how long the restore took
-H_RESTORE_EVICTIONS = 403  # entries a re-insert into a smaller table evicted
-H_RESTORE_TAKEN_NS = 404  # time.time_ns() the restored snapshot was taken
-H_SNAPSHOT_TAKEN_NS = 405  # time.time_ns() the last snapshot written from this segment was taken
-H_SNAPSHOT_BYTES = 406  # its size in bytes
-H_SNAPSHOT_NS = 407  # how long it took to write
-H_SNAPSHOTS = 408  # snapshots written
-H_SNAPSHOT_FAILURES = 409  # snapshots that failed (disk full, ...)
-H_GAP_OFFSETS = 410  # offsets that retention deleted before this table had them, summed
-# The Kafka topic id (a UUID: its most and least significant 64 bits; both 0 unknown) of the
-# topic whose offsets the table holds, set by the supervisor when it first asks the broker
-# (consumer/topic_id.py) and by a restore (the snapshot's). A topic deleted and re-created
-# under its name gets a new id: offsets alone cannot tell a new log that already holds more
-# messages than the table applied, its id can.
-H_TOPIC_ID = 411  # words 411, 412
-H_GAP_BITS = 448  # words 448..463: a bit per partition, set when that partition has a gap
-RESTORE_NONE, RESTORE_RUNNING, RESTORE_DONE, RESTORE_NONE_VALID = 0, 1, 2, 3
-RESTORE_STATE_NAMES = {RESTORE_NONE: "none", RESTORE_RUNNING: "restoring", RESTORE_DONE: "restored",
-                       RESTORE_NONE_VALID: "no valid snapshot"}
 HEADER_WORDS = PAGE // WORD
 
 # -- per-process slot tables ------------------------------------------------------
@@ -160,32 +78,13 @@ W_DELETES = 2
 W_DELETE_MISSES = 3
 W_BATCHES = 4
 # bucket + 1 whose lock this writer has waited for, for WAIT_REPORT_S or more, held by a live
-# process; 0 none (engine/writer.py: such a lock is never taken). Word 5 once counted takeovers.
+# process; 0 none (engine/writer.py: such a lock is never taken)
 W_WAIT = 5
 W_UNKNOWN = 6  # entries of an unknown action, skipped
 W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _repair.py)
 
-MAX_WORKERS = 64  # consumer worker processes, one row each (written by that worker only)
-assert H_WORKER_HANDLES + MAX_WORKERS <= H_ELSEWHERE
-K_OWNER = 0  # owner word of the worker process, 0 if none
-K_HEARTBEAT = 1  # the worker's last loop, on the age clock (H_AGE_CLOCK)
-K_STARTS = 2  # how many times this worker slot was (re)started (written by the supervisor)
-K_ADDS = 3  # entries applied, by action
-K_DELETES = 4
-K_MALFORMED = 5  # messages with damage (their valid prefix was applied)
-K_UNKNOWN = 6  # entries skipped for an unknown action
-K_MESSAGES = 7  # Kafka messages applied
-
-MAX_PARTITIONS = 1024  # partitions of the cache's topic, row = partition number
-P_APPLIED = 0  # next offset to apply: every message before it is in the table; -1 none yet
-P_HIGH_WATERMARK = 1  # readiness target: high watermark seen at assignment, raised by the supervisor's own looks
-# while the worker is down, stale or restarted (consumer/watermarks.py); -1 unknown
-P_OWNER = 2  # worker index + 1 that owns the partition now; 0 unowned
-P_CAUGHT_UP = 3  # 1 once applied >= high watermark at assignment
-P_COMMITTED = 4  # last offset the supervisor committed to Kafka; -1 none
-P_ASSIGNED = 5  # 1 while this node's consumer group assigns the partition here
-P_GENERATION = 6  # bumped at each assignment: tells a stale worker's publish from a current one
-P_LATEST = 7  # newest high watermark seen: by the supervisor at assignment, then by the owning worker's fetches
+MAX_WORKERS = 64  # consumer worker processes, one row each (K_*: engine/control_layout.py)
+MAX_PARTITIONS = 1024  # partitions of the cache's topic, row = partition number (P_*: engine/control_layout.py)
 
 # -- bucket meta: int64 word offsets within a bucket's row ---------------------------
 M_LOCK = 0  # 0 free, else owner word of the writer holding it
@@ -362,59 +261,3 @@ def bucket_spans(geo: Geometry, b: int) -> tuple[tuple[int, int], tuple[int, int
 
 def _pow2_floor(n: int) -> int:
     return 1 << (max(n, 1).bit_length() - 1)
-
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
-          "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
-          "tib": 2**40}
-
-
-def parse_bytes(value: int | str, *, what: str = "memory") -> int:
-    """'256MiB', '1.5GiB', '500MB', 1048576 -> bytes (a fraction of a byte rounded down);
-    a clear ValueError otherwise. Exact arithmetic: no float rounding or overflow."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what}={value!r} is not a size")
-    if isinstance(value, int):
-        n = value
-    else:
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value), re.ASCII)
-        unit = m.group(2).lower() if m else None
-        if not m or unit not in _UNITS:
-            raise ValueError(f"{what}={value!r} is not a size (examples: 256MiB, 1GiB, 500MB)")
-        n = int(Fraction(m.group(1)) * _UNITS[unit])
-    if n <= 0:
-        raise ValueError(f"{what}={value!r} must be positive")
-    if n >= 1 << 63:  # a segment's size is an int64 header word
-        raise ValueError(f"{what}={value!r} is more than any machine holds (the limit is 2**63-1 bytes)")
-    return n
-
-
-def topic_id_text(msb: int, lsb: int) -> str:
-    """A Kafka topic id from its two 64-bit halves (signed, as the words hold them) as Kafka's
-    tools write it: URL-safe base64 of its 16 bytes, unpadded; "" for 0, 0 (unknown)."""
-    if msb == 0 and lsb == 0:
-        return ""
-    raw = (msb & (1 << 64) - 1).to_bytes(8, "big") + (lsb & (1 << 64) - 1).to_bytes(8, "big")
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def topic_id_words(text: str) -> tuple[int, int]:
-    """topic_id_text's inverse: the two signed 64-bit halves ((0, 0) for ""); ValueError
-    naming the text if it is not 16 bytes of base64."""
-    if not text:
-        return 0, 0
-    try:
-        raw = base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_") + "=" * (-len(text) % 4))
-    except ValueError:
-        raw = b""
-    if len(raw) != 16:
-        raise ValueError(f"topic id {text!r}: not the base64 of 16 bytes")
-    return int.from_bytes(raw[:8], "big", signed=True), int.from_bytes(raw[8:], "big", signed=True)
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")

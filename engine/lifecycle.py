@@ -14,6 +14,8 @@ from typing import Iterable
 
 import numpy as np
 
+from shmcache.engine import control_layout as C
+
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 from shmcache.errors import CacheInUseError, CacheNotFoundError, CachePermissionError, NotACacheError
@@ -76,7 +78,7 @@ def _check_unused(name: str, path: str, fd: int) -> None:
                              "removed: destroy(force=True) or shmcache destroy --force removes it anyway")
     me = os.getpid()
     users: dict[int, str] = {}
-    owners = [("supervisor", int(words[L.H_SUPERVISOR]))]
+    owners = [("supervisor", int(words[C.H_SUPERVISOR]))]
     for role, first, count in (("writer", L.PAGE // L.WORD, L.MAX_WRITERS),
                                ("worker", L.PAGE // L.WORD + L.MAX_WRITERS * L.ROW_WORDS, L.MAX_WORKERS)):
         rows = words[first:first + count * L.ROW_WORDS:L.ROW_WORDS]  # W_OWNER / K_OWNER: word 0 of a row

@@ -27,6 +27,7 @@ from shmcache.engine import _input
 from shmcache.engine import _lookup as LK
 from shmcache.engine import attach_checks as checks
 from shmcache.engine import layout as L
+from shmcache.engine import units
 from shmcache.engine import reader_stats
 from shmcache.engine.control import ControlView
 from shmcache.engine.packed import Packed
@@ -178,7 +179,7 @@ class Reader:
             pass
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{L.format_bytes(self.geometry.size)}"
+        state = "closed" if self.closed else f"{units.format_bytes(self.geometry.size)}"
         return f"<{type(self).__name__} {self.name!r} {state}>"
 
     def _check_open(self) -> None:

@@ -42,7 +42,9 @@ import xxhash
 
 from shmcache.engine import _repair
 from shmcache.engine import _snapshot_kernels as SK
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
+from shmcache.engine import units
 from shmcache.engine._snapshot_io import TMP_SUFFIX, SnapshotOut, cancelled, fsync_dir, remove_abandoned
 from shmcache.engine._snapshot_io import remove_if_abandoned  # noqa: F401 - part of this module's API
 from shmcache.engine._snapshot_io import final_name  # noqa: F401 - part of this module's API
@@ -93,7 +95,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
     nparts = min(max(int(header[L.H_PARTITIONS]), 0), L.MAX_PARTITIONS)
     rows = parts.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
     # the offsets first, before any bucket is copied (docs/design.md, Snapshots)
-    offsets = tuple(int(x) for x in rows[:nparts, L.P_APPLIED].tolist())
+    offsets = tuple(int(x) for x in rows[:nparts, C.P_APPLIED].tolist())
     taken = time.time_ns()
     entries = int(meta.reshape(L.NBUCKETS, L.ROW_WORDS)[:, L.M_LIVE].sum())
     head = {"layout_version": L.LAYOUT_VERSION, "nbuckets": L.NBUCKETS, "key_size": geo.key_size,
@@ -157,7 +159,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
                     int(counts[1]))
     dt = time.monotonic() - t0
     log.info("cache %r: snapshot %s, %d entries, %s in %.2f s (%s/s)", handle.name, path, entries,
-             L.format_bytes(size), dt, L.format_bytes(size / max(dt, 1e-9)))
+             units.format_bytes(size), dt, units.format_bytes(size / max(dt, 1e-9)))
     return SnapshotInfo(path, geo, L.LAYOUT_VERSION, head["topic"], head["wire_format"], offsets, taken, entries,
                         handle.name, size, head["topic_id"])
 
@@ -193,7 +195,7 @@ def check_destination(path: str) -> None:
     elif st.st_size == 0:
         what = "an empty file"
     else:
-        what = f"a file of {L.format_bytes(st.st_size)} that is not a shmcache snapshot (it starts with {first!r})"
+        what = f"a file of {units.format_bytes(st.st_size)} that is not a shmcache snapshot (it starts with {first!r})"
     raise SnapshotError(f"snapshot {path}: there is {what} at that path; refusing to replace it (a snapshot only "
                         "replaces a snapshot)")
 
@@ -253,7 +255,7 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
         elif memory is None:
             memory = src.size
         try:
-            target = L.Geometry.plan(L.parse_bytes(memory), src.key_size, maxv)
+            target = L.Geometry.plan(units.parse_bytes(memory), src.key_size, maxv)
         except MemoryTooSmallError as e:
             raise SnapshotMismatchError(f"snapshot {path}: its key size {src.key_size} and values up to {maxv} B do "
                                         f"not fit: {e}") from None
@@ -265,11 +267,11 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
         try:
             w = table.create(name, memory=memory, key_size=src.key_size, max_value=maxv, mode=mode)
         except CacheSpaceError as e:  # the snapshot's own size, when no memory= was given
-            raise SnapshotMismatchError(f"snapshot {path}: a cache of {L.format_bytes(target.size)} does not fit: "
+            raise SnapshotMismatchError(f"snapshot {path}: a cache of {units.format_bytes(target.size)} does not fit: "
                                         f"{e}") from None
         try:
             ctl = w.control
-            ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_RUNNING)
+            ctl.set_word(C.H_RESTORE_STATE, C.RESTORE_RUNNING)
             nb = buckets_per_chunk(src)
             buf = Buffers(src, nb, allocate=False)
             dropped = 0
@@ -283,22 +285,22 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
                     progress(b0 + nb, L.NBUCKETS, f.tell())
             _publish(w, info)
             st = w.stats()
-            ctl.set_word(L.H_RESTORE_ENTRIES, st["entries"])
-            ctl.set_word(L.H_RESTORE_EVICTIONS, (st["evictions"] + dropped) if not same else 0)
-            ctl.set_word(L.H_RESTORE_NS, int((time.monotonic() - t0) * 1e9))
-            ctl.set_word(L.H_RESTORE_TAKEN_NS, info.taken_ns)
-            ctl.set_word(L.H_RESTORE_STATE, L.RESTORE_DONE)
+            ctl.set_word(C.H_RESTORE_ENTRIES, st["entries"])
+            ctl.set_word(C.H_RESTORE_EVICTIONS, (st["evictions"] + dropped) if not same else 0)
+            ctl.set_word(C.H_RESTORE_NS, int((time.monotonic() - t0) * 1e9))
+            ctl.set_word(C.H_RESTORE_TAKEN_NS, info.taken_ns)
+            ctl.set_word(C.H_RESTORE_STATE, C.RESTORE_DONE)
         except BaseException:
             w.close()
             destroy(name, force=True)
             raise
     dt = time.monotonic() - t0
     out = {"name": name, "mode": "copy" if same else "re-insert", "entries": st["entries"],
-           "evictions": ctl.word(L.H_RESTORE_EVICTIONS), "seconds": dt, "memory": target.size,
+           "evictions": ctl.word(C.H_RESTORE_EVICTIONS), "seconds": dt, "memory": target.size,
            "snapshot": info.to_dict()}
     w.close()
     log.info("cache %r restored from %s (%s): %d entries in %.2f s (%s/s)", name, path, out["mode"],
-             out["entries"], dt, L.format_bytes(info.bytes / max(dt, 1e-9)))
+             out["entries"], dt, units.format_bytes(info.bytes / max(dt, 1e-9)))
     return out
 
 
@@ -341,7 +343,7 @@ def _publish(w, info: SnapshotInfo) -> None:
     supervisor started on it resumes each partition from there."""
     ctl = w.control
     ctl.reset_partitions()
-    ctl.partitions[:len(info.offsets), L.P_APPLIED] = info.offsets
+    ctl.partitions[:len(info.offsets), C.P_APPLIED] = info.offsets
     ctl.set_topic(info.topic, len(info.offsets))
     ctl.set_topic_id(info.topic_id)  # the supervisor checks it against the topic's id now
-    ctl.set_word(L.H_WIRE_FORMAT, L.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in L.WIRE_FORMATS else 0)
+    ctl.set_word(C.H_WIRE_FORMAT, C.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in C.WIRE_FORMATS else 0)

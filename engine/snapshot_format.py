@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
+from shmcache.engine import control_layout as C
+
 from shmcache.engine import layout as L
 from shmcache.errors import SnapshotCorruptError, SnapshotError, SnapshotMismatchError
 from shmcache.ipc.segment import kind_of
@@ -66,7 +68,7 @@ class SnapshotInfo:
     entries: int
     name: str
     bytes: int = 0  # the file's size
-    topic_id: str = ""  # the Kafka topic id its offsets belong to (layout.topic_id_text), "" unknown
+    topic_id: str = ""  # the Kafka topic id its offsets belong to (control_layout.topic_id_text), "" unknown
 
     def to_dict(self) -> dict:
         return {"path": self.path, "topic": self.topic, "wire_format": self.wire_format,
@@ -83,8 +85,8 @@ def topic_of(header) -> str:
 
 
 def format_of(header) -> str:
-    code = int(header[L.H_WIRE_FORMAT])
-    return L.WIRE_FORMATS[code - 1] if 1 <= code <= len(L.WIRE_FORMATS) else ""
+    code = int(header[C.H_WIRE_FORMAT])
+    return C.WIRE_FORMATS[code - 1] if 1 <= code <= len(C.WIRE_FORMATS) else ""
 
 
 def buckets_per_chunk(geo: L.Geometry) -> int:
@@ -207,11 +209,11 @@ def _checked(h: dict, path: str, file_size: int) -> SnapshotInfo:
         raise bad("partitions", f"{len(offsets)}, the number of offsets")
     integer("creation_id", -I64 - 1, I64)
     wire_format = text("wire_format", 8)
-    if wire_format not in ("", *L.WIRE_FORMATS):
-        raise bad("wire_format", f"one of {('', *L.WIRE_FORMATS)}")
+    if wire_format not in ("", *C.WIRE_FORMATS):
+        raise bad("wire_format", f"one of {('', *C.WIRE_FORMATS)}")
     topic_id = text("topic_id", 64, "")
     try:
-        L.topic_id_words(topic_id)
+        C.topic_id_words(topic_id)
     except ValueError:
         raise bad("topic_id", "the base64 of 16 bytes, or empty") from None
     return SnapshotInfo(path, L.Geometry(size, ks, maxv, slots, ring), integer("layout_version", 1, 0xFFFF),

@@ -24,7 +24,11 @@ from typing import Sequence
 
 import numpy as np
 
+from shmcache.engine import control_layout as C
+
 from shmcache.engine import layout as L
+
+from shmcache.engine import units
 from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import check_mode, destroy, exists, list_caches, set_access  # noqa: F401  (this module's API)
 from shmcache.engine.packed import Packed
@@ -49,7 +53,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
     if max_value is not None:
         max_value = _whole(name, "max_value", max_value, 0, 0xFFFFFFFF)
     check_mode(name, mode)
-    nbytes = L.parse_bytes(memory)
+    nbytes = units.parse_bytes(memory)
     if exist_ok:
         try:
             return _existing(name, key_size, max_value, exist_ok)
@@ -61,8 +65,8 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
     free = shm_free_bytes()
     if free is not None and geo.size > free:
         raise CacheSpaceError(
-            f"cache {name!r}: memory={L.format_bytes(geo.size)} ({geo.size:,} bytes) does not fit in {SHM_DIR}, "
-            f"which has {L.format_bytes(free)} ({free:,} bytes) free: ask for less, or make room in {SHM_DIR}")
+            f"cache {name!r}: memory={units.format_bytes(geo.size)} ({geo.size:,} bytes) does not fit in {SHM_DIR}, "
+            f"which has {units.format_bytes(free)} ({free:,} bytes) free: ask for less, or make room in {SHM_DIR}")
     loading = load_beside()  # numba loads the word kernels while the pages are allocated
     try:
         seg = Segment(name, create_size=geo.size, writable=True, mode=mode)
@@ -79,7 +83,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_SIZE] = geo.size
         h[L.H_CREATION_ID] = creation_id
         h[L.H_CREATED_NS] = time.time_ns()
-        h[L.H_AGE_CLOCK] = L.AGE_CLOCK_MONOTONIC
+        h[C.H_AGE_CLOCK] = C.AGE_CLOCK_MONOTONIC
         h[L.H_VERSION] = L.LAYOUT_VERSION
         if loading is not None:
             loading.join()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import shmcache
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 from shmcache.engine import snapshot as S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def _restoring(name: str) -> bool:
         return False
     try:
         with shmcache.attach(name) as r:
-            return r.control.word(L.H_RESTORE_STATE) == L.RESTORE_RUNNING
+            return r.control.word(C.H_RESTORE_STATE) == C.RESTORE_RUNNING
     except shmcache.ShmcacheError:
         return False
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 if TYPE_CHECKING:
     from _supervisors import SupervisorProc
@@ -82,7 +82,7 @@ def wait_gone(procs: list[psutil.Process], what: str = "every process of the sup
 def applied(r, partitions: int) -> list[int]:
     """Applied offsets from the segment's control area (valid after the supervisor exits too)."""
     rows = r.control.partitions
-    return [int(rows[p, L.P_APPLIED]) for p in range(partitions)]
+    return [int(rows[p, C.P_APPLIED]) for p in range(partitions)]
 
 
 def wait_applied(r, ends: list[int], timeout: float, sup: SupervisorProc | None = None) -> None:

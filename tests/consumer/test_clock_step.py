@@ -34,7 +34,7 @@ from _supervisors import harness  # noqa: E402,F401
 from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
 from _waits import poll_until, running  # noqa: E402
 
-from shmcache.engine import layout as L  # noqa: E402
+from shmcache.engine import control_layout as C  # noqa: E402
 
 PARTITIONS = 2
 STALE_S = 6.0  # worker_heartbeat_timeout here
@@ -85,10 +85,10 @@ class WallClock:
 
 def _ticks(r, n: int) -> None:
     """Wait for the supervisor to go round its loop n more times (its heartbeat word moves)."""
-    seen = [r.control.word(L.H_SUPERVISOR_HEARTBEAT)]
+    seen = [r.control.word(C.H_SUPERVISOR_HEARTBEAT)]
 
     def moved():
-        beat = r.control.word(L.H_SUPERVISOR_HEARTBEAT)
+        beat = r.control.word(C.H_SUPERVISOR_HEARTBEAT)
         if beat != seen[-1]:
             seen.append(beat)
         return len(seen) > n

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 import shmcache
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
 
@@ -27,9 +28,9 @@ def _looks_ready(w, nparts: int = 2) -> None:
     w.control.set_topic("t", nparts)
     rows = w.control.partitions
     for p in range(nparts):
-        rows[p, [L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_OWNER, L.P_CAUGHT_UP, L.P_ASSIGNED]] = [5, 5, 1, 1, 1]
-    w.control.workers[0, L.K_OWNER] = liveness.owner_word()
-    w.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
+        rows[p, [C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_OWNER, C.P_CAUGHT_UP, C.P_ASSIGNED]] = [5, 5, 1, 1, 1]
+    w.control.workers[0, C.K_OWNER] = liveness.owner_word()
+    w.control.set_word(C.H_SUPERVISOR, liveness.owner_word())
 
 
 def test_a_consistent_segment_is_ready(cache):
@@ -41,7 +42,7 @@ def test_a_consistent_segment_is_ready(cache):
 @pytest.mark.parametrize("owner", [L.MAX_WORKERS + 1, 1 << 40, -5])
 def test_owner_index_out_of_range(cache, owner):
     _looks_ready(cache)
-    cache.control.partitions[1, L.P_OWNER] = owner
+    cache.control.partitions[1, C.P_OWNER] = owner
     st = cache.status()
     assert any("partition 1: owner" in d for d in st["damaged"]), st["damaged"]
     assert st["assigned"][1]["worker"] is None and st["assigned"][1]["worker_pid"] is None
@@ -73,12 +74,12 @@ def test_garbage_group_words(cache):
     st = cache.status()
     assert st["shared_group"] and st["elsewhere"] == [] and st["group_others"][0]["partitions"] == [1]
     ctl = cache.control  # damage, by hand
-    ctl.set_word(L.H_GROUP_TEXT_LEN, -7)
-    ctl.set_word(L.H_GROUP_TEXT, 0x7B7B7B7B)  # "{{{{"
-    ctl.set_word(L.H_GROUP_TEXT_LEN, 4)
+    ctl.set_word(C.H_GROUP_TEXT_LEN, -7)
+    ctl.set_word(C.H_GROUP_TEXT, 0x7B7B7B7B)  # "{{{{"
+    ctl.set_word(C.H_GROUP_TEXT_LEN, 4)
     st = cache.status()
     assert any("group members text" in d for d in st["damaged"]), st["damaged"]
-    ctl.set_word(L.H_GROUP_TEXT_LEN, 1 << 40)
+    ctl.set_word(C.H_GROUP_TEXT_LEN, 1 << 40)
     st = cache.status()
     assert any("group text length" in d for d in st["damaged"]), st["damaged"]
     assert st["ready"] is True  # the group words name no partition of this cache's: nothing else changed
@@ -88,16 +89,16 @@ def test_rows_of_a_dead_supervisor_are_never_ready(cache):
     """Rows left by a supervisor that died are not ready, and a starting supervisor disowns
     them (keeping the applied offsets) before its own pid makes them count."""
     _looks_ready(cache)
-    cache.control.set_word(L.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process
+    cache.control.set_word(C.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process
     assert not cache.status()["ready"]
     rows = cache.control.partitions
-    gen = rows[:2, L.P_GENERATION].copy()
+    gen = rows[:2, C.P_GENERATION].copy()
     cache.control.disown_partitions()
-    cache.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    cache.control.set_word(C.H_SUPERVISOR, liveness.owner_word())
     st = cache.status()
     assert not st["ready"] and st["assigned"] == [] and st["unassigned"] == [0, 1]
-    assert rows[:2, L.P_APPLIED].tolist() == [5, 5]
-    assert (rows[:2, L.P_GENERATION] == gen + 1).all()
+    assert rows[:2, C.P_APPLIED].tolist() == [5, 5]
+    assert (rows[:2, C.P_GENERATION] == gen + 1).all()
 
 
 def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
@@ -112,7 +113,7 @@ def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
     cache.control.beat()
     st = cache.status()
     assert st["supervisor_heartbeat_age_s"] < STALE_HEARTBEAT_S and not st["supervisor_stale"]
-    cache.control.set_word(L.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
+    cache.control.set_word(C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
     st = cache.status()
     assert st["supervisor_stale"] and st["supervisor_heartbeat_age_s"] >= STALE_HEARTBEAT_S + 50
     assert not st["ready"]
@@ -120,7 +121,7 @@ def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
         cache.wait_ready(timeout=0)
     cache.control.beat()
     assert cache.status()["ready"]
-    cache.control.set_word(L.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
-    cache.control.set_word(L.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process: no age to show
+    cache.control.set_word(C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
+    cache.control.set_word(C.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process: no age to show
     st = cache.status()
     assert st["supervisor_heartbeat_age_s"] is None and not st["supervisor_stale"]

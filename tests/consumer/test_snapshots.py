@@ -20,7 +20,7 @@ import xxhash
 import shmcache
 from shmcache.consumer import snapshots as policy
 from shmcache.consumer.config import RunConfig
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 from shmcache.engine import _snapshot_io as engine_io
 from shmcache.engine import snapshot as S
 from shmcache.errors import SnapshotCorruptError
@@ -332,9 +332,9 @@ def test_a_snapshot_that_cannot_be_written_is_counted_and_raises_nothing(tmp_pat
             pol = policy.SnapshotPolicy(cfg)
             pol.opened(w, False)
             assert pol.take() is None
-            assert w.control.word(L.H_SNAPSHOT_FAILURES) == 1
+            assert w.control.word(C.H_SNAPSHOT_FAILURES) == 1
             assert pol.at_stop(clean=True, wait=5)
-            assert w.control.word(L.H_SNAPSHOT_FAILURES) == 2 and w.control.word(L.H_SNAPSHOTS) == 0
+            assert w.control.word(C.H_SNAPSHOT_FAILURES) == 2 and w.control.word(C.H_SNAPSHOTS) == 0
     finally:
         shmcache.destroy(name, force=True)
     if where == "a full disk":
@@ -374,7 +374,7 @@ def test_a_periodic_snapshot_that_does_not_give_up_keeps_the_cache_mapped(tmp_pa
             disk.set()
             assert pol.at_stop(clean=False, wait=30) is True  # the thread ended
             assert "periodic snapshot abandoned: the supervisor stops" in caplog.text
-            assert w.control.word(L.H_SNAPSHOT_FAILURES) == 0 and w.control.word(L.H_SNAPSHOTS) == 0
+            assert w.control.word(C.H_SNAPSHOT_FAILURES) == 0 and w.control.word(C.H_SNAPSHOTS) == 0
     finally:
         disk.set()
         shmcache.destroy(name, force=True)

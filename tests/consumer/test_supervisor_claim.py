@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import shmcache
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _waits import poll_until, stop_popen  # noqa: E402
@@ -32,7 +32,7 @@ import shmcache
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
 w = shmcache.open(sys.argv[1])
-w.control.workers[0, L.K_OWNER] = liveness.owner_word()
+w.control.workers[0, C.K_OWNER] = liveness.owner_word()
 print("holding", flush=True)
 sys.stdin.read()
 """
@@ -80,7 +80,7 @@ def test_two_supervisors_started_at_once_one_runs(tmp_path):
         stop_popen(winner)
         assert winner.returncode == 0
         with shmcache.attach(name) as r:
-            assert r.control.word(L.H_SUPERVISOR) == 0  # released at its stop
+            assert r.control.word(C.H_SUPERVISOR) == 0  # released at its stop
     finally:
         for p in sups:
             stop_popen(p)

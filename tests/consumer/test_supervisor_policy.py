@@ -20,7 +20,7 @@ import pytest
 import shmcache
 from shmcache.consumer.commits import REBALANCE_HOLD_S
 from shmcache.consumer.backoff import BACKOFF_FIRST_S, BACKOFF_MAX_S, BACKOFF_RESET_S, RestartBackoff, backoff_s
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 
 def test_the_backoff_constants():
@@ -110,36 +110,36 @@ def _broker_committed(c, topic: str) -> int:
 def test_a_second_periodic_commit_waits_for_the_one_in_flight(committer):
     c, control, topic = committer
     rows = control.partitions
-    rows[0, L.P_APPLIED] = 5
+    rows[0, C.P_APPLIED] = 5
     c.periodic([0])
-    assert c.inflight == {0: 5} and control.word(L.H_COMMIT_PENDING_SINCE) > 0
-    rows[0, L.P_APPLIED] = 7
+    assert c.inflight == {0: 5} and control.word(C.H_COMMIT_PENDING_SINCE) > 0
+    rows[0, C.P_APPLIED] = 7
     c.periodic([0])  # no poll in between: the first one's result cannot have come
     assert c.inflight == {0: 5}
     _served(c)
-    assert rows[0, L.P_COMMITTED] == 5 and control.word(L.H_COMMITS) == 1
-    assert control.word(L.H_COMMIT_PENDING_SINCE) == 0
+    assert rows[0, C.P_COMMITTED] == 5 and control.word(C.H_COMMITS) == 1
+    assert control.word(C.H_COMMIT_PENDING_SINCE) == 0
     assert _broker_committed(c, topic) == 5
     c.periodic([0])  # now the newer offset goes
     assert c.inflight == {0: 7}
     _served(c)
-    assert rows[0, L.P_COMMITTED] == 7 and control.word(L.H_COMMITS) == 2 and _broker_committed(c, topic) == 7
+    assert rows[0, C.P_COMMITTED] == 7 and control.word(C.H_COMMITS) == 2 and _broker_committed(c, topic) == 7
     c.periodic([0])  # nothing new applied: nothing sent
-    assert c.inflight is None and control.word(L.H_COMMITS) == 2
+    assert c.inflight is None and control.word(C.H_COMMITS) == 2
 
 
 def test_the_revoke_callbacks_commit_is_synchronous(committer):
     c, control, topic = committer
-    control.partitions[0, L.P_APPLIED] = 11
+    control.partitions[0, C.P_APPLIED] = 11
     c.in_callback([0])
     assert c.inflight is None  # done on return, no poll needed
-    assert control.partitions[0, L.P_COMMITTED] == 11 and control.word(L.H_COMMITS) == 1
+    assert control.partitions[0, C.P_COMMITTED] == 11 and control.word(C.H_COMMITS) == 1
     assert _broker_committed(c, topic) == 11
 
 
 def test_a_hold_stops_periodic_commits_until_the_assignment(committer):
     c, control, topic = committer
-    control.partitions[0, L.P_APPLIED] = 2
+    control.partitions[0, C.P_APPLIED] = 2
     # the caller's monotonic clock 5 s after boot (a supervisor started at boot), far less than
     # the interval: the first commit and the held one are due all the same (a CI run soon after
     # boot found both waiting for the clock to pass the interval)
@@ -147,7 +147,7 @@ def test_a_hold_stops_periodic_commits_until_the_assignment(committer):
     c.tick(now, [0], 1000.0)  # a periodic commit: the next is due in 1000 s
     assert c.inflight == {0: 2}
     _served(c)
-    control.partitions[0, L.P_APPLIED] = 3
+    control.partitions[0, C.P_APPLIED] = 3
     c.hold(now)
     c.tick(now, [0], 1.0)
     c.tick(now + 5.0, [0], 1.0)  # due by the interval, but held
@@ -163,7 +163,7 @@ def test_a_hold_with_no_assignment_ends_after_its_bound(committer):
     """A rebalance that never completes (no assignment comes) holds periodic commits for
     REBALANCE_HOLD_S at most, on the caller's clock; a second hold meanwhile does not extend it."""
     c, control, topic = committer
-    control.partitions[0, L.P_APPLIED] = 4
+    control.partitions[0, C.P_APPLIED] = 4
     t = 1000.0
     c.hold(t)
     c.hold(t + 10.0)
@@ -179,7 +179,7 @@ def test_a_hold_at_clock_zero_still_holds(committer):
     """A hold's time is any monotonic reading, 0.0 included (a clock whose epoch is the
     caller's start): it was once the "no hold" sentinel, and such a hold held nothing."""
     c, control, topic = committer
-    control.partitions[0, L.P_APPLIED] = 5
+    control.partitions[0, C.P_APPLIED] = 5
     c.hold(0.0)
     c.tick(1.0, [0], 0.5)  # due by the interval, but held
     assert c.inflight is None and c.rebalancing == 0.0

@@ -50,11 +50,11 @@ LONG = 150  # messages per partition of a new topic longer than the table applie
 
 
 def _topic_id(admin, topic: str) -> str:
-    """The topic's id as the broker says it, in the form status() shows (layout.topic_id_text)."""
-    from shmcache.engine import layout as L
+    """The topic's id as the broker says it, in the form status() shows (control_layout.topic_id_text)."""
+    from shmcache.engine import control_layout as C
 
     u = admin.describe_topics(TopicCollection([topic]), request_timeout=30)[topic].result(60).topic_id
-    return L.topic_id_text(u.get_most_significant_bits(), u.get_least_significant_bits())
+    return C.topic_id_text(u.get_most_significant_bits(), u.get_least_significant_bits())
 
 
 def _id_line(log: str, topic: str, old: str, new: str) -> str:

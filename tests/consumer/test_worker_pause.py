@@ -21,7 +21,7 @@ import shmcache
 from shmcache.formats import wire
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_handle import WorkerHandle, request_all
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _waits import poll_until  # noqa: E402
@@ -63,13 +63,13 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
         driver.start()
 
         def assign(p: int, offset: int) -> None:
-            rows[p, L.P_GENERATION] += 1
-            rows[p, L.P_APPLIED] = offset
-            cmd = ("assign", [(p, offset, int(rows[p, L.P_GENERATION]))])
+            rows[p, C.P_GENERATION] += 1
+            rows[p, C.P_APPLIED] = offset
+            cmd = ("assign", [(p, offset, int(rows[p, C.P_GENERATION]))])
             assert driver.tell(cmd), f"worker gone before {cmd}"  # no reply: the revoke after it finds it done
 
         def applied(p: int) -> int:
-            return int(rows[p, L.P_APPLIED])
+            return int(rows[p, C.P_APPLIED])
 
         def total() -> int:
             return applied(0) + applied(1)
@@ -111,7 +111,7 @@ def test_partition_revoked_while_paused_is_fetched_after_reassign(kafka_broker, 
                 produce(kafka_broker.bootstrap, topic, {0: BURST, 1: BURST}, rng)
                 ends = {0: ends[0] + BURST, 1: ends[1] + BURST}
         w = cache.control.workers[0]
-        assert w[L.K_MALFORMED] == 0 and w[L.K_MESSAGES] > 0
+        assert w[C.K_MALFORMED] == 0 and w[C.K_MESSAGES] > 0
     finally:
         if driver is not None:
             driver.stop("test over", 10)

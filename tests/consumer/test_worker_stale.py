@@ -26,7 +26,7 @@ from _topic_model import KafkaProbe, Model, check_table, produce_and_wait  # noq
 from _waits import poll_until, wait_applied  # noqa: E402
 
 import shmcache  # noqa: E402
-from shmcache.engine import layout as L  # noqa: E402
+from shmcache.engine import control_layout as C  # noqa: E402
 
 PARTITIONS = 4
 STALE_S = 6.0  # worker_heartbeat_timeout here: the default (10 s) would only make the test slower
@@ -189,7 +189,7 @@ def test_a_stopped_supervisor_leaves_the_cache_not_ready(harness, kafka_topic):
     def went_on():
         if not sup.running():
             return "died"
-        beats.add(r.control.word(L.H_SUPERVISOR_HEARTBEAT))
+        beats.add(r.control.word(C.H_SUPERVISOR_HEARTBEAT))
         return "ready" if len(beats) > 10 and r.status()["ready"] else None
 
     how = poll_until(went_on, 120, lambda: f"the supervisor to go on: {r.status()}", interval=0.02)

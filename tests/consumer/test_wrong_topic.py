@@ -17,7 +17,7 @@ from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
 from _waits import applied, poll_until, wait_applied  # noqa: E402
 
 import shmcache  # noqa: E402
-from shmcache.engine import layout as L  # noqa: E402
+from shmcache.engine import control_layout as C  # noqa: E402
 
 PARTS = 3
 
@@ -32,7 +32,7 @@ def _state(name: str) -> tuple:
     """What a run must not change: the topic, its id, the partitions' applied offsets, the table."""
     with shmcache.attach(name) as r:
         c = r.control
-        return (c.topic, c.topic_id, c.partitions[:, L.P_APPLIED].tolist(), r.stats()["entries"], r.creation_id)
+        return (c.topic, c.topic_id, c.partitions[:, C.P_APPLIED].tolist(), r.stats()["entries"], r.creation_id)
 
 
 def test_a_wrong_topic_changes_nothing_and_the_right_one_resumes(harness, kafka_topic):

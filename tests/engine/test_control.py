@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shmcache
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 from shmcache.engine.control import SUPERVISOR_COUNTERS, ControlArea, ControlView
 from shmcache.errors import CacheNotReadyError
@@ -56,10 +57,10 @@ def handles():
 # -- reset_supervisor ----------------------------------------------------------------------------
 
 SEGMENT_WORDS = {  # what a new supervisor must keep: they describe the table, not a run
-    L.H_RESTORE_STATE: L.RESTORE_DONE, L.H_RESTORE_ENTRIES: 1234, L.H_RESTORE_NS: 5_000_000,
-    L.H_RESTORE_EVICTIONS: 7, L.H_RESTORE_TAKEN_NS: 1_700_000_000_000_000_000,
-    L.H_SNAPSHOT_TAKEN_NS: 1_700_000_001_000_000_000, L.H_SNAPSHOT_BYTES: 4096, L.H_SNAPSHOT_NS: 123,
-    L.H_SNAPSHOTS: 3, L.H_SNAPSHOT_FAILURES: 1, L.H_WIRE_FORMAT: 2,
+    C.H_RESTORE_STATE: C.RESTORE_DONE, C.H_RESTORE_ENTRIES: 1234, C.H_RESTORE_NS: 5_000_000,
+    C.H_RESTORE_EVICTIONS: 7, C.H_RESTORE_TAKEN_NS: 1_700_000_000_000_000_000,
+    C.H_SNAPSHOT_TAKEN_NS: 1_700_000_001_000_000_000, C.H_SNAPSHOT_BYTES: 4096, C.H_SNAPSHOT_NS: 123,
+    C.H_SNAPSHOTS: 3, C.H_SNAPSHOT_FAILURES: 1, C.H_WIRE_FORMAT: 2,
 }
 
 
@@ -67,65 +68,65 @@ def test_reset_supervisor_zeroes_a_runs_words_and_keeps_the_segments(handles):
     w, r = handles
     c = w.control
     c.set_topic("the-topic", 4)
-    c.partitions[2, [L.P_APPLIED, L.P_COMMITTED]] = [99, 90]
+    c.partitions[2, [C.P_APPLIED, C.P_COMMITTED]] = [99, 90]
     for word, v in SEGMENT_WORDS.items():
         c.set_word(word, v)
     assert c.flag_gap(3, 50) and c.flag_gap(64, 5)
     for i, word in enumerate(SUPERVISOR_COUNTERS.values()):
         c.count(word, 10 + i)
-    c.set_word(L.H_ASSIGNING, 1)
-    c.set_word(L.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
+    c.set_word(C.H_ASSIGNING, 1)
+    c.set_word(C.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
     c.set_group(3, [{"client_id": "other", "host": "h", "instance_id": ""}], {1: 0})
     c.set_worker_handle(5, "backing-off", 4, time.time_ns() + 10**9)
-    c.set_word(L.H_METRICS_PORT, 9999)
+    c.set_word(C.H_METRICS_PORT, 9999)
     before, before_mono = time.time_ns(), time.monotonic_ns()
-    c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_WALL)  # as an earlier shmcache left it
+    c.set_word(C.H_AGE_CLOCK, C.AGE_CLOCK_WALL)  # as an earlier shmcache left it
 
     c.reset_supervisor(metrics_port=8080)
 
     v = r.control
     assert v.counters() == dict.fromkeys(SUPERVISOR_COUNTERS, 0)
-    assert [v.word(x) for x in (L.H_ASSIGNING, L.H_COMMIT_PENDING_SINCE, L.H_ACCEPT_GAPS)] == [0, 0, 0]
-    assert [v.word(x) for x in (L.H_GROUP_MEMBERS, L.H_GROUP_CHECKED)] == [0, 0]  # no group seen yet
-    assert all(v.word(L.H_ELSEWHERE + j) == 0 for j in range(L.MAX_PARTITIONS // L.WORD))
-    assert all(v.word(L.H_WORKER_HANDLES + i) == 0 for i in range(L.MAX_WORKERS))
+    assert [v.word(x) for x in (C.H_ASSIGNING, C.H_COMMIT_PENDING_SINCE, C.H_ACCEPT_GAPS)] == [0, 0, 0]
+    assert [v.word(x) for x in (C.H_GROUP_MEMBERS, C.H_GROUP_CHECKED)] == [0, 0]  # no group seen yet
+    assert all(v.word(C.H_ELSEWHERE + j) == 0 for j in range(L.MAX_PARTITIONS // L.WORD))
+    assert all(v.word(C.H_WORKER_HANDLES + i) == 0 for i in range(L.MAX_WORKERS))
     assert v.worker_handle(5) == (None, 0, None)
-    assert v.word(L.H_METRICS_PORT) == 8080
-    assert v.word(L.H_SUPERVISOR_STARTED) >= before  # a time of day
-    assert v.word(L.H_AGE_CLOCK) == L.AGE_CLOCK_MONOTONIC and v.word(L.H_SUPERVISOR_HEARTBEAT) >= before_mono
+    assert v.word(C.H_METRICS_PORT) == 8080
+    assert v.word(C.H_SUPERVISOR_STARTED) >= before  # a time of day
+    assert v.word(C.H_AGE_CLOCK) == C.AGE_CLOCK_MONOTONIC and v.word(C.H_SUPERVISOR_HEARTBEAT) >= before_mono
     # what lives with the segment stays
     assert {word: v.word(word) for word in SEGMENT_WORDS} == SEGMENT_WORDS
     assert (v.topic, v.npartitions) == ("the-topic", 4)
-    assert v.partitions[2, L.P_APPLIED] == 99 and v.partitions[2, L.P_COMMITTED] == 90
-    assert v.has_gap(3) and v.has_gap(64) and not v.has_gap(2) and v.word(L.H_GAP_OFFSETS) == 55
+    assert v.partitions[2, C.P_APPLIED] == 99 and v.partitions[2, C.P_COMMITTED] == 90
+    assert v.has_gap(3) and v.has_gap(64) and not v.has_gap(2) and v.word(C.H_GAP_OFFSETS) == 55
     c.reset_supervisor(accept_gaps=True)
-    assert v.word(L.H_ACCEPT_GAPS) == 1 and v.has_gap(3)
+    assert v.word(C.H_ACCEPT_GAPS) == 1 and v.has_gap(3)
 
 
 # -- worker handles ---------------------------------------------------------------------------------
 
 
 @PROPERTY
-@given(i=st.integers(0, L.MAX_WORKERS - 1), state=st.sampled_from(L.WORKER_STATES),
+@given(i=st.integers(0, L.MAX_WORKERS - 1), state=st.sampled_from(C.WORKER_STATES),
        failures=st.integers(-3, 0x1FFFF),
        restart_at_ns=st.one_of(st.just(0), st.integers(-10**18, 0), st.integers(1, 2**63 - 1),
                                st.integers(1_700_000_000 * 10**9, 2_000_000_000 * 10**9)))
 def test_a_worker_handle_round_trips(handles, i, state, failures, restart_at_ns):
     w, r = handles
-    neighbours = [r.control.word(L.H_WORKER_HANDLES + j) for j in range(L.MAX_WORKERS)]
+    neighbours = [r.control.word(C.H_WORKER_HANDLES + j) for j in range(L.MAX_WORKERS)]
     w.control.set_worker_handle(i, state, failures, restart_at_ns)
     tenths = max(0, restart_at_ns) // 100_000_000
     due = tenths / 10 if tenths > 0 and state == "backing-off" else None
     assert r.control.worker_handle(i) == (state, min(max(failures, 0), 0xFFFF), due)
     assert w.control.worker_handle(i) == r.control.worker_handle(i)
-    after = [r.control.word(L.H_WORKER_HANDLES + j) for j in range(L.MAX_WORKERS)]
+    after = [r.control.word(C.H_WORKER_HANDLES + j) for j in range(L.MAX_WORKERS)]
     assert after[:i] + after[i + 1:] == neighbours[:i] + neighbours[i + 1:]  # one word, one worker
 
 
 def test_a_backing_off_handle_shows_in_status(handles):
     w, r = handles
-    w.control.set_word(L.H_SUPERVISOR, liveness.owner_word())
-    w.control.workers[3, L.K_STARTS] = 2  # the supervisor started it (no process claimed the row)
+    w.control.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    w.control.workers[3, C.K_STARTS] = 2  # the supervisor started it (no process claimed the row)
     due = time.time_ns() + 5 * 10**9
     w.control.set_worker_handle(3, "backing-off", 2, due)
     (row,) = r.status()["workers"]
@@ -145,9 +146,9 @@ PARTITION = st.one_of(st.sampled_from(EDGES + [-1, L.MAX_PARTITIONS, L.MAX_PARTI
 def test_flag_gap_sets_one_bit_per_partition(handles, flags):
     w, r = handles
     c = w.control
-    for word in range(L.H_GAP_BITS, L.H_GAP_BITS + L.MAX_PARTITIONS // 64):  # a fresh start per example
+    for word in range(C.H_GAP_BITS, C.H_GAP_BITS + L.MAX_PARTITIONS // 64):  # a fresh start per example
         c.set_word(word, 0)
-    c.set_word(L.H_GAP_OFFSETS, 0)
+    c.set_word(C.H_GAP_OFFSETS, 0)
     c.set_topic("t", L.MAX_PARTITIONS)
     header = [r.control.word(h) for h in range(L.HEADER_WORDS)]
     flagged: set[int] = set()
@@ -160,11 +161,11 @@ def test_flag_gap_sets_one_bit_per_partition(handles, flags):
             total += n
     for p in set(EDGES) | {p for p, _ in flags}:
         assert r.control.has_gap(p) is (p in flagged), p
-    assert r.control.word(L.H_GAP_OFFSETS) == total
+    assert r.control.word(C.H_GAP_OFFSETS) == total
     st_ = r.status()
     assert st_["gap_partitions"] == sorted(flagged) and st_["gap_offsets"] == total
-    gap_words = range(L.H_GAP_BITS, L.H_GAP_BITS + L.MAX_PARTITIONS // 64)
-    others = [h for h in range(L.HEADER_WORDS) if h not in gap_words and h != L.H_GAP_OFFSETS]
+    gap_words = range(C.H_GAP_BITS, C.H_GAP_BITS + L.MAX_PARTITIONS // 64)
+    others = [h for h in range(L.HEADER_WORDS) if h not in gap_words and h != C.H_GAP_OFFSETS]
     assert [r.control.word(h) for h in others] == [header[h] for h in others]  # nothing else written
     assert sum(bin(r.control.word(h) & (2**64 - 1)).count("1") for h in gap_words) == len(flagged)
 
@@ -175,18 +176,18 @@ def test_flag_gap_sets_one_bit_per_partition(handles, flags):
 def _assign(c, p: int, applied: int, hw: int, caught_up: bool) -> None:
     """What the supervisor publishes at assignment (and a worker once caught up)."""
     row = c.partitions[p]
-    row[[L.P_APPLIED, L.P_HIGH_WATERMARK, L.P_LATEST, L.P_OWNER]] = [applied, hw, hw, 1]
-    row[L.P_CAUGHT_UP] = int(caught_up)
-    row[L.P_GENERATION] += 1
-    row[L.P_ASSIGNED] = 1
+    row[[C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_LATEST, C.P_OWNER]] = [applied, hw, hw, 1]
+    row[C.P_CAUGHT_UP] = int(caught_up)
+    row[C.P_GENERATION] += 1
+    row[C.P_ASSIGNED] = 1
 
 
 def _worker_up(c, i: int = 0, beat_age_s: float = 0.0) -> None:
     """This process claims worker row i, as a worker does once its kernels are loaded, and
     the supervisor's handle says up; its last heartbeat `beat_age_s` ago."""
-    c.workers[i, L.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age_s * 1e9)
-    c.workers[i, L.K_OWNER] = liveness.owner_word()
-    c.workers[i, L.K_STARTS] = 1
+    c.workers[i, C.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age_s * 1e9)
+    c.workers[i, C.K_OWNER] = liveness.owner_word()
+    c.workers[i, C.K_STARTS] = 1
     c.set_worker_handle(i, "up", 0)
 
 
@@ -247,15 +248,15 @@ def test_a_failing_lookup_reads_back_whole_or_not_at_all(handles):
     got = r.control.lookup_failure()
     assert got["lookup_error"] == "looking up where partitions [0, 1] start: coordinator not available"
     assert 0 <= got["lookup_failing_s"] < 60
-    long = "a" + "é" * L.LOOKUP_TEXT_MAX  # 2 bytes each after one: the cut falls mid-character
+    long = "a" + "é" * C.LOOKUP_TEXT_MAX  # 2 bytes each after one: the cut falls mid-character
     c.set_lookup_failure(long, time.monotonic_ns())
     text = r.control.lookup_failure()["lookup_error"]
-    assert text == "a" + "é" * (L.LOOKUP_TEXT_MAX // 2 - 1) and len(text.encode()) == L.LOOKUP_TEXT_MAX - 1
-    c.set_word(L.H_LOOKUP_FAILING_SINCE, -1)  # the supervisor between its stores
+    assert text == "a" + "é" * (C.LOOKUP_TEXT_MAX // 2 - 1) and len(text.encode()) == C.LOOKUP_TEXT_MAX - 1
+    c.set_word(C.H_LOOKUP_FAILING_SINCE, -1)  # the supervisor between its stores
     assert r.control.lookup_failure() == {"lookup_error": "", "lookup_failing_s": None}
     c.set_lookup_failure("x", time.monotonic_ns())
-    c.set_word(L.H_LOOKUP_TEXT_LEN, 1 << 40)  # damage
-    assert len(r.control.lookup_failure()["lookup_error"]) == L.LOOKUP_TEXT_MAX
+    c.set_word(C.H_LOOKUP_TEXT_LEN, 1 << 40)  # damage
+    assert len(r.control.lookup_failure()["lookup_error"]) == C.LOOKUP_TEXT_MAX
     c.set_lookup_failure("", 0)
     assert r.control.lookup_failure() == {"lookup_error": "", "lookup_failing_s": None}
 
@@ -268,7 +269,7 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     c.reset_partitions()
     c.disown_partitions()
     c.reset_supervisor()
-    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
     _worker_up(c)
     c.set_topic("t", 0)
     st_ = _not_ready(r, "no partitions assigned yet")
@@ -280,16 +281,16 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     st_ = _not_ready(r, "1 of 3 partitions not assigned to this cache")
     assert st_["unassigned"] == [2] and not st_["caught_up"]
 
-    c.set_word(L.H_ASSIGNING, 1)  # the supervisor is publishing an assignment
+    c.set_word(C.H_ASSIGNING, 1)  # the supervisor is publishing an assignment
     _assign(c, 2, 0, 0, True)
     st_ = _not_ready(r, "an assignment is being published")
     assert st_["assigning"] and st_["unassigned"] == []
-    c.set_word(L.H_ASSIGNING, 0)
+    c.set_word(C.H_ASSIGNING, 0)
 
     st_ = _not_ready(r, r"partitions not caught up: 1 \(lag 15\)")
     assert not st_["caught_up"] and not st_["assigning"]
 
-    c.partitions[1, [L.P_APPLIED, L.P_CAUGHT_UP]] = [20, 1]  # the worker caught up
+    c.partitions[1, [C.P_APPLIED, C.P_CAUGHT_UP]] = [20, 1]  # the worker caught up
     st_ = r.wait_ready(timeout=0)
     assert st_["ready"] and st_["caught_up"] and not st_["gaps_accepted"]
 
@@ -301,10 +302,10 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     st_ = r.wait_ready(timeout=0)
     assert st_["ready"] and st_["caught_up"] and st_["gaps_accepted"] and st_["gap_partitions"] == [1]
 
-    c.set_word(L.H_SUPERVISOR, _dead_owner_word())  # the same words, but its supervisor is gone
+    c.set_word(C.H_SUPERVISOR, _dead_owner_word())  # the same words, but its supervisor is gone
     st_ = _not_ready(r, "no live supervisor")
     assert not st_["supervisor_alive"] and not st_["caught_up"] and not st_["gaps_accepted"]
-    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
     assert r.wait_ready(timeout=0)["ready"]
 
 
@@ -317,13 +318,13 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     c.reset_partitions()
     c.disown_partitions()
     c.reset_supervisor(worker_stale_s=2.0)
-    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
     c.set_topic("t", 2)
     _worker_up(c, 0)
     _worker_up(c, 1)
     _assign(c, 0, 10, 10, True)
     _assign(c, 1, 7, 7, True)
-    c.partitions[1, L.P_OWNER] = 2  # worker 1
+    c.partitions[1, C.P_OWNER] = 2  # worker 1
     assert r.wait_ready(timeout=0)["ready"]
 
     for state in ("backing-off", "stopping"):  # (a live row whose handle says starting is one just up)
@@ -339,25 +340,25 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     assert st_["workers"][1]["stale"] and st_["workers"][1]["state"] == "up" and not st_["workers"][0]["stale"]
     _worker_up(c, 1, beat_age_s=1.0)  # within the bound
     assert r.wait_ready(timeout=0)["ready"]
-    c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_WALL)  # words an earlier shmcache wrote: time.time_ns(), read as such
-    c.set_word(L.H_SUPERVISOR_HEARTBEAT, time.time_ns())
-    c.workers[0:2, L.K_HEARTBEAT] = [time.time_ns(), time.time_ns() - 5 * 10**9]
+    c.set_word(C.H_AGE_CLOCK, C.AGE_CLOCK_WALL)  # words an earlier shmcache wrote: time.time_ns(), read as such
+    c.set_word(C.H_SUPERVISOR_HEARTBEAT, time.time_ns())
+    c.workers[0:2, C.K_HEARTBEAT] = [time.time_ns(), time.time_ns() - 5 * 10**9]
     _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 stale, no heartbeat for 5 s\)")
-    c.workers[1, L.K_HEARTBEAT] = time.time_ns()
+    c.workers[1, C.K_HEARTBEAT] = time.time_ns()
     assert r.wait_ready(timeout=0)["ready"]
-    c.set_word(L.H_AGE_CLOCK, L.AGE_CLOCK_MONOTONIC)
+    c.set_word(C.H_AGE_CLOCK, C.AGE_CLOCK_MONOTONIC)
     c.beat()
     _worker_up(c, 0)
     _worker_up(c, 1, beat_age_s=1.0)
     c.reset_supervisor(worker_stale_s=0.5)  # a supervisor with a tighter bound
-    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
     _not_ready(r, "worker 1 stale")
 
     _worker_up(c, 1)
-    c.workers[1, L.K_OWNER] = _dead_owner_word()  # the process is gone; the supervisor has not seen it yet
+    c.workers[1, C.K_OWNER] = _dead_owner_word()  # the process is gone; the supervisor has not seen it yet
     st_ = _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 starting\)")
     assert not st_["workers"][1]["alive"]
-    c.partitions[1, L.P_OWNER] = 0  # no worker at all
+    c.partitions[1, C.P_OWNER] = 0  # no worker at all
     _not_ready(r, r"partitions not caught up: 1 \(lag 0, no worker\)")
 
 
@@ -372,12 +373,12 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
     w, r = handles
     c = w.control
     c.reset_supervisor()
-    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
-    c.set_word(L.H_BROKER_SINCE, time.monotonic_ns() - 3 * 10**9)
-    c.set_word(L.H_BROKER_STATE, L.BROKER_WAITING)
+    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    c.set_word(C.H_BROKER_SINCE, time.monotonic_ns() - 3 * 10**9)
+    c.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
     assert r.status()["broker_waiting_s"] == pytest.approx(3, abs=1)  # an ordinary wait
 
-    c.set_word(L.H_BROKER_SINCE, since)
+    c.set_word(C.H_BROKER_SINCE, since)
     st_ = _not_ready(r, "waiting for the Kafka broker for 0 s")
     assert st_["broker"] == "waiting for the broker" and st_["broker_waiting_s"] == 0.0
     assert "waiting for the broker (0 s)" in top_view.render(r.name, top_view.Snapshot.read(r)).renderables[0].plain
@@ -385,20 +386,20 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
                          timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert cli.returncode == 0 and "waiting for the broker (0 s)" in cli.stdout, cli.stdout + cli.stderr
 
-    c.set_word(L.H_BROKER_STATE, L.BROKER_UP)  # answered: no wait, whatever SINCE still says
+    c.set_word(C.H_BROKER_STATE, C.BROKER_UP)  # answered: no wait, whatever SINCE still says
     assert r.status()["broker"] == "up" and r.status()["broker_waiting_s"] is None
 
 
 _COUNTING_WORKER = """
 import sys
 import shmcache
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 w = shmcache.open(sys.argv[1])
 me, row = w.control.workers[0], w.control.partitions[0]
 print("go", flush=True)
 for _ in range(int(sys.argv[2])):
-    me[L.K_ADDS] += 1  # a worker counts a batch's entries, then publishes the offset after it
-    row[L.P_APPLIED] += 1
+    me[C.K_ADDS] += 1  # a worker counts a batch's entries, then publishes the offset after it
+    row[C.P_APPLIED] += 1
 """
 
 
@@ -412,7 +413,7 @@ def test_counters_read_by_status_include_every_offset_it_shows(handles):
     w, r = handles
     c = w.control
     c.reset_supervisor()
-    c.set_word(L.H_SUPERVISOR, liveness.owner_word())
+    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
     _worker_up(c)
     c.set_topic("t", 1)
     _assign(c, 0, 0, 0, True)

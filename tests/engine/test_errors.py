@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import shmcache
-from shmcache.engine.layout import parse_bytes
+from shmcache.engine.units import parse_bytes
 
 
 @pytest.fixture

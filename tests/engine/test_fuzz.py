@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 import shmcache
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -120,7 +121,7 @@ def test_fuzz_flipped_bytes_never_crash_or_hang(cache_name, procs, memory, big):
         accepted = 0
         nheader = max(40, FLIPS // 10)
         for _ in range(nheader):
-            word = int(rng.integers(0, L.H_SUPERVISOR_STARTED + 1))
+            word = int(rng.integers(0, C.H_SUPERVISOR_STARTED + 1))
             good = int(header[word])
             header.view(np.uint8)[word * 8 + int(rng.integers(0, 8))] ^= int(rng.integers(1, 256))
             res = probe.ask("probe", START_TIMEOUT)

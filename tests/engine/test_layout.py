@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 import xxhash
 
 import shmcache
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
+from shmcache.engine import units
 
 # (memory, key_size, max_value) -> slots, ring, and per section (offset, size) in bytes, total size
 GOLDEN_GEOMETRIES = {
@@ -74,7 +76,8 @@ GOLDEN_ROWS = {
 
 
 def _named(prefix: str) -> dict[str, int]:
-    return {k: getattr(L, k) for k in dir(L) if k.startswith(prefix) and isinstance(getattr(L, k), int)}
+    """The segment's words of this prefix: the table's (layout) and the control area's."""
+    return {k: getattr(m, k) for m in (L, C) for k in dir(m) if k.startswith(prefix) and isinstance(getattr(m, k), int)}
 
 
 def _sections(geo: L.Geometry) -> dict[str, tuple[int, int]]:
@@ -94,20 +97,20 @@ def test_the_constants_of_layout_version_1():
     assert L.MAGIC == 0x31484341434D4853 and L.MAGIC.to_bytes(8, "little") == b"SHMCACH1"
     assert (L.PAGE, L.WORD, L.HEADER_WORDS, L.ROW_WORDS) == (4096, 8, 512, 8)
     assert (L.BUCKET_BITS, L.NBUCKETS, L.MAX_WRITERS, L.MAX_WORKERS, L.MAX_PARTITIONS) == (13, 8192, 64, 64, 1024)
-    assert (L.TOPIC_MAX, L.GROUP_TEXT_MAX) == (256, 512)
+    assert (L.TOPIC_MAX, C.GROUP_TEXT_MAX) == (256, 512)
     assert (L.RECORD_ALIGN, L.RECORD_HEADER, L.F_LIVE, L.F_DEAD, L.F_PAD) == (16, 16, 1, 2, 3)
     assert (L.POS_BITS, L.TAG_SHIFT, L.MIN_SLOTS, L.SLOT_RING_BYTES) == (47, 48, 8, 48)
     assert (L.MAX_LOAD_NUM, L.MAX_LOAD_DEN) == (3, 4)
     assert L.FIXED_BYTES == 602112
-    assert L.WORKER_STATES == ("stopped", "starting", "up", "stopping", "backing-off")
-    assert L.WIRE_FORMATS == ("v1", "v2", "kv")
+    assert C.WORKER_STATES == ("stopped", "starting", "up", "stopping", "backing-off")
+    assert C.WIRE_FORMATS == ("v1", "v2", "kv")
 
 
 @pytest.mark.parametrize("shape", list(GOLDEN_GEOMETRIES), ids=lambda s: "-".join(map(str, s)))
 def test_section_offsets_and_sizes_are_golden(shape):
     memory, ks, maxv = shape
     want = GOLDEN_GEOMETRIES[shape]
-    geo = L.Geometry.plan(L.parse_bytes(memory), ks, maxv)
+    geo = L.Geometry.plan(units.parse_bytes(memory), ks, maxv)
     assert (geo.key_size, geo.max_value, geo.slots, geo.ring, geo.size) == (ks, maxv, want["slots"], want["ring"],
                                                                             want["size"])
     got = _sections(geo)
@@ -118,7 +121,7 @@ def test_section_offsets_and_sizes_are_golden(shape):
         assert off % L.PAGE == 0 and nxt % L.PAGE == 0
         assert nxt - (off + size) == (nxt - (off + size)) % L.PAGE  # at most the alignment pad
         assert nxt >= off + size
-    assert spans[-1][0] + spans[-1][1] == geo.size <= L.parse_bytes(memory)
+    assert spans[-1][0] + spans[-1][1] == geo.size <= units.parse_bytes(memory)
     assert geo.max_live == want["slots"] * 3 // 4
     assert L.bucket_spans(geo, 0) == ((want["meta"][0], 64), (want["index"][0], want["slots"] * 8),
                                       (want["rings"][0], want["ring"]))
@@ -135,12 +138,12 @@ def test_header_word_indices_are_golden():
 def test_header_words_and_ranges_do_not_overlap_and_fit_the_header():
     ranges = {  # the multi-word fields, their extent derived from the layout's own limits
         "H_TOPIC": L.TOPIC_MAX // L.WORD,
-        "H_GROUP_TEXT": L.GROUP_TEXT_MAX // L.WORD,
+        "H_GROUP_TEXT": C.GROUP_TEXT_MAX // L.WORD,
         "H_ELSEWHERE": L.MAX_PARTITIONS // L.WORD,  # a byte per partition
         "H_WORKER_HANDLES": L.MAX_WORKERS,  # a word per worker slot
         "H_GAP_BITS": L.MAX_PARTITIONS // 64,  # a bit per partition
         "H_TOPIC_ID": 2,  # a UUID's two halves
-        "H_LOOKUP_TEXT": L.LOOKUP_TEXT_MAX // L.WORD,
+        "H_LOOKUP_TEXT": C.LOOKUP_TEXT_MAX // L.WORD,
     }
     owner: dict[int, str] = {}
     for name, start in _named("H_").items():
@@ -148,7 +151,7 @@ def test_header_words_and_ranges_do_not_overlap_and_fit_the_header():
             assert 0 <= w < L.HEADER_WORDS, (name, w)
             assert w not in owner, f"{name} and {owner.get(w)} share header word {w}"
             owner[w] = name
-    assert L.TOPIC_MAX % L.WORD == 0 and L.GROUP_TEXT_MAX % L.WORD == 0
+    assert L.TOPIC_MAX % L.WORD == 0 and C.GROUP_TEXT_MAX % L.WORD == 0
     assert L.MAX_PARTITIONS % 64 == 0
 
 
@@ -213,14 +216,14 @@ def test_a_topic_id_reads_back_as_kafka_writes_it(msb, lsb):
     """The two words of H_TOPIC_ID and the text Kafka's tools show (URL-safe base64 of the
     UUID's 16 bytes, unpadded) are one another's inverse; librdkafka's own text (standard
     base64) is read too; 0, 0 is "" (unknown)."""
-    text = L.topic_id_text(msb, lsb)
-    assert L.topic_id_words(text) == (msb, lsb)
+    text = C.topic_id_text(msb, lsb)
+    assert C.topic_id_words(text) == (msb, lsb)
     assert (text == "") == (msb == lsb == 0)
     if text:
-        assert len(text) == 22 and L.topic_id_words(text.replace("-", "+").replace("_", "/")) == (msb, lsb)
+        assert len(text) == 22 and C.topic_id_words(text.replace("-", "+").replace("_", "/")) == (msb, lsb)
 
 
 @pytest.mark.parametrize("bad", ["x", "AAAA", "A" * 23, "not base64 at all!!!!!"])
 def test_a_topic_id_that_is_none_is_refused_by_name(bad):
     with pytest.raises(ValueError, match="topic id"):
-        L.topic_id_words(bad)
+        C.topic_id_words(bad)

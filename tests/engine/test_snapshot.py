@@ -20,7 +20,7 @@ import pytest
 import shmcache
 from shmcache.consumer import snapshots as policy
 from shmcache.consumer.config import RunConfig
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 from shmcache.engine import snapshot as S
 from shmcache.engine._snapshot_io import SnapshotOut
 from shmcache.errors import SnapshotCancelled, SnapshotCorruptError, SnapshotError
@@ -303,7 +303,7 @@ def test_a_restore_keeps_the_topic_id_the_offsets_belong_to(cache_name, tmp_path
     """The table's topic id travels with its offsets: a restored table holds the snapshot's,
     which a supervisor then compares with the topic's (consumer/topic_id.py); a table
     without one gives a snapshot without one."""
-    tid = L.topic_id_text(0x0123456789ABCDEF, -2)
+    tid = C.topic_id_text(0x0123456789ABCDEF, -2)
     with shmcache.create(cache_name, memory="40MiB") as w:
         w.set(b"k" * 32, b"v")
         w.control.set_topic("txmeta", 2)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import shmcache
 from shmcache.consumer import snapshots as policy
 from shmcache.consumer.config import RunConfig
+from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import snapshot as S
 from shmcache.engine.snapshot_format import HEAD
@@ -44,7 +45,7 @@ def good(tmp_path_factory) -> tuple[dict, bytes, Path]:
     with shmcache.create(name, memory="40MiB") as w:
         w.set_many([i.to_bytes(32, "big") for i in range(3000)], [b"v" * 90] * 3000)
         w.control.set_topic(TOPIC, 3)
-        w.control.partitions[:3, L.P_APPLIED] = (10, 20, 30)
+        w.control.partitions[:3, C.P_APPLIED] = (10, 20, 30)
         info = S.write(w, d / "good.snap")
     shmcache.destroy(name)
     data = Path(info.path).read_bytes()
@@ -191,7 +192,7 @@ def test_the_start_falls_back_to_the_older_snapshot(good, tmp_path, cache_name, 
     assert out is not None and out["snapshot"]["path"] == str(older) and out["entries"] == 3000
     assert f"skipping snapshot {newer}: SnapshotCorruptError" in caplog.text and "header field offsets" in caplog.text
     with shmcache.attach(cache_name) as r:
-        assert r.control.partitions[:3, L.P_APPLIED].tolist() == [10, 20, 30] and r.stats()["entries"] == 3000
+        assert r.control.partitions[:3, C.P_APPLIED].tolist() == [10, 20, 30] and r.stats()["entries"] == 3000
 
 
 def test_shmcache_restore_of_a_crafted_snapshot_is_one_line(good, tmp_path, cache_name):

@@ -28,13 +28,13 @@ TIMEOUT = 90.0
 _USER = """
     import sys
     import shmcache
-    from shmcache.engine import layout as L
+    from shmcache.engine import control_layout as C
     from shmcache.ipc import liveness
     from shmcache.ipc.atomics import store_word
     name, role = sys.argv[1], sys.argv[2]
     w = shmcache.open(name)
     if role == "supervisor":  # registered as consumer/supervisor.py does; no writer row kept
-        store_word(w._header, L.H_SUPERVISOR, liveness.owner_word())
+        store_word(w._header, C.H_SUPERVISOR, liveness.owner_word())
         w.close()
     print("ready", flush=True)
     sys.stdin.readline()
