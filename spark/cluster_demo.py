@@ -8,14 +8,30 @@
 3. Publish the rows through Spark on the cluster (publish.publish, Kafka sink); both
    replicas apply every message (each machine's `shmcache status`, against the
    topic's end offsets).
-4. `lookup` on the cluster, one task per machine (a barrier stage: 2 tasks on 2
-   single-core executors), each row tagged with the machine that looked it up;
-   written to <dir>/lookup and compared with the source.
+4. `lookup` on the cluster with the JVM engine (the shmcache jar, sent to the
+   executors on spark.jars by session()), when the jar is built, else the Python
+   engine; each row tagged with the machine that looked it up; written to
+   <dir>/lookup-<step> and compared with the source. Each machine's readers'
+   companion counts that machine's rows as hits (`shmcache stats` on each machine
+   before and after): each executor read its own replica. The Python engine's rows
+   over the same keys are written beside them (<dir>/lookup-<step>-python) and
+   compared.
+   One task per machine: the machine tag is a barrier `mapInArrow` (2 tasks on 2
+   single-core executors, launched together). Barrier is a property of the stage,
+   so the JVM lookup in the same stage (shuffle read, the lookup's and the decoding's
+   projections, tag: no exchange between them) runs one task per machine too. It cannot go: Spark has no
+   other per-executor placement (every machine here is host 127.0.0.1, and
+   preferred locations name hosts), and without it a task failing on m2 is retried
+   on any executor (spark.task.maxFailures), so the lookup job of step 6 could
+   succeed by reading m1's replica for m2's rows; a barrier stage is retried whole,
+   one task per machine each attempt, so it fails every time.
 5. The audit's kernel (audit.audit_batches) over the whole source on each machine:
    every hash a hit on both replicas.
 6. m2's replica is stopped and destroyed: a probe on each machine shows m1's tasks
    succeed and m2's fail naming the cache and m2; the lookup job itself fails
-   with that error.
+   with that error, with either engine (the JVM reader's error names the machine
+   as the Python one's does: $SHMCACHE_MACHINE, which the workers pass on to their
+   executors).
 7. m2's `shmcache run` starts again, rebuilds the replica from Kafka; the lookup
    and the per-machine audit pass again.
 
@@ -89,6 +105,7 @@ class ClusterDemo:
         self.broker = None
         self.cluster: cl.Cluster | None = None
         self.spark = None
+        self.engine = "python"
         self.report: dict = {"name": self.name, "topic": self.topic, "dir": str(self.dir), "rows": rows}
 
     # -- steps -----------------------------------------------------------------------------
@@ -116,10 +133,16 @@ class ClusterDemo:
 
     def session(self) -> None:
         from shmcache.spark import session
+        from shmcache.spark._session import jvm_jar
 
         cl.driver_env()
         self.spark = session("shmcache-cluster-demo", master=self.cluster.master_url, kafka=True,
                              conf=cl.spark_conf(self.cluster))
+        # session() put the jar on spark.jars (the executors fetch it from the driver) when it is built
+        self.engine = "jvm" if jvm_jar(required=False) else "python"
+        self.report["engine"] = self.engine
+        self.report["app_id"] = self.spark.sparkContext.applicationId
+        self.say(f"lookup engine: {self.engine}")
 
     def publish(self) -> None:
         from shmcache.spark import publish
@@ -150,27 +173,62 @@ class ClusterDemo:
                     lambda: "; ".join(filter(None, (behind(m) for m in machines))))
         self.say(f"{', '.join(machines)}: every message applied (end offsets {ends})")
 
-    def lookup(self, step: str) -> None:
+    def _lookup_job(self, engine: str, decode: str | None = "txmeta"):
+        """The lookup of every source hash with `engine`, each row tagged with its machine in a
+        barrier stage (one task per machine; the module docstring says why barrier)."""
+        from pyspark.sql.types import StringType, StructField, StructType
+
         from shmcache.spark import lookup
 
         keys = self.spark.read.parquet(str(self.src)).select("tx_hash").repartition(len(self.cluster.machines))
-        out = lookup(keys, cache=self.name, decode="txmeta", barrier=True)
-        from pyspark.sql.types import StringType, StructField, StructType
+        out = lookup(keys, cache=self.name, decode=decode, engine=engine)
+        return out.mapInArrow(_tag_machine, StructType(list(out.schema.fields)
+                                                       + [StructField(MACHINE_COL, StringType())]), barrier=True)
 
-        tagged = out.mapInArrow(_tag_machine, StructType(list(out.schema.fields)
-                                                          + [StructField(MACHINE_COL, StringType())]))
-        path = self.dir / f"lookup-{step}"
-        tagged.write.mode("overwrite").parquet(str(path))  # the one Spark job of this step
+    def reader_hits(self) -> dict[str, int]:
+        """Each machine's readers' companion hits (`shmcache stats` there)."""
+        hits = {}
+        for m in self.cluster.machines:
+            p = self.cluster.shmcache(m, "stats", "--json", self.name)
+            if p.returncode != 0:
+                raise RuntimeError(f"shmcache stats on {m}: {p.stderr.strip()}")
+            hits[m] = json.loads(p.stdout)["reader_hits"]
+        return hits
+
+    def lookup(self, step: str) -> None:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
+        before = self.reader_hits()
+        path = self.dir / f"lookup-{step}"
+        self._lookup_job(self.engine).write.mode("overwrite").parquet(str(path))  # the one Spark job of this step
+        after = self.reader_hits()
         t = pq.read_table(path)  # checked here, on the driver: the output is small
         vc = pc.value_counts(t.column(MACHINE_COL))
         by = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
         found = int(pc.sum(t.column("found")).as_py() or 0)
         equal = self._equal_to_source(path)
-        self.report[f"lookup_{step}"] = {"path": str(path), "rows_by_machine": by, "found": found, "equal": equal}
-        self.say(f"lookup ({step}): rows by machine {by}, {found:,} found, equal to the source: {equal}")
+        hits = {m: after[m] - before[m] for m in self.cluster.machines}
+        rep = {"path": str(path), "engine": self.engine, "rows_by_machine": by, "found": found, "equal": equal,
+               "reader_hits": hits}
+        self.say(f"lookup ({step}, {self.engine} engine): rows by machine {by}, {found:,} found, equal to the "
+                 f"source: {equal}; hits counted in each machine's replica {hits}")
+        if self.engine != "python":  # the same keys through the Python engine: the same rows
+            py = self.dir / f"lookup-{step}-python"
+            self._lookup_job("python").write.mode("overwrite").parquet(str(py))
+            rep["python_path"] = str(py)
+            rep["engines_equal"] = self._same_rows(path, py)
+            self.say(f"lookup ({step}, python engine): the same rows as the {self.engine} engine's: "
+                     f"{rep['engines_equal']}")
+        self.report[f"lookup_{step}"] = rep
+
+    @staticmethod
+    def _same_rows(a, b) -> bool:
+        import pyarrow.parquet as pq
+
+        x, y = (pq.read_table(p).drop_columns([MACHINE_COL]).sort_by("tx_hash") for p in (a, b))
+        # column by column: the JVM engine's `found` is a non-nullable column, the Python one's nullable
+        return x.column_names == y.column_names and all(x.column(c).equals(y.column(c)) for c in x.column_names)
 
     def _equal_to_source(self, path) -> bool:
         import pyarrow.parquet as pq
@@ -199,17 +257,19 @@ class ClusterDemo:
             raise RuntimeError(f"destroy on {machine}: {p.stderr.strip()}")
         self.say(f"{machine}: shmcache run stopped, replica {self.name!r} destroyed")
         self.probe("broken")
-        from shmcache.spark import lookup
-
-        keys = self.spark.read.parquet(str(self.src)).select("tx_hash").repartition(len(self.cluster.machines))
-        try:
-            lookup(keys, cache=self.name, barrier=True).count()
-            err = None
-        except Exception as e:  # noqa: BLE001 - Spark's wrapper; the text is what matters
-            err = str(e)
-        line = next((ln.strip() for ln in (err or "").splitlines() if "not found on host" in ln), err)
-        self.report["job_broken_error"] = line
-        self.say(f"lookup job with {machine}'s replica gone: " + (f"failed: {line}" if err else "did not fail"))
+        errors = {}
+        for engine in dict.fromkeys((self.engine, "python")):
+            try:
+                self._lookup_job(engine, decode=None).write.format("noop").mode("overwrite").save()
+                err = None
+            except Exception as e:  # noqa: BLE001 - Spark's wrapper; the text is what matters
+                err = str(e)
+            line = next((ln.strip() for ln in (err or "").splitlines() if "not found on host" in ln), err)
+            errors[engine] = line
+            self.say(f"lookup job ({engine} engine) with {machine}'s replica gone: "
+                     + (f"failed: {line}" if err else "did not fail"))
+        self.report["job_broken_errors"] = errors
+        self.report["job_broken_error"] = errors[self.engine]
 
     def rebuild(self, machine: str = "m2") -> None:
         t = time.monotonic()
@@ -263,12 +323,14 @@ class ClusterDemo:
             return False
         ms = r.get("machines", [])
         ok = [r.get(f"lookup_{s}", {}).get("equal") and set(r[f"lookup_{s}"]["rows_by_machine"]) == set(ms)
-              for s in ("first", "rebuilt")]
+              and r[f"lookup_{s}"]["reader_hits"] == r[f"lookup_{s}"]["rows_by_machine"]
+              and r[f"lookup_{s}"].get("engines_equal", True) for s in ("first", "rebuilt")]
         audits = [p["error"] is None and p["counts"]["hit"] == self.rows
                   for s in ("first", "rebuilt") for p in r.get(f"probe_{s}", [])]
         broken = {p["machine"]: p for p in r.get("probe_broken", [])}
         fails_right = (broken.get("m1", {}).get("error") is None and "m2" in (broken.get("m2", {}).get("error") or "")
-                       and self.name in (r.get("job_broken_error") or ""))
+                       and all(f"cache {self.name!r} not found on host 'm2'" in (e or "")
+                               for e in r.get("job_broken_errors", {None: None}).values()))
         return all(ok) and len(audits) == 2 * len(ms) and all(audits) and fails_right
 
 

@@ -5,12 +5,16 @@ session's real broker.
 
 The demo runs as a child process (it is the Spark driver; this pytest process may hold a
 local session already) and leaves its run directory here; the test then checks for itself:
-the lookup output equals the source and came from tasks on both machines, each replica's
-audit found every hash, with m2's replica destroyed m1's task succeeded while m2's (and the
-lookup job) failed naming the cache and m2, after the rebuild both pass again; each machine
-had its own consumer group; and every process the cluster started is gone, with the
-namespaces (and so their tmpfs mounts), and no segment of the cache ever reached the
-host's /dev/shm. Needs root (unshare, mount); skipped otherwise."""
+the lookup (the JVM engine where the shmcache jar is built) output equals the source and
+came from tasks on both machines, each machine's replica counted exactly its rows as hits
+(each executor read its own /dev/shm), the executors fetched the jar from the driver
+(spark.jars: it is in each executor's work directory, not on its launch classpath), the
+Python engine gave the same rows; each replica's audit found every hash; with m2's replica
+destroyed m1's task succeeded while m2's (and the lookup job, with either engine) failed
+naming the cache and m2; after the rebuild all of it passes again; each machine had its
+own consumer group; and every process the cluster started is gone, with the namespaces
+(and so their tmpfs mounts), and no segment of the cache ever reached the host's
+/dev/shm. Needs root (unshare, mount); skipped otherwise."""
 
 import json
 import os
@@ -44,7 +48,12 @@ def test_two_machines_each_with_its_own_replica(kafka_broker, kafka_admin, tmp_p
     assert p.returncode == 0 and rep["passed"] and "error" not in rep, (rep.get("error"), steps)
     name = rep["name"]
 
-    # lookup on the cluster, before and after the rebuild: every source row, exactly, from both machines
+    # lookup on the cluster, before and after the rebuild: every source row, exactly, from both machines,
+    # each machine's rows counted as hits in its own replica's companion (the executor read its own /dev/shm)
+    from shmcache.spark._session import jvm_jar
+
+    engine = "jvm" if jvm_jar(required=False) else "python"
+    assert rep["engine"] == engine
     src = pq.read_table(run_dir / "src").sort_by("tx_hash")
     cols = ["tx_hash"] + [c for c, _ in txmeta.arrow_fields()]
     for step in ("first", "rebuilt"):
@@ -52,7 +61,27 @@ def test_two_machines_each_with_its_own_replica(kafka_broker, kafka_admin, tmp_p
         assert got.num_rows == ROWS and all(got.column("found").to_pylist())
         for c in cols:
             assert got.column(c).equals(src.column(c)), (step, c)
-        assert set(got.column("machine").to_pylist()) == {"m1", "m2"}, step
+        machines = got.column("machine").to_pylist()
+        assert set(machines) == {"m1", "m2"}, step
+        assert rep[f"lookup_{step}"]["reader_hits"] == {m: machines.count(m) for m in ("m1", "m2")}, step
+        if engine == "jvm":  # the Python engine over the same keys: the same rows, the same columns
+            py = pq.read_table(run_dir / f"lookup-{step}-python").sort_by("tx_hash")
+            assert py.column_names == got.column_names
+            for c in got.column_names:
+                if c != "machine":
+                    assert py.column(c).equals(got.column(c)), (step, c)
+
+    if engine == "jvm":  # every executor fetched the jar from the driver (spark.jars), none had it on its classpath
+        for m in ("m1", "m2"):
+            execs = list((run_dir / "cluster" / m / "work" / rep["app_id"]).iterdir())
+            assert execs, m
+            for ex in execs:
+                assert list(ex.glob("shmcache-jvm-*.jar")), (m, ex, sorted(x.name for x in ex.iterdir()))
+                log = (ex / "stderr").read_text().splitlines()
+                launch = next(ln for ln in log if ln.startswith("Spark Executor Command:"))
+                assert "shmcache-jvm" not in launch, launch
+                assert any("Fetching spark://127.0.0.1:" in ln and "/jars/shmcache-jvm-" in ln for ln in log), m
+                assert any("shmcache-jvm-" in ln and "to class loader" in ln for ln in log), m
 
     # the audit on each replica: every hash a hit, on both machines, before and after
     for step in ("first", "rebuilt"):
@@ -67,7 +96,12 @@ def test_two_machines_each_with_its_own_replica(kafka_broker, kafka_admin, tmp_p
     assert broken["m1"]["error"] is None and broken["m1"]["counts"]["hit"] == ROWS
     assert "CacheNotFoundError" in broken["m2"]["error"]
     assert f"cache {name!r} not found on host 'm2'" in broken["m2"]["error"]
-    assert f"cache {name!r} not found on host 'm2'" in rep["job_broken_error"]
+    errors = rep["job_broken_errors"]
+    assert set(errors) == {engine, "python"}
+    for e in errors.values():
+        assert f"cache {name!r} not found on host 'm2'" in e, errors
+    if engine == "jvm":  # thrown by the Java reader in m2's executor: the machine is its $SHMCACHE_MACHINE
+        assert "ShmcacheException$NotFound" in errors["jvm"], errors
 
     # each machine filled its replica through its own consumer group
     groups = {g.group_id for g in kafka_admin.list_consumer_groups(request_timeout=30).result().valid}
