@@ -50,6 +50,21 @@ def key_values(items: list[str] | None, flag: str, what: str) -> dict[str, str]:
     return out
 
 
+def cache_arguments(p, *, json: bool = False) -> None:
+    """A command that reads a cache: its NAME, --owner, and --json if it can print one object."""
+    p.add_argument("name", help="the cache's name")
+    if json:
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+    owner_option(p)
+
+
+def attach(a):
+    """The cache a reading command names, checked to be --owner's (shmcache.attach)."""
+    import shmcache  # here, not above: this module is standard library only for its importers
+
+    return shmcache.attach(a.name, owner=a.owner)
+
+
 def owner_option(p) -> None:
     """--owner USER: a reader's check of whose the cache is (attach(owner=))."""
     p.add_argument("--owner", metavar="USER", help="read the cache only if this user (a name or uid) owns it, "

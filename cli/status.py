@@ -15,8 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-import shmcache
-from shmcache.cli.args import owner_option
+from shmcache.cli.args import attach, cache_arguments
 from shmcache.consumer import snapshots
 from shmcache.engine.control_status import why
 
@@ -25,13 +24,11 @@ SLOW_COMMIT_S = 5.0  # a commit in flight longer than this is shown
 
 
 def add_arguments(su) -> None:
-    su.add_argument("name")
-    su.add_argument("--json", action="store_true")
-    owner_option(su)
+    cache_arguments(su, json=True)
 
 
 def run(a) -> int:
-    with shmcache.attach(a.name, owner=a.owner) as r:
+    with attach(a) as r:
         st = r.status()
     if a.json:
         print(json.dumps(st))

@@ -34,10 +34,23 @@ class AdminLook:
         self.admin = None
         self.futures: dict | None = None  # the request out: key -> future
         self.asked = 0.0  # monotonic time the last request was sent
+        self.next = 0.0  # monotonic time the next periodic look is due (due()): at once
 
     @property
     def out(self) -> bool:
         return self.futures is not None
+
+    def due(self, every: float) -> bool:
+        """Whether a periodic look is due now; if so the next is due `every` seconds on."""
+        now = time.monotonic()
+        if now < self.next:
+            return False
+        self.next = now + every
+        return True
+
+    def soon(self, delay: float) -> None:
+        """Have the next periodic look due within `delay` seconds."""
+        self.next = min(self.next, time.monotonic() + delay)
 
     def ask(self, send, what: str) -> None:
         """Send a request: `send(admin, timeout)` makes it and gives its futures (key -> future);

@@ -37,13 +37,12 @@ class GroupWatch:
         self.consumer = consumer
         self.look = AdminLook(cfg, TIMEOUT_S)
         self.asked_as = None  # our member id when the pending question was asked
-        self.next = 0.0  # monotonic time of the next look
         self.shown: tuple | None = None  # the other members last logged
         self.warned = 0.0
 
     def soon(self) -> None:
         """A rebalance completed: look again shortly (the broker answers for the new generation)."""
-        self.next = min(self.next, time.monotonic() + SOON_S)
+        self.look.soon(SOON_S)
 
     def tick(self) -> None:
         failed = f"describing group {self.cfg.group!r} failed"
@@ -53,9 +52,7 @@ class GroupWatch:
                 with self.look.failing(failed):  # a broker hiccup: the next look tries again
                     self._publish(answers[self.cfg.group].result())
             return
-        now = time.monotonic()
-        if now >= self.next:
-            self.next = now + CHECK_S
+        if self.look.due(CHECK_S):
             self.look.ask(self._describe, failed)
 
     def _describe(self, admin, timeout: float) -> dict:
