@@ -6,9 +6,13 @@ Spark driver of its own, whatever session the pytest process holds).
 Starts scripts/cluster's 2 machines (spark/cluster.py, no Kafka), fills each machine's
 replica with the same N entries (sha256 of the index -> txmeta values, as
 bench/test_spark.py), writes the same data as Parquet (tx_hash, value), and times the
-ways of bench/_spark_ways.py (noop, columns, lookup, join) over 10 * N keys (each key
-10 times, scattered), persisted on the executors first, each a full pass that consumes
-every row; with --rounds > 1 the ways take turns in each round (the order alternating).
+ways of bench/_spark_ways.py (constants, jvm, python, columns, join) over 10 * N keys
+(each key 10 times, scattered), persisted on the executors first, each a full pass that
+writes every row, every column, to Spark's `noop` sink; with --rounds > 1 the ways take
+turns in each round (the order alternating). The session is shmcache.spark.session()'s:
+the JVM jar reaches the executors on spark.jars. After the timed rounds, each way runs
+once more with an aggregating sink, checked: every row back, every value byte (the
+lookups and the join).
 
 A way that fails (e.g. the broadcast does not fit) is reported with its error, not
 raised. Prints one line of JSON; everything it started is stopped by pid.
@@ -32,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # _peers, _spark_ways
 import _spark_ways as ways  # noqa: E402
 REPEAT = 10
+WAYS = ("constants", "jvm", "python", "columns", "join")
 STRIDE = 7919
 
 
@@ -125,11 +130,12 @@ def main(argv=None) -> int:
         assert query.count() == q
 
         pool = (offsets_pool.astype(np.int32), values_pool)
-        order = ["noop", "columns", "lookup", "join"]
+        order = list(WAYS)
+        kw = {"cache": name, "values": vals, "pool": pool}
         for way in order:
             out["results"][way] = {"runs": [], "error": None}
-            try:
-                ways.run(way, query.limit(min(q, 20_000)), cache=name, values=vals, pool=pool)  # warm-up
+            try:  # warm-up: code generation, Python workers, kernels, the handles
+                ways.run(way, query.limit(min(q, 20_000)), sink="noop", **kw)
             except Exception as e:  # noqa: BLE001 - the benchmark reports where a way fails
                 out["results"][way]["error"] = _short(e)
         for i in range(a.rounds):
@@ -139,14 +145,24 @@ def main(argv=None) -> int:
                     continue
                 try:
                     t0 = time.perf_counter()
-                    found, nbytes = ways.run(way, query, cache=name, values=vals, pool=pool)
+                    ways.run(way, query, sink="noop", **kw)
                     res["runs"].append(q / (time.perf_counter() - t0))
                 except Exception as e:  # noqa: BLE001
                     res["error"] = _short(e)
-                    continue
-                want = {"noop": (q, 32 * q), "columns": (q, nbytes)}.get(way, (q, value_bytes))
-                if (found, nbytes) != want:
-                    raise AssertionError(f"{way}: got {(found, nbytes)}, expected {want}")
+        const_bytes = len(ways.mean_value(pool)) * q
+        for way in order:  # every row back (and every value byte), once, outside the timing
+            res = out["results"][way]
+            if res["error"] is not None:
+                continue
+            try:
+                found, nbytes = ways.run(way, query, **kw)
+            except Exception as e:  # noqa: BLE001
+                res["error"] = _short(e)
+                continue
+            want = (q, {"constants": const_bytes, "columns": nbytes}.get(way, value_bytes))
+            if (found, nbytes) != want:
+                raise AssertionError(f"{way}: got {(found, nbytes)}, expected {want}")
+            res["checked"] = True
         for res in out["results"].values():
             if res["runs"]:
                 res["rows_per_s"] = statistics.median(res["runs"])
