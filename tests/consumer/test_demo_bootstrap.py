@@ -9,12 +9,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import shmcache
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _demo_run import ENV, REPO, DemoRun, alive, assert_nothing_left, run_demo  # noqa: E402
+from _waits import poll_until  # noqa: E402
 
 
 def _topic_of(out: str) -> str:
@@ -78,11 +79,14 @@ def test_ctrl_c_stops_everything_it_started(kafka_broker, kafka_admin):
             lines.append(line)
             if "partitions assigned, ready" in line:
                 break
-        time.sleep(2)
-        sup = int(re.search(r"supervisor pid (\d+)", "".join(lines)).group(1))
-        workers = [int(x) for x in re.search(r"\(pids (\d+), (\d+)\)", "".join(lines)).groups()]
-        name = re.search(r"cache '(demo-[0-9a-f]+)'", "".join(lines)).group(1)
+        said = "".join(lines)
+        started = re.search(r"supervisor pid (\d+) with \d+ workers \(pids (\d+), (\d+)\), cache '(demo-[0-9a-f]+)'", said)
+        assert started, f"the demo's start line is not as expected:\n{said}"
+        sup, *workers = (int(x) for x in started.groups()[:3])
+        name = started.group(4)
         topic = _topic_of("".join(lines))
+        with shmcache.attach(name) as r:  # the stop comes mid-stream: entries applied, most still to come
+            poll_until(lambda: r.stats()["entries"] > 0, 300, "the demo's first entries in its cache")
         p.send_signal(signal.SIGINT)  # the demo alone, as a terminal's Ctrl-C would reach it first
         try:
             rest, _ = p.communicate(timeout=STOP_BOUND_S)
