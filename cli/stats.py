@@ -7,21 +7,18 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-import shmcache
-from shmcache.cli.args import owner_option
+from shmcache.cli.args import attach, cache_arguments
 from shmcache.engine.units import format_bytes
 
 HELP = "print a cache's figures"
 
 
 def add_arguments(s) -> None:
-    s.add_argument("name")
-    s.add_argument("--json", action="store_true")
-    owner_option(s)
+    cache_arguments(s, json=True)
 
 
 def run(a) -> int:
-    with shmcache.attach(a.name, owner=a.owner) as r:
+    with attach(a) as r:
         s = r.stats()
     for k in ("hits", "misses", "read_retries"):  # this command's own lookups: none
         s.pop(k)

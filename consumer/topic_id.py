@@ -61,7 +61,6 @@ class TopicIdentity:
         self.control = control  # the cache's ControlArea (engine/control.py)
         self.on_replaced = on_replaced
         self.look = AdminLook(cfg, TIMEOUT_S)  # the periodic look's (the look-up's client is dropped with its failures)
-        self.next = 0.0
         self.unsupported = False  # the broker has no topic ids: nothing to compare
         self.recorded = 0.0  # monotonic time the table's id last changed: an answer asked before is stale
 
@@ -105,9 +104,7 @@ class TopicIdentity:
                         log.exception("starting every partition of topic %r over failed; the next look, in %g s, "
                                       "tries again", self.cfg.topic, CHECK_S)
             return
-        now = time.monotonic()
-        if now >= self.next:
-            self.next = now + CHECK_S
+        if self.look.due(CHECK_S):
             self.look.ask(self._describe, failed)
 
     def _describe(self, admin, timeout: float) -> dict:
