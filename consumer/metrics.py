@@ -1,53 +1,12 @@
 """Prometheus metrics of one cache, read from shared memory at scrape time.
 
-`shmcache run --metrics-port N` serves them on http://127.0.0.1:N/metrics. Every
-figure is read from the counters the processes already keep in the segment (the
-workers' rows, the partition rows, the supervisor's header words, the bucket
-meta) and the readers' companion segment, when Prometheus scrapes: nothing is
-counted twice and nothing is kept in this process. Every sample carries a
-`cache` label, so one Prometheus can scrape several caches' supervisors.
-
-    name                                              type     labels
-    shmcache_applied_entries_total                    counter  action=add|delete
-    shmcache_applied_messages_total                   counter
-    shmcache_malformed_messages_total                 counter
-    shmcache_unknown_action_entries_total             counter
-    shmcache_partition_lag_messages                   gauge    partition (high watermark of the
-                                                                          last fetch minus applied)
-    shmcache_partition_caught_up                      gauge    partition (1 = applied reached the
-                                                                          high watermark at assignment, and
-                                                                          its worker is up and beating)
-    shmcache_partition_applied_offset                 gauge    partition (next offset to apply)
-    shmcache_partition_committed_offset               gauge    partition (-1 = none)
-    shmcache_ready                                    gauge    (1 = every partition of the topic assigned here
-                                                                          and caught up)
-    shmcache_partitions_unassigned                    gauge    (partitions of the topic not assigned here)
-    shmcache_group_other_members                      gauge    (other members of the consumer group: should be 0)
-    shmcache_commits_deferred_total                   counter  (periodic commits held back by a rebalance)
-    shmcache_broker_up                                gauge    (0 while the supervisor waits for the broker)
-    shmcache_broker_waiting_seconds                   gauge    (how long it has waited; 0 when up)
-    shmcache_commits_total                            counter
-    shmcache_commit_failures_total                    counter
-    shmcache_commit_pending_seconds                   gauge    (how long the commit in flight has waited)
-    shmcache_lookup_failing_seconds                   gauge    (how long assigned partitions have waited for a
-                                                                          look-up of where they start; 0: none)
-    shmcache_rebalances_total                         counter
-    shmcache_partitions_lost_total                    counter
-    shmcache_worker_up                                gauge    worker
-    shmcache_worker_restarts_total                    counter  worker
-    shmcache_worker_stale_kills_total                 counter  (workers killed for a stale heartbeat)
-    shmcache_table_entries                            gauge
-    shmcache_table_bytes                              gauge    (ring bytes held by live records)
-    shmcache_table_capacity_bytes                     gauge    (ring bytes in all)
-    shmcache_segment_bytes                            gauge    (size of /dev/shm/<name>)
-    shmcache_evictions_total                          counter
-    shmcache_lock_takeovers_total                     counter
-    shmcache_corruptions_total                        counter  (damaged bucket states met: by writers,
-                                                                          each repaired, and readers, each a miss)
-    shmcache_reader_hits_total                        counter  (every reader process, summed)
-    shmcache_reader_misses_total                      counter
-    shmcache_readers                                  gauge    (reader processes attached now)
-    shmcache_supervisor_start_time_seconds            gauge
+`shmcache run --metrics-port N` serves them on http://127.0.0.1:N/metrics; the
+metrics, their types and labels are listed in docs/metrics.md. Every figure is read
+from the counters the processes already keep in the segment (the workers' rows, the
+partition rows, the supervisor's header words, the bucket meta) and the readers'
+companion segment, when Prometheus scrapes: nothing is counted twice and nothing is
+kept in this process. Every sample carries a `cache` label, so one Prometheus can
+scrape several caches' supervisors.
 
 Not guaranteed: a scrape is a snapshot taken without locks, so one partition's
 row may be a moment older than another's. The worker and supervisor counters

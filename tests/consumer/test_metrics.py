@@ -189,3 +189,23 @@ def test_metrics_port_is_validated():
 
     with pytest.raises(ValueError, match="metrics_port"):
         RunConfig(name="x", bootstrap="b", topic="t", metrics_port=70000)
+
+
+def test_docs_list_every_metric_the_collector_yields():
+    """docs/metrics.md is the metrics' reference (consumer/metrics.py points there): each
+    sample a cache yields (a cache with no supervisor: all but the supervisor's own) is in it."""
+    name = f"t-metrics-doc-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    registry = CollectorRegistry(auto_describe=False)
+    collector = CacheCollector(name)
+    registry.register(collector)
+    w = shmcache.create(name, memory="64MiB")
+    try:
+        text = generate_latest(registry).decode()
+        samples = {smp.name for fam in text_string_to_metric_families(text) for smp in fam.samples}
+        assert len(samples) > 20
+        doc = (REPO / "docs" / "metrics.md").read_text()
+        assert sorted(s for s in samples if f"`{s}`" not in doc) == []
+    finally:
+        collector.close()
+        w.close()
+        shmcache.destroy(name)
