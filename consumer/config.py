@@ -290,10 +290,10 @@ class RunConfig:
             # A txmeta message is ~140 KB, so the local queue reaches its byte limit
             # (queued.max.messages.kbytes, 64 MiB: ~460 messages) while a worker applies
             # a batch, and librdkafka then postpones the next fetch by
-            # fetch.queue.backoff.ms, 1 s by default: fetching stopped whenever applying
-            # ran, and one worker applied 0.8 M entries/s instead of 3.2 M.
+            # fetch.queue.backoff.ms, 1 s by default: fetching would stop whenever
+            # applying runs.
             "fetch.queue.backoff.ms": 10,
-            # librdkafka logs every failed connect (~20 lines/s while the broker is down);
+            # librdkafka logs every failed connect (many lines a second while the broker is down);
             # its errors reach error_cb, and the supervisor says the broker's state once
             # per retry (consumer/broker.py). `--set log_level=7` shows everything.
             "log_level": 2,

@@ -4,8 +4,8 @@ warm-up leaves beside numba's cache) and the warm-up as a child process of a sup
 warm-up itself is consumer/warmup.py, run as `python -m shmcache.consumer.warmup`.
 
 Compiling costs seconds per kernel signature and numba compiles on a signature's first
-call: without a warm-up, every worker process of a freshly installed supervisor paid it
-at once, after "ready". `shmcache warm` runs it at install time (scripts/setup), and the
+call: without a warm-up, every worker process of a freshly installed supervisor would
+pay it at once, after "ready". `shmcache warm` runs it at install time (scripts/setup), and the
 supervisor runs it once before it starts workers unless the install is warm already.
 """
 
@@ -22,7 +22,7 @@ PREFIX = "shmcache-warm-"  # + pid + "-" + random: the warm-up's private cache
 def package_stamp() -> str:
     """sha256 over every source file of the package (as ipc/_jitcache.py walks them), and
     the Python and numba versions: what a warm-up warmed the kernel cache for. Any edit to
-    the package, or an upgrade, gives another stamp (reading ~100 small files: milliseconds)."""
+    the package, or an upgrade, gives another stamp."""
     import numba
 
     from shmcache.ipc import _jitcache

@@ -94,7 +94,7 @@ def _cache_counts() -> tuple[int, int]:
 def _stopped(signum, frame) -> None:
     """SIGTERM: remove the private cache and exit at once (128 + signum). Not an exception
     unwinding through warm()'s finally: raised inside numba's compiler (a finalizer, the
-    cache writer's pickling) it was swallowed ("Exception ignored in") or replaced by
+    cache writer's pickling) it can be swallowed ("Exception ignored in") or replaced by
     another error, and the stop lost or its exit code changed. Leaving mid-compile damages
     nothing: numba writes each cache file whole (a temporary file, then a rename), the
     index after the data it names."""

@@ -22,9 +22,9 @@ Invariants every kernel of the table keeps (layout in layout.py):
   counts (_bucket_ok) and, on its way, each index slot it follows (_find,
   _remove_slot) and each record it reclaims (_evict_oldest). A slot's offset must be
   a record's (in the ring, 16-aligned: _slot_off_bad), and the key's record _find
-  returns must lie between tail and head (_live_at): a damaged slot elsewhere, taken
-  for the key's slot, once made a set mark its own new record DEAD and left the key's
-  older one to the readers. A failed check is a
+  returns must lie between tail and head (_live_at): else a damaged slot elsewhere,
+  taken for the key's slot, would make a set mark its own new record DEAD and leave
+  the key's older one to the readers. A failed check is a
   corruption: counted in the writer's row (W_CORRUPTIONS), the bucket is rebuilt
   from its ring (_rebuild, safe on any bytes), and the entry applied again, once;
   damage met again (another process scribbling meanwhile) drops the entry.
@@ -34,15 +34,13 @@ Invariants every kernel of the table keeps (layout in layout.py):
 
 Array subscripts in the hot loops (apply's and lookup's per-key path, the probe) are
 cast to unsigned, `index[np.uint64(ibase + s)]`: numba then skips its fix-up for
-negative indices (a shift, an and and an add per load, and a register each). Counted
-by bench/test_instructions.py: a lookup hit 404 -> 370 instructions, a fresh ADD 464 ->
-404; lookups 1.04x as fast. Only values already known to be >= 0 are cast (a negative one would
-index far outside the array).
+negative indices (a shift, an and and an add per load, and a register each;
+bench/test_instructions.py counts them). Only values already known to be >= 0 are
+cast (a negative one would index far outside the array).
 
 The kernels are compiled without numba's reference counting (`_nrt=False`): they
-allocate nothing, and with it every inlined helper taking arrays paid an atomic
-incref/decref pair per array per call (8 per key in the key compare alone,
-half of a lookup's time).
+allocate nothing, and with it every inlined helper taking arrays pays an atomic
+incref/decref pair per array per call (8 per key in the key compare alone).
 
 Arrays are 1-d views of the segment: meta/index/ring64 int64, ring8 uint8.
 `geo` = [slots, ring bytes, key size, max value, max live entries, key stride].

@@ -168,23 +168,20 @@ def _delete(meta, mb, index, ibase, slots, ring8, ring64, rbase, ring, ks, maxv,
 # Software pipelining (the writers'; lookups keep their own distances in _lookup.py):
 # while key i is applied, the record of key i + _AHEAD_RECORD and the bucket of key
 # i + _AHEAD_BUCKET are on their way into the cache. A few dozen misses in flight is
-# what the core can track; more only queue up (farther ahead read 0.94x filling a fresh
-# cache on a Zen 5 host, bench/README.md "What bounds a lookup"). A full
-# cache evicts its oldest record on nearly every add, a chain of three misses (the
+# what the core can track; more only queue up (bench/README.md "What bounds a lookup").
+# A full cache evicts its oldest record on nearly every add, a chain of three misses (the
 # record's header, its index slot, the records after that slot that removing it
 # shifts back): the header comes with _AHEAD_RECORD, the slot's line at
 # _AHEAD_EVICT, and the run's records at _AHEAD_RUN_STAGE, each stage reading what
-# the one before fetched. Steady state cost ~1.5x the time per add without them at 1M
-# entries (bench/test_full_cache.py); a cache whose rings fit in the CPU's caches
-# skips them. A DEAD oldest record (replaced or deleted) has no slot, and the second
-# and third stages skip it: overwrites that wrap the rings ran 1.3x as fast so
-# (bench/README.md, "What the bounds checks cost").
+# the one before fetched (bench/README.md "A full cache"); a cache whose rings fit in
+# the CPU's caches skips them. A DEAD oldest record (replaced or deleted) has no slot,
+# and the second and third stages skip it (bench/README.md, "What the bounds checks cost").
 _AHEAD_BUCKET = 16
 _AHEAD_RECORD = 8
 _AHEAD_EVICT = 4
 _AHEAD_RUN_STAGE = 2
 _PROBE_AHEAD = 16  # slots a record prefetch follows from the key's home slot
-_STAGED_FROM = 8 << 20  # ring bytes: below, the rings stay in cache and the stages only cost (~13 % at 4 MiB)
+_STAGED_FROM = 8 << 20  # ring bytes: below, the rings stay in cache and the stages only cost
 
 
 @njit(inline="always")
@@ -213,10 +210,10 @@ def _tagged_entry(index, ibase, slots, h):
 @njit(inline="always")
 def _prefetch_write(meta, index, ring8, ring64, slots, ring, ks, h, vlen):
     """Prefetch, for writing, every line the key's new record will fill (its size is known:
-    whole lines from the head missed the tail of a record 25 % of the time), the header
-    and key of the record it may replace (the first with its tag: a new key's usually
-    has none), and the oldest record (a full ring evicts it
-    first: every add in steady state). Each miss left to the write itself cost ~20 %."""
+    whole lines from the head would miss the tail of a record), the header and key of
+    the record it may replace (the first with its tag: a new key's usually has none),
+    and the oldest record (a full ring evicts it first: every add in steady state). Each
+    miss left to the write itself stalls it (bench/README.md "What bounds a lookup")."""
     b = h & _BUCKET_MASK
     base = b * ring
     end = base + ring - 1

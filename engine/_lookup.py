@@ -50,10 +50,9 @@ from shmcache.engine.layout import F_LIVE, M_VERSION, POS_BITS, POS_MASK, RECORD
 from shmcache.ipc.atomics import fence_acquire, load_acquire
 
 # The lookup's own software pipeline (the writers' is in _kernels.py): key i + _AHEAD_BUCKET's
-# bucket and index line, key i + _AHEAD_RECORD's record (found through that index line, which
-# must have arrived: 16 and 12 ran at 0.81x 16 and 8). Measured with bench/test_lookup_bounds.py
-# (1M entries, 9 rounds, AMD Zen 5), rate over 16 and 8: 24 and 12 1.16x, 32 and 16 1.24x, 40
-# and 20 1.22x, 48 and 24 1.22x, 64 and 32 1.19x, 32 and 8 0.99x.
+# bucket and index line, key i + _AHEAD_RECORD's record, found through that index line, which
+# must have arrived: the record's distance is half the bucket's. The distances are chosen with
+# bench/test_lookup_bounds.py (bench/README.md "What bounds a lookup").
 _AHEAD_BUCKET = 32
 _AHEAD_RECORD = 16
 
@@ -66,12 +65,12 @@ C_RETRIES, C_CORRUPTIONS = 0, 1  # the counters array
 def _prefetch_record(index, ring8, slots, ring, h, span):
     """Prefetch the lines of [record, record + span) of the first slot on the key's probe
     path that has its tag (_tagged_entry): a hint, read without the seqlock (a prefetch
-    never faults; the index is clamped to the bucket's ring all the same). Prefetching
-    the home slot's record instead fetched someone else's half the time in a full
-    bucket: lookups in a full cache ran at ~0.55x a roomy one. A miss whose path holds
-    no such tag prefetches nothing. Records are 16-byte aligned, so a 48-byte header
-    and key cross a line half the time: whole lines from a record's start missed the
-    rest, and contains_many ran 20 % slower."""
+    never faults; the index is clamped to the bucket's ring all the same). The home
+    slot's record would be someone else's half the time in a full bucket. A miss whose
+    path holds no such tag prefetches nothing. Records are 16-byte aligned, so a 48-byte
+    header and key cross a line half the time: every line from the one the record starts
+    in to the one its span ends in is fetched (whole lines counted from its start would
+    miss the last)."""
     b = h & _BUCKET_MASK
     e = _tagged_entry(index, b * slots, slots, h)
     if e != 0:

@@ -3,13 +3,10 @@
 A lookup copies each value it finds (61-141 bytes for txmeta) into one output
 buffer, a writer each key and value into its record. An explicit loop vectorises
 only from 128 bytes (four 32-byte vectors, with a runtime overlap check): shorter
-spans went a byte at a time. llvm.memcpy becomes libc's memcpy, a few vector moves.
-Measured on a 1M-entry table in 1024-key batches: lookups 98 -> 81 ns/key; fresh
-adds (callgrind, hashes given): 594 -> 454 instructions each, and 1.06-1.25x
-as fast in CPU time, filling a 2 GiB cache or evicting in a full 64 MiB one.
+spans go a byte at a time. llvm.memcpy becomes libc's memcpy, a few vector moves.
 
-The addresses come from the typed arrays (never raw integers, see
-NOTES-atomics.md), so numba keeps their types and lifetimes; the destination
+The addresses come from the typed arrays (never raw integers, see ipc/atomics.py and
+docs/design.md "Atomics from numba"), so numba keeps their types and lifetimes; the destination
 must be writable, refused at typing time otherwise. The caller bounds-checks:
 nothing here does (memcpy of overlapping ranges is not allowed either).
 """

@@ -40,13 +40,11 @@ _ITEMS = 24  # PyListObject.ob_item
 _TYPE = 8  # PyObject.ob_type
 _BYTES = 32  # PyBytesObject.ob_sval
 # Items prefetched ahead of the one being read. Keys (two lines an object) and values (three)
-# take different distances: measured in one process, rounds interleaved, 1024 items from a
-# pool of 1M scattered objects, ns an item (AMD Zen 5): keys 10.2 at 16, 7.6 at 32, 5.8 at
-# 64, 5.6 at 96; values 16.4 at 16, 14.8 at 32, 15.0 at 64 (on a Zen 3 host 8 was too near:
-# -14 % at 16)
+# take different distances, chosen on 1024 items from a pool of 1M scattered objects
+# (bench/README.md "Keys as a list of bytes")
 AHEAD_FIXED = 64
 AHEAD_VAR = 32
-AHEAD_PAIRS = 32  # keys and values read together (gather_pairs): 22.5 ns a pair at 16, 21.7 at 24-32, 22.3 at 64
+AHEAD_PAIRS = 32  # keys and values read together (gather_pairs)
 _VALUE_SPAN = 144  # bytes of a value prefetched from its start: txmeta's longest (141) and more
 
 
@@ -120,8 +118,8 @@ def _prefetch_value(items, j):
     """Prefetch item j's object as a value: every line from its header to its data's byte
     _VALUE_SPAN - 1 (its length is not known before the header arrives). An object is
     16-aligned, not 64: three lines from its start reach 112-160 bytes of data, and a txmeta
-    value (61-141 B) ended on a fourth, unfetched line for ~1 in 8 values, a demand miss each
-    (gather_pairs: 22.2 ns a pair with three lines, 14.3 with the fourth; AMD Zen 5)."""
+    value (61-141 B) would end on a fourth, unfetched line for ~1 in 8 values, a demand miss
+    each."""
     obj = _peek(items + 8 * j)
     _prefetch_at(obj)
     _prefetch_at(obj + 64)
@@ -202,8 +200,7 @@ def gather_var(list_addr, n, bytes_type, start, lens, out, p):
 def gather_pairs(keys_addr, values_addr, n, bytes_type, size, keys_out, start, starts, lens, out, p):
     """gather_fixed of the key list and gather_var of the value list (n items each) in one
     pass from item start, both lists' objects prefetched AHEAD_PAIRS items ahead: a
-    set_many of two lists waits on their misses once, not twice (measured: 21.7 ns a pair
-    against 29.2 for the two passes, 1024 pairs from 1M scattered objects). Key i goes to
+    set_many of two lists waits on their misses once, not twice. Key i goes to
     keys_out[i * size:], value i to out from starts[i] = the end of value i - 1.
     Returns (the index of the first pair not copied, the end of what was copied, the
     longest value copied): n when all were; -1 if the lists or arrays are not of n items;

@@ -38,7 +38,7 @@ _LEN_MASK = 0xFFFFFFFF
 def _copy(dst, d, src, s, n):
     """dst[d:d + n] = src[s:s + n]: bucket-sized spans (a ring, an index row), which vectorise."""
     # an explicit loop (numba's slice assignment checks overlap and may copy twice), with
-    # unsigned indices (no negative-index fix-up per byte: 20x faster)
+    # unsigned indices (no negative-index fix-up per byte, which stops it vectorising)
     ud = np.uint64(d)
     us = np.uint64(s)
     for j in range(np.uint64(n)):

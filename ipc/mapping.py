@@ -10,7 +10,6 @@ creator asks the kernel to back the file with 2 MiB pages (MADV_COLLAPSE, Linux
 6.1+, honoured for tmpfs even when /sys/.../shmem_enabled is "never"). Every
 process that then maps the file aligned gets 2 MiB mappings. Where the kernel
 refuses, everything works on 4 KiB pages, only slower: `Segment.huge` says which.
-Measured on a 2-core KVM guest: lookups ~20 % and writes ~15 % faster.
 """
 
 from __future__ import annotations
@@ -88,8 +87,7 @@ def collapse(addr: int, size: int) -> bool:
     """Ask for 2 MiB pages under the mapping at addr (a hint: refused on older kernels or
     under memory pressure), in COLLAPSE_CHUNK pieces over one thread per CPU: the call spends
     its time allocating and zeroing pages (in a VM, the host faulting them in), which the
-    CPUs do side by side (256 MiB on the 2-core KVM guest: 0.43 s instead of 0.82-1.0 s).
-    True if every whole 2 MiB range got one."""
+    CPUs do side by side. True if every whole 2 MiB range got one."""
     n = size // HUGE_PAGE * HUGE_PAGE
     if n == 0:
         return False

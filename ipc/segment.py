@@ -292,7 +292,7 @@ class Segment:
         the page tables filled. MADV_COLLAPSE of ranges that hold one seeded 4 KiB page
         each (_create) allocates each 2 MiB page at once and zero-fills it: no 4 KiB pages
         to allocate, zero, copy and free, as collapsing a file posix_fallocate had filled
-        would (288 MiB on a 2-core KVM guest: 0.03 s instead of 0.35-1.4 s). Then
+        would. Then
         posix_fallocate reserves what the collapse left (a tail under 2 MiB, or all of it
         where refused): memory never grows after creation, and a full /dev/shm fails here
         with a clear error instead of SIGBUS on a later write. Last, MADV_POPULATE_WRITE

@@ -17,7 +17,7 @@ if there was none, to the default action: the process dies as it would have.
 
 The handler runs inside a signal: no Python, no allocation, no lock. It is a few lines
 of LLVM IR compiled once per process by llvmlite (numba's compiler, loaded anyway with
-the kernels) in about 10 ms, with the addresses of the table of guarded ranges, of the
+the kernels), with the addresses of the table of guarded ranges, of the
 previous handler and of libc's mmap, sigaction and raise as constants: nothing is
 looked up inside the signal. It assumes 64-bit Linux with glibc: si_code at byte 8 and
 si_addr at byte 16 of siginfo_t, and glibc's struct sigaction (handler, 128-byte mask,
