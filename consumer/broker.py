@@ -167,7 +167,7 @@ class BrokerWatch:
     def due(self) -> bool:
         """Time to ask the broker: librdkafka said it is down, the wait's next retry, or the
         wait's bound, whichever comes first (one last probe then decides: the retries back off
-        to RETRY_MAX_S, and a bound judged only at the next retry was overshot by up to that)."""
+        to RETRY_MAX_S, and a bound judged only at the next retry would be overshot by up to that)."""
         return bool(self.next_try) and self.pause_s() <= 0
 
     def pause_s(self) -> float:

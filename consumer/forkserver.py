@@ -1,9 +1,9 @@
 """Where worker processes come from: a fork server (multiprocessing's "forkserver" start
 method) that imports the workers' modules and, on a warm install, loads numba and the
 decode kernels once (consumer/_worker_preload.py), and then forks each worker, first or
-restarted, with all of that in place: a worker is fetching ~0.1 s after its start
-instead of after a second of imports of its own, and N workers do not pay it N times
-on a machine with few cores.
+restarted, with all of that in place: a worker fetches soon after its start instead of
+after imports of its own, and N workers do not pay them N times on a machine with few
+cores.
 
 The supervisor starts it first thing (`shmcache run` before it even imports numpy), so
 it imports while the supervisor opens the cache and reaches the broker. It names itself

@@ -10,8 +10,8 @@
 
 Bounded, since anyone who reaches the port may connect: at most MAX_CONNECTIONS at once
 (one thread each; one more is closed at once, unanswered), each closed CONNECTION_S after
-it was accepted, however slowly its client sends or reads (one that held a connection
-open held a thread for ever: 300 of them, 302 threads).
+it was accepted, however slowly its client sends or reads (else one that holds a
+connection open holds a thread for ever).
 
 For a load balancer's health check or a Kubernetes readinessProbe (httpGet /ready):
 a machine whose replica is not whole, or behind, takes no traffic. The readiness is

@@ -4,18 +4,17 @@ committed offsets, the partitions' watermarks), asked in one look-up with one bo
 
 The whole look-up is bounded by one deadline, however many partitions it asks about: the
 watermarks of all are asked at once (AdminClient.list_offsets, earliest and latest), where
-one request a partition, each bounded, cost N of them (24 partitions of a broker answering
-each request in 1 s: 48 s, the supervisor's loop doing nothing else). The bound starts at
-LOOKUP_TIMEOUT_S; a look-up that times out while the broker's metadata answers (a slow
-broker, not a stopped one) doubles it for the next, up to LOOKUP_TIMEOUT_MAX_S, and the
-longer bound is kept: a broker answering each request in 3.5 s takes 7 s for the two
-ListOffsets of one connection (earliest, then latest), and with the bound fixed its
-partitions were never handed out. The supervisor's loop waits for the look-up, beating each
-second while it waits for every answer. The committed offsets are the AdminClient's too
-(list_consumer_group_offsets, a future like the watermarks'): the consumer's committed()
-blocked the loop without a beat for up to the bound (20 s against a slow broker: the
-supervisor was shown as stale, "stopped or hung", past 10 s), and asked from a thread
-while the loop sat in the rebalance callback it never returned, its timeout or not.
+one request a partition, each bounded, would cost N bounds, the supervisor's loop doing
+nothing else. The bound starts at LOOKUP_TIMEOUT_S; a look-up that times out while the
+broker's metadata answers (a slow broker, not a stopped one) doubles it for the next, up to
+LOOKUP_TIMEOUT_MAX_S, and the longer bound is kept: a slow broker takes two request times
+for the two ListOffsets of one connection (earliest, then latest), and under a fixed bound
+shorter than that its partitions would never be handed out. The supervisor's loop waits for
+the look-up, beating each second while it waits for every answer. The committed offsets are
+the AdminClient's too (list_consumer_group_offsets, a future like the watermarks'): the
+consumer's committed() blocks the loop without a beat for up to the bound (long enough for
+the supervisor to be shown as stale), and asked from a thread while the loop sits in the
+rebalance callback it never returns, its timeout or not.
 
 librdkafka 2.16 gives a ListOffsets that timed out as offsets -1001, not as an error, so
 watermarks that are not 0 <= low <= high fail the look-up. The AdminClient is dropped after a

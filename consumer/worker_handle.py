@@ -17,7 +17,7 @@ and counted (H_STALE_KILLS). The clock starts when the supervisor sees it up, af
 kernels are loaded, so a slow start is never taken for a hang. A start has its own bound:
 a worker still starting (forked, its row not claimed: it has not opened the cache or loaded
 its kernels) `worker_start_timeout` after it was forked is hung or stopped before it came
-up, and is killed the same way (H_START_KILLS); otherwise it stayed "starting" for ever,
+up, and is killed the same way (H_START_KILLS); otherwise it would stay "starting" for ever,
 its partitions not ready and nothing restarting it.
 
 A worker that dies is restarted after a backoff that doubles with each death in a

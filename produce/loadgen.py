@@ -38,8 +38,8 @@ ADDed once and DELETEd at most once, after its ADD, reading it as "a hash with a
 deleted row is absent" (as the Spark audit reads a `deleted` column) gives the
 same state.
 
-Generation works on whole batches (numpy, txmeta.encode, wire.encode_v1/v2), so a
-few million entries take seconds. On backpressure it waits (poll), never drops;
+Generation works on whole batches (numpy, txmeta.encode, wire.encode_v1/v2), not
+entry by entry in Python. On backpressure it waits (poll), never drops;
 any failed delivery, or a v1 or kv message the broker placed elsewhere than
 murmur2 says, fails the run at the next batch or at the final flush.
 
