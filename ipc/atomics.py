@@ -134,10 +134,10 @@ def store_word(arr, idx, value):
 
 
 def load_beside():
-    """Have numba load the three word kernels above (and, in a fresh process, set itself up,
-    which takes a noticeable share of a second of CPU) in a thread, for a caller about to wait on something that drops the
-    GIL, such as a new segment's pages (ipc/segment.py). The thread, or None when they are
-    loaded already; a later call in the caller's thread waits for the load either way."""
+    """Have numba load the three word kernels above (and, in a fresh process, set itself up)
+    in a thread, for a caller about to wait on something that drops the GIL, such as a new
+    segment's pages (ipc/segment.py). The thread, or None when they are loaded already; a
+    later call in the caller's thread waits for the load either way."""
     if store_word.signatures and load_word.signatures and cas_word.signatures:
         return None
 
