@@ -66,7 +66,7 @@ def mark() -> None:
             if old.startswith(MARKER) and old != stamp:
                 os.unlink(os.path.join(d, old))
         with open(os.path.join(d, stamp), "w") as f:
-            f.write("shmcache warm finished for these sources; see shmcache/warm.py\n")
+            f.write("shmcache warm finished for these sources; see shmcache/consumer/warm.py\n")
     except OSError:
         pass
 
