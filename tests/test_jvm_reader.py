@@ -2,7 +2,7 @@
 their expectations, damaged headers refused by field, a bucket held by a live process
 given up after the bound, a file cut short under the mapping, byte flips, a re-created
 cache, the readers' companion, a cache another user owns refused when the reader is told its
-owner) run by Maven Surefire. Offline once scripts/setup has
+owner, the txmeta decoder of shmcache_txmeta) run by Maven Surefire. Offline once scripts/setup has
 resolved the build (the first run resolves from Maven Central into ~/.m2). Skipped, saying
 so, where java or mvn is not installed."""
 
@@ -35,4 +35,4 @@ def test_junit_tests_of_the_java_reader():
     assert p.returncode == 0, f"mvn test failed in jvm/ (reports in jvm/target/surefire-reports):\n{p.stdout}\n{p.stderr}"
     reports = list((JVM_DIR / "target" / "surefire-reports").glob("TEST-*.xml"))
     assert {r.name for r in reports} >= {"TEST-io.shmcache.GoldenTest.xml", "TEST-io.shmcache.FaultTest.xml",
-                                          "TEST-io.shmcache.OwnerTest.xml"}
+                                          "TEST-io.shmcache.OwnerTest.xml", "TEST-io.shmcache.spark.TxMetaTest.xml"}

@@ -115,6 +115,33 @@ class OwnerTest {
     }
 
     @Test
+    void anotherUsersCompanionIsNotCountedIn() throws Exception {
+        String name = shmName("companion");
+        byte[] data = Goldens.bytes(BASE);
+        Goldens.write(Path.of(Layout.SHM_DIR, name), data);
+        byte[] comp = new byte[(int) Layout.COMPANION_BYTES];
+        Goldens.putWord(comp, 0, Layout.COMPANION_MAGIC);
+        Goldens.putWord(comp, 8, 2);
+        Goldens.putWord(comp, Layout.COMPANION_CREATION * 8L,
+                java.nio.ByteBuffer.wrap(data).order(java.nio.ByteOrder.LITTLE_ENDIAN).getLong(Layout.H_CREATION_ID * 8));
+        Goldens.putWord(comp, Layout.PAGE + Layout.R_HITS * 8L, 5); // the stranger's sums: not ours to add to
+        chown(Goldens.write(Companion.pathOf(name), comp), STRANGER);
+        byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
+        long hits = BASE.keys().stream().filter(k -> k.value() != null).count();
+        try (Segment r = Segment.attach(name, Owner.of(name, myName))) {
+            r.getMany(keys);
+            Segment.Stats s = r.stats();
+            assertEquals(hits, s.hits());
+            assertEquals(hits, s.readerHits(), "the handle's own counts only: the companion is not read");
+        }
+        assertArrayEquals(comp, Files.readAllBytes(Companion.pathOf(name)), "and not written");
+        try (Segment r = Segment.attach(name)) { // told no owner: counted in
+            r.getMany(keys);
+            assertEquals(5 + hits, r.stats().readerHits());
+        }
+    }
+
+    @Test
     void anUnknownUserNameIsAnError() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> Owner.of("c", "no-such-user-shmcache-40"));

@@ -44,15 +44,20 @@ public final class TxMeta {
 
     static final int HASH = 32, FIXED = 8 + 8 + 1 + 4, HEIGHT = 4;
 
-    /** The struct's type: the fields of txmeta.arrow_fields() as Spark types. */
-    public static final StructType TYPE = new StructType(new StructField[] {
-        field("fee", DataTypes.LongType),
-        field("size", DataTypes.LongType),
-        field("flags", DataTypes.IntegerType),
-        field("parents", new ArrayType(DataTypes.BinaryType, true)),
-        field("parent_vouts", new ArrayType(new ArrayType(DataTypes.LongType, true), true)),
-        field("block_height", DataTypes.LongType),
-    });
+    /**
+     * The struct's type: the fields of txmeta.arrow_fields() as Spark types (made at plan
+     * time, not when the class loads: the decoder alone needs none of the types' classes).
+     */
+    public static StructType type() {
+        return new StructType(new StructField[] {
+            field("fee", DataTypes.LongType),
+            field("size", DataTypes.LongType),
+            field("flags", DataTypes.IntegerType),
+            field("parents", new ArrayType(DataTypes.BinaryType, true)),
+            field("parent_vouts", new ArrayType(new ArrayType(DataTypes.LongType, true), true)),
+            field("block_height", DataTypes.LongType),
+        });
+    }
 
     private static StructField field(String name, org.apache.spark.sql.types.DataType t) {
         return new StructField(name, t, true, Metadata.empty());
@@ -66,7 +71,7 @@ public final class TxMeta {
         }
         List<AbstractDataType> types = List.of(DataTypes.BinaryType);
         // propagateNull: a null value is a null struct without a call; deterministic: a pure function
-        return new StaticInvoke(TxMeta.class, TYPE, "decode", CollectionConverters.asScala(List.of(value)).toList(),
+        return new StaticInvoke(TxMeta.class, type(), "decode", CollectionConverters.asScala(List.of(value)).toList(),
                 CollectionConverters.asScala(types).toList(), true, true, true, Option.empty());
     }
 

@@ -1,0 +1,97 @@
+package io.shmcache.spark;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import java.io.ByteArrayOutputStream;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.Random;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.junit.jupiter.api.Test;
+
+/**
+ * shmcache_txmeta's decoder on hand-made values (the PySpark test compares it with the
+ * Python decoder on hundreds of generated and damaged ones): the fields of a record, a
+ * missing height, no parents, and every malformed shape a null, never an exception.
+ */
+class TxMetaTest {
+    /** A MetaBytes record: parents i of 32 bytes (i + 1), vout lists as given, height or -1. */
+    static byte[] record(long fee, long size, int flags, int[][] vouts, long height) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteBuffer b = ByteBuffer.allocate(21).order(ByteOrder.LITTLE_ENDIAN);
+        b.putLong(fee).putLong(size).put((byte) flags).putInt(vouts.length);
+        out.writeBytes(b.array());
+        for (int i = 0; i < vouts.length; i++) {
+            byte[] h = new byte[32];
+            Arrays.fill(h, (byte) (i + 1));
+            out.writeBytes(h);
+        }
+        for (int[] vs : vouts) {
+            ByteBuffer v = ByteBuffer.allocate(4 + 4 * vs.length).order(ByteOrder.LITTLE_ENDIAN).putInt(vs.length);
+            for (int x : vs) {
+                v.putInt(x);
+            }
+            out.writeBytes(v.array());
+        }
+        if (height >= 0) {
+            out.writeBytes(ByteBuffer.allocate(4).order(ByteOrder.BIG_ENDIAN).putInt((int) height).array());
+        }
+        return out.toByteArray();
+    }
+
+    @Test
+    void aRecordDecodesIntoTheColumns() {
+        InternalRow r = TxMeta.decode(record(-5L, 300, 1, new int[][] {{0, -1}, {7}}, 850_123));
+        assertEquals(-5L, r.getLong(0), "a u64 past 2**63 is the signed long of its bits");
+        assertEquals(300, r.getLong(1));
+        assertEquals(1, r.getInt(2));
+        assertEquals(2, r.getArray(3).numElements());
+        assertArrayEquals(filled(2), r.getArray(3).getBinary(1));
+        assertArrayEquals(new long[] {0, 0xFFFFFFFFL}, r.getArray(4).getArray(0).toLongArray(), "vouts are u32");
+        assertArrayEquals(new long[] {7}, r.getArray(4).getArray(1).toLongArray());
+        assertEquals(850_123, r.getLong(5));
+        InternalRow noHeight = TxMeta.decode(record(1, 2, 0, new int[][] {{3}}, -1));
+        assertTrue(noHeight.isNullAt(5));
+        InternalRow none = TxMeta.decode(record(1, 2, 255, new int[0][], -1));
+        assertEquals(0, none.getArray(3).numElements());
+        assertEquals(255, none.getInt(2));
+        assertNull(TxMeta.decode(null));
+    }
+
+    private static byte[] filled(int b) {
+        byte[] h = new byte[32];
+        Arrays.fill(h, (byte) b);
+        return h;
+    }
+
+    @Test
+    void malformedValuesAreNullNeverAnError() {
+        byte[] ok = record(1, 2, 0, new int[][] {{1, 2}, {3}}, 9);
+        for (int cut = 0; cut < ok.length; cut++) {
+            byte[] v = Arrays.copyOf(ok, cut);
+            InternalRow r = TxMeta.decode(v);
+            // cutting the 4-byte height off leaves a record without one; any other cut is damage
+            assertEquals(cut == ok.length - 4, r != null, "cut at " + cut);
+        }
+        for (int extra : new int[] {1, 2, 3, 5, 8}) {
+            assertNull(TxMeta.decode(Arrays.copyOf(ok, ok.length + extra)), "+" + extra + " bytes");
+        }
+        byte[] count = ok.clone();
+        ByteBuffer.wrap(count).order(ByteOrder.LITTLE_ENDIAN).putInt(17, -1); // 2**32-1 parents
+        assertNull(TxMeta.decode(count));
+        byte[] vouts = ok.clone();
+        ByteBuffer.wrap(vouts).order(ByteOrder.LITTLE_ENDIAN).putInt(21 + 64, -1); // 2**32-1 vouts
+        assertNull(TxMeta.decode(vouts));
+        Random rnd = new Random(40);
+        for (int i = 0; i < 20_000; i++) { // whatever the bytes say
+            byte[] v = new byte[rnd.nextInt(200)];
+            rnd.nextBytes(v);
+            if (v.length > 20 && rnd.nextBoolean()) {
+                v[17] = (byte) rnd.nextInt(4);
+                v[18] = v[19] = v[20] = 0;
+            }
+            TxMeta.decode(v);
+        }
+    }
+}
