@@ -49,7 +49,7 @@ class Committer:
         self.inflight: dict[int, int] | None = None  # the asynchronous commit awaiting its result
         self.rebalancing: float | None = None  # monotonic time a rebalance was seen starting
         # monotonic time of the last periodic commit; -inf (never) makes the next tick's commit due
-        # whatever the clock reads: 0.0 did so only once the machine had been up `interval` s
+        # whatever the clock reads (0.0 would, only once the machine has been up `interval` s)
         self.last = -math.inf
         self._final = False  # the one in flight is a stop's final commit
 
@@ -124,7 +124,7 @@ class Committer:
     def on_commit(self, err, tps) -> None:
         """librdkafka's result of an asynchronous commit (served by consumer.poll)."""
         todo, self.inflight = self.inflight, None
-        self.control.set_word(C.H_COMMIT_PENDING_SINCE, 0)
+        self.control.set_commit_pending(0)
         if todo is None:
             return
         if err is None:
@@ -132,7 +132,6 @@ class Committer:
         self._result(sorted(todo.items()), err, final=self._final)
 
     def _result(self, todo, err, final: bool) -> None:
-        rows = self.control.partitions
         if err is not None:
             name = err.name() if hasattr(err, "name") else ""
             if not final and name in _REBALANCE_ERRORS:
@@ -146,7 +145,7 @@ class Committer:
             return
         self.control.count(C.H_COMMITS)
         for p, o in todo:
-            rows[p, C.P_COMMITTED] = o
+            self.control.partition_rows.record_commit(p, o)
         (log.info if final else log.debug)("committed %s", dict(todo))
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -156,9 +155,7 @@ class Committer:
         yet; none while the broker is down (the commit would only wait for it)."""
         if self.broker.down:
             return []
-        rows = self.control.partitions
-        return [(p, int(rows[p, C.P_APPLIED])) for p in parts
-                if rows[p, C.P_APPLIED] >= 0 and rows[p, C.P_APPLIED] != rows[p, C.P_COMMITTED]]
+        return self.control.partition_rows.uncommitted(parts)
 
     def _offsets(self, todo):
         from confluent_kafka import TopicPartition
@@ -169,7 +166,7 @@ class Committer:
         from confluent_kafka import KafkaException
 
         self.inflight, self._final = dict(todo), final
-        self.control.set_word(C.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
+        self.control.set_commit_pending(time.monotonic_ns())
         try:
             self.consumer.commit(offsets=self._offsets(todo), asynchronous=True)
         except KafkaException as e:  # refused before it was sent (e.g. no assignment any more)

@@ -3,7 +3,7 @@ on_wait): a stopped `shmcache set`, a writer of the application's under a debugg
 frozen cgroup.
 
 Such a lock is never taken (its holder may go on writing the bucket), so the worker
-waits for it. It is not hung: it beats (K_HEARTBEAT) at each look, so the supervisor does
+waits for it. It is not hung: it beats (its heartbeat word) at each look, so the supervisor does
 not kill it as stale. Killing it would not help either: its successor would wait for the
 same lock, and the supervisor would kill that one too, over and over, saying only that
 it "was stale". Meanwhile the batch's partitions are not applied further, so their lag
@@ -17,13 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 import psutil
-
-from shmcache.engine import control_layout as C
-
-from shmcache.engine import layout as L
 
 log = logging.getLogger("shmcache.worker")
 
@@ -46,13 +41,13 @@ class LockWait:
 
     def __init__(self, index: int, row, parent: int):
         self.index = index
-        self.row = row  # the worker's row (L.K_*)
+        self.row = row  # the worker's row (engine/control_rows.py WorkerRow)
         self.parent = parent  # the fork server's pid: gone with the supervisor
         self.last = 0.0  # the wait's length at the last look: a shorter one is a new wait
         self.report_at = WARN_S
 
     def __call__(self, bucket: int, pid: int, waited: float) -> None:
-        self.row[C.K_HEARTBEAT] = time.monotonic_ns()  # alive: waiting, not hung
+        self.row.beat()  # alive: waiting, not hung
         if waited < self.last:
             self.report_at = WARN_S
         self.last = waited

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 
-from shmcache.engine import control_layout as C
-
 log = logging.getLogger("shmcache.worker")
 
 
@@ -91,11 +89,12 @@ def note_gaps(consumer, cache, topic: str, found: dict[int, list[tuple[int, int]
                     ", ".join(f"{e}..{min(c, lo) - 1}" for e, c in jumped if min(c, lo) > e), lo)
 
 
-def start_over(consumer, topic: str, row, p: int, offset: int, was: int, current: bool, paused: bool,
+def start_over(consumer, topic: str, rows, p: int, offset: int, was: int, current: bool, paused: bool,
                index: int) -> int:
     """Start partition `p` over at the new log's low watermark (`offset`, the first message
-    seen from it, if the watermark is unknown); its row (when `current`: still this worker's
-    generation) says so. Returns the offset it starts at."""
+    seen from it, if the watermark is unknown); its row in `rows` (the cache's
+    engine/control_rows.py PartitionRows) says so when `current` (still this worker's
+    generation). Returns the offset it starts at."""
     from confluent_kafka import KafkaException, TopicPartition
 
     tp = TopicPartition(topic, p)
@@ -109,11 +108,8 @@ def start_over(consumer, topic: str, row, p: int, offset: int, was: int, current
               "(the topic deleted and re-created, or its log truncated); starting it over at offset %d, not caught "
               "up until it reaches %d; the cache keeps the entries it applied from the old log (DELETEs in the new "
               "one still apply)", index, topic, p, offset, was, start, hi)
-    if current:  # readers see it lagging before they see the lower offset
-        row[C.P_CAUGHT_UP] = 0
-        row[C.P_HIGH_WATERMARK] = hi
-        row[C.P_LATEST] = hi
-        row[C.P_APPLIED] = start
+    if current:
+        rows.start_over(p, start, hi)  # readers see it lagging before they see the lower offset
     consumer.resume([tp])  # a pause flag must not outlive the assignment (consumer/worker.py)
     consumer.incremental_unassign([tp])
     consumer.incremental_assign([TopicPartition(topic, p, start)])

@@ -6,7 +6,7 @@ An assigned partition starts where the table's content ends (the segment's appli
 offset), or at the group's committed offset if that is lower; at the low watermark on
 a new segment or when older data is gone from the topic. Re-applying is safe (apply is
 idempotent); skipping is not. It goes to the worker with the fewest partitions, and its
-row (engine/layout.py P_*) is published before the worker is told, with a new
+row (engine/control_rows.py PartitionRows.assign) is published before the worker is told, with a new
 generation, so a reader never calls a half-published assignment ready (H_ASSIGNING).
 The worker is told without waiting for an answer (consumer/worker.py): one still starting
 (a restart, `reassign`) or hung reads it once up, and the supervisor's loop goes on.
@@ -77,11 +77,11 @@ class Assignment:
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
         self.cache.control.count(C.H_REBALANCES)  # called once per completed rebalance, even with no partitions
-        self.cache.control.set_word(C.H_ASSIGNING, 1)  # readers must not call a half-published assignment ready
+        self.cache.control.set_assigning(True)  # readers must not call a half-published assignment ready
         try:
             self._assign(consumer, tps)
         finally:
-            self.cache.control.set_word(C.H_ASSIGNING, 0)
+            self.cache.control.set_assigning(False)
         self.commits.assigned()  # the new generation is in place: periodic commits go again
         self.rebalanced()
 
@@ -118,11 +118,11 @@ class Assignment:
                                 f"s (broker_wait {self.cfg.broker_wait:g} s) for {self._failure}")
         if self.stopping() or self.broker.down or time.monotonic() < self._retry_at:
             return
-        self.cache.control.set_word(C.H_ASSIGNING, 1)
+        self.cache.control.set_assigning(True)
         try:
             self._hand_out(consumer)
         finally:
-            self.cache.control.set_word(C.H_ASSIGNING, 0)
+            self.cache.control.set_assigning(False)
 
     def _hand_out(self, consumer) -> None:
         """Give the pending partitions to the workers, if the broker says where each starts."""
@@ -154,7 +154,7 @@ class Assignment:
         self.cache.control.set_lookup_failure("", 0)
         self._delay = broker_mod.RETRY_FIRST_S
         self.broker.answered()
-        rows = self.cache.control.partitions
+        rows = self.cache.control.partition_rows
         plan: dict[int, list] = {}
         for p in parts:
             lo, hi, committed = offsets[p]
@@ -162,20 +162,11 @@ class Assignment:
             w = min(self.workers, key=lambda h: len(h.partitions))
             w.partitions.add(p)
             self.assigned[p] = w.index
-            row = rows[p]
-            row[C.P_APPLIED] = start
-            row[C.P_HIGH_WATERMARK] = hi
-            row[C.P_LATEST] = hi
-            row[C.P_CAUGHT_UP] = int(start >= hi)
-            row[C.P_COMMITTED] = committed
-            row[C.P_OWNER] = w.index + 1
-            row[C.P_GENERATION] += 1
-            row[C.P_ASSIGNED] = 1
-            plan.setdefault(w.index, []).append((p, start, int(row[C.P_GENERATION])))
+            generation = rows.assign(p, start, hi, committed, w.index)
+            plan.setdefault(w.index, []).append((p, start, generation))
         for idx, items in plan.items():  # not waited for (consumer/worker.py): a worker still starting reads it once up
             self.workers[idx].tell(("assign", items))
-        log.info("assigned %s", {p: (self.assigned[p], int(rows[p, C.P_APPLIED]), int(rows[p, C.P_HIGH_WATERMARK]))
-                                 for p in parts})
+        log.info("assigned %s", {p: (self.assigned[p], rows.applied(p), rows.high_watermark(p)) for p in parts})
 
     def _broker_answers(self, consumer) -> bool:
         """The broker answers a metadata request (so a failed look-up is not an outage)."""
@@ -188,7 +179,7 @@ class Assignment:
         return True
 
     def _start_offset(self, p: int, lo: int, hi: int, committed: int) -> int:
-        have = int(self.cache.control.partitions[p, C.P_APPLIED])
+        have = self.cache.control.partition_rows.applied(p)
         above = [f"{what} offset {o}" for what, o in (("applied", have), ("committed", committed)) if o > hi]
         if above:  # another log than this one had them: start it over, from its beginning
             log.error("topic %r partition %d: the %s %s above the partition's high watermark %d: the topic was "
@@ -215,8 +206,8 @@ class Assignment:
         from confluent_kafka import TopicPartition
 
         ctl = self.cache.control
-        assigning = ctl.word(C.H_ASSIGNING)  # set already when a hand-out found it
-        ctl.set_word(C.H_ASSIGNING, 1)  # not ready from now on: the held partitions' flags are the old log's
+        assigning = bool(ctl.word(C.H_ASSIGNING))  # set already when a hand-out found it
+        ctl.set_assigning(True)  # not ready from now on: the held partitions' flags are the old log's
         try:
             held = sorted(self.assigned)
             log.error("topic %r was deleted and re-created (its id was %s, is %s): every partition starts over at "
@@ -224,11 +215,11 @@ class Assignment:
                       "entries it applied from the old topic (DELETEs in the new one still apply)",
                       self.cfg.topic, old, new)
             self.release([TopicPartition(self.cfg.topic, p) for p in held], commit=False)
-            ctl.partitions[:, C.P_APPLIED] = -1  # none applied of the new log: start at its low watermark
+            ctl.partition_rows.forget_applied()  # none applied of the new log: start at its low watermark
             self.pending.update(held)
             self._retry_at = 0.0
         finally:
-            ctl.set_word(C.H_ASSIGNING, assigning)
+            ctl.set_assigning(assigning)
 
     def release(self, tps, commit: bool) -> None:
         """Drain the workers of the partitions in `tps` (each finishes its batch first), commit
@@ -246,9 +237,9 @@ class Assignment:
                 self.workers[idx].partitions.difference_update(ps)
         if commit and not self.stopping():  # a stop made its final commit already
             self.commits.in_callback(parts)
-        rows = self.cache.control.partitions
+        rows = self.cache.control.partition_rows
         for p in parts:
-            rows[p, C.P_ASSIGNED] = rows[p, C.P_OWNER] = rows[p, C.P_CAUGHT_UP] = 0
+            rows.release(p)
             self.assigned.pop(p, None)
 
     def on_revoke(self, consumer, tps) -> None:
@@ -276,17 +267,14 @@ class Assignment:
 
     def clear_rows(self) -> None:
         """At the supervisor's stop: no partition of the cache is assigned any more."""
-        rows = self.cache.control.partitions
+        rows = self.cache.control.partition_rows
         for p in list(self.assigned):
-            rows[p, C.P_ASSIGNED] = rows[p, C.P_OWNER] = 0
+            rows.unassign(p)
 
     def reassign(self, w) -> None:
         """A restarted worker gets its partitions back, from their applied offsets, each with
         a new generation."""
-        rows = self.cache.control.partitions
-        items = []
-        for p in sorted(w.partitions):
-            rows[p, C.P_GENERATION] += 1
-            items.append((p, int(rows[p, C.P_APPLIED]), int(rows[p, C.P_GENERATION])))
+        rows = self.cache.control.partition_rows
+        items = [(p, *rows.reassign(p)) for p in sorted(w.partitions)]
         if items:
             w.tell(("assign", items))  # read once it is up; the supervisor's loop goes on meanwhile

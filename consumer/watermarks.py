@@ -33,7 +33,6 @@ import time
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer.admin_poll import AdminLook
 from shmcache.consumer.worker_handle import WorkerState
-from shmcache.engine import control_layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -53,22 +52,19 @@ class WatermarkWatch:
     def restarting(self, parts) -> None:
         """A restarted worker is about to get these partitions back (before it is told)."""
         now = time.monotonic()
-        rows = self.control.partitions
+        rows = self.control.partition_rows
         for p in parts:
-            row = rows[p]
-            row[C.P_LATEST] = max(row[C.P_LATEST], row[C.P_HIGH_WATERMARK])
-            row[C.P_HIGH_WATERMARK] = -1
-            row[C.P_CAUGHT_UP] = 0
+            rows.worker_restarting(p)
             self.restarted[p] = now
         self.next = 0.0  # look at once
 
     def tick(self, assigned: dict[int, int], workers: list, broker_down: bool) -> None:
         """The supervisor's loop, after its workers' checks: `assigned` is partition -> worker index."""
         now = time.monotonic()
-        rows = self.control.partitions
+        rows = self.control.partition_rows
         for p, i in assigned.items():
-            if workers[i].state is WorkerState.BACKING_OFF and rows[p, C.P_CAUGHT_UP]:
-                rows[p, C.P_CAUGHT_UP] = 0  # lost with its worker: applied up to the end no more
+            if workers[i].state is WorkerState.BACKING_OFF:
+                rows.worker_lost(p)  # applied up to the end no more
         for p in [p for p in self.restarted if p not in assigned]:
             del self.restarted[p]  # revoked: a new assignment sets its own target
         if self.look.out:
@@ -99,7 +95,7 @@ class WatermarkWatch:
 
     def _answered(self, asked: float, futures: dict, assigned: dict[int, int], workers: list) -> None:
         """`futures`: the answered ones (AdminLook.answers) of a look asked at `asked` (monotonic)."""
-        rows = self.control.partitions
+        rows = self.control.partition_rows
         for p, fut in futures.items():
             hi = -1
             with self.look.failing(f"high watermark of partition {p}"):
@@ -109,19 +105,16 @@ class WatermarkWatch:
                 continue
             if p not in assigned:
                 continue
-            row, w = rows[p], workers[assigned[p]]
+            w = workers[assigned[p]]
             since = self.restarted.get(p)
             if since is not None and asked < since:
                 continue  # asked before the restart: no target for the new worker
-            if since is None and not row[C.P_CAUGHT_UP] and w.state is WorkerState.UP:
+            if since is None and not rows.caught_up(p) and w.state is WorkerState.UP:
                 continue  # catching up under a live worker: its assignment's target stays
-            if hi > row[C.P_HIGH_WATERMARK]:
-                row[C.P_HIGH_WATERMARK] = hi
+            rows.raise_target(p, hi)
             if since is None or w.state is not WorkerState.UP:
                 continue
-            if not row[C.P_CAUGHT_UP] and 0 <= row[C.P_HIGH_WATERMARK] <= row[C.P_APPLIED]:
-                row[C.P_CAUGHT_UP] = 1
-                log.info("partition %d caught up again at offset %d after its worker's restart", p,
-                         int(row[C.P_APPLIED]))
-            if row[C.P_CAUGHT_UP]:
+            if rows.confirm_caught_up(p):
+                log.info("partition %d caught up again at offset %d after its worker's restart", p, rows.applied(p))
+            if rows.caught_up(p):
                 del self.restarted[p]

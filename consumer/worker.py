@@ -2,8 +2,8 @@
 
 A worker is a plain Kafka consumer with `incremental_assign()` at the offsets the
 supervisor gives it; it has no group membership and never commits. Each
-`consume()` batch is decoded and applied inline (no queues, no threads: the
-Teranode lesson), then each partition's applied offset (the next offset to
+`consume()` batch is decoded and applied inline (no queue or thread between the
+fetch and the apply), then each partition's applied offset (the next offset to
 apply) is published in the segment. Only after that may the supervisor commit it.
 Beside it goes the partition's newest high watermark, which every fetch response
 carries and librdkafka keeps (get_watermark_offsets(cached=True), no broker round
@@ -13,9 +13,8 @@ While the broker is away a worker keeps its partitions and librdkafka reconnects
 Flow control (`max_rate`): past its budget for the current second a worker
 pauses all its partitions and resumes them when the next second starts.
 Partitions assigned while paused are paused at once, and only partitions still
-owned are resumed (a resume that forgets a partition, or a pause that outlives
-its reason, stops a partition for good:
-seeds/franz-go-partitions-stop-after-pause-resume.txt). librdkafka keeps a
+owned are resumed: a resume that forgets a partition, or a pause that outlives
+its reason, stops that partition for good, with no error. librdkafka keeps a
 partition's pause flag across unassign and a later assign, so a partition
 dropped while paused is resumed before it is unassigned: otherwise it would
 come back paused, after the resume that was due, and never be fetched again.
@@ -43,7 +42,6 @@ from shmcache.consumer import forkserver, lock_wait, log_replaced
 from shmcache.formats import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
-from shmcache.engine import control_layout as C
 from shmcache.engine.table import open_writer  # imported here: the fork server preloads it for every worker
 from shmcache.ipc import liveness
 
@@ -59,13 +57,12 @@ class Worker:
         self.conn = conn
         self.parent = os.getppid()  # the fork server, which lives while the supervisor or a worker does
         self.cache = open_writer(cfg.name)
-        self.rows = self.cache.control.partitions
-        self.me = self.cache.control.workers[index]
+        self.rows = self.cache.control.partition_rows
+        self.me = self.cache.control.worker_row(index)
         self.cache.on_wait = lock_wait.LockWait(index, self.me, self.parent)  # beats while a live writer's lock holds it
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
-        self.me[C.K_HEARTBEAT] = time.monotonic_ns()  # first: a row that names this process is never seen stale
-        self.me[C.K_OWNER] = liveness.owner_word()
+        self.me.claim(liveness.owner_word())
         # group.id only because librdkafka wants one; assign() never joins the group
         # librdkafka's log and errors go to debug: the supervisor reports the broker's state
         self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker",
@@ -123,7 +120,7 @@ class Worker:
             self.consumer.incremental_unassign(tps)
         for p in mine:
             del self.owned[p], self.next[p]
-        return {p: int(self.rows[p, C.P_APPLIED]) for p in mine}
+        return {p: self.rows.applied(p) for p in mine}
 
     def _cmd_revoke(self, parts) -> None:
         paused = bool(self.paused_until)  # flow control had them paused: the case _drop's resume is for
@@ -159,12 +156,12 @@ class Worker:
                         self._apply(msgs)
                     self._publish()
                     self._flow_control()
-                self.me[C.K_HEARTBEAT] = time.monotonic_ns()
+                self.me.beat()
                 prof.mark("publish")
         finally:
             prof.report(self.index)
             self.consumer.close()
-            self.me[C.K_OWNER] = 0
+            self.me.release()
             del self.me, self.rows  # views of the mapping
             self.cache.close()
 
@@ -200,19 +197,19 @@ class Worker:
         found = log_replaced.jumps(fetched, self.next)
         if found:  # a retention gap is flagged before what came after it is applied and published
             log_replaced.note_gaps(self.consumer, self.cache, self.cfg.topic, found,
-                                   lambda p: self.rows[p, C.P_GENERATION] == self.owned.get(p), self.index)
+                                   lambda p: self.rows.generation(p) == self.owned.get(p), self.index)
         good, replaced = log_replaced.split(fetched, self.next)
         if good:
             if self.cfg.format == "kv":
                 self._apply_kv(good)
             else:
                 self._apply_wire_batch(good)
-            self.me[C.K_MESSAGES] += len(good)
+            self.me.count_messages(len(good))
             self.prof.messages += len(good)
             self.prof.batches += 1
         for p, offset in replaced.items():
-            current = self.rows[p, C.P_GENERATION] == self.owned[p]
-            self.next[p] = log_replaced.start_over(self.consumer, self.cfg.topic, self.rows[p], p, offset,
+            current = self.rows.generation(p) == self.owned[p]
+            self.next[p] = log_replaced.start_over(self.consumer, self.cfg.topic, self.rows, p, offset,
                                                    self.next[p], current, bool(self.paused_until), self.index)
 
     def _apply_wire_batch(self, msgs) -> None:
@@ -225,7 +222,7 @@ class Worker:
             for m in msgs:
                 self._apply_wire(m)
             return
-        self.me[C.K_UNKNOWN] += batch.unknown_actions
+        self.me.count_unknown(batch.unknown_actions)
         self.prof.mark("decode")
         self._apply_batch(batch)
         self.prof.mark("apply")
@@ -234,10 +231,10 @@ class Worker:
         value = m.value()
         batch = wire.decode(value if value is not None else b"", max_value=self.cache.max_value)
         if batch.error is not None:
-            self.me[C.K_MALFORMED] += 1
+            self.me.count_malformed()
             log.warning("malformed message %s [%d] @ %d: %s; applied the %d entries before the damage",
                         m.topic(), m.partition(), m.offset(), batch.error, len(batch.actions))
-        self.me[C.K_UNKNOWN] += batch.unknown_actions
+        self.me.count_unknown(batch.unknown_actions)
         self.prof.mark("decode")
         self._apply_batch(batch)
         self.prof.mark("apply")
@@ -247,7 +244,7 @@ class Worker:
                                key_size=self.cfg.key_size, max_value=self.cache.max_value)
         for i in batch.skipped.tolist():  # an ndarray: `or ()` on it raised for any size but 1
             m = msgs[i]
-            self.me[C.K_MALFORMED] += 1
+            self.me.count_malformed()
             log.warning("malformed message %s [%d] @ %d: key of %s bytes or value over %d bytes; skipped",
                         m.topic(), m.partition(), m.offset(), len(m.key() or b""), self.cache.max_value)
         self.prof.mark("decode")
@@ -259,8 +256,7 @@ class Worker:
         if n:
             apply_batch(self.cache, batch)
             deletes = int(np.count_nonzero(batch.actions == wire.DELETE))
-            self.me[C.K_DELETES] += deletes
-            self.me[C.K_ADDS] += n - deletes
+            self.me.count_entries(n - deletes, deletes)
             self.window_entries += n
             self.prof.entries += n
 
@@ -269,24 +265,18 @@ class Worker:
         and the newest high watermark its fetches brought (for lag; never below the position)."""
         from confluent_kafka import KafkaException, TopicPartition
 
+        rows = self.rows
         tps = self.consumer.position([TopicPartition(self.cfg.topic, p) for p in self.owned])
         for tp in tps:
             p, pos = tp.partition, tp.offset
-            if pos < 0 or self.rows[p, C.P_GENERATION] != self.owned.get(p):
+            if pos < 0 or rows.generation(p) != self.owned.get(p):
                 continue  # nothing fetched yet, or the partition was given to someone else
-            row = self.rows[p]
-            if pos > row[C.P_APPLIED]:
-                row[C.P_APPLIED] = pos
             try:
                 _, hi = self.consumer.get_watermark_offsets(tp, cached=True)  # -1001 until a fetch brought one
             except KafkaException:
                 hi = -1
-            latest = max(hi, int(row[C.P_APPLIED]))
-            if latest > row[C.P_LATEST]:
-                row[C.P_LATEST] = latest
-            if 0 <= row[C.P_HIGH_WATERMARK] <= row[C.P_APPLIED] and not row[C.P_CAUGHT_UP]:
-                row[C.P_CAUGHT_UP] = 1
-                log.info("partition %d caught up at offset %d", p, int(row[C.P_APPLIED]))
+            if rows.publish(p, pos, hi):
+                log.info("partition %d caught up at offset %d", p, rows.applied(p))
 
 
 def apply_batch(cache, batch) -> None:

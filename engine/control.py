@@ -1,32 +1,25 @@
 """The segment's control area, as a public model: how a cache is being kept filled.
 
-The words are engine/layout.py's (the one contract): header words H_* (topic,
-supervisor, its counters, the broker's state, the consumer group), a row per worker
-(K_*) and a row per partition (P_*). Every handle has one: `handle.control`, a
-ControlView (read-only on a Reader's PROT_READ mapping) or, on a Writer, a
-ControlArea, which adds the writes the supervisor and the workers make. Nothing
-else reads or writes these words.
+The words are engine/control_layout.py's (and the topic's, engine/layout.py's): header
+words H_* (topic, supervisor, its counters, the broker's state, the consumer group), a
+row per worker (K_*) and a row per partition (P_*). Every handle has one:
+`handle.control`, a ControlView (read-only on a Reader's PROT_READ mapping) or, on a
+Writer, a ControlArea, which adds the writes the supervisor and the workers make.
+Nothing else writes these words.
 
     view.partitions    (MAX_PARTITIONS, ROW_WORDS) int64 rows, word P_* of partition p
     view.workers       (MAX_WORKERS, ROW_WORDS) int64 rows, word K_* of worker i
     view.topic, view.npartitions, view.supervisor, view.broker_state, view.counters()
     view.status(), view.wait_ready(timeout)
+    area.partition_rows, area.worker_row(i)   the rows' writes (engine/control_rows.py)
 
 Who writes what (one writer per word, so no locks are needed):
 - the supervisor: topic and partition count, its own counters (commits, commit
   failures, rebalances, lost partitions, stale workers killed), start time,
-  heartbeat, metrics port, the bound on a worker's heartbeat, the broker's state and
-  the group words; per partition the readiness target (the high watermark at
-  assignment, raised by its own looks while the worker cannot be trusted:
-  consumer/watermarks.py), owner, assigned flag, generation, committed offset and the
-  latest watermark at assignment; a worker row's start count;
-- the owning worker: its partitions' applied offset, caught-up flag and, after
-  each batch, latest watermark (the high watermark of its last fetch), and its
-  own row (owner word, heartbeat, counters); and a partition's high watermark
-  when it finds the partition's log replaced under it (consumer/log_replaced.py:
-  the new log's is the readiness target then). A partition's caught-up flag is the
-  supervisor's while no live worker has it: cleared when its worker is lost, set again
-  when a look after the restart finds it applied up to the high watermark;
+  heartbeat, metrics port, the bound on a worker's heartbeat, the broker's state, the
+  group words and its handles on the workers; its writes to the rows are
+  engine/control_rows.py's;
+- the workers: their rows and their partitions' progress (engine/control_rows.py);
 - both, by compare-and-swap: the retention-gap words (H_GAP_BITS, H_GAP_OFFSETS), set by
   the supervisor at assignment and by a worker whose fetch jumped past the log start.
 Readers (status, wait_ready, metrics, top) only read. Values are published with
@@ -44,9 +37,10 @@ import time
 
 import numpy as np
 
-from shmcache.engine import control_status
 from shmcache.engine import control_layout as C
+from shmcache.engine import control_status
 from shmcache.engine import layout as L
+from shmcache.engine.control_rows import PartitionRows, WorkerRow
 from shmcache.engine.control_status import NO_GROUP, STALE_HEARTBEAT_S
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word
@@ -84,7 +78,7 @@ class ControlView:
         self._h = self.workers = self.partitions = self.writers = self._intact = None
 
     def word(self, h: int) -> int:
-        """Header word h (an L.H_* index) as it stands."""
+        """Header word h (a control_layout or layout H_* index) as it stands."""
         return int(self._h[h])
 
     def _bytes(self, word: int, n: int) -> np.ndarray:
@@ -114,7 +108,7 @@ class ControlView:
 
     @property
     def broker_state(self) -> int:
-        """L.BROKER_*: the broker's state as the supervisor sees it."""
+        """C.BROKER_*: the broker's state as the supervisor sees it."""
         return int(self._h[C.H_BROKER_STATE])
 
     def counters(self) -> dict:
@@ -226,13 +220,29 @@ class ControlView:
 
 class ControlArea(ControlView):
     """The control area of a Writer's mapping: the view plus the writes of the supervisor
-    and the workers. `partitions` and `workers` are writable rows (each word has one
-    writer: see the module's docstring)."""
+    and the workers; the rows' writes are `partition_rows` and `worker_row(i)`
+    (engine/control_rows.py). Each word has one writer: see the module's docstring."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.partition_rows = PartitionRows(self.partitions)
+
+    def release(self) -> None:
+        self.partition_rows.detach()
+        super().release()
+
+    def worker_row(self, i: int) -> WorkerRow:
+        """Worker i's row (a view of the mapping: dropped before the handle closes)."""
+        return WorkerRow(self.workers[i])
+
+    def clear_workers(self) -> None:
+        """A supervisor starts: no worker rows (owners, heartbeats, counters) from the last one."""
+        self.workers[:] = 0
 
     def set_word(self, h: int, value: int) -> None:
-        """Set header word h (an L.H_* index the supervisor owns: H_SUPERVISOR, H_METRICS_PORT,
-        H_ASSIGNING, H_BROKER_STATE, H_BROKER_SINCE, H_COMMIT_PENDING_SINCE, H_WIRE_FORMAT, H_RESTORE_STATE and the
-        H_SNAPSHOT_* words)."""
+        """Set header word h (a C.H_* index the supervisor owns: H_SUPERVISOR, H_METRICS_PORT,
+        H_BROKER_STATE, H_BROKER_SINCE, H_WIRE_FORMAT, the H_RESTORE_* and H_SNAPSHOT_* words;
+        H_ASSIGNING and H_COMMIT_PENDING_SINCE through set_assigning and set_commit_pending)."""
         self._h[h] = value
 
     def beat(self) -> None:
@@ -328,20 +338,19 @@ class ControlArea(ControlView):
 
     def reset_partitions(self) -> None:
         """A new topic for this segment: forget progress made on another topic."""
-        rows = self.partitions
-        rows[:] = 0
-        rows[:, [C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_COMMITTED, C.P_LATEST]] = -1
+        self.partition_rows.reset()
 
     def disown_partitions(self) -> None:
-        """A supervisor starts: nothing the last one assigned is assigned now (DESIGN invariant 10).
+        """A supervisor starts: nothing the last one assigned is assigned now (PartitionRows.disown_all)."""
+        self.partition_rows.disown_all()
 
-        Only the applied offsets stay (they say what the table holds). The generation moves on,
-        so a worker of a dead supervisor that is still finishing a batch publishes nothing more,
-        and the readiness target is unknown until this supervisor assigns the partition again."""
-        rows = self.partitions
-        rows[:, [C.P_ASSIGNED, C.P_OWNER, C.P_CAUGHT_UP]] = 0
-        rows[:, C.P_HIGH_WATERMARK] = -1
-        rows[:, C.P_GENERATION] += 1
+    def set_assigning(self, on: bool) -> None:
+        """An assignment is being published (rows half-written) or no longer: not ready meanwhile."""
+        self._h[C.H_ASSIGNING] = int(on)
+
+    def set_commit_pending(self, since_ns: int) -> None:
+        """The supervisor's commit in flight was sent at `since_ns` (the age clock); 0: none in flight."""
+        self._h[C.H_COMMIT_PENDING_SINCE] = since_ns
 
     def set_lookup_failure(self, text: str, since_ns: int) -> None:
         """Publish a failing look-up (`text`, cut to fit at a character's boundary) failing
