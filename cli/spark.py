@@ -89,11 +89,12 @@ def _print(a, title: str, d: dict) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=title, show_header=False)
+    t = Table(title=Text(title), show_header=False)  # paths and names are the user's: Text, never markup
     for k, v in d.items():
         t.add_row(k, f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else
-                  f"{v:.2f}" if isinstance(v, float) else str(v))
+                  f"{v:.2f}" if isinstance(v, float) else Text(str(v)))
     Console().print(t)
 
 
@@ -155,11 +156,12 @@ def _audit(a) -> int:
 def _print_audit(r) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from shmcache.spark.audit import STATUSES
 
     con = Console()
-    t = Table(title=f"audit {r.source} against cache {r.cache!r} ({r.seconds:.1f} s)")
+    t = Table(title=Text(f"audit {r.source} against cache {r.cache!r} ({r.seconds:.1f} s)"))
     t.add_column("status")
     t.add_column("rows", justify="right")
     t.add_column("share", justify="right")
