@@ -41,58 +41,55 @@ def _element_pointer(context, builder, arrty, arr, idxty, idx):
     return cgutils.get_item_pointer(context, builder, arrty, ary, [i], wraparound=False)
 
 
-@intrinsic
-def cas(typingctx, arr, idx, expected, desired):
-    """Compare-and-swap arr[idx]: returns the value seen (== expected on success)."""
-    _check_array(arr, writable=True, who="cas")
-    sig = types.int64(arr, idx, types.int64, types.int64)
+def _on_element(who: str, arr, idx, returns, operands: int, emit, *, writable: bool = True):
+    """The typing of an intrinsic `who(arr, idx, *operands)` on arr[idx]: the array checked
+    (_check_array), the operands int64, the result of type `returns`; its code is
+    `emit(context, builder, ptr, *operands)` on the element's address."""
+    _check_array(arr, writable=writable, who=who)
+    sig = returns(arr, idx, *[types.int64] * operands)
 
     def codegen(context, builder, sig, args):
         ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        res = builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst")
-        return builder.extract_value(res, 0)
+        return emit(context, builder, ptr, *args[2:])
 
     return sig, codegen
+
+
+@intrinsic
+def cas(typingctx, arr, idx, expected, desired):
+    """Compare-and-swap arr[idx]: returns the value seen (== expected on success)."""
+    def emit(context, builder, ptr, expected, desired):
+        return builder.extract_value(builder.cmpxchg(ptr, expected, desired, "seq_cst", "seq_cst"), 0)
+
+    return _on_element("cas", arr, idx, types.int64, 2, emit)
 
 
 @intrinsic
 def fetch_add(typingctx, arr, idx, delta):
     """Atomically add delta to arr[idx]; returns the previous value."""
-    _check_array(arr, writable=True, who="fetch_add")
-    sig = types.int64(arr, idx, types.int64)
+    def emit(context, builder, ptr, delta):
+        return builder.atomic_rmw("add", ptr, delta, "seq_cst")
 
-    def codegen(context, builder, sig, args):
-        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
-
-    return sig, codegen
+    return _on_element("fetch_add", arr, idx, types.int64, 1, emit)
 
 
 @intrinsic
 def load_acquire(typingctx, arr, idx):
     """arr[idx] with acquire ordering: later loads cannot move before it."""
-    _check_array(arr, writable=False, who="load_acquire")
-    sig = types.int64(arr, idx)
-
-    def codegen(context, builder, sig, args):
-        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+    def emit(context, builder, ptr):
         return builder.load_atomic(ptr, "acquire", 8)
 
-    return sig, codegen
+    return _on_element("load_acquire", arr, idx, types.int64, 0, emit, writable=False)
 
 
 @intrinsic
 def store_release(typingctx, arr, idx, value):
     """arr[idx] = value with release ordering: earlier stores cannot move after it."""
-    _check_array(arr, writable=True, who="store_release")
-    sig = types.void(arr, idx, types.int64)
-
-    def codegen(context, builder, sig, args):
-        ptr = _element_pointer(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        builder.store_atomic(args[2], ptr, "release", 8)
+    def emit(context, builder, ptr, value):
+        builder.store_atomic(value, ptr, "release", 8)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return _on_element("store_release", arr, idx, types.void, 1, emit)
 
 
 def _fence(ordering: str, name: str, doc: str):
