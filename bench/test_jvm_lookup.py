@@ -2,17 +2,22 @@
 Catalyst expression (shmcache_get: a StaticInvoke compiled into the stage's generated
 code), the same lookup as a Java UDF (spark.udf.registerJavaFunction), today's Python
 lookup (mapInArrow) and a no-op of the same shape (the lookup replaced by constant
-columns of its output types). Each way is one action consuming every row: count(found)
-and sum(length(value)) over Q = 10 * N keys (all hits, each key 10 times in a scattered
-order) against N entries; rounds are interleaved, the order rotating, and each way's
-median rows/s and ratio to the no-op's are reported.
+columns of its output types); and with decode="txmeta", the lookup and the decoding both
+in the JVM (shmcache_txmeta), the JVM lookup with the decoding in a Python worker (what
+engine="jvm" did before shmcache_txmeta: a mapInArrow over the values, kept here as
+`_decoder`), and the Python engine. Each way is one action consuming every row:
+count(found) and sum(length(value)) (and sum(fee), sum(size(parents)) where decoded) over
+Q = 10 * N keys (all hits, each key 10 times in a scattered order) against N entries;
+rounds are interleaved, the order rotating, and each way's median rows/s and ratio to
+the no-op's are reported.
 
     SHMCACHE_SPARK_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_jvm_lookup.py -p no:cacheprovider -s
     CI=true .venv/bin/python -m pytest bench/test_jvm_lookup.py -p no:cacheprovider     # smoke, N = 20,000
 
 N: SHMCACHE_SPARK_BENCH_N, else SHMCACHE_BENCH_N (scripts/test's smoke size), else 20,000
 under CI=true, else 1,000,000; rounds: SHMCACHE_SPARK_BENCH_ROUNDS (3). Asserted: every
-way returns every row, and the lookups find every key with the cache's bytes; never speed.
+way returns every row, the lookups find every key with the cache's bytes, and the decoding
+ways the records' fees and parents; never speed.
 Skipped where the shmcache JVM jar is not built.
 """
 
@@ -38,7 +43,9 @@ N = next((int(os.environ[v].replace("_", "")) for v in ("SHMCACHE_SPARK_BENCH_N"
           if os.environ.get(v)), 20_000 if CI else 1_000_000)
 ROUNDS = int(os.environ.get("SHMCACHE_SPARK_BENCH_ROUNDS", "3"))
 WAYS = [("noop", "no-op: constant found + value columns"), ("expr", "JVM: Catalyst expression (shmcache_get)"),
-        ("udf", "JVM: Java UDF"), ("python", "Python: mapInArrow lookup")]
+        ("udf", "JVM: Java UDF"), ("python", "Python: mapInArrow lookup"),
+        ("expr-txmeta", "txmeta, JVM lookup + JVM decode"), ("expr-pydecode", "txmeta, JVM lookup + Python-worker decode"),
+        ("python-txmeta", "txmeta, Python: mapInArrow lookup + decode")]
 RESULTS: dict[str, list[float]] = {}
 pytestmark = [pytest.mark.skipif(_session.jvm_jar(required=False) is None, reason="the shmcache JVM jar is not built"),
               pytest.mark.timeout(900 + N // 1000)]
@@ -66,7 +73,9 @@ def setup():
         q = spark.createDataFrame(pa.table({"tx_hash": pa.array([keys[i].tobytes() for i in order], pa.binary())}))
         q = q.repartition(2).persist()
         assert q.count() == REPEAT * N
-        total = int(np.diff(offsets)[order].sum())
+        meta = txmeta.decode(offsets, data)
+        total = (int(np.diff(offsets)[order].sum()), int(meta.fee[order].astype(np.int64).sum()),
+                 int(np.diff(meta.parent_offsets)[order].sum()))
         yield spark, q, name, total, F
     finally:
         if q is not None:
@@ -77,8 +86,49 @@ def setup():
         shmcache.destroy(name, force=True)
 
 
+def _decoder(value_col: str):
+    """mapInArrow's function of the JVM lookup's decode="txmeta" before shmcache_txmeta: the
+    txmeta columns decoded in a Python worker from the value column's buffers. Nested, so
+    that it is pickled by value (the worker cannot import this module)."""
+    def decode_batches(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        from shmcache.formats import txmeta
+
+        for batch in batches:
+            values = batch.column(value_col)
+            n = len(values)
+            found = ~values.is_null().to_numpy(zero_copy_only=False) if n else np.zeros(0, np.bool_)
+            bufs = values.buffers()
+            width = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+            offsets = np.frombuffer(bufs[1], width, n + 1, values.offset * np.dtype(width).itemsize).astype(np.int64) \
+                if n else np.zeros(1, np.int64)
+            data = np.frombuffer(bufs[2], np.uint8) if n and bufs[2] is not None else np.zeros(0, np.uint8)
+            fields = txmeta.to_arrow(txmeta.decode(offsets, data, found))
+            yield pa.RecordBatch.from_arrays(batch.columns + list(fields.values()),
+                                             names=batch.schema.names + list(fields))
+
+    return decode_batches
+
+
 def _run(way, spark, q, name, F):
+    from pyspark.sql.types import StructType
+
+    from shmcache.spark._lookup import decoded_fields
+
     lit_value = F.lit(b"\0" * 100)
+    if way == "expr-txmeta":
+        out = lookup(q, cache=name, decode="txmeta", engine="jvm")
+    elif way == "python-txmeta":
+        out = lookup(q, cache=name, decode="txmeta", engine="python")
+    elif way == "expr-pydecode":
+        staged = lookup(q, cache=name, engine="jvm")
+        out = staged.mapInArrow(_decoder("value"), StructType(list(staged.schema.fields) + decoded_fields()))
+    if way.endswith("txmeta") or way.endswith("pydecode"):
+        r = out.agg(F.count(F.when(F.col("found"), 1)).alias("n"), F.sum(F.length("value")).alias("b"),
+                    F.sum("fee").alias("fee"), F.sum(F.size("parents")).alias("parents")).collect()[0]
+        return r.n, (r.b, r.fee, r.parents)
     if way == "noop":
         out = q.select("tx_hash", F.lit(True).alias("found"), lit_value.alias("value"))
     elif way == "expr":
@@ -90,7 +140,7 @@ def _run(way, spark, q, name, F):
     else:
         out = lookup(q, cache=name, engine="python")
     r = out.agg(F.count(F.when(F.col("found"), 1)).alias("n"), F.sum(F.length("value")).alias("b")).collect()[0]
-    return r.n, r.b
+    return r.n, (r.b,)
 
 
 def test_jvm_lookup_against_python_and_a_noop(setup):
@@ -104,6 +154,8 @@ def test_jvm_lookup_against_python_and_a_noop(setup):
             RESULTS.setdefault(way, []).append(REPEAT * N / (time.perf_counter() - t0))
             assert n == REPEAT * N
             if way != "noop":
+                assert b[0] == total[0], way
+            if "txmeta" in way or "pydecode" in way:
                 assert b == total, way
     noop = statistics.median(RESULTS["noop"])
     print(f"\nJVM lookup bench: {REPEAT * N:,} keys against {N:,} entries, local[2], {ROUNDS} interleaved rounds, "
