@@ -8,9 +8,13 @@
     enriched = lookup(hashes.select(F.col("value").alias("tx_hash")), cache="txmeta", decode="txmeta")
     enriched.writeStream.format("parquet").option("checkpointLocation", ...).start(path)
 
-`lookup` needs nothing special: it is a `mapInArrow`, which Spark runs on each
-micro-batch of a streaming DataFrame as on a batch one (each executor reads its own
-machine's cache).
+`lookup` needs nothing special: Spark runs its plan on each micro-batch of a streaming
+DataFrame as on a batch one (each executor reads its own machine's cache). Its default
+engine is the JVM one whenever the session loads the shmcache jar (session() puts it on
+spark.jars, which Spark ships to the executors): the keys are looked up (and with
+decode="txmeta" decoded) by the Spark SQL functions of the jar inside the micro-batch's
+generated code, with no Python worker. Without the jar it is the Python engine's
+`mapInArrow`. The same rows either way (tests/spark/test_jvm_lookup.py).
 
 `publish_stream` reads txmeta rows (the Parquet schema of txmeta.table_schema) from a
 directory that files arrive in, or from any streaming DataFrame with those columns

@@ -6,9 +6,10 @@
   topic then holds every row exactly where the batch publish puts it, and a real
   `shmcache run` fills a cache equal to the source;
 - `lookup` on a stream: tx hashes read by Spark's Kafka source (several micro-batches
-  of at most 400), enriched from that cache, written to a Parquet sink with a
-  checkpoint; stopped, more hashes produced, restarted from the checkpoint: the output
-  holds every hash once, found exactly when it is in the source, with its fields."""
+  of at most 400), enriched from that cache (by the JVM engine where the jar is built),
+  written to a Parquet sink with a checkpoint; stopped, more hashes produced, restarted
+  from the checkpoint: the output holds every hash once, found exactly when it is in the
+  source, with its fields."""
 
 import os
 import shutil
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shmcache.formats import partitioners, txmeta, wire
-from shmcache.spark import datagen, lookup, streaming
+from shmcache.spark import _session, datagen, lookup, streaming
 
 # tests/consumer's, put on sys.path by conftest
 from _topic_model import KafkaProbe, check_table
@@ -119,7 +120,12 @@ def test_streaming_publish_and_lookup_restart_from_checkpoint(spark, harness, ka
                   .option("subscribe", hashes_topic).option("startingOffsets", "earliest")
                   .option("maxOffsetsPerTrigger", 400).load()
                   .select(F.col("value").alias("tx_hash"), F.col("offset")))
-        q = (lookup(stream, cache=name, decode="txmeta").writeStream.format("parquet")
+        enriched = lookup(stream, cache=name, decode="txmeta")
+        # the JVM engine where the jar is built: the micro-batches' plan calls the jar's Lookups, no mapInArrow
+        plan = enriched._jdf.queryExecution().analyzed().toString()
+        jvm = _session.jvm_jar(required=False) is not None
+        assert ("io.shmcache.spark.Lookups" in plan) == jvm and ("MapInArrow" in plan) != jvm, plan
+        q = (enriched.writeStream.format("parquet")
              .option("checkpointLocation", str(ck2)).trigger(availableNow=True).start(str(out)))
         q.awaitTermination(600)
         return q
