@@ -3,8 +3,9 @@
 engine/layout.py is the table's contract (geometry, the writers' rows, buckets, records,
 and the topic name and partition count that an attach checks). This module names the
 rest of the segment's shared words, which the supervisor and its workers write through
-engine/control.py and engine/control_rows.py alone, and which status(), `shmcache top`,
-the metrics endpoint and the Go and Java readers read:
+engine/control.py and engine/control_rows.py alone (and a restore, engine/snapshot.py,
+its offsets and the restore words), and which status(), `shmcache top`, the metrics
+endpoint and the Go and Java readers read:
 
 - header words H_* (indices into the header's int64 words, in index order below);
 - a row per worker, K_* (word index within the row of worker i, in layout's workers

@@ -130,7 +130,7 @@ def status(view) -> dict:
     """Readiness and progress, from shared memory alone (no broker round trip)."""
     word = view.word
     damaged: list[str] = []
-    nparts = word(L.H_PARTITIONS)
+    nparts = view.npartitions
     if not 0 <= nparts <= L.MAX_PARTITIONS:
         damaged.append(f"partition count {nparts} (should be 0..{L.MAX_PARTITIONS})")
         nparts = 0
@@ -139,7 +139,7 @@ def status(view) -> dict:
         damaged.append(f"topic length {tlen} (should be 0..{L.TOPIC_MAX})")
     now = time.time_ns()  # for the snapshot words: times of day
     age_now = view.age_now_ns()  # for the heartbeats and the waits (C.H_AGE_CLOCK)
-    sup = word(C.H_SUPERVISOR)
+    sup = view.supervisor
     # An assignment is published row by row: read the rows between two looks at the
     # rebalance count and the assigning flag, and call nothing ready across a change.
     rebalances, assigning = word(C.H_REBALANCES), word(C.H_ASSIGNING)

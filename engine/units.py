@@ -31,7 +31,7 @@ def parse_bytes(value: int | str, *, what: str = "memory") -> int:
 
 
 def format_bytes(n: float) -> str:
-    """Bytes in the largest binary unit below 1024 of it: '512 B', '1.5 KiB', ... '2.0 TiB'."""
+    """Bytes in the largest binary unit that keeps the figure under 1024 (TiB at most): '512 B', '1.5 KiB'."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 _ORPHAN = """
 import sys
 import shmcache
-from shmcache.engine import layout as L
+from shmcache.engine import control_layout as C
 from shmcache.ipc import liveness
 w = shmcache.open(sys.argv[1])
 w.control.workers[0, C.K_OWNER] = liveness.owner_word()
