@@ -77,7 +77,7 @@ def open_cache(cfg):
             raise
     wait_for_orphans(cache)
     # (its topic and applied offsets change only once the topic is known to exist: adopt_topic)
-    cache.control.workers[:] = 0
+    cache.control.clear_workers()
     cache.control.reset_supervisor(accept_gaps=cfg.accept_gaps, worker_stale_s=cfg.worker_heartbeat_timeout)
     segment_id = identify_segment(cfg.name, cache)
     repaired = cache.repair_dead_locks()

@@ -129,7 +129,7 @@ class WorkerHandle:
             self.word = liveness.owner_word(proc.pid) if forked else 0
         except psutil.Error:  # gone already: check() sees it and the backoff applies
             self.word = 0
-        self.sup.cache.control.workers[self.index, C.K_STARTS] += 1
+        self.sup.cache.control.worker_row(self.index).count_start()
         self.state = WorkerState.STARTING
         self._publish()
         if forked:

@@ -174,6 +174,11 @@ class PartitionRows:
         row[C.P_ASSIGNED] = 0
         row[C.P_OWNER] = 0
 
+    def restore_applied(self, offsets) -> None:
+        """A restored snapshot's applied offsets, partition by partition: where a supervisor
+        started on the restored cache resumes each partition."""
+        self._rows[:len(offsets), C.P_APPLIED] = offsets
+
     def forget_applied(self) -> None:
         """The topic was re-created: no partition has anything of the new log applied."""
         self._rows[:, C.P_APPLIED] = -1

@@ -34,6 +34,7 @@ engine/control_layout.py; this module gives only where its sections lie.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from shmcache.engine.units import format_bytes
 from shmcache.errors import CorruptCacheError, MemoryTooSmallError
@@ -123,6 +124,8 @@ _FIXED_SECTIONS = (
     NBUCKETS * ROW_WORDS * WORD,  # bucket meta
 )
 FIXED_BYTES = sum(_FIXED_SECTIONS)
+# where each section after the header starts (the index: right after the bucket meta)
+_SECTION_OFFSETS = tuple(accumulate(_FIXED_SECTIONS))
 
 
 def align(n: int, a: int) -> int:
@@ -149,25 +152,8 @@ class Geometry:
     def max_live(self) -> int:
         return self.slots * MAX_LOAD_NUM // MAX_LOAD_DEN
 
-    @property
-    def writers_off(self) -> int:
-        return PAGE
-
-    @property
-    def workers_off(self) -> int:
-        return self.writers_off + MAX_WRITERS * ROW_WORDS * WORD
-
-    @property
-    def partitions_off(self) -> int:
-        return self.workers_off + MAX_WORKERS * ROW_WORDS * WORD
-
-    @property
-    def meta_off(self) -> int:
-        return self.partitions_off + MAX_PARTITIONS * ROW_WORDS * WORD
-
-    @property
-    def index_off(self) -> int:
-        return self.meta_off + NBUCKETS * ROW_WORDS * WORD
+    # the fixed sections: the same in every segment
+    writers_off, workers_off, partitions_off, meta_off, index_off = _SECTION_OFFSETS
 
     @property
     def ring_off(self) -> int:

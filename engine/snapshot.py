@@ -343,7 +343,7 @@ def _publish(w, info: SnapshotInfo) -> None:
     supervisor started on it resumes each partition from there."""
     ctl = w.control
     ctl.reset_partitions()
-    ctl.partitions[:len(info.offsets), C.P_APPLIED] = info.offsets
+    ctl.partition_rows.restore_applied(info.offsets)
     ctl.set_topic(info.topic, len(info.offsets))
     ctl.set_topic_id(info.topic_id)  # the supervisor checks it against the topic's id now
     ctl.set_word(C.H_WIRE_FORMAT, C.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in C.WIRE_FORMATS else 0)
