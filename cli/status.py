@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shmcache.cli.args import attach, cache_arguments
-from shmcache.consumer import snapshots
+from shmcache.consumer import snapshot_policy
 from shmcache.engine.control_status import why
 
 HELP = "per-partition progress and readiness of a cache"
@@ -52,7 +52,7 @@ def run(a) -> int:
                   f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
                   "yes" if p["caught_up"] else f"no (worker {p['worker_down']})" if p.get("worker_down") else "no")
     console.print(t)
-    for what, value, _ in snapshots.summary_rows(st):
+    for what, value, _ in snapshot_policy.summary_rows(st):
         console.print(Text(f"{what}: {value}"))
     for line in group_lines(st):
         console.print(Text(line, style="bold red"))
@@ -105,4 +105,4 @@ def group_lines(st: dict) -> list[str]:
                    + (f" (+{len(st['unassigned']) - 32})" if len(st["unassigned"]) > 32 else ""))
     if st.get("damaged"):
         out.append("damaged control words: " + "; ".join(st["damaged"]))
-    return out + snapshots.warning_lines(st)
+    return out + snapshot_policy.warning_lines(st)

@@ -29,7 +29,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from shmcache.consumer import snapshots
+from shmcache.consumer import snapshot_policy
 from shmcache.engine.units import format_bytes
 
 MAX_PARTITION_ROWS = 32  # more partitions are summed up in one line
@@ -146,7 +146,7 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
         ("group members", "-" if st["group_members"] is None else f"{st['group_members']:,}", ""),
         ("rebalances", f"{st['rebalances']:,}", ""),
         ("partitions lost", f"{st['partitions_lost']:,}", ""),
-        *snapshots.summary_rows(st),
+        *snapshot_policy.summary_rows(st),
     ])
     parts = Table(title="partitions", title_justify="left")
     for col in ("partition", "worker", "applied", "latest", "lag", "committed", "caught up"):

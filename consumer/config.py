@@ -144,7 +144,7 @@ class RunConfig:
     snapshot_dir: str = setting("", "snapshot the cache here; restore the newest at start", metavar="DIR")
     snapshot_interval: float = setting(300.0, "seconds between snapshots (default {default})", metavar="SECONDS")
     snapshot_keep: int = setting(3, "snapshots kept (default {default})", metavar="K")
-    # it also runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/snapshots.py)
+    # it also runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/snapshot_policy.py)
     snapshot_rate: int | str = setting("128MiB", "bytes/s a periodic snapshot writes at most, e.g. 64MiB "
                                                  "(default {default}; 0 = unlimited)", metavar="BYTES")
     # a heartbeat is written once per loop: every 0.1 s idle, after every batch busy

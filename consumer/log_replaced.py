@@ -69,7 +69,7 @@ def gap_offsets(found: list[tuple[int, int]], log_start: int) -> int:
 
 def note_gaps(consumer, cache, topic: str, found: dict[int, list[tuple[int, int]]], current, index: int) -> None:
     """Flag the retention gaps among a batch's jumps (see jumps) as the supervisor flags one at
-    assignment (consumer/snapshots.py note_start), before the batch is applied and published:
+    assignment (consumer/snapshot_policy.py note_start), before the batch is applied and published:
     a reader never sees the partition caught up without the gap. `current(p)`: the partition
     is still this worker's."""
     from confluent_kafka import KafkaException, TopicPartition

@@ -133,9 +133,9 @@ class CacheCollector:
         yield counter("reader_hits", "Lookups that found their key, summed over reader processes.", s["reader_hits"])
         yield counter("reader_misses", "Lookups that did not, summed over reader processes.", s["reader_misses"])
         yield gauge("readers", "Reader processes attached now (that have looked up at least once).", s["readers"])
-        from shmcache.consumer import snapshots
+        from shmcache.consumer import snapshot_policy
 
-        yield from snapshots.metric_families(st, gauge, counter)
+        yield from snapshot_policy.metric_families(st, gauge, counter)
         if st["supervisor_started_s"]:
             yield gauge("supervisor_start_time_seconds", "Unix time the current supervisor started.",
                         st["supervisor_started_s"])

@@ -44,7 +44,7 @@ import time
 from typing import Callable
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import snapshots as snapshots_mod
+from shmcache.consumer import snapshot_policy
 from shmcache.consumer.start_offsets import LookUp
 from shmcache.consumer.topic_id import TopicIdentity
 from shmcache.consumer.worker_handle import request_all
@@ -191,7 +191,7 @@ class Assignment:
         start = have if have >= 0 else lo
         if committed >= 0:
             start = min(start, committed)
-        snapshots_mod.note_start(self.cache, self.cfg.topic, p, have, lo)  # a retention gap is flagged
+        snapshot_policy.note_start(self.cache, self.cfg.topic, p, have, lo)  # a retention gap is flagged
         return max(start, lo)  # older data is gone from the topic
 
     def watch_topic(self) -> None:

@@ -19,7 +19,7 @@ the budget has left:
               large cache takes minutes), waited for up to SNAPSHOT_WAIT_S of what is left;
               one still running after that (a write stuck on a hung disk) keeps the cache
               mapped until the process exits and there is no snapshot at this stop
-              (consumer/snapshots.py at_stop). Then a clean stop's own snapshot, at full
+              (consumer/snapshot_policy.py at_stop). Then a clean stop's own snapshot, at full
               speed: skipped once the budget is spent
 
 What a spent budget gives up, in this order: the snapshot (the previous ones stay), the

@@ -31,7 +31,7 @@ at once and waits for all of them against one deadline (drain_timeout); the whol
 stop (the drain, the final commit, leaving the group, closing the consumer, the
 snapshot) has one budget, stop_timeout, each phase given what is left
 (consumer/stop.py); a periodic snapshot being written gives up as the stop begins
-(consumer/snapshots.py stopping).
+(consumer/snapshot_policy.py stopping).
 
 What it publishes besides: its commits, commit failures, rebalances and lost
 partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
@@ -50,7 +50,7 @@ import time
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import commits as commits_mod
 from shmcache.consumer import forkserver
-from shmcache.consumer import snapshots as snapshots_mod
+from shmcache.consumer import snapshot_policy
 from shmcache.consumer import startup
 from shmcache.consumer import stop as stop_mod
 from shmcache.consumer.config import RunConfig
@@ -95,7 +95,7 @@ class Supervisor:
         self.exit_at_once = False
         self.group_watch = None
         self.watermarks = None  # consumer/watermarks.py WatermarkWatch, once the cache is open
-        self.snapshots = None  # snapshots_mod.SnapshotPolicy, made in run()
+        self.snapshots = None  # snapshot_policy.SnapshotPolicy, made in run()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class Supervisor:
         joined = False
         try:
             existed = table.exists(self.cfg.name)
-            self.snapshots = snapshots_mod.SnapshotPolicy(self.cfg)
+            self.snapshots = snapshot_policy.SnapshotPolicy(self.cfg)
             restored = None if existed else self.snapshots.restore_at_start()
             self.cache, self._segment_id = startup.open_cache(self.cfg)
             self.snapshots.opened(self.cache, restored is not None)
@@ -326,7 +326,7 @@ class Supervisor:
 
 
 def run(cfg: RunConfig) -> int:
-    snapshots_mod.check_dir(cfg.snapshot_dir)  # before anything starts: a ValueError naming it (exit 2 at the CLI)
+    snapshot_policy.check_dir(cfg.snapshot_dir)  # before anything starts: a ValueError naming it (exit 2 at the CLI)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     log.info("shmcache supervisor pid %d", os.getpid())

@@ -87,7 +87,7 @@ H_WORKER_HANDLES = 192  # words 192..255
 WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
 H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th other member holding it
 assert H_WORKER_HANDLES + MAX_WORKERS <= H_ELSEWHERE
-# Restores and snapshots (engine/snapshot.py, consumer/snapshots.py). These describe the
+# Restores and snapshots (engine/snapshot.py, consumer/snapshot_policy.py). These describe the
 # table's content, so they live as long as the segment (a supervisor's start does not zero them).
 H_RESTORE_STATE = 400  # RESTORE_* below
 RESTORE_NONE, RESTORE_RUNNING, RESTORE_DONE, RESTORE_NONE_VALID = 0, 1, 2, 3

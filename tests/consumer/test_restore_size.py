@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import shmcache
-from shmcache.consumer import snapshots as policy
+from shmcache.consumer import snapshot_policy as policy
 from shmcache.engine import snapshot as S
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

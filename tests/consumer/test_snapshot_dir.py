@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import shmcache
-from shmcache.consumer import snapshots as policy
+from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import snapshot as S
 

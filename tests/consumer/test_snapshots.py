@@ -1,5 +1,5 @@
 """Warm restart from snapshots, end to end: a real broker, real `shmcache run`,
-`shmcache snapshot` and `shmcache restore` processes (consumer/snapshots.py)."""
+`shmcache snapshot` and `shmcache restore` processes (consumer/snapshot_policy.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 import xxhash
 
 import shmcache
-from shmcache.consumer import snapshots as policy
+from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import control_layout as C
 from shmcache.engine import _snapshot_io as engine_io

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import shmcache
-from shmcache.consumer import snapshots as policy
+from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import control_layout as C
 from shmcache.engine import snapshot as S
