@@ -15,7 +15,8 @@ the no-op's are reported.
     CI=true .venv/bin/python -m pytest bench/test_jvm_lookup.py -p no:cacheprovider     # smoke, N = 20,000
 
 N: SHMCACHE_SPARK_BENCH_N, else SHMCACHE_BENCH_N (scripts/test's smoke size), else 20,000
-under CI=true, else 1,000,000; rounds: SHMCACHE_SPARK_BENCH_ROUNDS (3). Asserted: every
+under CI=true, else 1,000,000; rounds: SHMCACHE_SPARK_BENCH_ROUNDS (3); ways: all, or those
+named in SHMCACHE_SPARK_BENCH_WAYS (e.g. "expr,python"; the no-op always). Asserted: every
 way returns every row, the lookups find every key with the cache's bytes, and the decoding
 ways the records' fees and parents; never speed.
 Skipped where the shmcache JVM jar is not built.
@@ -42,10 +43,12 @@ CI = os.environ.get("CI", "").lower() in ("true", "1")
 N = next((int(os.environ[v].replace("_", "")) for v in ("SHMCACHE_SPARK_BENCH_N", "SHMCACHE_BENCH_N")
           if os.environ.get(v)), 20_000 if CI else 1_000_000)
 ROUNDS = int(os.environ.get("SHMCACHE_SPARK_BENCH_ROUNDS", "3"))
+ONLY = [w for w in os.environ.get("SHMCACHE_SPARK_BENCH_WAYS", "").split(",") if w]  # e.g. noop,expr,python
 WAYS = [("noop", "no-op: constant found + value columns"), ("expr", "JVM: Catalyst expression (shmcache_get)"),
         ("udf", "JVM: Java UDF"), ("python", "Python: mapInArrow lookup"),
         ("expr-txmeta", "txmeta, JVM lookup + JVM decode"), ("expr-pydecode", "txmeta, JVM lookup + Python-worker decode"),
         ("python-txmeta", "txmeta, Python: mapInArrow lookup + decode")]
+WAYS = [w for w in WAYS if not ONLY or w[0] in ONLY or w[0] == "noop"]
 RESULTS: dict[str, list[float]] = {}
 pytestmark = [pytest.mark.skipif(_session.jvm_jar(required=False) is None, reason="the shmcache JVM jar is not built"),
               pytest.mark.timeout(900 + N // 1000)]
