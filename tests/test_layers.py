@@ -148,3 +148,29 @@ def test_the_readme_lists_the_layers_in_order():
     section = text[text.index("## Layout"):]
     section = section[:section.index("\n## ", 1)]
     assert re.findall(r"^\| `(\w+)/` \|", section, re.M) == LAYERS
+
+
+def test_how_it_works_names_every_module():
+    """docs/how-it-works.md's table of the repo names each module under its folder's row
+    (the command modules of cli/ are one row: "one module per command")."""
+    import re
+
+    from shmcache.cli import COMMANDS
+
+    text = (ROOT / "docs" / "how-it-works.md").read_text()
+    table = text[text.index("## Layout of the repo"):]
+    named: dict[str, set[str]] = {}
+    folder = None
+    for line in table.splitlines():
+        head = re.match(r"^\| \*\*`(\w+)/`\*\*", line)
+        if head:
+            folder = head.group(1)
+        if folder and line.startswith("|"):
+            named.setdefault(folder, set()).update(re.findall(r"`(\w+\.py)`", line))
+    commands = {f"{module}.py" for _, module in COMMANDS}
+    missing = sorted(f"{name.split('.')[1]}/{f.name}" for name, f in MODULES.items()
+                     if name.count(".") >= 1 and name.split(".")[1] in LAYERS
+                     and f.name not in named.get(name.split(".")[1], set())
+                     and not (name.startswith("shmcache.cli.") and f.name in commands)
+                     and not (f.name == "__init__.py" and name.split(".")[1] != "cli"))
+    assert not missing, f"modules docs/how-it-works.md does not name: {missing}"
