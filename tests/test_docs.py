@@ -39,3 +39,16 @@ def test_the_site_builds_strict(tmp_path):
 def test_example_runs(code, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, f"the example failed:\n{code}\n--- output ---\n{(out.stdout + out.stderr)[-5000:]}"
+
+
+FILE_REF = re.compile(r"`((?:[a-z_]+/)+[A-Za-z0-9_.-]+\.(?:py|md|go|java|toml|json|yml|service))`")
+
+
+def test_every_file_the_docs_name_exists():
+    """A file of the repo named in backticks (`engine/layout.py`, `deploy/shmcache.toml`) in the
+    README, docs/ or bench/README.md is there: a module that moves takes its mentions along."""
+    named = {(page.relative_to(REPO), ref) for page in [*PAGES, REPO / "bench" / "README.md"]
+             for ref in FILE_REF.findall(page.read_text())}
+    assert len(named) > 50  # the pattern finds the mentions at all
+    missing = sorted(f"{page}: {ref}" for page, ref in named if not (REPO / ref).exists())
+    assert not missing, missing
