@@ -81,12 +81,14 @@ def setup():
                  int(np.diff(meta.parent_offsets)[order].sum()))
         yield spark, q, name, total, F
     finally:
-        if q is not None:
-            q.unpersist()
-        if spark is not None and started:
-            spark.stop()
-        w.close()
-        shmcache.destroy(name, force=True)
+        try:  # the cache goes whatever Spark's teardown raises (a failed Python worker's job)
+            if q is not None:
+                q.unpersist()
+            if spark is not None and started:
+                spark.stop()
+        finally:
+            w.close()
+            shmcache.destroy(name, force=True)
 
 
 def _decoder(value_col: str):
