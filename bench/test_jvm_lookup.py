@@ -1,24 +1,27 @@
-"""The JVM lookup (issue 40) on local mode, in one run: the Spark SQL function as a native
-Catalyst expression (shmcache_get: a StaticInvoke compiled into the stage's generated
-code), the same lookup as a Java UDF (spark.udf.registerJavaFunction), today's Python
-lookup (mapInArrow) and a no-op of the same shape (the lookup replaced by constant
-columns of its output types); and with decode="txmeta", the lookup and the decoding both
-in the JVM (shmcache_txmeta), the JVM lookup with the decoding in a Python worker (what
-engine="jvm" did before shmcache_txmeta: a mapInArrow over the values, kept here as
-`_decoder`), and the Python engine. Each way is one action consuming every row:
-count(found) and sum(length(value)) (and sum(fee), sum(size(parents)) where decoded) over
-Q = 10 * N keys (all hits, each key 10 times in a scattered order) against N entries;
-rounds are interleaved, the order rotating, and each way's median rows/s and ratio to
-the no-op's are reported.
+"""The JVM lookup (issue 40) on local mode, in one run: the batched lookup that
+engine="jvm" takes (io.shmcache.spark.BatchLookups: a partition's rows looked up 256 at a
+time, their cache misses overlapped), the Spark SQL function as a native Catalyst
+expression (shmcache_get: a StaticInvoke compiled into the stage's generated code, a row
+at a time; what a streaming DataFrame gets; here _lookup.JVM_BATCHED = False), the same
+lookup as a Java UDF (spark.udf.registerJavaFunction), today's Python lookup (mapInArrow)
+and a no-op of the same shape (the lookup replaced by constant columns of its output
+types); and with decode="txmeta", the lookup and the decoding both in the JVM
+(shmcache_txmeta; the lookup batched, or the expression), the expression's lookup with the
+decoding in a Python worker (what engine="jvm" did before shmcache_txmeta: a mapInArrow
+over the values, kept here as `_decoder`), and the Python engine. Each way is one action
+consuming every row: count(found) and sum(length(value)) (and sum(fee),
+sum(size(parents)) where decoded) over Q = 10 * N keys (all hits, each key 10 times in a
+scattered order) against N entries; rounds are interleaved, the order rotating, and each
+way's median rows/s and ratio to the no-op's are reported.
 
     SHMCACHE_SPARK_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_jvm_lookup.py -p no:cacheprovider -s
     CI=true .venv/bin/python -m pytest bench/test_jvm_lookup.py -p no:cacheprovider     # smoke, N = 20,000
 
 N: SHMCACHE_SPARK_BENCH_N, else SHMCACHE_BENCH_N (scripts/test's smoke size), else 20,000
 under CI=true, else 1,000,000; rounds: SHMCACHE_SPARK_BENCH_ROUNDS (3); ways: all, or those
-named in SHMCACHE_SPARK_BENCH_WAYS (e.g. "expr,python"; the no-op always). Asserted: every
-way returns every row, the lookups find every key with the cache's bytes, and the decoding
-ways the records' fees and parents; never speed.
+named in SHMCACHE_SPARK_BENCH_WAYS (e.g. "batch,expr,python"; the no-op always). Asserted:
+every way returns every row, the lookups find every key with the cache's bytes, and the
+decoding ways the records' fees and parents; never speed.
 Skipped where the shmcache JVM jar is not built.
 """
 
@@ -36,7 +39,7 @@ import pytest
 import _peers as P  # bench/ is on sys.path (bench/conftest.py)
 import shmcache
 from shmcache.formats import txmeta
-from shmcache.spark import _session, lookup
+from shmcache.spark import _lookup, _session, lookup
 
 REPEAT, STRIDE = 10, 7919
 CI = os.environ.get("CI", "").lower() in ("true", "1")
@@ -44,9 +47,11 @@ N = next((int(os.environ[v].replace("_", "")) for v in ("SHMCACHE_SPARK_BENCH_N"
           if os.environ.get(v)), 20_000 if CI else 1_000_000)
 ROUNDS = int(os.environ.get("SHMCACHE_SPARK_BENCH_ROUNDS", "3"))
 ONLY = [w for w in os.environ.get("SHMCACHE_SPARK_BENCH_WAYS", "").split(",") if w]  # e.g. noop,expr,python
-WAYS = [("noop", "no-op: constant found + value columns"), ("expr", "JVM: Catalyst expression (shmcache_get)"),
+WAYS = [("noop", "no-op: constant found + value columns"), ("batch", "JVM: batched (BatchLookups, engine=jvm)"),
+        ("expr", "JVM: Catalyst expression (shmcache_get)"),
         ("udf", "JVM: Java UDF"), ("python", "Python: mapInArrow lookup"),
-        ("expr-txmeta", "txmeta, JVM lookup + JVM decode"), ("expr-pydecode", "txmeta, JVM lookup + Python-worker decode"),
+        ("batch-txmeta", "txmeta, JVM batched lookup + JVM decode"),
+        ("expr-txmeta", "txmeta, JVM expression lookup + JVM decode"), ("expr-pydecode", "txmeta, JVM lookup + Python-worker decode"),
         ("python-txmeta", "txmeta, Python: mapInArrow lookup + decode")]
 WAYS = [w for w in WAYS if not ONLY or w[0] in ONLY or w[0] == "noop"]
 RESULTS: dict[str, list[float]] = {}
@@ -122,8 +127,9 @@ def _run(way, spark, q, name, F):
 
     from shmcache.spark._lookup import decoded_fields
 
+    _lookup.JVM_BATCHED = way.startswith("batch")  # the expression ways take the row-at-a-time path
     lit_value = F.lit(b"\0" * 100)
-    if way == "expr-txmeta":
+    if way in ("expr-txmeta", "batch-txmeta"):
         out = lookup(q, cache=name, decode="txmeta", engine="jvm")
     elif way == "python-txmeta":
         out = lookup(q, cache=name, decode="txmeta", engine="python")
@@ -136,7 +142,7 @@ def _run(way, spark, q, name, F):
         return r.n, (r.b, r.fee, r.parents)
     if way == "noop":
         out = q.select("tx_hash", F.lit(True).alias("found"), lit_value.alias("value"))
-    elif way == "expr":
+    elif way in ("expr", "batch"):
         out = lookup(q, cache=name, engine="jvm")
     elif way == "udf":
         v = F.expr(f"shmcache_get_udf('{name}', tx_hash, 'tx_hash')")
@@ -148,8 +154,9 @@ def _run(way, spark, q, name, F):
     return r.n, (r.b,)
 
 
-def test_jvm_lookup_against_python_and_a_noop(setup):
+def test_jvm_lookup_against_python_and_a_noop(setup, monkeypatch):
     spark, q, name, total, F = setup
+    monkeypatch.setattr(_lookup, "JVM_BATCHED", _lookup.JVM_BATCHED)  # _run sets it per way; restored after
     for way, _ in WAYS:  # warm-up: codegen, Python workers, numba kernels, the handles
         _run(way, spark, q, name, F)
     for rnd in range(ROUNDS):

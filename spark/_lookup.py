@@ -4,11 +4,12 @@
     out = lookup(df, key_col="tx_hash", cache="txmeta", decode="txmeta")
 
 Two engines give the same rows. engine="jvm" (the default when the shmcache JVM jar
-is built, see _session.py) looks keys up inside the executors' JVM with the Spark SQL
-functions shmcache_get / shmcache_contains (jvm/: a Java reader of the segment,
-compiled into the stage's generated code), and decode="txmeta" with shmcache_txmeta (the
-same decoder in Java), so no row goes through a Python worker at all; owner= is the
-functions' third argument. engine="python" uses `DataFrame.mapInArrow`: each
+is built, see _session.py) looks keys up inside the executors' JVM (jvm/: a Java reader of
+the segment): a DataFrame's partitions 256 keys at a time, their cache misses overlapped
+(io.shmcache.spark.BatchLookups), or, for a streaming DataFrame, row by row with the Spark
+SQL functions shmcache_get / shmcache_contains compiled into the stage's generated code;
+decode="txmeta" with shmcache_txmeta (the same decoder in Java), so no row goes through a
+Python worker at all. engine="python" uses `DataFrame.mapInArrow`: each
 Arrow batch of `df` goes to an executor's Python worker, which attaches the cache
 read-only once (see _executor.py), converts the key column without per-row Python
 objects (_keys.py), calls `get_many_packed` and appends the results as Arrow arrays
@@ -98,12 +99,18 @@ def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, owner):
     _register_jvm(df.sparkSession)
     cols = [F.col(f"`{c}`") for c in df.columns]
     args = [F.lit(cache), F.col(f"`{key_col}`")] + ([F.lit(str(owner))] if owner is not None else [])
+    batched = JVM_BATCHED and not df.isStreaming
     if value_col is None and decode is None:
+        if batched:
+            return _batched(df, key_col, cache, owner, found_col, values=False)
         return df.select(*cols, F.call_function("shmcache_contains", *args).alias(found_col))
     tmp = value_col or f"__shmcache_value_{found_col}"
-    # the lookup in a projection of its own (it is not deterministic: Spark keeps it apart and
-    # evaluates it once a row), then what is derived from its value
-    staged = df.select(*cols, F.call_function("shmcache_get", *args).alias(tmp))
+    if batched:  # chunks of rows looked up together, their cache misses overlapped (BatchLookups)
+        staged = _batched(df, key_col, cache, owner, tmp, values=True)
+    else:
+        # the lookup in a projection of its own (it is not deterministic: Spark keeps it apart and
+        # evaluates it once a row), then what is derived from its value
+        staged = df.select(*cols, F.call_function("shmcache_get", *args).alias(tmp))
     value = F.col(f"`{tmp}`")
     out = [value.isNotNull().alias(found_col)] + ([value] if value_col is not None else [])
     if decode is None:
@@ -112,6 +119,21 @@ def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, owner):
     staged = staged.select(*cols, value, F.call_function("shmcache_txmeta", value).alias(meta))
     fields = [F.col(f"`{meta}`").getField(f.name).alias(f.name) for f in decoded_fields()]
     return staged.select(*cols, *out, *fields)
+
+
+# engine="jvm" on a DataFrame that is not streaming: the batched lookup (io.shmcache.spark.BatchLookups,
+# a mapPartitions over the rows looking up 256 keys at a time, their misses overlapped), measured at
+# 1.2-2.1x the row-at-a-time expression (docs/jvm.md); False: the expression everywhere (the bench's).
+JVM_BATCHED = True
+
+
+def _batched(df, key_col, cache, owner, out_col, values):
+    """df with out_col appended by the batched JVM lookup: the value (binary) or, values=False, found."""
+    from pyspark.sql import DataFrame
+
+    jdf = df.sparkSession._jvm.io.shmcache.spark.BatchLookups.lookup(
+        df._jdf, key_col, cache, None if owner is None else str(owner), out_col, values)
+    return DataFrame(jdf, df.sparkSession)
 
 
 _REGISTERED: set[int] = set()  # ids of the JVM sessions the functions are registered in

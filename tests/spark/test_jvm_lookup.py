@@ -1,11 +1,12 @@
-"""lookup(engine="jvm") (the Spark SQL functions of jvm/, in the executors' JVM) against
-lookup(engine="python") on a local[2] session, over a real cache filled by the Python
-writer: identical rows for every key, misses, null keys and decoded columns included,
-keys as binary and hex; the SQL functions from SQL; errors naming the column, the cache
-and the host; a re-created cache re-attached; hits and misses in the readers' companion;
-a jar built for another Spark refused; owner= checked by the JVM reader (a cache of another
-uid refused naming both, at attach and at re-attach); the JVM's txmeta decoder against the
-Python one on malformed values. Skipped where the jar is not built (scripts/setup)."""
+"""lookup(engine="jvm") (the batched lookup of jvm/, and the Spark SQL functions a
+streaming DataFrame gets, in the executors' JVM) against lookup(engine="python") on a
+local[2] session, over a real cache filled by the Python writer: identical rows for every
+key, misses, null keys and decoded columns included, keys as binary and hex; the SQL
+functions from SQL; errors naming the column, the cache and the host; a re-created cache
+re-attached; hits and misses in the readers' companion; a jar built for another Spark
+refused; owner= checked by the JVM reader (a cache of another uid refused naming both, at
+attach and at re-attach); the JVM's txmeta decoder against the Python one on malformed
+values. Skipped where the jar is not built (scripts/setup)."""
 
 import os
 import pwd
@@ -52,9 +53,16 @@ def _rows(df):
     return sorted(rows, key=lambda r: r[1])
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "expression"])
 @pytest.mark.parametrize("as_hex", [False, True])
 @pytest.mark.parametrize("decode,value_col", [(None, "value"), (None, None), ("txmeta", "value"), ("txmeta", None)])
-def test_jvm_and_python_give_identical_rows(spark, filled, as_hex, decode, value_col):
+def test_jvm_and_python_give_identical_rows(spark, filled, as_hex, decode, value_col, batched, monkeypatch):
+    """Both JVM paths: the batched lookup (BatchLookups, engine="jvm"'s own; partitions of
+    about 735 rows, so chunks of 256 end mid-partition) and the row-at-a-time expression
+    (what a streaming DataFrame gets)."""
+    from shmcache.spark import _lookup
+
+    monkeypatch.setattr(_lookup, "JVM_BATCHED", batched)
     name, keys = filled
     misses = np.random.default_rng(41).integers(0, 256, (200, 32), np.uint8)
     df = _query(spark, np.concatenate([keys, misses]), as_hex, nulls=5).repartition(3)
@@ -68,6 +76,7 @@ def test_jvm_and_python_give_identical_rows(spark, filled, as_hex, decode, value
     assert sum(r[found] for r in got) == N - N // 4  # the deletes, the misses and the nulls are misses
     plan = jvm._jdf.queryExecution().executedPlan().toString()
     assert "MapInArrow" not in plan and "BatchEvalPython" not in plan, plan  # no Python worker, decode included
+    assert ("shmcache lookup of 'tx_hash'" in plan) == batched, plan
 
 
 def test_jvm_and_python_agree_on_a_cache_filled_by_shmcache_run(spark, harness, kafka_topic):
@@ -106,6 +115,19 @@ def test_jvm_and_python_agree_on_a_cache_filled_by_shmcache_run(spark, harness, 
         jvm, py = (_rows(lookup(df, cache=name, decode=decode, engine=e)) for e in ("jvm", "python"))
         assert jvm == py
         assert sum(row[2] for row in jvm) == len(keys) - len(keys[::5])
+
+
+def test_the_batched_lookup_runs_nothing_before_an_action(spark, filled):
+    """lookup() of a shuffled DataFrame plans, but runs no job (an adaptive plan's shuffle
+    stages would, were the input's rows asked for at once): the action runs everything."""
+    name, keys = filled
+    df = _query(spark, keys).repartition(3)
+    st = spark.sparkContext.statusTracker()
+    before = set(st.getJobIdsForGroup(None))
+    out = lookup(df, cache=name, engine="jvm")
+    assert set(st.getJobIdsForGroup(None)) == before
+    assert out.filter("found").count() == N - N // 4
+    assert set(st.getJobIdsForGroup(None)) > before  # the tracker does see this session's jobs
 
 
 def test_the_default_engine_is_the_jvm_and_sql_calls_the_functions(spark, filled):

@@ -121,24 +121,23 @@ public final class Segment implements AutoCloseable {
         }
     }
 
-    /** Each key's value, null where not found: one call (one batch in the companion). */
+    /**
+     * Each key's value, null where not found or the key is null: one call (one batch in the
+     * companion), the keys' cache misses overlapped ({@link Call#getBatch}).
+     */
     public byte[][] getMany(byte[][] keys) {
         byte[][] out = new byte[keys.length][];
         try (Call c = call()) {
-            for (int i = 0; i < keys.length; i++) {
-                out[i] = c.get(keys[i], 0);
-            }
+            c.getBatch(keys, keys.length, out);
         }
         return out;
     }
 
-    /** Whether each key is present: one call, no value copied. */
+    /** Whether each key is present (false for a null key): one call, no value copied. */
     public boolean[] containsMany(byte[][] keys) {
         boolean[] out = new boolean[keys.length];
         try (Call c = call()) {
-            for (int i = 0; i < keys.length; i++) {
-                out[i] = c.contains(keys[i], 0);
-            }
+            c.containsBatch(keys, keys.length, out);
         }
         return out;
     }

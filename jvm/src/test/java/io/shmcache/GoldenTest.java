@@ -110,6 +110,57 @@ class GoldenTest {
         }
     }
 
+    @ParameterizedTest
+    @MethodSource("readable")
+    void theBatchedReadAnswersAsOneKeyAtATimeInChunksOfAnySize(String name) {
+        Goldens.Case c = CASES.get(name);
+        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve(name + ".shm"), Goldens.bytes(c)))) {
+            List<byte[]> keys = new ArrayList<>();
+            List<byte[]> want = new ArrayList<>();
+            for (Goldens.Key k : c.keys()) { // each key twice, a null key between
+                for (int t = 0; t < 2; t++) {
+                    keys.add(k.key());
+                    want.add(k.value());
+                    keys.add(null);
+                    want.add(null);
+                }
+            }
+            for (int chunk : new int[] {1, 3, 64, keys.size()}) {
+                long before = r.stats().misses() + r.stats().hits();
+                try (Call call = r.call()) {
+                    byte[][] in = new byte[chunk][], vals = new byte[chunk][];
+                    boolean[] has = new boolean[chunk];
+                    for (int i = 0; i < keys.size(); i += chunk) {
+                        int n = Math.min(chunk, keys.size() - i);
+                        for (int j = 0; j < n; j++) {
+                            in[j] = keys.get(i + j);
+                        }
+                        call.getBatch(in, n, vals);
+                        call.containsBatch(in, n, has);
+                        for (int j = 0; j < n; j++) {
+                            assertArrayEquals(want.get(i + j), vals[j], name + ": chunk " + chunk + ", key " + (i + j));
+                            assertEquals(want.get(i + j) != null, has[j], name + ": chunk " + chunk + ", key " + (i + j));
+                        }
+                    }
+                }
+                assertEquals(2L * keys.size(), r.stats().misses() + r.stats().hits() - before, "every key counted");
+            }
+        }
+    }
+
+    @Test
+    void aKeyOfTheWrongSizeInABatchIsRefusedBeforeAnyKeyIsRead() {
+        Goldens.Case c = CASES.get("base");
+        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("base.shm"), Goldens.bytes(c)));
+             Call call = r.call()) {
+            byte[][] keys = {c.keys().get(0).key(), null, new byte[31]};
+            ShmcacheException e = assertThrows(ShmcacheException.KeySize.class, () -> call.getBatch(keys, 3, new byte[3][]));
+            assertTrue(e.getMessage().contains("31 bytes"), e.getMessage());
+            assertEquals(2, call.badKey());
+            assertEquals(0, call.pending(), "nothing read");
+        }
+    }
+
     @Test
     void aKeyOfTheWrongSizeIsRefusedNamingTheCache() {
         Goldens.Case c = CASES.get("base");

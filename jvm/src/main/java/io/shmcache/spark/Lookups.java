@@ -146,7 +146,13 @@ public final class Lookups {
                 + "', row " + (TALLY.get().rows - 1) + " of this batch: " + what, true);
     }
 
-    private static String show(String s) {
+    /** {@link #keyError} for a row counted by the caller (the batched lookup, {@link BatchLookups}). */
+    static ShmcacheException.KeySize keyError(String cache, String column, long row, String what) {
+        return new ShmcacheException.KeySize(cache, WHO + " (cache '" + cache + "'): key column '" + column
+                + "', row " + row + " of this batch: " + what, true);
+    }
+
+    static String show(String s) {
         return "'" + (s.length() > 80 ? s.substring(0, 80) + "..." : s) + "'";
     }
 
@@ -218,7 +224,7 @@ public final class Lookups {
         return owner == null ? name : name + '\0' + owner;
     }
 
-    private static Segment handle(String name, String owner) {
+    static Segment handle(String name, String owner) {
         String id = handleId(name, owner);
         Segment s = HANDLES.get(id);
         if (s != null) {
@@ -249,7 +255,12 @@ public final class Lookups {
         return e;
     }
 
-    private static ShmcacheException.NotFound missing(String name, Exception cause) {
+    /** A handle dropped after its cache was found gone: attached again at the next lookup (not closed: others may hold it). */
+    static void forget(String name, String owner) {
+        HANDLES.remove(handleId(name, owner));
+    }
+
+    static ShmcacheException.NotFound missing(String name, Exception cause) {
         return new ShmcacheException.NotFound(name, WHO + ": cache '" + name + "' not found on host " + describeHost()
                 + " (/dev/shm/" + name + "); every machine that runs executors needs its own `shmcache run --name "
                 + name + " ...` (see docs/spark.md)", true);
