@@ -181,17 +181,18 @@ class TxmetaProducer:
         self._untold.clear()
 
     def _ends(self, parts, timeout: float, strict: bool = True) -> dict[int, int]:
-        """The partitions' end offsets; a partition whose leader does not answer is
-        BrokerUnavailableError, or (not `strict`) -2."""
+        """The partitions' end offsets, each leader asked again until it answers or `timeout`
+        passes (BrokerUnavailableError naming the silent ones); not `strict`: asked once, -2
+        for a partition whose leader did not answer."""
         admin = broker.quiet_admin(self._bootstrap, self._conf)
-        ends = topics.end_offsets(admin, self.topic, parts, timeout)
-        silent = {p: e for p, e in ends.items() if isinstance(e, str)}
         if not strict:
-            return {p: -2 if p in silent else e for p, e in ends.items()}
-        if silent:
-            raise BrokerUnavailableError(f"{self.topic!r}: no end offset from the broker at {self._bootstrap} for "
-                                         f"partitions {sorted(silent)} ({next(iter(silent.values()))})")
-        return ends
+            ends = topics.end_offsets(admin, self.topic, parts, timeout)
+            return {p: -2 if isinstance(e, str) else e for p, e in ends.items()}
+        try:  # asked again while a leader's answer is an error (one just thawed: its epoch not yet known)
+            return topics.wait_answering(admin, self.topic, parts, timeout)
+        except TimeoutError as e:
+            raise BrokerUnavailableError(f"{self.topic!r}: no end offset from the broker at {self._bootstrap}: {e}") \
+                from None
 
     def _count_check(self, ends: dict[int, int]) -> list[str]:
         """As the sole writer: each partition grew by exactly the messages acknowledged there."""
