@@ -6,8 +6,6 @@ import java.io.IOException;
 import java.io.RandomAccessFile;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Random;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -23,20 +21,11 @@ class FaultTest {
 
     @TempDir
     Path tmp;
-    final List<Path> made = new ArrayList<>();
+    final ShmFiles shm = new ShmFiles();
 
     @AfterEach
     void removeWhatWasMade() throws IOException {
-        for (Path p : made) {
-            Files.deleteIfExists(p);
-        }
-    }
-
-    private String shmName(String what) {
-        String name = "jvmtest-" + ProcessHandle.current().pid() + "-" + what;
-        made.add(Path.of(Layout.SHM_DIR, name));
-        made.add(Companion.pathOf(name));
-        return name;
+        shm.removeAll();
     }
 
     @Test
@@ -95,7 +84,7 @@ class FaultTest {
 
     @Test
     void aCacheRecreatedUnderItsNameIsMappedAgain() throws Exception {
-        String name = shmName("recreate");
+        String name = shm.name("recreate");
         Path at = Path.of(Layout.SHM_DIR, name);
         Goldens.write(at, Goldens.bytes(BASE));
         Goldens.Key hit = BASE.keys().get(1);
@@ -107,7 +96,6 @@ class FaultTest {
                     && BASE.keys().stream().anyMatch(b -> java.util.Arrays.equals(b.key(), k.key()) && b.value() != null))
                     .findFirst().orElseThrow();
             Path next = Goldens.write(Path.of(Layout.SHM_DIR, name + ".next"), Goldens.bytes(other));
-            made.add(next);
             Files.move(next, at, java.nio.file.StandardCopyOption.ATOMIC_MOVE, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
             long deadline = System.nanoTime() + 5_000_000_000L;
             while (r.get(gone.key()) != null) { // noticed within 0.1 s of a lookup
@@ -130,7 +118,7 @@ class FaultTest {
 
     @Test
     void hitsAndMissesAreCountedInTheReadersCompanion() throws Exception {
-        String name = shmName("companion");
+        String name = shm.name("companion");
         byte[] data = Goldens.bytes(BASE);
         Goldens.write(Path.of(Layout.SHM_DIR, name), data);
         byte[] comp = new byte[(int) Layout.COMPANION_BYTES];
@@ -161,7 +149,7 @@ class FaultTest {
 
     @Test
     void aMissingCacheAndABadNameAreNotFound() {
-        String name = shmName("missing");
+        String name = shm.name("missing");
         ShmcacheException e = assertThrows(ShmcacheException.NotFound.class, () -> Segment.attach(name));
         assertTrue(e.getMessage().contains(name), e.getMessage());
         assertThrows(ShmcacheException.NotFound.class, () -> Segment.attach("../etc/passwd"));

@@ -7,7 +7,6 @@ import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
-import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Assumptions;
@@ -27,7 +26,7 @@ class OwnerTest {
 
     @TempDir
     Path tmp;
-    final List<Path> made = new ArrayList<>();
+    final ShmFiles shm = new ShmFiles();
     int me;
     String myName;
 
@@ -40,17 +39,7 @@ class OwnerTest {
 
     @AfterEach
     void removeWhatWasMade() throws IOException {
-        for (Path p : made) {
-            Files.deleteIfExists(p);
-        }
-    }
-
-    private String shmName(String what) {
-        String name = "jvmtest-" + ProcessHandle.current().pid() + "-" + what;
-        made.add(Path.of(Layout.SHM_DIR, name));
-        made.add(Path.of(Layout.SHM_DIR, name + ".next"));
-        made.add(Companion.pathOf(name));
-        return name;
+        shm.removeAll();
     }
 
     private static Path chown(Path p, int uid) throws IOException {
@@ -72,7 +61,7 @@ class OwnerTest {
         try (Segment r = Segment.attachPath(p, Owner.of("x", Integer.toString(STRANGER)))) { // its owner: read
             assertArrayEquals(hit.value(), r.get(hit.key()));
         }
-        String name = shmName("stranger");
+        String name = shm.name("stranger");
         Files.copy(p, Path.of(Layout.SHM_DIR, name));
         chown(Path.of(Layout.SHM_DIR, name), STRANGER);
         ShmcacheException e = assertThrows(ShmcacheException.WrongOwner.class,
@@ -85,7 +74,7 @@ class OwnerTest {
 
     @Test
     void aCacheRecreatedByAnotherUserIsRefusedAtReattach() throws Exception {
-        String name = shmName("reattach");
+        String name = shm.name("reattach");
         Path at = Path.of(Layout.SHM_DIR, name), next = Path.of(Layout.SHM_DIR, name + ".next");
         Goldens.write(at, Goldens.bytes(BASE));
         Goldens.Key hit = BASE.keys().get(1);
@@ -116,7 +105,7 @@ class OwnerTest {
 
     @Test
     void anotherUsersCompanionIsNotCountedIn() throws Exception {
-        String name = shmName("companion");
+        String name = shm.name("companion");
         byte[] data = Goldens.bytes(BASE);
         Goldens.write(Path.of(Layout.SHM_DIR, name), data);
         byte[] comp = new byte[(int) Layout.COMPANION_BYTES];
