@@ -132,7 +132,8 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
     records = records.drop("partition") if format == "v1" else records.select(F.col("value"), F.col("partition"))
 
     w = records.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-    for k, v in {**PRODUCER, **(kafka_options or {})}.items():
+    options = {**PRODUCER, **(kafka_options or {})}
+    for k, v in options.items():
         w = w.option(f"kafka.{k}", v)
     try:
         w.save()
@@ -145,8 +146,7 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
                 "shmcache.spark.session(kafka=True) (which puts the connector's jars on spark.jars) "
                 "before any other session starts, or set spark.jars yourself") from e
         raise
-    acks = str({**PRODUCER, **(kafka_options or {})}["acks"]).lower()
-    _check_grown(bootstrap, topic, starts, written.value, settle=acks not in ("all", "-1"))
+    _check_grown(bootstrap, topic, starts, written.value, settle=str(options["acks"]).lower() not in ("all", "-1"))
     return PublishReport(topic=topic, format=format, partitions=partitions, adds=counts["adds"].value,
                          deletes=counts["deletes"].value, messages=counts["messages"].value,
                          bytes=counts["bytes"].value, seconds=time.monotonic() - t0)
@@ -196,12 +196,13 @@ def _check_grown(bootstrap: str, topic: str, starts: list[int], written: list[in
     then = "what the sink wrote is not checked"
     ends = _ends(admin, topic, len(starts), then=then)
     moved = time.monotonic()
-    while settle and _short(starts, ends, written) and time.monotonic() - moved < quiet:
+    short = _short(starts, ends, written)
+    while settle and short and time.monotonic() - moved < quiet:
         time.sleep(0.1)
         now = _ends(admin, topic, len(starts), then=then)
         if now != ends:
             ends, moved = now, time.monotonic()
-    short = _short(starts, ends, written)
+            short = _short(starts, ends, written)
     if short:
         raise KafkaRequestError(f"{WHO}: topic {topic!r} does not hold every message Spark's Kafka sink wrote: "
                                 f"{'; '.join(short[:5])}")
