@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 
-from shmcache.engine.layout import MAX_PARTITIONS, MAX_WORKERS, WORD
+from shmcache.engine.layout import MAX_WORKERS, WORD
 
 # -- header words -----------------------------------------------------------------------
 H_SUPERVISOR = 10  # owner word (ipc/liveness.py: pid << 32 | start stamp) of the supervisor, 0 if none

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 
 from shmcache.engine import control_layout as C
-
 from shmcache.engine import layout as L
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness

@@ -36,7 +36,6 @@ import numpy as np
 import xxhash
 
 from shmcache.engine import control_layout as C
-
 from shmcache.engine import layout as L
 from shmcache.errors import SnapshotCorruptError, SnapshotError, SnapshotMismatchError
 from shmcache.ipc.segment import kind_of

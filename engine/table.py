@@ -25,9 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from shmcache.engine import control_layout as C
-
 from shmcache.engine import layout as L
-
 from shmcache.engine import units
 from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import check_mode, destroy, exists, list_caches, set_access  # noqa: F401  (this module's API)
