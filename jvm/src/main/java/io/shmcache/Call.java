@@ -126,16 +126,13 @@ public final class Call implements AutoCloseable {
 
     /**
      * Each key's value in out[i] (a copy), null where not found or the key is null: keys[0..n)
-     * looked up in stages so that their cache misses overlap (a row at a time, each key's
-     * index slot and then its record are two dependent misses, none overlapped). First every
-     * key is hashed; then every key's bucket version and home index slot are loaded (n
-     * independent loads the CPU keeps in flight together); then, through the slots now in
-     * cache, the record of the first slot with each key's tag is touched; then each key is
-     * read as {@link #get} reads it, under its bucket's seqlock, from lines now in cache. The
-     * touching loads are hints read outside the seqlock, bounded as every read is: their
-     * values are never used, so a write racing them changes nothing returned. A key of the
-     * wrong size throws {@link ShmcacheException.KeySize} before any key is read
-     * ({@link #badKey()} is then its index, for the caller's message). A null key is a miss.
+     * looked up in stages so that their cache misses overlap. Every key is hashed; then a
+     * stage of keys at a time has its lines brought into cache together ({@link Stages}:
+     * bucket versions and home index slots, then the records they point to), and each key
+     * is read as {@link #get} reads it, under its bucket's seqlock, from lines now in cache.
+     * A key of the wrong size throws {@link ShmcacheException.KeySize} before any key is
+     * read ({@link #badKey()} is then its index, for the caller's message). A null key is a
+     * miss. {@link #getPacked} does the same without an array per key or per value.
      */
     public void getBatch(byte[][] keys, int n, byte[][] out) {
         batch(keys, n, out, null);
@@ -146,6 +143,37 @@ public final class Call implements AutoCloseable {
         batch(keys, n, null, out);
     }
 
+    /**
+     * Like {@link #getBatch} over n keys laid end to end in {@code keys} (key i at
+     * i * key_size; the array must hold n * key_size bytes exactly, or more), every value
+     * copied into {@code out}'s one buffer: a batch allocates nothing per key. isNull[i]
+     * (isNull may be null: no null keys) marks a null key, a miss.
+     */
+    public void getPacked(byte[] keys, boolean[] isNull, int n, Values out) {
+        Mapped m = packed(keys, n);
+        out.reset(n);
+        into = out;
+        try {
+            run(m, keys, isNull, n, null, null);
+        } finally {
+            into = null;
+        }
+    }
+
+    /** Like {@link #getPacked} for presence only: out[i] whether key i is present; no value is copied. */
+    public void containsPacked(byte[] keys, boolean[] isNull, int n, boolean[] out) {
+        run(packed(keys, n), keys, isNull, n, null, out);
+    }
+
+    private Mapped packed(byte[] keys, int n) {
+        Mapped m = seg.acquire();
+        if (n < 0 || (long) n * m.keySize > keys.length) {
+            throw new ShmcacheException.KeySize(seg.name(), n + " keys of " + m.keySize + " bytes in an array of "
+                    + keys.length + " bytes; this cache's keys are " + m.keySize + " bytes");
+        }
+        return m;
+    }
+
     /** The key of the last batch that was the wrong size (its index), or -1. */
     public int badKey() {
         return badKey;
@@ -153,7 +181,10 @@ public final class Call implements AutoCloseable {
 
     private int badKey = -1;
     private long[] hashes = new long[0];
-    private long sink; // the touching loads' values land here, so the compiler keeps them
+    private byte[] flat = new byte[0];     // getBatch's keys laid end to end
+    private boolean[] nulls = new boolean[0];
+    private Values into;                   // getPacked's values, null: a new array per value
+    private final Stages stages = new Stages();
 
     private void batch(byte[][] keys, int n, byte[][] vals, boolean[] has) {
         Mapped m = seg.acquire();
@@ -166,78 +197,69 @@ public final class Call implements AutoCloseable {
                         + " bytes; this cache's keys are " + ks + " bytes");
             }
         }
+        if (nulls.length < n || flat.length < n * ks) {
+            nulls = new boolean[Math.max(n, 64)];
+            flat = new byte[Math.max(n, 64) * ks];
+        }
+        for (int i = 0; i < n; i++) {
+            nulls[i] = keys[i] == null;
+            if (!nulls[i]) {
+                System.arraycopy(keys[i], 0, flat, i * ks, ks);
+            }
+        }
+        run(m, flat, nulls, n, vals, has);
+    }
+
+    /** Hashes keys[0 .. n * key_size) and looks them up, a stage of keys at a time. */
+    private void run(Mapped m, byte[] keys, boolean[] isNull, int n, byte[][] vals, boolean[] has) {
+        int ks = m.keySize;
         if (hashes.length < n) {
             hashes = new long[Math.max(n, 64)];
         }
         long[] hs = hashes;
         for (int i = 0; i < n; i++) {
-            hs[i] = keys[i] == null ? 0 : Segment.XXH64.hash(keys[i], 0, ks, 0L);
+            hs[i] = isNull != null && isNull[i] ? 0 : Segment.XXH64.hash(keys, i * ks, ks, 0L);
         }
-        for (int lo = 0; lo < n; lo += STAGE) { // a stage's lines must still be in cache when its keys are read
-            stages(m, keys, lo, Math.min(n, lo + STAGE), vals, has);
+        for (int lo = 0; lo < n; lo += Stages.STAGE) { // a stage's lines must still be in cache when its keys are read
+            stages(m, keys, isNull, lo, Math.min(n, lo + Stages.STAGE), vals, has);
         }
     }
 
-    private void stages(Mapped m, byte[][] keys, int lo, int hi, byte[][] vals, boolean[] has) {
-        long[] hs = hashes;
-        int ks = m.keySize;
-        long slots = m.slots, ring = m.ring, mask = slots - 1, s = 0;
-        long lim = ring - RECORD_HEADER - ks;
+    private void stages(Mapped m, byte[] keys, boolean[] isNull, int lo, int hi, byte[][] vals, boolean[] has) {
+        boolean want = vals != null || into != null;
         try {
-            for (int i = lo; i < hi; i++) { // stage 1: every bucket's version and home slot, independent loads
-                long h = hs[i], b = h & (NBUCKETS - 1);
-                s += m.map.getLong(m.metaWord(b, M_VERSION));
-                s += m.map.getLong(FIXED_BYTES + (b * slots + ((h >>> BUCKET_BITS) & mask)) * WORD);
-            }
-            long span = RECORD_HEADER + ks + (vals != null ? 64 : 0);
-            for (int i = lo; i < hi; i++) { // stage 2: the record of the first slot with the key's tag
-                long h = hs[i], b = h & (NBUCKETS - 1);
-                long ibase = FIXED_BYTES + b * slots * WORD, tag = h >>> TAG_SHIFT;
-                long sl = (h >>> BUCKET_BITS) & mask;
-                for (long j = 0, k = Math.min(slots, PROBE_AHEAD); j < k; j++) {
-                    long e = m.map.getLong(ibase + sl * WORD);
-                    if (e == 0) {
-                        break;
-                    }
-                    if ((e >> POS_BITS) == tag) {
-                        long o = (e & POS_MASK) - 1;
-                        if (o >= 0 && o <= lim) {
-                            long r = m.ringOff + b * ring + (o & ~(RECORD_ALIGN - 1));
-                            long end = m.ringOff + b * ring + ring - WORD;
-                            for (long p = r & ~63L; p < r + span; p += 64) {
-                                s += m.map.getLong(Math.min(p, end) & ~7L);
-                            }
-                        }
-                        break;
-                    }
-                    sl = (sl + 1) & mask;
-                }
-            }
+            stages.touch(m, hashes, lo, hi, want);
         } catch (InternalError e) {
             throw seg.cutShort(m, e);
         }
-        sink += s;
+        int ks = m.keySize;
+        long longest = -1;
         for (int i = lo; i < hi; i++) { // stage 3: each key under its seqlock, from lines in cache
-            if (keys[i] == null) {
+            boolean f = false;
+            if (isNull != null && isNull[i]) {
                 misses++;
-                if (vals != null) {
-                    vals[i] = null;
-                } else {
-                    has[i] = false;
-                }
-                continue;
+            } else {
+                f = find(m, hashes[i], keys, i * ks, want);
             }
-            boolean f = find(m, hs[i], keys[i], 0, vals != null);
-            if (vals != null) {
+            if (f && want) {
+                longest = Math.max(longest, vlen);
+            }
+            if (into != null) {
+                if (f) {
+                    into.found(i, (int) vlen);
+                } else {
+                    into.missing(i);
+                }
+            } else if (vals != null) {
                 vals[i] = f ? value : null;
             } else {
                 has[i] = f;
             }
         }
+        if (longest >= 0) {
+            stages.longest(longest);
+        }
     }
-
-    private static final long PROBE_AHEAD = 16; // slots a record's touch follows from the key's home slot
-    private static final int STAGE = 256; // keys staged together (BatchBench: 64-256 best, 1024 a little slower)
 
     /** DONE with vlen >= 0 for a hit (and value set when want), -1 for a miss; or STUCK. */
     private int readKey(Mapped m, long h, long b, byte[] key, int off, boolean want) {
@@ -259,8 +281,13 @@ public final class Call implements AutoCloseable {
                     throw new ShmcacheException.Corrupt(seg.name(), null, "a value of " + vlen
                             + " bytes does not fit a Java array", null);
                 }
-                v = new byte[(int) vlen];
-                m.map.copy(hit, v, 0, (int) vlen); // copied before the second load of the version
+                if (into != null) { // copied before the second load of the version, as is a new array
+                    int at = into.reserve(seg.name(), vlen); // grows data(): asked for after it
+                    m.map.copy(hit, into.data(), at, (int) vlen);
+                } else {
+                    v = new byte[(int) vlen];
+                    m.map.copy(hit, v, 0, (int) vlen);
+                }
             }
             VarHandle.acquireFence();
             if (m.map.getLongAcquire(ver) == v1) {

@@ -8,10 +8,11 @@ import java.util.List;
 /**
  * A micro-benchmark, no JMH (bench/README.md "JVM"): one thread looks the keys of a file
  * (raw keys, key_size bytes each, in lookup order) up in a cache, a row at a time
- * ({@link Call#get}) and in chunks ({@link Call#getBatch}) of the sizes given, rounds
+ * ({@link Call#get}), in chunks ({@link Call#getBatch}) of the sizes given and, for a
+ * negative size, in chunks of its magnitude into one buffer ({@link Call#getPacked}), rounds
  * alternating the ways, and prints each way's rows/s per round and its median.
  *
- * <pre>java -cp target/classes:target/test-classes:LZ4_JAR io.shmcache.BatchBench CACHE KEYS_FILE ROUNDS 256,1024</pre>
+ * <pre>java -cp target/classes:target/test-classes:LZ4_JAR io.shmcache.BatchBench CACHE KEYS_FILE ROUNDS 256,-256</pre>
  */
 public final class BatchBench {
     public static void main(String[] a) throws Exception {
@@ -36,7 +37,7 @@ public final class BatchBench {
                 int w = (w0 + Math.max(r, 0)) % ways.size();
                 int chunk = ways.get(w);
                 long t0 = System.nanoTime();
-                long bytes = run(seg, keys, chunk);
+                long bytes = run(seg, keys, raw, chunk);
                 double dt = (System.nanoTime() - t0) / 1e9;
                 if (expect < 0) {
                     expect = bytes;
@@ -58,14 +59,26 @@ public final class BatchBench {
                 sb.append(String.format(" %.2f", x / 1e6));
             }
             System.out.printf("  %-14s %6.2f M/s %6.0f ns/key %5.2fx row  runs%s%n",
-                    ways.get(w) == 0 ? "row at a time" : "chunk " + ways.get(w), med / 1e6, 1e9 / med, med / row, sb);
+                    ways.get(w) == 0 ? "row at a time" : ways.get(w) > 0 ? "chunk " + ways.get(w) : "packed " + -ways.get(w), med / 1e6, 1e9 / med, med / row, sb);
         }
     }
 
-    private static long run(Segment seg, byte[][] keys, int chunk) {
+    private static long run(Segment seg, byte[][] keys, byte[] raw, int chunk) {
         long bytes = 0;
         try (Call c = seg.call()) {
-            if (chunk == 0) {
+            if (chunk < 0) { // getPacked over the keys as they lie in the file, -chunk at a time
+                int ks = seg.keySize(), m = -chunk;
+                byte[] in = new byte[m * ks];
+                Values out = new Values();
+                for (int i = 0; i < keys.length; i += m) {
+                    int n = Math.min(m, keys.length - i);
+                    System.arraycopy(raw, i * ks, in, 0, n * ks);
+                    c.getPacked(in, null, n, out);
+                    for (int j = 0; j < n; j++) {
+                        bytes += Math.max(0, out.length(j));
+                    }
+                }
+            } else if (chunk == 0) {
                 for (byte[] k : keys) {
                     byte[] v = c.get(k, 0, k.length);
                     bytes += v == null ? 0 : v.length;

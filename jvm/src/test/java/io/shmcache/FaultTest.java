@@ -46,10 +46,43 @@ class FaultTest {
     }
 
     @Test
+    void aFileCutShortBeforeAnyCheckFaultsEveryBatchedReadIntoAnErrorNeverACrash() throws IOException {
+        byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
+        byte[] flat = new byte[keys.length * keys[0].length];
+        for (int i = 0; i < keys.length; i++) {
+            System.arraycopy(keys[i], 0, flat, i * keys[i].length, keys[i].length);
+        }
+        for (int way = 0; way < 3; way++) {
+            Path p = Goldens.write(tmp.resolve("cut" + way + ".shm"), Goldens.bytes(BASE));
+            try (Segment r = Segment.attachPath(p); Call c = r.call()) {
+                try (RandomAccessFile f = new RandomAccessFile(p.toFile(), "rw")) {
+                    f.setLength(Layout.PAGE); // no check() since: the reads themselves meet the lost pages
+                }
+                int w = way;
+                Throwable e = assertThrows(Throwable.class, () -> {
+                    switch (w) {
+                        case 0 -> c.getPacked(flat, null, keys.length, new Values());
+                        case 1 -> c.getBatch(keys, keys.length, new byte[keys.length][]);
+                        default -> c.get(keys[1], 0);
+                    }
+                });
+                // the reader's error, or the JVM's InternalError where compiled code raised it late
+                assertTrue(e instanceof ShmcacheException.Corrupt || e instanceof InternalError, e.toString());
+                r.check();
+                assertThrows(ShmcacheException.Corrupt.class, () -> c.getPacked(flat, null, keys.length, new Values()));
+            }
+        }
+    }
+
+    @Test
     void byteFlipsNeverCrashHangOrReadOutside() {
         byte[] clean = Goldens.bytes(BASE);
         Random rnd = new Random(40);
         byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
+        byte[] flat = new byte[keys.length * keys[0].length];
+        for (int i = 0; i < keys.length; i++) {
+            System.arraycopy(keys[i], 0, flat, i * keys[i].length, keys[i].length);
+        }
         for (int round = 0; round < 200; round++) {
             byte[] data = clean.clone();
             // flips where they matter: the header, the bucket meta rows, the index and the rings
@@ -74,6 +107,13 @@ class FaultTest {
                 assertEquals(keys.length, got.length);
                 for (byte[] v : got) {
                     assertTrue(v == null || v.length <= 4096);
+                }
+                Values packed = new Values();
+                try (Call c = r.call()) {
+                    c.getPacked(flat, null, keys.length, packed);
+                }
+                for (int i = 0; i < keys.length; i++) {
+                    assertTrue(packed.length(i) <= 4096);
                 }
                 assertTrue(System.nanoTime() - t0 < 30_000_000_000L, "bounded");
             } catch (ShmcacheException e) {
@@ -130,6 +170,10 @@ class FaultTest {
         Goldens.putWord(comp, Layout.PAGE, (long) Integer.MAX_VALUE << 32 | 1);
         Goldens.write(Companion.pathOf(name), comp);
         byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
+        byte[] flat = new byte[keys.length * keys[0].length];
+        for (int i = 0; i < keys.length; i++) {
+            System.arraycopy(keys[i], 0, flat, i * keys[i].length, keys[i].length);
+        }
         long hits = BASE.keys().stream().filter(k -> k.value() != null).count();
         try (Segment r = Segment.attach(name)) {
             r.getMany(keys);

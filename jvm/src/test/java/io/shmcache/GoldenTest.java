@@ -128,22 +128,37 @@ class GoldenTest {
             for (int chunk : new int[] {1, 3, 64, keys.size()}) {
                 long before = r.stats().misses() + r.stats().hits();
                 try (Call call = r.call()) {
+                    int ks = r.keySize();
                     byte[][] in = new byte[chunk][], vals = new byte[chunk][];
-                    boolean[] has = new boolean[chunk];
+                    boolean[] has = new boolean[chunk], isNull = new boolean[chunk];
+                    byte[] flat = new byte[chunk * ks + 5]; // longer than the keys: only n * key_size is read
+                    Values packed = new Values();
                     for (int i = 0; i < keys.size(); i += chunk) {
                         int n = Math.min(chunk, keys.size() - i);
+                        java.util.Arrays.fill(flat, (byte) 0x5a);
                         for (int j = 0; j < n; j++) {
                             in[j] = keys.get(i + j);
+                            isNull[j] = in[j] == null; // its bytes stay 0x5a: never read
+                            if (in[j] != null) {
+                                System.arraycopy(in[j], 0, flat, j * ks, ks);
+                            }
                         }
                         call.getBatch(in, n, vals);
                         call.containsBatch(in, n, has);
+                        call.getPacked(flat, isNull, n, packed);
+                        boolean[] hasPacked = new boolean[n];
+                        call.containsPacked(flat, isNull, n, hasPacked);
                         for (int j = 0; j < n; j++) {
-                            assertArrayEquals(want.get(i + j), vals[j], name + ": chunk " + chunk + ", key " + (i + j));
-                            assertEquals(want.get(i + j) != null, has[j], name + ": chunk " + chunk + ", key " + (i + j));
+                            String at = name + ": chunk " + chunk + ", key " + (i + j);
+                            assertArrayEquals(want.get(i + j), vals[j], at);
+                            assertEquals(want.get(i + j) != null, has[j], at);
+                            assertArrayEquals(want.get(i + j), packed.copy(j), at + " (packed)");
+                            assertEquals(want.get(i + j) == null ? -1 : want.get(i + j).length, packed.length(j), at);
+                            assertEquals(want.get(i + j) != null, hasPacked[j], at + " (packed)");
                         }
                     }
                 }
-                assertEquals(2L * keys.size(), r.stats().misses() + r.stats().hits() - before, "every key counted");
+                assertEquals(4L * keys.size(), r.stats().misses() + r.stats().hits() - before, "every key counted");
             }
         }
     }
@@ -158,6 +173,38 @@ class GoldenTest {
             assertTrue(e.getMessage().contains("31 bytes"), e.getMessage());
             assertEquals(2, call.badKey());
             assertEquals(0, call.pending(), "nothing read");
+        }
+    }
+
+    @Test
+    void packedKeysShorterThanTheirCountAreRefusedBeforeAnyKeyIsRead() {
+        Goldens.Case c = CASES.get("base");
+        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("base.shm"), Goldens.bytes(c)));
+             Call call = r.call()) {
+            byte[] keys = new byte[3 * r.keySize() - 1];
+            ShmcacheException e = assertThrows(ShmcacheException.KeySize.class,
+                    () -> call.getPacked(keys, null, 3, new Values()));
+            assertTrue(e.getMessage().contains("3 keys of 32 bytes in an array of 95 bytes"), e.getMessage());
+            assertEquals(0, call.pending(), "nothing read");
+        }
+    }
+
+    @Test
+    void packedValuesLongerThanTheBufferGrowIt() {
+        Goldens.Case c = CASES.get("base");
+        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("base.shm"), Goldens.bytes(c)));
+             Call call = r.call()) {
+            int ks = r.keySize(), n = 20_000; // every key many times: more value bytes than the first buffer holds
+            List<Goldens.Key> ks0 = c.keys().stream().filter(k -> k.value() != null && !k.corrupt()).toList();
+            byte[] flat = new byte[n * ks];
+            for (int i = 0; i < n; i++) {
+                System.arraycopy(ks0.get(i % ks0.size()).key(), 0, flat, i * ks, ks);
+            }
+            Values v = new Values();
+            call.getPacked(flat, null, n, v);
+            for (int i = 0; i < n; i++) {
+                assertArrayEquals(ks0.get(i % ks0.size()).value(), v.copy(i), "key " + i);
+            }
         }
     }
 
