@@ -8,6 +8,7 @@ refused; owner= checked by the JVM reader (a cache of another uid refused naming
 attach and at re-attach); the JVM's txmeta decoder against the Python one on malformed
 values. Skipped where the jar is not built (scripts/setup)."""
 
+import decimal
 import os
 import pwd
 import socket
@@ -115,6 +116,32 @@ def test_jvm_and_python_agree_on_a_cache_filled_by_shmcache_run(spark, harness, 
         jvm, py = (_rows(lookup(df, cache=name, decode=decode, engine=e)) for e in ("jvm", "python"))
         assert jvm == py
         assert sum(row[2] for row in jvm) == len(keys) - len(keys[::5])
+
+
+def test_every_other_column_passes_through_the_batched_lookup_unchanged(spark, filled):
+    """The batched lookup copies each input row's bytes into one buffer and joins the value
+    to them as UnsafeRows: columns of every kind before and after the key, nulls among
+    them, rows from a few bytes to 20 KB (the buffer grows mid-chunk), come out as they
+    went in, beside the Python engine's rows."""
+    name, keys = filled
+    rng = np.random.default_rng(42)
+    n = 700  # one partition: chunks of 256 end mid-partition
+    rows = []
+    for i in range(n):
+        key = keys[i % N].tobytes() if i % 7 else None
+        note = None if i % 11 == 0 else "x" * int(rng.integers(0, 20_000 if i % 50 == 0 else 40))
+        tags = None if i % 13 == 0 else [f"t{j}" for j in range(i % 5)] + [None]
+        info = None if i % 17 == 0 else (i, None if i % 2 else "b" * (i % 9))
+        rows.append((note, decimal.Decimal(i) / 8, tags, key, info, i % 3 == 0, i))  # i / 8: exact in 4 places
+    schema = "note string, amount decimal(20,4), tags array<string>, tx_hash binary, info struct<a:int,b:string>, flag boolean, row long"
+    df = spark.createDataFrame(rows, schema).coalesce(1)
+    jvm = lookup(df, cache=name, engine="jvm")
+    py = lookup(df, cache=name, engine="python")
+    assert [(f.name, f.dataType) for f in jvm.schema] == [(f.name, f.dataType) for f in py.schema]
+    got, want = jvm.collect(), py.collect()
+    assert sorted(got, key=lambda r: r.row) == sorted(want, key=lambda r: r.row)
+    assert [tuple(r)[:7] for r in sorted(got, key=lambda r: r.row)] == rows
+    assert "shmcache lookup of 'tx_hash'" in jvm._jdf.queryExecution().executedPlan().toString()
 
 
 def test_the_batched_lookup_runs_nothing_before_an_action(spark, filled):

@@ -3,6 +3,7 @@ package io.shmcache.spark;
 import io.shmcache.Call;
 import io.shmcache.Segment;
 import io.shmcache.ShmcacheException;
+import io.shmcache.Values;
 import java.io.Serializable;
 import java.util.HexFormat;
 import org.apache.spark.Dependency;
@@ -13,13 +14,17 @@ import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.expressions.JoinedRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.GenerateUnsafeRowJoiner;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowJoiner;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 import scala.collection.AbstractIterator;
 import scala.collection.Iterator;
@@ -64,7 +69,7 @@ public final class BatchLookups {
             throw new IllegalArgumentException(Lookups.WHO + ": key column '" + keyCol + "' is " + kt.simpleString()
                     + "; expected binary or string (hex)");
         }
-        RDD<InternalRow> looked = new Looked(ds, new Part(cache, owner, keyCol, k, hex, values));
+        RDD<InternalRow> looked = new Looked(ds, new Part(cache, owner, keyCol, schema, k, hex, values));
         looked.setName("shmcache lookup of '" + keyCol + "' in cache '" + cache + "'");
         StructType outSchema = schema.add(out, values ? DataTypes.BinaryType : DataTypes.BooleanType, true);
         return ds.sparkSession().internalCreateDataFrame(looked, outSchema, false);
@@ -131,13 +136,15 @@ public final class BatchLookups {
             implements Serializable {
         private static final long serialVersionUID = 1L;
         final String cache, owner, column;
+        final StructType schema; // the input's
         final int k;
         final boolean hex, values;
 
-        Part(String cache, String owner, String column, int k, boolean hex, boolean values) {
+        Part(String cache, String owner, String column, StructType schema, int k, boolean hex, boolean values) {
             this.cache = cache;
             this.owner = owner;
             this.column = column;
+            this.schema = schema;
             this.k = k;
             this.hex = hex;
             this.values = values;
@@ -149,24 +156,34 @@ public final class BatchLookups {
         }
     }
 
-    /** The rows of a partition with the lookup's column, a chunk looked up at a time. */
+    /**
+     * The rows of a partition with the lookup's column, a chunk looked up at a time, with
+     * nothing allocated per row: each input row's bytes are copied into one buffer (the
+     * input's rows may be one object reused), its key into one array of the chunk's keys
+     * ({@link Call#getPacked}), the values land in one buffer ({@link Values}), and each
+     * output row is the input row and a one-field row of its value joined as UnsafeRows
+     * (Spark's UnsafeRowJoiner; the row returned is reused, as an RDD's rows may be).
+     */
     private static final class Chunks extends AbstractIterator<InternalRow> {
         private final Part p;
         private final Iterator<InternalRow> in;
-        private final InternalRow[] rows = new InternalRow[CHUNK];
-        private final byte[][] keys = new byte[CHUNK][], vals;
+        private final UnsafeRow[] rows = new UnsafeRow[CHUNK];
+        private final boolean[] isNull = new boolean[CHUNK];
         private final boolean[] has;
-        private final GenericInternalRow extra = new GenericInternalRow(1);
-        private final JoinedRow joined = new JoinedRow();
+        private final Values vals;
+        private final UnsafeRowWriter extra = new UnsafeRowWriter(1, 64);
+        private UnsafeProjection toUnsafe; // for an input whose rows are not UnsafeRows
+        private UnsafeRowJoiner joiner;
+        private byte[] keys, arena = new byte[1 << 16];
         private Segment seg;
         private Call call;
-        private int n, at;
+        private int n, at, ks = -1;
         private long base; // the partition's rows before this chunk
 
         Chunks(Part p, Iterator<InternalRow> in) {
             this.p = p;
             this.in = in;
-            this.vals = p.values ? new byte[CHUNK][] : null;
+            this.vals = p.values ? new Values() : null;
             this.has = p.values ? null : new boolean[CHUNK];
         }
 
@@ -188,72 +205,102 @@ public final class BatchLookups {
                 throw new java.util.NoSuchElementException();
             }
             int i = at++;
-            if (p.values) {
-                extra.update(0, vals[i]);
-                vals[i] = null;
+            extra.reset();
+            extra.zeroOutNullBytes();
+            if (!p.values) {
+                extra.write(0, has[i]);
+            } else if (vals.found(i)) {
+                extra.write(0, vals.data(), vals.start(i), vals.length(i));
             } else {
-                extra.setBoolean(0, has[i]);
+                extra.setNullAt(0);
             }
-            InternalRow r = rows[i];
-            rows[i] = null;
-            return joined.apply(r, extra);
+            return joiner.join(rows[i], extra.getRow());
         }
 
         private void fill() {
             base += n;
             n = at = 0;
             if (call == null) {
-                try {
-                    seg = Lookups.handle(p.cache, p.owner);
-                    seg.check(); // the partition's first look at the name
-                } catch (ShmcacheException.NotFound e) {
-                    throw gone(e);
-                }
-                call = seg.call();
-                org.apache.spark.TaskContext ctx = org.apache.spark.TaskContext.get();
-                if (ctx != null) { // a partition left unfinished (a limit, a failure) still counts its keys
-                    Call c = call;
-                    ctx.addTaskCompletionListener((org.apache.spark.util.TaskCompletionListener) done -> c.flush());
-                }
+                start();
             }
-            int ks = -1;
+            int used = 0;
             while (n < CHUNK && in.hasNext()) {
-                InternalRow r = in.next().copy(); // the input's rows may be one object reused
-                rows[n] = r;
-                if (r.isNullAt(p.k)) {
-                    keys[n] = null;
-                } else if (p.hex) {
-                    if (ks < 0) {
-                        ks = keySize();
-                    }
-                    keys[n] = unhex(r.getUTF8String(p.k), ks, base + n);
-                } else {
-                    keys[n] = r.getBinary(p.k);
+                InternalRow r0 = in.next();
+                UnsafeRow r = r0 instanceof UnsafeRow u ? u : toUnsafe(r0);
+                int size = r.getSizeInBytes();
+                if (used + size > arena.length) { // rows already copied keep the old buffer
+                    arena = new byte[Math.max(arena.length, size) * 2];
+                    used = 0;
+                }
+                r.writeToMemory(arena, Platform.BYTE_ARRAY_OFFSET + used);
+                rows[n].pointTo(arena, Platform.BYTE_ARRAY_OFFSET + used, size);
+                used += size;
+                isNull[n] = r.isNullAt(p.k);
+                if (!isNull[n]) {
+                    key(r, n);
                 }
                 n++;
             }
             try {
                 if (p.values) {
-                    call.getBatch(keys, n, vals);
+                    call.getPacked(keys, isNull, n, vals);
                 } else {
-                    call.containsBatch(keys, n, has);
+                    call.containsPacked(keys, isNull, n, has);
                 }
                 if (call.pending() >= Lookups.FLUSH_EVERY || !in.hasNext()) {
                     call.flush(); // as the expression counts: a batch every FLUSH_EVERY keys and at the end
                 }
             } catch (ShmcacheException.NotFound e) {
                 throw gone(e);
-            } catch (ShmcacheException.KeySize e) {
-                int bad = call.badKey();
-                if (bad < 0) {
-                    throw e;
-                }
-                byte[] key = keys[bad];
-                String kx = HexFormat.of().formatHex(key, 0, Math.min(key.length, 40)) + (key.length > 40 ? "..." : "");
-                throw Lookups.keyError(p.cache, p.column, base + bad, "key " + kx + " is " + key.length
-                        + " bytes; keys of this cache are " + keySize() + " bytes");
             }
-            java.util.Arrays.fill(keys, 0, n, null);
+        }
+
+        /** The partition's first chunk: its handle (looked at now), its call, its rows' shapes. */
+        private void start() {
+            try {
+                seg = Lookups.handle(p.cache, p.owner);
+                seg.check(); // the partition's first look at the name
+            } catch (ShmcacheException.NotFound e) {
+                throw gone(e);
+            }
+            call = seg.call();
+            org.apache.spark.TaskContext ctx = org.apache.spark.TaskContext.get();
+            if (ctx != null) { // a partition left unfinished (a limit, a failure) still counts its keys
+                Call c = call;
+                ctx.addTaskCompletionListener((org.apache.spark.util.TaskCompletionListener) done -> c.flush());
+            }
+            ks = keySize();
+            keys = new byte[CHUNK * ks];
+            for (int i = 0; i < CHUNK; i++) {
+                rows[i] = new UnsafeRow(p.schema.length());
+            }
+            StructType added = new StructType().add("v", p.values ? DataTypes.BinaryType : DataTypes.BooleanType, true);
+            joiner = GenerateUnsafeRowJoiner.create(p.schema, added);
+        }
+
+        private UnsafeRow toUnsafe(InternalRow r) {
+            if (toUnsafe == null) {
+                toUnsafe = UnsafeProjection.create(p.schema);
+            }
+            return toUnsafe.apply(r);
+        }
+
+        /** Row i's key into the chunk's keys at i * key_size: its bytes, or its hex decoded. */
+        private void key(UnsafeRow r, int i) {
+            if (p.hex) {
+                byte[] k = unhex(r.getUTF8String(p.k), ks, base + i);
+                System.arraycopy(k, 0, keys, i * ks, ks);
+                return;
+            }
+            long where = r.getLong(p.k); // a binary field: its offset in the row and its size
+            int off = (int) (where >> 32), size = (int) where;
+            if (size != ks) {
+                byte[] key = r.getBinary(p.k);
+                String kx = HexFormat.of().formatHex(key, 0, Math.min(key.length, 40)) + (key.length > 40 ? "..." : "");
+                throw Lookups.keyError(p.cache, p.column, base + i, "key " + kx + " is " + key.length
+                        + " bytes; keys of this cache are " + ks + " bytes");
+            }
+            Platform.copyMemory(r.getBaseObject(), r.getBaseOffset() + off, keys, Platform.BYTE_ARRAY_OFFSET + (long) i * ks, ks);
         }
 
         private int keySize() {
