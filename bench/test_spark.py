@@ -154,16 +154,24 @@ class World:
     """The cache, the Parquet of (tx_hash, value), the session and the persisted inputs."""
 
     def __init__(self, tmp_dir):
+        from pyspark.sql import SparkSession
+
+        self.name = f"bench-spark-{uuid.uuid4().hex[:8]}"
+        self.spark = self.writer = self.query = self.values = None
+        self.started = SparkSession.getActiveSession() is None
+        try:
+            self._make(tmp_dir)
+        except BaseException:
+            self.close()  # the cache goes even when the session or the inputs could not be made
+            raise
+
+    def _make(self, tmp_dir) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
-        from pyspark.sql import SparkSession
         from pyspark.sql import functions as F
 
         from shmcache.spark import session
 
-        self.name = f"bench-spark-{uuid.uuid4().hex[:8]}"
-        self.spark = None
-        self.started = SparkSession.getActiveSession() is None
         META["load_avg_start"] = os.getloadavg()[0]
         t0 = time.perf_counter()
         keys = _keys(N)
@@ -206,13 +214,16 @@ class World:
         assert got == (want or (Q,)), f"{way}: found {found} of {Q}, {nbytes} value bytes"
 
     def close(self) -> None:
-        for df in ("query", "values"):
-            if getattr(self, df, None) is not None:
-                getattr(self, df).unpersist()
-        if self.spark is not None and self.started:
-            self.spark.stop()
-        self.writer.close()
-        shmcache.destroy(self.name)
+        try:
+            for df in (self.query, self.values):
+                if df is not None:
+                    df.unpersist()
+            if self.spark is not None and self.started:
+                self.spark.stop()
+        finally:  # whatever Spark's teardown raises
+            if self.writer is not None:
+                self.writer.close()
+                shmcache.destroy(self.name)
 
 
 @pytest.fixture(scope="module")
