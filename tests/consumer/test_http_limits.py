@@ -8,7 +8,9 @@ this test's process (MetricsServer), so its threads are counted here."""
 from __future__ import annotations
 
 import http.client
+import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -18,6 +20,9 @@ import pytest
 import shmcache
 from shmcache.consumer import http_endpoint
 from shmcache.consumer.metrics import MetricsServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _waits import poll_until  # noqa: E402
 
 
 @pytest.fixture
@@ -56,13 +61,6 @@ def _closed_by_server(s: socket.socket, timeout: float) -> bool:
         return False
 
 
-def _until(cond, timeout: float, what) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
-        time.sleep(0.05)
-
-
 def test_held_connections_are_bounded_in_number_and_time(server):
     """300 clients each send half a request and wait. The endpoint holds at most
     MAX_CONNECTIONS of them (a thread each) and closes the rest at once, closes the held
@@ -83,13 +81,13 @@ def test_held_connections_are_bounded_in_number_and_time(server):
             s.sendall(b"GET /ready HTTP/1.1\r\nHost: x\r\n")  # never the blank line that ends it
             socks.append(s)
         t0 = time.monotonic()
-        _until(lambda: count_closed() >= len(socks) - http_endpoint.MAX_CONNECTIONS, 30,
+        poll_until(lambda: count_closed() >= len(socks) - http_endpoint.MAX_CONNECTIONS, 30,
                lambda: f"the connections over the limit to be closed ({len(closed)} of {len(socks)}; "
                        f"{threading.active_count() - base} threads)")
         assert threading.active_count() - base <= http_endpoint.MAX_CONNECTIONS
-        _until(lambda: count_closed() == len(socks), http_endpoint.CONNECTION_S + 10, "the held connections to be cut")
+        poll_until(lambda: count_closed() == len(socks), http_endpoint.CONNECTION_S + 10, "the held connections to be cut")
         assert time.monotonic() - t0 < http_endpoint.CONNECTION_S + 10
-        _until(lambda: threading.active_count() <= base, 30, "the connections' threads to end")
+        poll_until(lambda: threading.active_count() <= base, 30, "the connections' threads to end")
         status, _, body = _request(server.port, "GET")
         assert status == 503 and b"no live supervisor" in body
     finally:
