@@ -5,11 +5,11 @@
 
 Two engines give the same rows. engine="jvm" (the default when the shmcache JVM jar
 is built, see _session.py) looks keys up inside the executors' JVM (jvm/: a Java reader of
-the segment): a DataFrame's partitions 256 keys at a time, their cache misses overlapped
-(io.shmcache.spark.BatchLookups), or, for a streaming DataFrame, row by row with the Spark
-SQL functions shmcache_get / shmcache_contains compiled into the stage's generated code;
-decode="txmeta" with shmcache_txmeta (the same decoder in Java), so no row goes through a
-Python worker at all. engine="python" uses `DataFrame.mapInArrow`: each
+the segment): a node of the query's plan that looks a partition's keys up 256 at a time,
+their cache misses overlapped (io.shmcache.spark.BatchLookups; Spark prunes columns and
+pushes filters on the input's columns below it, and plans it in each micro-batch of a
+streaming query); decode="txmeta" with shmcache_txmeta (the same decoder in Java), so no row
+goes through a Python worker at all. engine="python" uses `DataFrame.mapInArrow`: each
 Arrow batch of `df` goes to an executor's Python worker, which attaches the cache
 read-only once (see _executor.py), converts the key column without per-row Python
 objects (_keys.py), calls `get_many_packed` and appends the results as Arrow arrays
@@ -99,7 +99,7 @@ def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, owner):
     _register_jvm(df.sparkSession)
     cols = [F.col(f"`{c}`") for c in df.columns]
     args = [F.lit(cache), F.col(f"`{key_col}`")] + ([F.lit(str(owner))] if owner is not None else [])
-    batched = JVM_BATCHED and not df.isStreaming
+    batched = JVM_BATCHED
     if value_col is None and decode is None:
         if batched:
             return _batched(df, key_col, cache, owner, found_col, values=False)
@@ -121,9 +121,9 @@ def _lookup_jvm(df, key_col, cache, decode, value_col, found_col, owner):
     return staged.select(*cols, *out, *fields)
 
 
-# engine="jvm" on a DataFrame that is not streaming: the batched lookup (io.shmcache.spark.BatchLookups,
-# a mapPartitions over the rows looking up 256 keys at a time, their misses overlapped), measured at
-# 1.2-2.1x the row-at-a-time expression (docs/jvm.md); False: the expression everywhere (the bench's).
+# engine="jvm": the batched lookup (io.shmcache.spark.BatchLookups, a node of the plan looking up 256 keys
+# at a time, their misses overlapped), measured at 2.2x the row-at-a-time expression (bench/README.md "The
+# JVM lookup"); False: the SQL functions shmcache_get / shmcache_contains a row at a time (the bench's).
 JVM_BATCHED = True
 
 

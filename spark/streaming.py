@@ -11,9 +11,9 @@
 `lookup` needs nothing special: Spark runs its plan on each micro-batch of a streaming
 DataFrame as on a batch one (each executor reads its own machine's cache). Its default
 engine is the JVM one whenever the session loads the shmcache jar (session() puts it on
-spark.jars, which Spark ships to the executors): the keys are looked up (and with
-decode="txmeta" decoded) by the Spark SQL functions of the jar inside the micro-batch's
-generated code, with no Python worker. Without the jar it is the Python engine's
+spark.jars, which Spark ships to the executors): the keys are looked up 256 at a time by
+the jar's lookup node, which each micro-batch's plan holds (and with decode="txmeta"
+decoded by the jar's shmcache_txmeta), with no Python worker. Without the jar it is the Python engine's
 `mapInArrow`. The same rows either way (tests/spark/test_jvm_lookup.py).
 
 `publish_stream` reads txmeta rows (the Parquet schema of txmeta.table_schema) from a

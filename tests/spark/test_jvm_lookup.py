@@ -59,8 +59,8 @@ def _rows(df):
 @pytest.mark.parametrize("decode,value_col", [(None, "value"), (None, None), ("txmeta", "value"), ("txmeta", None)])
 def test_jvm_and_python_give_identical_rows(spark, filled, as_hex, decode, value_col, batched, monkeypatch):
     """Both JVM paths: the batched lookup (BatchLookups, engine="jvm"'s own; partitions of
-    about 735 rows, so chunks of 256 end mid-partition) and the row-at-a-time expression
-    (what a streaming DataFrame gets)."""
+    about 735 rows, so chunks of 256 end mid-partition) and the row-at-a-time SQL functions
+    (shmcache_get, shmcache_contains)."""
     from shmcache.spark import _lookup
 
     monkeypatch.setattr(_lookup, "JVM_BATCHED", batched)
@@ -142,6 +142,39 @@ def test_every_other_column_passes_through_the_batched_lookup_unchanged(spark, f
     assert sorted(got, key=lambda r: r.row) == sorted(want, key=lambda r: r.row)
     assert [tuple(r)[:7] for r in sorted(got, key=lambda r: r.row)] == rows
     assert "shmcache lookup of 'tx_hash'" in jvm._jdf.queryExecution().executedPlan().toString()
+
+
+def test_spark_plans_through_the_batched_lookup(spark, filled, tmp_path):
+    """The lookup is a node of the query's plan: the input's columns the query does not use
+    are not read (the Parquet scan's schema), a filter on the input's columns reaches the
+    scan and its rows are never looked up (the readers' companion counts only the others),
+    a filter on the looked-up column stays above the lookup; the rows are the Python
+    engine's."""
+    from pyspark.sql import functions as F
+
+    name, keys = filled
+    path = str(tmp_path / "in.parquet")
+    _query(spark, keys).withColumn("note", F.lit("x" * 100)).write.parquet(path)
+    src = spark.read.parquet(path)
+
+    def query(engine):
+        out = lookup(src, cache=name, engine=engine)
+        return out.where((F.col("row") < 500) & F.col("found")).select("row", "value")
+
+    with shmcache.attach(name) as r:
+        before = r.stats()
+        got = sorted((x.row, bytes(x.value)) for x in query("jvm").collect())
+        after = r.stats()
+    assert got == sorted((x.row, bytes(x.value)) for x in query("python").collect())
+    assert len(got) == sum(1 for i in range(500) if i % 4)  # the deleted quarter are misses
+    looked = after["reader_hits"] + after["reader_misses"] - before["reader_hits"] - before["reader_misses"]
+    assert looked == 500, "only the rows the filter keeps are looked up"
+    lines = query("jvm")._jdf.queryExecution().executedPlan().toString().splitlines()
+    at = next(i for i, line in enumerate(lines) if "ShmcacheLookup shmcache lookup of 'tx_hash'" in line)
+    scan = next(line for line in lines[at:] if "FileScan parquet" in line)
+    assert "ReadSchema: struct<tx_hash:binary,row:bigint>" in scan, scan  # note: pruned
+    assert "LessThan(row,500)" in scan, scan
+    assert any("isnotnull(value" in line for line in lines[:at]), lines  # found: above the lookup
 
 
 def test_the_batched_lookup_runs_nothing_before_an_action(spark, filled):

@@ -121,10 +121,10 @@ def test_streaming_publish_and_lookup_restart_from_checkpoint(spark, harness, ka
                   .option("maxOffsetsPerTrigger", 400).load()
                   .select(F.col("value").alias("tx_hash"), F.col("offset")))
         enriched = lookup(stream, cache=name, decode="txmeta")
-        # the JVM engine where the jar is built: the micro-batches' plan calls the jar's Lookups, no mapInArrow
+        # the JVM engine where the jar is built: the micro-batches' plan holds the batched lookup, no mapInArrow
         plan = enriched._jdf.queryExecution().analyzed().toString()
         jvm = _session.jvm_jar(required=False) is not None
-        assert ("io.shmcache.spark.Lookups" in plan) == jvm and ("MapInArrow" in plan) != jvm, plan
+        assert ("ShmcacheLookup shmcache lookup of 'tx_hash'" in plan) == jvm and ("MapInArrow" in plan) != jvm, plan
         q = (enriched.writeStream.format("parquet")
              .option("checkpointLocation", str(ck2)).trigger(availableNow=True).start(str(out)))
         q.awaitTermination(600)

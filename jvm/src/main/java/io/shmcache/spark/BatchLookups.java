@@ -6,22 +6,22 @@ import io.shmcache.ShmcacheException;
 import io.shmcache.Values;
 import java.io.Serializable;
 import java.util.HexFormat;
-import org.apache.spark.Dependency;
-import org.apache.spark.OneToOneDependency;
-import org.apache.spark.Partition;
-import org.apache.spark.TaskContext;
-import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.AttributeReference;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.expressions.codegen.GenerateUnsafeRowJoiner;
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowJoiner;
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.Metadata;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
@@ -33,13 +33,15 @@ import scala.runtime.AbstractFunction1;
 /**
  * The batched lookup: a DataFrame with one column appended, the value of each row's key
  * (binary, null where not found or the key is null) or whether it is present (boolean),
- * looked up {@link #CHUNK} rows at a time with {@link Call#getBatch} so that the cache
+ * looked up {@link #CHUNK} rows at a time with {@link Call#getPacked} so that the cache
  * misses of a chunk's keys overlap (a Catalyst expression sees one row at a time: each
- * key's index slot and then its record, two dependent misses, none overlapped). The plan
- * is the DataFrame's rows ({@code queryExecution().toRdd()}) mapped partition by
- * partition in the executors' JVM, no Python worker; the result is a new DataFrame over
- * that RDD (so Spark plans the input and what follows the lookup apart). Not for
- * streaming DataFrames (they have no RDD): lookup() keeps the expression there.
+ * key's index slot and then its record, two dependent misses, none overlapped). The
+ * lookup is a node of the query's plan ({@link LookupNode}, planned by
+ * {@link LookupStrategy} as a {@link LookupExec} that maps its input partition by
+ * partition in the executors' JVM, no Python worker), so Spark plans through it: columns
+ * the query does not use are pruned below it, filters on the input's columns are pushed
+ * below it ({@link PushFiltersBelowLookup}), and a streaming query plans it in each
+ * micro-batch.
  *
  * <p>The same behaviour as the expression ({@link Lookups}): one handle per (cache, owner)
  * per JVM, looked at at each partition's start (a re-created cache is mapped again); a
@@ -64,75 +66,36 @@ public final class BatchLookups {
         StructType schema = ds.schema();
         int k = schema.fieldIndex(keyCol);
         DataType kt = schema.fields()[k].dataType();
-        boolean hex = kt instanceof StringType;
-        if (!hex && !(kt instanceof BinaryType)) {
+        if (!(kt instanceof StringType) && !(kt instanceof BinaryType)) {
             throw new IllegalArgumentException(Lookups.WHO + ": key column '" + keyCol + "' is " + kt.simpleString()
                     + "; expected binary or string (hex)");
         }
-        RDD<InternalRow> looked = new Looked(ds, new Part(cache, owner, keyCol, schema, k, hex, values));
-        looked.setName("shmcache lookup of '" + keyCol + "' in cache '" + cache + "'");
-        StructType outSchema = schema.add(out, values ? DataTypes.BinaryType : DataTypes.BooleanType, true);
-        return ds.sparkSession().internalCreateDataFrame(looked, outSchema, false);
+        org.apache.spark.sql.classic.SparkSession spark = ds.sparkSession();
+        plannable(spark);
+        LogicalPlan plan = ds.logicalPlan();
+        Attribute key = scala.jdk.javaapi.CollectionConverters.asJava(ds.queryExecution().analyzed().output()).get(k);
+        Attribute added = new AttributeReference(out, values ? DataTypes.BinaryType : DataTypes.BooleanType, true,
+                Metadata.empty(), NamedExpression.newExprId(), Plans.<String>seq());
+        return org.apache.spark.sql.classic.Dataset$.MODULE$.ofRows(spark,
+                new LookupNode(plan, key, cache, owner, added, values));
     }
 
     /**
-     * The DataFrame's rows with the lookup's column. Its input ({@code queryExecution().toRdd()})
-     * is made when Spark first asks for the partitions, in the action that runs the job: made
-     * at once, it would run an adaptive plan's shuffle stages when lookup() is called, before
-     * any action.
+     * The session plans LookupNodes: its planner's extra strategies hold a LookupStrategy,
+     * its optimizer's extra rules a PushFiltersBelowLookup (idempotent).
      */
-    private static final class Looked extends RDD<InternalRow> {
-        private static final long serialVersionUID = 1L;
-        private static final scala.reflect.ClassTag<InternalRow> TAG = scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class);
-        private final transient org.apache.spark.sql.classic.Dataset<Row> ds; // the driver's only
-        private final Part part;
-        private volatile RDD<InternalRow> input; // made on the driver before any task is sent
-
-        @SuppressWarnings("unchecked")
-        Looked(org.apache.spark.sql.classic.Dataset<Row> ds, Part part) {
-            super(ds.sparkSession().sparkContext(),
-                    (scala.collection.immutable.Seq<Dependency<?>>) (Object) scala.collection.immutable.Nil$.MODULE$, TAG);
-            this.ds = ds;
-            this.part = part;
+    static synchronized void plannable(org.apache.spark.sql.classic.SparkSession spark) {
+        org.apache.spark.sql.ExperimentalMethods x = spark.experimental();
+        if (!Plans.holds(x.extraStrategies(), LookupStrategy.class)) {
+            x.extraStrategies_$eq(Plans.with(x.extraStrategies(), new LookupStrategy()));
         }
-
-        private RDD<InternalRow> input() {
-            RDD<InternalRow> in = input;
-            if (in == null) {
-                synchronized (this) {
-                    if (input == null) {
-                        input = ds.queryExecution().toRdd();
-                    }
-                    in = input;
-                }
-            }
-            return in;
-        }
-
-        @Override
-        public Partition[] getPartitions() {
-            return input().partitions();
-        }
-
-        @Override
-        public scala.collection.immutable.Seq<Dependency<?>> getDependencies() {
-            Dependency<?> d = new OneToOneDependency<>(input());
-            return scala.jdk.javaapi.CollectionConverters.asScala(java.util.List.<Dependency<?>>of(d)).toList();
-        }
-
-        @Override
-        public scala.collection.immutable.Seq<String> getPreferredLocations(Partition split) {
-            return input().preferredLocations(split);
-        }
-
-        @Override
-        public Iterator<InternalRow> compute(Partition split, TaskContext ctx) {
-            return part.apply(input.iterator(split, ctx));
+        if (!Plans.holds(x.extraOptimizations(), PushFiltersBelowLookup.class)) {
+            x.extraOptimizations_$eq(Plans.with(x.extraOptimizations(), new PushFiltersBelowLookup()));
         }
     }
 
     /** One partition's lookup (serialized to the executors). */
-    private static final class Part extends AbstractFunction1<Iterator<InternalRow>, Iterator<InternalRow>>
+    static final class Part extends AbstractFunction1<Iterator<InternalRow>, Iterator<InternalRow>>
             implements Serializable {
         private static final long serialVersionUID = 1L;
         final String cache, owner, column;
