@@ -175,6 +175,10 @@ def test_spark_plans_through_the_batched_lookup(spark, filled, tmp_path):
     assert "ReadSchema: struct<tx_hash:binary,row:bigint>" in scan, scan  # note: pruned
     assert "LessThan(row,500)" in scan, scan
     assert any("isnotnull(value" in line for line in lines[:at]), lines  # found: above the lookup
+    # a shuffle after the lookup serializes the physical plan around it (the codegen's references)
+    counts = {e: sorted(tuple(x) for x in lookup(src, cache=name, engine=e).groupBy("found").count().collect())
+              for e in ("jvm", "python")}
+    assert counts["jvm"] == counts["python"] == [(False, N // 4), (True, N - N // 4)]
 
 
 def test_the_batched_lookup_runs_nothing_before_an_action(spark, filled):

@@ -10,26 +10,25 @@ import scala.collection.immutable.Seq;
 
 /**
  * A {@link LookupNode} executed: its input's partitions mapped by BatchLookups' chunks in
- * the executors' JVM. What it looks up (the key, the cache, the owner, the column it adds)
- * is the logical node's.
+ * the executors' JVM. What it looks up is the logical node's ({@link LookupSpec}).
  */
 public final class LookupExec extends SparkPlan {
     private static final long serialVersionUID = 1L;
     private static final scala.reflect.ClassTag<InternalRow> TAG = scala.reflect.ClassTag$.MODULE$.apply(InternalRow.class);
     final SparkPlan child;
-    final LookupNode node;
+    final LookupSpec spec;
 
-    public LookupExec(SparkPlan child, LookupNode node) {
+    public LookupExec(SparkPlan child, LookupSpec spec) {
         this.child = child;
-        this.node = node;
+        this.spec = spec;
     }
 
     @Override
     public RDD<InternalRow> doExecute() {
         Seq<Attribute> in = child.output();
-        Attribute key = node.key;
-        BatchLookups.Part part = new BatchLookups.Part(node.cache, node.owner, key.name(), Plans.schema(in),
-                Plans.indexOf(in, key), key.dataType() instanceof StringType, node.values);
+        Attribute key = spec.key();
+        BatchLookups.Part part = new BatchLookups.Part(spec.cache(), spec.owner(), key.name(), Plans.schema(in),
+                Plans.indexOf(in, key), key.dataType() instanceof StringType, spec.values());
         return child.execute().mapPartitionsInternal(part, true, TAG);
     }
 
@@ -40,17 +39,22 @@ public final class LookupExec extends SparkPlan {
 
     @Override
     public Seq<Attribute> output() {
-        return Plans.append(child.output(), node.out);
+        return Plans.append(child.output(), spec.out());
     }
 
     @Override
     public SparkPlan withNewChildrenInternal(IndexedSeq<SparkPlan> children) {
-        return new LookupExec(children.head(), node);
+        return new LookupExec(children.head(), spec);
+    }
+
+    @Override
+    public String nodeName() {
+        return "ShmcacheLookup";
     }
 
     @Override
     public String simpleString(int maxFields) {
-        return node.simpleString(maxFields);
+        return spec.describe(nodeName());
     }
 
     @Override
@@ -60,7 +64,7 @@ public final class LookupExec extends SparkPlan {
 
     @Override
     public Object productElement(int n) {
-        return n == 0 ? child : node;
+        return n == 0 ? child : spec;
     }
 
     @Override

@@ -57,8 +57,11 @@ public final class LookupNode extends LogicalPlan {
 
     @Override
     public String simpleString(int maxFields) {
-        return nodeName() + " shmcache lookup of '" + key.name() + "' in cache '" + cache + "'"
-                + (owner == null ? "" : " (owner " + owner + ")") + ": " + (values ? "value" : "found") + " as " + out;
+        return spec().describe(nodeName());
+    }
+
+    LookupSpec spec() {
+        return new LookupSpec(key, cache, owner, out, values);
     }
 
     @Override

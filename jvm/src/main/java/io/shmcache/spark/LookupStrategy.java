@@ -10,7 +10,7 @@ public final class LookupStrategy extends SparkStrategy {
     @Override
     public Seq<SparkPlan> apply(LogicalPlan plan) {
         if (plan instanceof LookupNode n) {
-            return Plans.seq(new LookupExec(planLater(n.child), n));
+            return Plans.seq(new LookupExec(planLater(n.child), n.spec()));
         }
         return Plans.seq();
     }
