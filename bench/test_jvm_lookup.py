@@ -2,7 +2,7 @@
 engine="jvm" takes (io.shmcache.spark.BatchLookups: a partition's rows looked up 256 at a
 time, their cache misses overlapped), the Spark SQL function as a native Catalyst
 expression (shmcache_get: a StaticInvoke compiled into the stage's generated code, a row
-at a time; what a streaming DataFrame gets; here _lookup.JVM_BATCHED = False), the same
+at a time; what SQL calls; here _lookup.JVM_BATCHED = False), the same
 lookup as a Java UDF (spark.udf.registerJavaFunction), today's Python lookup (mapInArrow)
 and a no-op of the same shape (the lookup replaced by constant columns of its output
 types); and with decode="txmeta", the lookup and the decoding both in the JVM

@@ -1,5 +1,5 @@
-"""lookup(engine="jvm") (the batched lookup of jvm/, and the Spark SQL functions a
-streaming DataFrame gets, in the executors' JVM) against lookup(engine="python") on a
+"""lookup(engine="jvm") (the batched lookup of jvm/, a node of the query's plan,
+and the row-at-a-time Spark SQL functions, in the executors' JVM) against lookup(engine="python") on a
 local[2] session, over a real cache filled by the Python writer: identical rows for every
 key, misses, null keys and decoded columns included, keys as binary and hex; the SQL
 functions from SQL; errors naming the column, the cache and the host; a re-created cache
