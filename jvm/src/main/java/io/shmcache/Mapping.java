@@ -27,7 +27,6 @@ final class Mapping {
     private static final long IN_CHUNK = CHUNK - 1;
     private static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
     private static final boolean LITTLE = ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN;
-    private static final long WORD = 8;
     private static final VarHandle KEY_LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
 
     private static final Unsafe U;
@@ -84,7 +83,7 @@ final class Mapping {
 
     /** The address of the word at pos (checked as every read is), for {@link #touch}. */
     long wordAddress(long pos) {
-        return address(pos, WORD);
+        return address(pos, Layout.WORD);
     }
 
     /**
@@ -108,7 +107,7 @@ final class Mapping {
      * cut short) is the same InternalError the buffer would throw.
      */
     long getLong(long pos) {
-        long v = U.getLong(address(pos, WORD));
+        long v = U.getLong(address(pos, Layout.WORD));
         return LITTLE ? v : Long.reverseBytes(v);
     }
 

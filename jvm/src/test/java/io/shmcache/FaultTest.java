@@ -48,10 +48,7 @@ class FaultTest {
     @Test
     void aFileCutShortBeforeAnyCheckFaultsEveryBatchedReadIntoAnErrorNeverACrash() throws IOException {
         byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
-        byte[] flat = new byte[keys.length * keys[0].length];
-        for (int i = 0; i < keys.length; i++) {
-            System.arraycopy(keys[i], 0, flat, i * keys[i].length, keys[i].length);
-        }
+        byte[] flat = Goldens.endToEnd(keys);
         for (int way = 0; way < 3; way++) {
             Path p = Goldens.write(tmp.resolve("cut" + way + ".shm"), Goldens.bytes(BASE));
             try (Segment r = Segment.attachPath(p); Call c = r.call()) {
@@ -79,10 +76,7 @@ class FaultTest {
         byte[] clean = Goldens.bytes(BASE);
         Random rnd = new Random(40);
         byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
-        byte[] flat = new byte[keys.length * keys[0].length];
-        for (int i = 0; i < keys.length; i++) {
-            System.arraycopy(keys[i], 0, flat, i * keys[i].length, keys[i].length);
-        }
+        byte[] flat = Goldens.endToEnd(keys);
         for (int round = 0; round < 200; round++) {
             byte[] data = clean.clone();
             // flips where they matter: the header, the bucket meta rows, the index and the rings
@@ -170,10 +164,6 @@ class FaultTest {
         Goldens.putWord(comp, Layout.PAGE, (long) Integer.MAX_VALUE << 32 | 1);
         Goldens.write(Companion.pathOf(name), comp);
         byte[][] keys = BASE.keys().stream().map(Goldens.Key::key).toArray(byte[][]::new);
-        byte[] flat = new byte[keys.length * keys[0].length];
-        for (int i = 0; i < keys.length; i++) {
-            System.arraycopy(keys[i], 0, flat, i * keys[i].length, keys[i].length);
-        }
         long hits = BASE.keys().stream().filter(k -> k.value() != null).count();
         try (Segment r = Segment.attach(name)) {
             r.getMany(keys);

@@ -19,6 +19,11 @@ class GoldenTest {
     @TempDir
     Path tmp;
 
+    /** The golden case {@code name}, written under tmp and attached. */
+    private Segment attach(String name) {
+        return Segment.attachPath(Goldens.write(tmp.resolve(name + ".shm"), Goldens.bytes(CASES.get(name))));
+    }
+
     static Stream<String> damagedHeaders() {
         return CASES.values().stream().filter(c -> c.attachError() != null).map(Goldens.Case::name);
     }
@@ -58,7 +63,7 @@ class GoldenTest {
     @MethodSource("readable")
     void everyKeyAnswersAsExpected(String name) {
         Goldens.Case c = CASES.get(name);
-        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve(name + ".shm"), Goldens.bytes(c)))) {
+        try (Segment r = attach(name)) {
             if (c.entries() != null) {
                 assertEquals(c.entries(), r.stats().entries(), "entries");
             }
@@ -114,7 +119,7 @@ class GoldenTest {
     @MethodSource("readable")
     void theBatchedReadAnswersAsOneKeyAtATimeInChunksOfAnySize(String name) {
         Goldens.Case c = CASES.get(name);
-        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve(name + ".shm"), Goldens.bytes(c)))) {
+        try (Segment r = attach(name)) {
             List<byte[]> keys = new ArrayList<>();
             List<byte[]> want = new ArrayList<>();
             for (Goldens.Key k : c.keys()) { // each key twice, a null key between
@@ -166,7 +171,7 @@ class GoldenTest {
     @Test
     void aKeyOfTheWrongSizeInABatchIsRefusedBeforeAnyKeyIsRead() {
         Goldens.Case c = CASES.get("base");
-        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("base.shm"), Goldens.bytes(c)));
+        try (Segment r = attach("base");
              Call call = r.call()) {
             byte[][] keys = {c.keys().get(0).key(), null, new byte[31]};
             ShmcacheException e = assertThrows(ShmcacheException.KeySize.class, () -> call.getBatch(keys, 3, new byte[3][]));
@@ -179,7 +184,7 @@ class GoldenTest {
     @Test
     void packedKeysShorterThanTheirCountAreRefusedBeforeAnyKeyIsRead() {
         Goldens.Case c = CASES.get("base");
-        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("base.shm"), Goldens.bytes(c)));
+        try (Segment r = attach("base");
              Call call = r.call()) {
             byte[] keys = new byte[3 * r.keySize() - 1];
             ShmcacheException e = assertThrows(ShmcacheException.KeySize.class,
@@ -192,14 +197,12 @@ class GoldenTest {
     @Test
     void packedValuesLongerThanTheBufferGrowIt() {
         Goldens.Case c = CASES.get("base");
-        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("base.shm"), Goldens.bytes(c)));
+        try (Segment r = attach("base");
              Call call = r.call()) {
-            int ks = r.keySize(), n = 20_000; // every key many times: more value bytes than the first buffer holds
+            int n = 20_000; // every key many times: more value bytes than the first buffer holds
             List<Goldens.Key> ks0 = c.keys().stream().filter(k -> k.value() != null && !k.corrupt()).toList();
-            byte[] flat = new byte[n * ks];
-            for (int i = 0; i < n; i++) {
-                System.arraycopy(ks0.get(i % ks0.size()).key(), 0, flat, i * ks, ks);
-            }
+            byte[] flat = Goldens.endToEnd(java.util.stream.IntStream.range(0, n)
+                    .mapToObj(i -> ks0.get(i % ks0.size()).key()).toArray(byte[][]::new));
             Values v = new Values();
             call.getPacked(flat, null, n, v);
             for (int i = 0; i < n; i++) {

@@ -29,6 +29,16 @@ final class Goldens {
     record Case(String name, String file, String attachError, String field, Long entries, List<Key> keys,
                 Long liveHolderOffset) {}
 
+    /** The keys laid end to end, key i at i * its length (Call.getPacked's input). */
+    static byte[] endToEnd(byte[][] keys) {
+        int ks = keys[0].length;
+        byte[] flat = new byte[keys.length * ks];
+        for (int i = 0; i < keys.length; i++) {
+            System.arraycopy(keys[i], 0, flat, i * ks, ks);
+        }
+        return flat;
+    }
+
     static Map<String, Case> cases() {
         try {
             JsonNode root = new ObjectMapper().readTree(DIR.resolve("expect.json").toFile()).get("cases");
