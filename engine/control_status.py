@@ -167,7 +167,7 @@ def status(view) -> dict:
                  and all(p["caught_up"] for p in parts))
     gaps = any(p["gap"] for p in parts)
     accepted = sup_alive and bool(word(C.H_ACCEPT_GAPS))
-    return {
+    st = {
         "name": view.name,
         "topic": view.topic,
         "topic_id": view.topic_id,  # the Kafka id of the topic the table's offsets belong to; "" unknown
@@ -206,6 +206,8 @@ def status(view) -> dict:
         **(view.lookup_failure() if sup_alive else {"lookup_error": "", "lookup_failing_s": None}),
         **snapshot_fields(view, gap_parts, now),  # restore, snapshot, gap_partitions, gap_offsets
     }
+    st["reason"], st["why"] = reason_why(st)  # the same words from every reader (docs/reader-contract.md)
+    return st
 
 
 def snapshot_fields(view, gap_parts: list[int], now: int) -> dict:
@@ -241,33 +243,43 @@ def wait_ready(view, timeout: float | None = None, poll: float = 0.05) -> dict:
 
 
 def why(st: dict) -> str:
-    """Why a status is not ready, in words."""
+    """Why a status is not ready, in words ("" when it is)."""
+    return reason_why(st)[1]
+
+
+def reason_why(st: dict) -> tuple[str, str]:
+    """(reason, why): why a status is not ready, as a word and as a sentence, by the table of
+    docs/segment-format.md section 14 that every reader follows; ("ready", "") when it is."""
+    if st["ready"]:
+        return "ready", ""
     if not st["supervisor_alive"]:
-        return "no live supervisor"
+        return "no-supervisor", "no live supervisor"
     if st["supervisor_stale"]:
-        return (f"the supervisor (pid {st['supervisor_pid']}) has not gone round its loop for "
-                f"{st['supervisor_heartbeat_age_s']:.0f} s: stopped or hung")
+        return "supervisor-stale", (f"the supervisor (pid {st['supervisor_pid']}) has not gone round its loop for "
+                                    f"{st['supervisor_heartbeat_age_s']:.0f} s: stopped or hung")
     if st["broker"] == "waiting for the broker":
-        return f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
+        return "broker-waiting", f"waiting for the Kafka broker for {st['broker_waiting_s']:.0f} s"
     if st["lookup_error"]:
-        return (f"{len(st['unassigned'])} of {st['partitions']} partitions wait to be handed out: the broker answers, "
-                f"but {st['lookup_error']} (failing for {st['lookup_failing_s']:.0f} s)")
+        return "lookup-error", (f"{len(st['unassigned'])} of {st['partitions']} partitions wait to be handed out: "
+                                f"the broker answers, but {st['lookup_error']} (failing for "
+                                f"{st['lookup_failing_s']:.0f} s)")
     if not st["assigned"] and not st["elsewhere"]:
-        return "no partitions assigned yet"
+        return "no-partitions", "no partitions assigned yet"
     if st["assigning"]:
-        return "an assignment is being published"
+        return "assigning", "an assignment is being published"
     if st["unassigned"]:
         text = f"{len(st['unassigned'])} of {st['partitions']} partitions not assigned to this cache"
         if st["elsewhere"]:
             who = ", ".join(f"{o['client_id']} on {o['host']}" for o in st["group_others"])
             text += f" ({len(st['elsewhere'])} held by another member of the group: {who})"
-        return text
-    lagging = [f"{p['partition']} (lag {p['lag']}"
+        return "unassigned", text
+    lagging = [f"{p['partition']} (lag {'unknown' if p['lag'] is None else p['lag']}"
                + (")" if not p.get("worker_down") else ", no worker)" if p["worker"] is None
                   else f", worker {p['worker']} {p['worker_down']})")
                for p in st["assigned"] if not p["caught_up"]]
     if not lagging and st["gap_partitions"]:
-        return (f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
-                f"{st['gap_partitions'][:32]} before this cache had them, so the table lacks what they held; "
-                "restore a snapshot taken before, or start the supervisor with --accept-gaps to serve it as it is")
-    return "partitions not caught up: " + ", ".join(lagging[:20])
+        return "gap", (f"retention gap: the topic deleted {st['gap_offsets']:,} offsets of partitions "
+                       f"{st['gap_partitions'][:32]} before this cache had them, so the table lacks what they held; "
+                       "restore a snapshot taken before, or start the supervisor with --accept-gaps to serve it as "
+                       "it is")
+    return "lagging", "partitions not caught up: " + ", ".join(lagging[:20])
