@@ -1,6 +1,10 @@
-"""MetaBytes (formats/txmeta.py): golden bytes, encode/decode round trips, hostile input."""
+"""MetaBytes (formats/txmeta.py): golden bytes, encode/decode round trips, hostile input, and
+the golden values every decoder (this, go/txmeta, the JVM's TxMeta) is held to."""
 
+import json
+import os
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -8,6 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmcache.formats import txmeta
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _txmeta_golden as golden  # noqa: E402
 
 
 def _one(fee, size, flags, parents, vouts, height):
@@ -168,3 +175,36 @@ def test_from_arrow_errors():
     short = pa.array([[b"x" * 32], [b"y" * 31], [b"z" * 32]], pa.list_(pa.binary()))
     with pytest.raises(ValueError, match="row 1 has a parent hash of 31 bytes"):
         txmeta.from_arrow(good.set_column(3, "parents", short))
+
+
+# -- the golden values (golden/txmeta/cases.json, made by tests/_txmeta_golden.py) ------------------
+
+
+def test_committed_golden_values_are_what_the_generator_makes():
+    assert golden.PATH.read_text() == golden.render(golden.build()), \
+        "golden/txmeta/cases.json is stale: rerun .venv/bin/python tests/_txmeta_golden.py"
+
+
+def _expect_of(m: txmeta.Meta, i: int) -> dict:
+    """Record i of a decoded batch as a golden case's `expect` object."""
+    if not m.valid[i]:
+        return {"valid": False}
+    a, b = int(m.parent_offsets[i]), int(m.parent_offsets[i + 1])
+    return {"fee": int(m.fee[i]), "size": int(m.size[i]), "flags": int(m.flags[i]),
+            "parents": [bytes(m.parents[j]).hex() for j in range(a, b)],
+            "parent_vouts": [m.vouts[m.vout_offsets[j]:m.vout_offsets[j + 1]].tolist() for j in range(a, b)],
+            "block_height": None if m.block_height[i] < 0 else int(m.block_height[i])}
+
+
+def test_the_decoder_gives_every_golden_decode():
+    cases = json.loads(golden.PATH.read_text())["cases"]
+    assert sum(c["expect"] == {"valid": False} for c in cases) >= 400
+    values = [bytes.fromhex(c["value"]) for c in cases]
+    offsets = np.cumsum([0] + [len(v) for v in values])
+    m = txmeta.decode(offsets, np.frombuffer(b"".join(values), np.uint8))
+    wrong = [(c["name"], c["value"], got) for i, c in enumerate(cases) if (got := _expect_of(m, i)) != c["expect"]]
+    assert not wrong, f"{len(wrong)} golden txmeta values decoded otherwise; the first: {wrong[:3]}"
+    for i, c in enumerate(cases):  # and each record valid alone re-encodes to its bytes
+        if m.valid[i]:
+            o, d = txmeta.encode(txmeta.decode(offsets[i:i + 2] - offsets[i], np.frombuffer(values[i], np.uint8)))
+            assert d.tobytes() == values[i], c["name"]
