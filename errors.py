@@ -17,6 +17,7 @@ __all__ = [
     "CacheNotReadyError",
     "CachePermissionError",
     "CacheOwnerError",
+    "UnsafeModeError",
     "GeometryMismatchError",
     "KeySizeError",
     "ValueTooLargeError",
@@ -68,6 +69,12 @@ class CacheOwnerError(CachePermissionError):
     """The cache's file belongs to another user than the one its reader was told to expect
     (attach(name, owner=...)): anyone may create a name in /dev/shm before its supervisor
     does, and serve any values (and a fake readiness) from it."""
+
+
+class UnsafeModeError(CachePermissionError):
+    """The cache's file may be written by its group or by others (mode & 0o022): no shmcache
+    creator makes such a file, so it was widened by hand or planted, and its content is
+    anyone's. Every reader refuses it, whether or not it was told the owner."""
 
 
 class GeometryMismatchError(ShmcacheError, ValueError):
@@ -136,3 +143,25 @@ class SnapshotCancelled(SnapshotError):
     """A snapshot abandoned mid-write because its caller asked it to give up (the `cancel`
     event of engine/snapshot.py write: a supervisor's stop); its temporary file is removed
     and the destination is untouched. Not a failure of the snapshot or of the disk."""
+
+
+def error_kind(e: BaseException) -> str:
+    """The word the readers' command contract gives this error (docs/reader-contract.md):
+    the same word for the same case in the Python, Go and Java readers."""
+    for cls, kind in _KINDS:
+        if isinstance(e, cls):
+            return kind
+    return "error"
+
+
+_KINDS = (  # most specific first
+    (CacheNotFoundError, "not-found"),
+    (CorruptCacheError, "corrupt"),
+    (LayoutVersionError, "unknown-version"),
+    (NotACacheError, "not-a-cache"),
+    (CacheOwnerError, "wrong-owner"),
+    (UnsafeModeError, "unsafe-mode"),
+    (PermissionError, "permission"),
+    (CacheNotReadyError, "not-ready"),
+    (ValueError, "bad-argument"),
+)

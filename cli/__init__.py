@@ -7,7 +7,9 @@ Argument helpers shared by the commands live in cli/args.py. Nothing below the
 command line imports this package.
 
 Errors: a user's mistake is one line on stderr and exit 2, never a traceback;
-ShmcacheError, ValueError and OSError from a command are shown that way too.
+ShmcacheError, ValueError and OSError from a command are shown that way too. The
+commands every reader gives (get, watch, stats, status, wait-ready: docs/reader-contract.md)
+word it `shmcache: KIND: message`, KIND naming the case as the Go and Java readers do.
 
 Signals: SIGTERM and SIGHUP (a closing terminal: an ssh or tmux session that ends) stop a
 command as Ctrl-C does, by a KeyboardInterrupt, so what it made is removed on the way out
@@ -25,7 +27,8 @@ import signal
 import sys
 
 import shmcache
-from shmcache.cli.args import ArgParser
+from shmcache.cli.args import CONTRACT, ArgParser
+from shmcache.errors import error_kind
 
 COMMANDS = (  # (command, module in shmcache.cli)
     ("create", "create"),
@@ -37,6 +40,8 @@ COMMANDS = (  # (command, module in shmcache.cli)
     ("list", "list_caches"),
     ("run", "run"),
     ("status", "status"),
+    ("wait-ready", "wait_ready"),
+    ("watch", "watch"),
     ("snapshot", "snapshot"),
     ("restore", "restore"),
     ("demo", "demo"),
@@ -70,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return a.fn(a)
     except (shmcache.ShmcacheError, ValueError, OSError) as e:
-        print(f"shmcache: {e}", file=sys.stderr)
+        kind = f"{error_kind(e)}: " if a.command in CONTRACT else ""  # docs/reader-contract.md
+        print(f"shmcache: {kind}{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         signum = stopped[0] or signal.SIGINT

@@ -17,11 +17,22 @@ def usage_error(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+# The commands every reader gives in the same words (docs/reader-contract.md): their errors
+# are one line `shmcache: KIND: message`, KIND from shmcache.errors.error_kind.
+CONTRACT = ("get", "watch", "stats", "status", "wait-ready")
+
+
 class ArgParser(argparse.ArgumentParser):
     """argparse, with its errors on one line (exit 2) instead of a usage block."""
 
     def error(self, message: str) -> NoReturn:
-        usage_error(f"{self.prog}: {message} (see {self.prog} --help)")
+        kind = "bad-argument: " if self.prog.split()[-1] in CONTRACT and self.prog != "shmcache" else ""
+        usage_error(f"{'shmcache: ' if kind else ''}{kind}{self.prog}: {message} (see {self.prog} --help)")
+
+
+def contract_error(message: str) -> NoReturn:
+    """A bad argument of a contract command: `shmcache: bad-argument: message`, exit 2."""
+    usage_error(f"shmcache: bad-argument: {message}")
 
 
 def hex_arg(text: str, what: str) -> bytes:

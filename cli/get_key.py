@@ -1,24 +1,33 @@
-"""`shmcache get NAME KEY`: print the value of a key (hex), exit 1 if absent."""
+"""`shmcache get NAME HEXKEY...`: print each key's value (hex), `-` for a miss; exit 1 if any missed.
+
+One of the commands every reader gives in the same words (docs/reader-contract.md)."""
 
 from __future__ import annotations
 
-import sys
+from shmcache.cli.args import attach, cache_arguments, contract_error
 
-from shmcache.cli.args import attach, cache_arguments, hex_arg
-
-HELP = "print the value of a key (hex), exit 1 if absent"
+HELP = "print each key's value (hex, `-` for a miss), exit 1 if any is absent"
 
 
 def add_arguments(g) -> None:
     cache_arguments(g)
-    g.add_argument("key", help="the key in hex")
+    g.add_argument("keys", nargs="+", metavar="HEXKEY", help="the keys in hex")
+
+
+def hex_keys(texts: list[str]) -> list[bytes]:
+    """The keys as bytes; a bad-argument error naming the first that is not hex."""
+    keys = []
+    for i, text in enumerate(texts):
+        try:
+            keys.append(bytes.fromhex(text))
+        except ValueError:
+            contract_error(f"key {i} {text!r} is not hex")
+    return keys
 
 
 def run(a) -> int:
+    keys = hex_keys(a.keys)
     with attach(a) as r:
-        v = r.get(hex_arg(a.key, "key"))
-    if v is None:
-        print("(not found)", file=sys.stderr)
-        return 1
-    print(v.hex())
-    return 0
+        values = r.get_many(keys)  # one call: one batch
+    print("\n".join("-" if v is None else v.hex() for v in values))
+    return 0 if all(v is not None for v in values) else 1

@@ -10,8 +10,8 @@ import os
 import numpy as np
 
 from shmcache.engine import layout as L
-from shmcache.errors import CorruptCacheError, LayoutVersionError, NotACacheError
-from shmcache.ipc.segment import Segment, path_of
+from shmcache.errors import CorruptCacheError, LayoutVersionError, NotACacheError, UnsafeModeError
+from shmcache.ipc.segment import Segment, path_of, user_text
 
 
 def too_small(name: str, path: str, size: int) -> NotACacheError:
@@ -48,13 +48,20 @@ def raise_if_lost(name: str, seg: Segment) -> None:
 
 
 def header_check(name: str):
-    """Segment's check of a file before it maps it (ipc/segment.py): its first page, read with
-    pread(2), must be a whole cache's header for a file of its size. A stranger's file at
+    """Segment's check of a file before it maps it (ipc/segment.py): its mode must let no one
+    but its owner write it (UnsafeModeError), and its first page, read with pread(2), must
+    be a whole cache's header for a file of its size. A stranger's file at
     the name (a sparse one of any size) is refused having cost one page read, not mapped
     and populated first."""
     path = path_of(name)
 
     def check(fd: int, size: int) -> None:
+        st = os.fstat(fd)
+        if st.st_mode & 0o022:
+            raise UnsafeModeError(
+                f"cache {name!r}: {path} has mode {st.st_mode & 0o777:04o} (owner {user_text(st.st_uid)}): its group or "
+                "others may write it, so anyone could have put its content there; no shmcache creator makes such a "
+                "file: refusing to read it (destroy and re-create the cache, or chmod it back to 0600 or 0640)")
         page = os.pread(fd, L.PAGE, 0) if size >= L.PAGE else b""
         if len(page) < L.PAGE:  # shrunk since its size was read, too
             raise too_small(name, path, size)

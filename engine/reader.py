@@ -41,10 +41,13 @@ log = logging.getLogger("shmcache.engine")
 # Spins before a kernel hands a held lock / odd bucket back to Python, which yields
 # the CPU and checks whether the holder still lives (spin with backoff: docs/design.md, Atomics).
 SPIN_LIMIT = 2000
-# How long a lookup waits on one key whose bucket stays mid-write under a live lock holder,
-# or whose version never settles (a writer stopped inside a bucket, or a hostile process),
-# before it reports the key missing, counts a corruption and gives the bucket up for the
-# rest of the call. A healthy writer holds a bucket for microseconds.
+# How long a lookup call waits in all on buckets that stay mid-write under a live lock
+# holder, or whose version never settles (a writer stopped inside a bucket, or a hostile
+# process): from the first stuck bucket a call meets, each key whose bucket is still stuck
+# after this many seconds is reported missing at once, a corruption counted and its bucket
+# given up for the rest of the call. A bound per call, not per key: a batch of 1,024 keys
+# in 1,024 held buckets returns after about this long. A healthy writer holds a bucket for
+# microseconds.
 STUCK_GIVE_UP = 1.0
 
 
@@ -213,7 +216,7 @@ class Reader:
         k8, k64 = _input.words(k, self._kstride)
         i, pos, static_b, static_v = 0, 0, -1, -1
         given_up: set[int] = set()  # buckets this call stopped waiting for
-        stuck_i, stuck_since = -1, 0.0
+        deadline = None  # the call's one wait on stuck buckets ends here (set when one is first met)
         retries0, corrupt0 = int(self._counts[LK.C_RETRIES]), int(self._counts[LK.C_CORRUPTIONS])
         while True:
             i, pos, status = LK.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
@@ -227,9 +230,9 @@ class Reader:
                 out = bigger
                 continue
             b = int(hashes[i]) & (L.NBUCKETS - 1)
-            if i != stuck_i:
-                stuck_i, stuck_since = i, time.monotonic()
-            if b in given_up or time.monotonic() - stuck_since > STUCK_GIVE_UP:  # every call returns in a bound
+            if deadline is None:
+                deadline = time.monotonic() + STUCK_GIVE_UP
+            if b in given_up or time.monotonic() > deadline:  # every call returns in one bound
                 given_up.add(b)
                 if b not in self._warned:
                     self._warned.add(b)

@@ -136,6 +136,14 @@ def open_regular(name: str, path: str, flags: int, *, what: str = "") -> int:
     return fd
 
 
+def wholly_allocated(st: os.stat_result) -> bool:
+    """Every byte of the file has its memory (a creator reserves the whole file before it
+    names it). Only such a file is populated at mapping: on tmpfs, populating a hole
+    allocates it, so a sparse file planted at a name would take its whole declared size
+    of memory at the first attach; a file with holes costs only the pages that are read."""
+    return st.st_blocks * 512 >= st.st_size
+
+
 def identity(name: str) -> tuple[int, int] | None:
     """(st_dev, st_ino) of what is at the name now, without following a symlink; None if
     nothing is. A holder of a mapping compares it with the one it mapped: another value
@@ -170,7 +178,8 @@ class Segment:
     raises if the file is not what the caller maps: its header read with pread(2). A
     mapping is populated at once (MAP_POPULATE), and on tmpfs populating a hole
     allocates it: a stranger's sparse file of any size at the name would fill /dev/shm
-    before its first page could be looked at."""
+    before its first page could be looked at; and a file with holes is never populated
+    (wholly_allocated)."""
 
     mm: memoryview | None = None  # class defaults: close() may run on a half-built object
     fd: int = -1  # a reader's is closed once mapped; a creator's is its unnamed file until finish_create
@@ -203,8 +212,8 @@ class Segment:
                 check(self.fd, self.size)
             if self.size:
                 try:
-                    self.mm, self.addr, self._guard = mapping.map_aligned(self.fd, self.size, writable,
-                                                                   populate=not self.created)
+                    self.mm, self.addr, self._guard = mapping.map_aligned(
+                        self.fd, self.size, writable, populate=not self.created and wholly_allocated(st))
                 except OSError as e:
                     raise OSError(e.errno, f"cache {self.name!r}: cannot map {self.path}{self.what} "
                                            f"({self.size:,} bytes): {os.strerror(e.errno)}") from None

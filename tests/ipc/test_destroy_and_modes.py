@@ -168,16 +168,21 @@ def test_the_companion_is_never_wider_than_the_group_that_may_read(name, mode, c
     assert os.stat(reader_stats.path_of(name)).st_mode & 0o777 == companion
 
 
-def test_a_writer_refuses_a_segment_others_may_write(cache):
+@pytest.mark.parametrize("mode", [0o666, 0o620, 0o602])
+def test_a_segment_others_may_write_is_refused_by_writers_and_readers(cache, mode):
     """A cache made wider by hand (or a file planted with the magic): a writer will not
-    write memory someone else can change under it; readers still attach."""
-    os.chmod(_path(cache), 0o666)
+    write memory someone else can change under it, and a reader will not serve what
+    anyone could have put there (docs/segment-format.md section 4), owner named or not."""
+    os.chmod(_path(cache), mode)
     for fn in (shmcache.open, lambda n: shmcache.create(n, memory="34MiB", exist_ok=True)):
-        with pytest.raises(shmcache.CachePermissionError, match=f"cache '{cache}': .* has mode 0666"):
+        with pytest.raises(shmcache.CachePermissionError, match=f"cache '{cache}': .* has mode {mode:04o}"):
             fn(cache)
+    for owner in (None, "root", os.geteuid()):
+        with pytest.raises(shmcache.UnsafeModeError, match=f"cache '{cache}': .* has mode {mode:04o} .* refusing"):
+            shmcache.attach(cache, owner=owner)
+    os.chmod(_path(cache), 0o600)
     with shmcache.attach(cache) as r:
         assert r.get(b"k" * 32) == b"v"
-    os.chmod(_path(cache), 0o600)
     with shmcache.open(cache) as w:
         w.set(b"k" * 32, b"w")
 

@@ -1,0 +1,60 @@
+"""`shmcache wait-ready [--timeout S] NAME`: wait until the cache holds its whole topic; print
+its status (JSON) and exit 0, or exit 1 naming why not once the timeout has passed.
+
+One of the commands every reader gives in the same words (docs/reader-contract.md). The
+handle follows the name: while nothing is at it (the cache being destroyed and created
+again) the wait goes on; any other error ends it (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+from shmcache.cli.args import cache_arguments, contract_error
+from shmcache.engine.control_status import why
+from shmcache.engine.reattach import Followed
+from shmcache.errors import CacheNotFoundError
+from shmcache.ipc.segment import path_of
+
+HELP = "wait until the cache holds its whole topic (exit 0), or say why not at --timeout (exit 1)"
+POLL_S = 0.05
+
+
+def add_arguments(w) -> None:
+    cache_arguments(w)
+    w.add_argument("--timeout", metavar="S", help="give up after S seconds (default: wait for as long as it takes)")
+
+
+def run(a) -> int:
+    timeout = math.inf
+    if a.timeout is not None:
+        try:
+            timeout = float(a.timeout)
+        except ValueError:
+            timeout = -1.0
+        if not 0 <= timeout:
+            contract_error(f"--timeout {a.timeout!r} is not a number of seconds")
+    deadline = time.monotonic() + timeout
+    followed = Followed(a.name, owner=a.owner)
+    try:
+        while True:
+            r = followed.reader()
+            st = None
+            if r is not None:
+                try:
+                    st = r.status()
+                except CacheNotFoundError:
+                    st = None
+            if st is not None and st["ready"]:
+                print(json.dumps(st))
+                return 0
+            if time.monotonic() >= deadline:
+                said = why(st) if st is not None else f"it does not exist (no {path_of(a.name)})"
+                print(f"shmcache: not-ready: cache {a.name!r} not ready after {timeout:.1f} s: {said}",
+                      file=sys.stderr)
+                return 1
+            time.sleep(POLL_S)
+    finally:
+        followed.close()

@@ -1,0 +1,69 @@
+"""`shmcache watch NAME HEXKEY SECONDS`: look a key up in a loop, as a long-running service
+would, and print a line each time the outcome changes.
+
+One of the commands every reader gives in the same words (docs/reader-contract.md). The
+handle follows the name (engine/reattach.py): a cache destroyed and created again is mapped
+again, and while nothing usable is at the name each turn tries again. Lines:
+`ELAPSED hit HEX`, `ELAPSED miss`, `ELAPSED error KIND: message`."""
+
+from __future__ import annotations
+
+import time
+
+from shmcache.cli.args import cache_arguments, contract_error
+from shmcache.cli.get_key import hex_keys
+from shmcache.engine.reattach import Followed
+from shmcache.errors import ShmcacheError, error_kind
+from shmcache.ipc.segment import path_of
+
+HELP = "look a key up in a loop for SECONDS, printing each change of outcome"
+PACE_S = 0.01  # between lookups
+
+
+def add_arguments(w) -> None:
+    cache_arguments(w)
+    w.add_argument("key", metavar="HEXKEY", help="the key in hex")
+    w.add_argument("seconds", metavar="SECONDS", help="how long to watch")
+
+
+def _seconds(text: str) -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        s = -1.0
+    if not 0 <= s < float("inf"):
+        contract_error(f"SECONDS {text!r} is not a number of seconds")
+    return s
+
+
+def outcome(followed: Followed, key: bytes) -> tuple[str, str]:
+    """(what, detail): ("hit", hex), ("miss", "") or ("error", "KIND: message") of one lookup."""
+    try:
+        r = followed.reader()
+        if r is None:
+            return "error", f"not-found: cache {followed.name!r} does not exist (no {path_of(followed.name)})"
+        v = r.get(key)
+    except (ShmcacheError, ValueError, OSError) as e:
+        return "error", f"{error_kind(e)}: {e}"
+    return ("miss", "") if v is None else ("hit", v.hex())
+
+
+def run(a) -> int:
+    key = hex_keys([a.key])[0]
+    seconds = _seconds(a.seconds)
+    followed = Followed(a.name, owner=a.owner)
+    start = time.monotonic()
+    last = None
+    try:
+        while True:
+            now = time.monotonic() - start
+            if now >= seconds:
+                return 0
+            what, detail = outcome(followed, key)
+            same = (what, detail.split(":")[0] if what == "error" else detail)  # an error's kind, not its words
+            if same != last:
+                last = same
+                print(f"{now:.3f} {what}" + (f" {detail}" if detail else ""), flush=True)
+            time.sleep(PACE_S)
+    finally:
+        followed.close()
