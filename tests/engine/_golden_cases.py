@@ -140,6 +140,9 @@ def build() -> dict[str, tuple[bytes, dict]]:
         s = Segment(bytearray(base))
         s.set(word * L.WORD, value)
         cases[name] = (bytes(s.data), {"attach_error": kind, "field": field if kind == "corrupt" else None})
+    s = Segment(bytearray(base))  # slots 2^46 pass their own check: the size derived from them is the error
+    s.set(L.H_SLOTS * L.WORD, 1 << 46)
+    cases["header_slots_400000000000"] = (bytes(s.data), {"attach_error": "corrupt", "field": "size"})
     cases["truncated"] = (bytes(base[:-L.PAGE]), {"attach_error": "corrupt", "field": "size"})
     cases["truncated_below_a_page"] = (bytes(base[:100]), {"attach_error": "not_a_cache", "field": None})
     return cases
@@ -153,6 +156,9 @@ def expectations(cases) -> str:
 
 
 def write_all() -> None:
+    """golden/*.shm.gz and expect.json, and the control areas built on the base (golden/control/)."""
+    from _golden_control import write_all as write_control
+
     cases = build()
     GOLDEN.mkdir(exist_ok=True)
     for old in GOLDEN.glob("*.shm.gz"):
@@ -160,3 +166,4 @@ def write_all() -> None:
     for name, (data, _) in cases.items():
         (GOLDEN / f"{name}.shm.gz").write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
     (GOLDEN / "expect.json").write_text(expectations(cases))
+    write_control(cases["base"][0])
