@@ -2,20 +2,81 @@ package io.shmcache.spark;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.math.BigInteger;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HexFormat;
+import java.util.List;
 import java.util.Random;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.junit.jupiter.api.Test;
 
 /**
- * shmcache_txmeta's decoder on hand-made values (the PySpark test compares it with the
- * Python decoder on hundreds of generated and damaged ones): the fields of a record, a
- * missing height, no parents, and every malformed shape a null, never an exception.
+ * shmcache_txmeta's decoder on the golden txmeta values that the Python and Go decoders
+ * are held to as well (golden/txmeta/cases.json, made by tests/_txmeta_golden.py), and on
+ * hand-made values: the fields of a record, a missing height, no parents, and every
+ * malformed shape a null, never an exception.
  */
 class TxMetaTest {
+    static final Path CASES = Path.of(System.getProperty("shmcache.golden", "../golden"), "txmeta", "cases.json");
+
+    /** A decoded row as a golden case's expect object: the same fields, or {"valid": false} for null. */
+    static JsonNode asExpect(ObjectMapper json, InternalRow r) {
+        if (r == null) {
+            return json.createObjectNode().put("valid", false);
+        }
+        HexFormat hex = HexFormat.of();
+        var o = json.createObjectNode();
+        o.put("fee", new BigInteger(Long.toUnsignedString(r.getLong(0))));
+        o.put("size", new BigInteger(Long.toUnsignedString(r.getLong(1))));
+        o.put("flags", r.getInt(2));
+        var parents = o.putArray("parents");
+        ArrayData ps = r.getArray(3);
+        for (int j = 0; j < ps.numElements(); j++) {
+            parents.add(hex.formatHex(ps.getBinary(j)));
+        }
+        var vouts = o.putArray("parent_vouts");
+        ArrayData vs = r.getArray(4);
+        for (int j = 0; j < vs.numElements(); j++) {
+            var list = vouts.addArray();
+            for (long v : vs.getArray(j).toLongArray()) {
+                list.add(v);
+            }
+        }
+        if (r.isNullAt(5)) {
+            o.putNull("block_height");
+        } else {
+            o.put("block_height", r.getLong(5));
+        }
+        return o;
+    }
+
+    @Test
+    void everyGoldenValueDecodesAsExpected() throws IOException {
+        ObjectMapper json = new ObjectMapper();
+        JsonNode cases = json.readTree(CASES.toFile()).get("cases");
+        List<String> wrong = new ArrayList<>();
+        int malformed = 0;
+        for (JsonNode c : cases) {
+            JsonNode want = c.get("expect");
+            malformed += want.has("valid") ? 1 : 0;
+            JsonNode got = asExpect(json, TxMeta.decode(HexFormat.of().parseHex(c.get("value").asText())));
+            if (!got.toString().equals(want.toString())) { // as text: 1234 parsed is an int node, built a BigInteger
+                wrong.add(c.get("name").asText() + ": " + got);
+            }
+        }
+        assertTrue(malformed >= 400, malformed + " malformed golden values");
+        assertEquals(List.of(), wrong.subList(0, Math.min(5, wrong.size())), wrong.size() + " golden values decoded otherwise");
+    }
+
     /** A MetaBytes record: parents i of 32 bytes (i + 1), vout lists as given, height or -1. */
     static byte[] record(long fee, long size, int flags, int[][] vouts, long height) {
         ByteArrayOutputStream out = new ByteArrayOutputStream();
