@@ -72,10 +72,7 @@ func checkHeader(cache, path string, fileSize int64, h func(int) int64, magic in
 	case ring < recordSize(ks, maxv):
 		return Geometry{}, bad("ring", hRing, ">= %d, one record of key_size=%d and max_value=%d", recordSize(ks, maxv), ks, maxv)
 	}
-	// slots and ring are bounded above by the file's size before they are multiplied
-	if slots > fileSize || ring > fileSize {
-		return Geometry{}, bad("size", hSize, "%d, the size of the file", fileSize)
-	}
+	// slots <= 2^46 and ring < 2^47: the size derived from them is under 2^63 (section 4)
 	derived := align(fixedBytes+NBuckets*slots*word, page) + NBuckets*ring
 	switch {
 	case size != derived:
@@ -90,13 +87,22 @@ func checkHeader(cache, path string, fileSize int64, h func(int) int64, magic in
 	return Geometry{Size: size, KeySize: ks, MaxValue: maxv, Slots: slots, Ring: ring}, nil
 }
 
-// openSegment opens, checks and maps the file at path (section 1 and 4).
-func openSegment(cache, path string) (*segment, error) {
-	fd, size, err := openRegular(cache, path, false)
+// openSegment opens, checks and maps the file at path (sections 1 and 4): its owner (when
+// owner >= 0) and its mode on fstat of the open file before any byte of it is read, then
+// its header; the page tables are filled at once only for a file wholly allocated.
+func openSegment(cache, path string, owner int64) (*segment, error) {
+	fd, f, err := openRegular(cache, path, false)
 	if err != nil {
 		return nil, err
 	}
 	defer closeFD(fd)
+	if err := checkOwner(cache, path, f, owner); err != nil {
+		return nil, err
+	}
+	if err := checkMode(cache, path, f); err != nil {
+		return nil, err
+	}
+	size := f.size
 	head := pread(fd, page)
 	if size < page || len(head) < page {
 		return nil, newErr(cache, ErrNotACache, "%s is %d bytes, not a shmcache segment", path, size)
@@ -105,11 +111,11 @@ func openSegment(cache, path string) (*segment, error) {
 	if _, err := checkHeader(cache, path, size, hw, hw(hMagic)); err != nil {
 		return nil, err // refused having read one page, before anything is mapped
 	}
-	data, err := mapFile(fd, size, false)
+	data, err := mapFile(fd, size, false, f.whole())
 	if err != nil {
 		return nil, newErr(cache, ErrNotACache, "cannot map %s (%d bytes): %v", path, size, err)
 	}
-	s := &segment{data: data, ident: identityOf(fd)}
+	s := &segment{data: data, ident: f.ident}
 	s.header = words(data, 0, page/word)
 	var geo Geometry
 	err = protect(func() error { // checked again on the mapping: the file may have changed since
@@ -146,13 +152,15 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$`)
 type Cache struct {
 	name   string
 	path   string
-	follow bool // attached by name: a re-created cache at the name is mapped again
+	follow bool  // attached by name: what is at the name is followed (section 1)
+	owner  int64 // the uid the file must belong to (WithOwner), -1 any
 
 	mu        sync.RWMutex // held for reading by every call, for writing to swap or drop the mapping
-	seg       *segment
+	seg       *segment     // nil: nothing usable at the name (err says why)
+	err       error        // why seg is nil
 	comp      *companion
 	closed    bool
-	nextCheck atomic.Int64 // monotonic ns of the next look at the name
+	nextCheck atomic.Int64 // monotonic ns of the next look at the name (0: at the next call)
 
 	hits, misses, retries, corruptions atomic.Int64 // this handle's own
 	valueGuess                         atomic.Int64 // mean value length of the last batch with hits
@@ -161,29 +169,45 @@ type Cache struct {
 }
 
 // Attach maps cache name (/dev/shm/NAME) read-only, after every check of the
-// specification, and joins its readers' companion to count hits and misses. A cache
-// destroyed and created again under the name is noticed (within 0.1 s) and mapped again.
-func Attach(name string) (*Cache, error) {
+// specification, and joins its readers' companion to count hits and misses. The handle
+// follows the name (docs/segment-format.md, section 1): it looks at the name at least
+// every 0.1 s while it is used, and once the name holds another file or nothing, it drops
+// its mapping at once; its calls then fail with ErrNotFound (nothing there) or with the
+// error of what is there (not a cache, another user's, ...) for as long as it is there,
+// looking again at every call, and a new cache there is mapped and served. So a destroyed
+// cache is never served, and a re-created one is read within 0.1 s.
+//
+// Options: WithOwner. An invalid name (1-200 of [A-Za-z0-9._-], starting with a letter
+// or digit) is ErrBadArgument.
+func Attach(name string, opts ...Option) (*Cache, error) {
 	if !nameRE.MatchString(name) {
-		return nil, newErr(name, ErrNotFound, "not a valid cache name: use 1-200 letters, digits, '.', '_' or '-', "+
-			"starting with a letter or digit")
+		return nil, newErr(name, ErrBadArgument, "not a valid cache name: use 1-200 letters, digits, '.', '_' or "+
+			"'-', starting with a letter or digit")
 	}
-	return attach(name, shmDir+"/"+name, true)
+	return attach(name, shmDir+"/"+name, true, opts)
 }
 
 // AttachPath maps a segment's file anywhere (a golden segment, a copy): the same checks,
 // no companion (lookups are counted by this handle only), no following of a name.
-func AttachPath(path string) (*Cache, error) { return attach(path, path, false) }
+func AttachPath(path string, opts ...Option) (*Cache, error) { return attach(path, path, false, opts) }
 
-func attach(name, path string, follow bool) (*Cache, error) {
-	s, err := openSegment(name, path)
+func attach(name, path string, follow bool, opts []Option) (*Cache, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	owner, err := o.ownerUID(name)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cache{name: name, path: path, follow: follow, seg: s}
+	s, err := openSegment(name, path, owner)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache{name: name, path: path, follow: follow, owner: owner, seg: s}
 	c.valueGuess.Store(aheadValue)
 	if follow {
-		c.comp = openCompanion(name, s.creationID)
+		c.comp = openCompanion(name, s.creationID, owner)
 		c.nextCheck.Store(monotonicNS() + followIntervalNS)
 	}
 	return c, nil
@@ -205,11 +229,12 @@ func (c *Cache) Close() error {
 }
 
 // acquire read-locks the handle and returns its mapping; release with c.mu.RUnlock().
-// A handle attached by name looks at the name every followIntervalNS first.
+// A handle attached by name looks at the name first: every followIntervalNS while it
+// maps a cache, at every call while it maps nothing.
 func (c *Cache) acquire() (*segment, error) {
 	if c.follow {
-		if now := monotonicNS(); now >= c.nextCheck.Load() {
-			c.nextCheck.Store(now + followIntervalNS)
+		now := monotonicNS()
+		if next := c.nextCheck.Load(); now >= next && c.nextCheck.CompareAndSwap(next, now+followIntervalNS) {
 			c.refresh()
 		}
 	}
@@ -219,8 +244,9 @@ func (c *Cache) acquire() (*segment, error) {
 		c.mu.RUnlock()
 		return nil, newErr(c.name, ErrClosed, "this handle is closed")
 	case c.seg == nil:
+		err := c.err
 		c.mu.RUnlock()
-		return nil, newErr(c.name, ErrNotFound, "was destroyed (no %s); it is mapped again once it is re-created", c.path)
+		return nil, err
 	case c.seg.lost.Load():
 		c.mu.RUnlock()
 		return nil, lostErr(c.name, c.path)
@@ -228,33 +254,40 @@ func (c *Cache) acquire() (*segment, error) {
 	return c.seg, nil
 }
 
-// refresh maps what is at the name now if it is another file than the one mapped.
+// refresh looks at the name (section 1, "Following a name"). While it holds the file
+// mapped, nothing changes. Otherwise the mapping is dropped and what is there now is
+// opened with every check: a cache is mapped; nothing, or a file that fails a check,
+// leaves the handle without a mapping, its calls failing with that error, and the next
+// call looks again.
 func (c *Cache) refresh() {
 	now, there := identityAt(c.path)
 	c.mu.RLock()
-	same := c.closed || (c.seg != nil && there && c.seg.ident == now) || (c.seg == nil && !there)
+	keep := c.closed || (c.seg != nil && there && c.seg.ident == now)
 	c.mu.RUnlock()
-	if same {
+	if keep {
 		return
 	}
 	var s *segment
+	var comp *companion
+	err := newErr(c.name, ErrNotFound, "was destroyed (nothing at %s); it is mapped again once it is re-created",
+		c.path)
 	if there {
-		var err error
-		if s, err = openSegment(c.name, c.path); err != nil {
-			return // a damaged or half-gone file: keep what is mapped, look again later
+		if s, err = openSegment(c.name, c.path, c.owner); err == nil {
+			comp = openCompanion(c.name, s.creationID, c.owner)
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		s.close()
+		comp.close()
 		return
 	}
 	c.seg.close()
 	c.comp.close()
-	c.seg, c.comp = s, nil
-	if s != nil {
-		c.comp = openCompanion(c.name, s.creationID)
+	c.seg, c.comp, c.err = s, comp, err
+	if s == nil {
+		c.nextCheck.Store(0) // nothing usable: the next call looks again
 	}
 }
 

@@ -24,22 +24,24 @@ type companion struct {
 func companionPath(name string) string { return shmDir + "/.shmcache-" + name + ".readers" }
 
 // openCompanion maps the companion of the cache with this creation id; nil if there is
-// none usable (no file, not ours to open, not its size, another cache's).
-func openCompanion(name string, creationID int64) *companion {
+// none usable (no file, not ours to open, another user's when an owner is named (owner
+// >= 0), not its size, another cache's). Its mode is not checked: the readers' group
+// writes it by design.
+func openCompanion(name string, creationID int64, owner int64) *companion {
 	path := companionPath(name)
 	write := true
-	fd, size, err := openRegular(name, path, true)
+	fd, f, err := openRegular(name, path, true)
 	if err != nil {
 		write = false // a reader allowed to read the sums, not to count
-		if fd, size, err = openRegular(name, path, false); err != nil {
+		if fd, f, err = openRegular(name, path, false); err != nil {
 			return nil
 		}
 	}
 	defer closeFD(fd)
-	if size != companionSize {
+	if f.size != companionSize || checkOwner(name, path, f, owner) != nil {
 		return nil
 	}
-	data, err := mapFile(fd, size, write)
+	data, err := mapFile(fd, f.size, write, f.whole())
 	if err != nil {
 		return nil
 	}

@@ -37,7 +37,7 @@ func TestStrangersAtTheNameAreRefused(t *testing.T) {
 	if _, err := Attach("no-such-" + base); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing: %v", err)
 	}
-	if _, err := Attach("../etc/passwd"); !errors.Is(err, ErrNotFound) {
+	if _, err := Attach("../etc/passwd"); !errors.Is(err, ErrBadArgument) {
 		t.Errorf("a path for a name: %v", err)
 	}
 }

@@ -12,10 +12,23 @@ import (
 
 const shmDir = "/dev/shm"
 
+// fileInfo is what fstat of an open file says that a reader checks.
+type fileInfo struct {
+	size   int64
+	blocks int64  // 512-byte blocks allocated
+	uid    uint32 // owner
+	mode   uint32 // permission bits
+	ident  identity
+}
+
+// whole says every byte of the file is allocated (st_blocks * 512 >= st_size): only such a
+// file is populated at mapping (docs/segment-format.md, section 1, "Populate").
+func (f fileInfo) whole() bool { return f.blocks*512 >= f.size }
+
 // openRegular opens path the way a directory every user may write needs: never following
 // a symlink, never blocking on a FIFO, and keeping only a regular file. It returns the fd
-// and the file's size.
-func openRegular(cache, path string, write bool) (int, int64, error) {
+// and what fstat of it says.
+func openRegular(cache, path string, write bool) (int, fileInfo, error) {
 	flags := unix.O_RDONLY
 	if write {
 		flags = unix.O_RDWR
@@ -24,27 +37,28 @@ func openRegular(cache, path string, write bool) (int, int64, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, unix.ENOENT):
-			return -1, 0, newErr(cache, ErrNotFound, "does not exist (no %s)", path)
+			return -1, fileInfo{}, newErr(cache, ErrNotFound, "does not exist (no %s)", path)
 		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-			return -1, 0, newErr(cache, ErrPermission, "permission denied opening %s", path)
+			return -1, fileInfo{}, newErr(cache, ErrPermission, "permission denied opening %s", path)
 		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENXIO),
 			errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EOPNOTSUPP):
-			return -1, 0, newErr(cache, ErrNotACache, "%s is %s, not a shmcache segment (a cache is a regular file)",
-				path, kindAt(path))
+			return -1, fileInfo{}, newErr(cache, ErrNotACache, "%s is %s, not a shmcache segment (a cache is a "+
+				"regular file)", path, kindAt(path))
 		}
-		return -1, 0, newErr(cache, ErrNotFound, "cannot open %s: %v", path, err)
+		return -1, fileInfo{}, newErr(cache, ErrNotFound, "cannot open %s: %v", path, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return -1, 0, newErr(cache, ErrNotFound, "cannot stat %s: %v", path, err)
+		return -1, fileInfo{}, newErr(cache, ErrNotFound, "cannot stat %s: %v", path, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return -1, 0, newErr(cache, ErrNotACache, "%s is %s, not a shmcache segment (a cache is a regular file)",
-			path, kindOf(st.Mode))
+		return -1, fileInfo{}, newErr(cache, ErrNotACache, "%s is %s, not a shmcache segment (a cache is a regular "+
+			"file)", path, kindOf(st.Mode))
 	}
-	return fd, st.Size, nil
+	return fd, fileInfo{size: st.Size, blocks: st.Blocks, uid: st.Uid, mode: st.Mode & 0o7777,
+		ident: identity{uint64(st.Dev), st.Ino}}, nil
 }
 
 func kindAt(path string) string {
@@ -87,14 +101,6 @@ func identityAt(path string) (identity, bool) {
 	return identity{uint64(st.Dev), st.Ino}, true
 }
 
-func identityOf(fd int) identity {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return identity{}
-	}
-	return identity{uint64(st.Dev), st.Ino}
-}
-
 func pread(fd int, n int) []byte {
 	buf := make([]byte, n)
 	got, err := unix.Pread(fd, buf, 0)
@@ -108,9 +114,10 @@ const hugePage = 2 << 20
 
 // mapFile maps the whole file, shared, read-only unless write, at a 2 MiB-aligned
 // address (as the Python engine does: a creator asks for 2 MiB pages, and only an
-// aligned mapping gets 2 MiB page table entries, sparing a TLB miss per lookup); the page
-// tables are filled at once (MAP_POPULATE).
-func mapFile(fd int, size int64, write bool) ([]byte, error) {
+// aligned mapping gets 2 MiB page table entries, sparing a TLB miss per lookup). With
+// populate the page tables are filled at once (MAP_POPULATE): only for a file wholly
+// allocated, since on tmpfs populating a hole allocates it.
+func mapFile(fd int, size int64, write, populate bool) ([]byte, error) {
 	prot := unix.PROT_READ
 	if write {
 		prot |= unix.PROT_WRITE
@@ -123,7 +130,11 @@ func mapFile(fd int, size int64, write bool) ([]byte, error) {
 	}
 	head := (hugePage - uintptr(base)%hugePage) % hugePage
 	addr := unsafe.Add(base, head)
-	got, err := unix.MmapPtr(fd, 0, addr, n, prot, unix.MAP_SHARED|unix.MAP_FIXED|unix.MAP_POPULATE)
+	flags := unix.MAP_SHARED | unix.MAP_FIXED
+	if populate {
+		flags |= unix.MAP_POPULATE
+	}
+	got, err := unix.MmapPtr(fd, 0, addr, n, prot, flags)
 	if err != nil || got != addr {
 		_ = unix.MunmapPtr(base, n+hugePage)
 		if err == nil {

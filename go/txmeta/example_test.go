@@ -1,0 +1,81 @@
+package txmeta_test
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	shmcache "github.com/shmcache/shmcache/go"
+	"github.com/shmcache/shmcache/go/txmeta"
+)
+
+// Attach the machine's txmeta cache and wait until it holds the whole topic. The
+// horizon keeps a tenth of Teranode's GlobalBlockHeightRetention below the tip.
+func ExampleAttach() {
+	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288})
+	if errors.Is(err, shmcache.ErrNotFound) {
+		return // no cache of that name on this machine: `shmcache run --name txmeta ...` makes it
+	} else if err != nil {
+		log.Fatal(err) // one line naming the cache and what was wrong
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		log.Fatal(err) // not ready in 30 s: the error says why (no supervisor, lagging partitions, ...)
+	}
+	c.SetBlockHeight(870_000) // the chain's tip; call it again on each new block
+}
+
+// Look a batch of tx hashes up, as subtree validation's processTxMetaUsingCache does, into
+// a Batch reused from call to call. hashes may be a []chainhash.Hash as it is.
+func ExampleGetMetaCachedBatch() {
+	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	hashes := make([][32]byte, txmeta.BatchSize) // the subtree's tx hashes
+	var b txmeta.Batch
+	if err := txmeta.GetMetaCachedBatch(context.Background(), c, hashes, &b); err != nil {
+		log.Fatal(err) // for the whole call: the cache destroyed, the handle closed, ctx done
+	}
+	for i := range b.Len() {
+		if m := b.Meta(i); m != nil {
+			_ = m.Fee // a hit: m.Parents, m.ParentVouts, ... (b's until the next call)
+		} // else b.Outcomes[i] is Miss, Old or Malformed: ask the store of record
+	}
+	fmt.Println(b.Hits, b.Misses, b.Old, b.Malformed)
+}
+
+// Decode a txmeta value (here: fee 1234, size 225, one parent spending vout 1, block
+// height 850123) into a Meta that is reused, so nothing is allocated once it has grown.
+func ExampleMeta_Decode() {
+	v, _ := hex.DecodeString("d204000000000000e1000000000000000001000000" +
+		"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f" +
+		"0100000001000000" + "000cf8cb")
+	var m txmeta.Meta
+	if err := m.Decode(v); err != nil {
+		log.Fatal(err) // errors.Is(err, txmeta.ErrMalformed)
+	}
+	fmt.Println(m.Fee, m.Size, m.IsCoinbase(), len(m.Parents), m.ParentVouts, m.BlockHeight, m.HasHeight)
+	fmt.Println(m.Decode(v[:len(v)-1]))
+	// Output:
+	// 1234 225 false 1 [[1]] 850123 true
+	// txmeta: a value of 64 bytes is malformed: the bytes after the last vout list are neither none nor a 4-byte height
+}
+
+// Answer a load balancer's probes: liveness while the cache is readable, readiness once
+// it is ready, with the reason when it is not.
+func ExampleCache_Health() {
+	c, err := txmeta.Attach("txmeta", txmeta.Config{})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	code, msg, _ := c.Health(context.Background(), false)
+	fmt.Println(code, msg) // 200 "txmeta cache 'txmeta': ready", or 503 "...: not ready: no live supervisor"
+}
