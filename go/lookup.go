@@ -39,7 +39,8 @@ func (b *Batch) Len() int { return len(b.Offsets) - 1 }
 // Has says whether key i was found.
 func (b *Batch) Has(i int) bool { return b.Found[i>>6]&(1<<(uint(i)&63)) != 0 }
 
-// Value is key i's value (a view of Data, valid until the next call), nil if not found.
+// Value is key i's value (a view of Data, valid until the next call), nil if not found;
+// an empty value found is an empty slice, not nil.
 func (b *Batch) Value(i int) []byte {
 	if !b.Has(i) {
 		return nil
@@ -57,6 +58,9 @@ func (b *Batch) Hits() int {
 }
 
 func (b *Batch) reset(n int) {
+	if b.Data == nil {
+		b.Data = make([]byte, 0, 64) // never nil: a view of it is a value, even an empty one
+	}
 	b.Data = b.Data[:0]
 	b.Offsets = grow(b.Offsets, n+1)
 	b.Offsets[0] = 0
@@ -78,7 +82,8 @@ var batches = sync.Pool{New: func() any { return new(Batch) }}
 
 // GetMany looks up n keys given back to back in keys (n * key size bytes) and writes the
 // values into out. An error is for the whole call: a closed handle, keys of the wrong
-// size, a cache destroyed or cut short under the handle.
+// size or no out (ErrBadArgument), a cache destroyed, replaced or cut short under the
+// handle. Buckets held mid-write cost the call at most StuckGiveUpNS in all.
 func (c *Cache) GetMany(keys []byte, out *Batch) error { return c.lookup(keys, nil, out, true) }
 
 // GetManyKeys is GetMany for keys given as a slice of slices.
@@ -112,6 +117,9 @@ func (c *Cache) Contains(key []byte) (bool, error) {
 }
 
 func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err error) {
+	if out == nil {
+		return newErr(c.name, ErrBadArgument, "no Batch to write the answers into (out is nil)")
+	}
 	s, err := c.acquire()
 	if err != nil {
 		return err
@@ -148,6 +156,7 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 		span += c.valueGuess.Load() // the mean value length met so far (a guess of what to fetch)
 	}
 	staticB, staticV := int64(-1), int64(-1)
+	var deadline int64 // the call's one wait on stuck buckets ends here; 0: none met yet (section 7)
 	group := func(g int) []uint64 { return out.hashes[min(n, g*touchGroup):min(n, (g+1)*touchGroup)] }
 	if havePrefetch {
 		for j := range min(n, aheadBucket) {
@@ -174,7 +183,6 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 		h := out.hashes[i]
 		b := int64(h & (NBuckets - 1))
 		found := false
-		var stuckSince int64
 		for {
 			st, hit := s.readKey(h, keyAt(i), out, want, staticB, staticV)
 			if st == readDone {
@@ -182,15 +190,15 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 				break
 			}
 			now := monotonicNS()
-			if stuckSince == 0 {
-				stuckSince = now
+			if deadline == 0 {
+				deadline = now + StuckGiveUpNS
 			}
-			if contains(out.givenUp, b) || now-stuckSince > StuckGiveUpNS { // every call returns in a bound
+			if contains(out.givenUp, b) || now >= deadline { // every call returns in one bound
 				if !contains(out.givenUp, b) {
 					out.givenUp = append(out.givenUp, b)
 				}
-				c.warn(b, "bucket %d stayed mid-write or kept changing for 1 s; its keys are reported missing "+
-					"for this call", b)
+				c.warn(b, "bucket %d stayed mid-write or kept changing while this call waited 1 s in all on "+
+					"stuck buckets; its keys are reported missing for this call", b)
 				out.Corruptions++ // the key: a miss
 				break
 			}
