@@ -48,16 +48,33 @@ const (
 	hAcceptGaps          = 57
 	hWorkerStaleNS       = 58
 	hBrokerState         = 60
+	hBrokerSince         = 61
+	hGroupMembers        = 96
+	hGroupChecked        = 97 // unix ns of the supervisor's last look at the group; 0 none, -1 being written
+	hGroupTextLen        = 99
+	hLookupFailingSince  = 100 // on the age clock; 0 none, -1 being written
+	hLookupTextLen       = 101
+	hLookupText          = 104
+	hGroupText           = 128
 	hWorkerHandles       = 192
+	hElsewhere           = 256 // a byte per partition: i + 1 if the i-th other member holds it
+	hGapOffsets          = 410
 	hGapBits             = 448
 
 	topicMax          = 32 * word
+	lookupTextMax     = 24 * word
+	groupTextMax      = 64 * word
 	maxKeySize        = 1024
 	minSlots          = 8
 	ageClockWall      = 0
 	ageClockMonotonic = 1
+	brokerUnknown     = 0
+	brokerUp          = 1
 	brokerWaiting     = 2
 )
+
+// workerStates are the states of H_WORKER_HANDLES' bits 0-7 (index + 1; 0 none published).
+var workerStates = []string{"stopped", "starting", "up", "stopping", "backing-off"}
 
 // Bucket meta row words.
 const (
@@ -96,6 +113,7 @@ const (
 	pOwner       = 2
 	pCaughtUp    = 3
 	pAssigned    = 5
+	pLatest      = 7
 )
 
 // The readers' companion, /dev/shm/.shmcache-NAME.readers.
@@ -115,14 +133,11 @@ const (
 
 // The reader's bounds (Python: engine/reader.py SPIN_LIMIT, STUCK_GIVE_UP; engine/control_status.py).
 const (
-	SpinLimit         = 2000 // loads of an odd or moving version before the lock holder is looked at
-	StuckGiveUpNS     = 1_000_000_000
-	staleHeartbeatNS  = 10_000_000_000
-	waitReadyPollNS   = 50_000_000
-	followIntervalNS  = 100_000_000 // how often a handle looks for a re-created cache at its name
-	workerStateUpIdx  = 3           // H_WORKER_HANDLES: index + 1 in stopped, starting, up, stopping, backing-off
-	workerStateStopIx = 4
-	workerStateBackIx = 5
+	SpinLimit        = 2000          // loads of an odd or moving version before the lock holder is looked at
+	StuckGiveUpNS    = 1_000_000_000 // a lookup call waits at most this long in all on stuck buckets
+	staleHeartbeatS  = 10.0          // a live supervisor's heartbeat older than this: stale, not ready
+	waitReadyPollNS  = 50_000_000
+	followIntervalNS = 100_000_000 // a handle attached by name looks at the name this often while used
 )
 
 func align(n, a int64) int64 { return (n + a - 1) / a * a }

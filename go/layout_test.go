@@ -2,8 +2,10 @@ package shmcache
 
 import (
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -32,10 +34,29 @@ var docConstants = map[string]int64{
 	"reader_stats.H_CREATION_ID": companionCreation, "reader_stats.MAX_READERS": maxReaders,
 	"reader_stats.R_OWNER": rOwner, "reader_stats.R_HITS": rHits, "reader_stats.R_MISSES": rMisses,
 	"reader_stats.R_BATCHES": rBatches, "reader_stats.R_RETRIES": rRetries, "reader_stats.R_CORRUPTIONS": rCorruptions,
+	"H_BROKER_SINCE": hBrokerSince, "BROKER_UNKNOWN": brokerUnknown, "BROKER_UP": brokerUp,
+	"H_GROUP_MEMBERS": hGroupMembers, "H_GROUP_CHECKED": hGroupChecked, "H_GROUP_TEXT_LEN": hGroupTextLen,
+	"H_GROUP_TEXT": hGroupText, "GROUP_TEXT_MAX": groupTextMax, "H_LOOKUP_FAILING_SINCE": hLookupFailingSince,
+	"H_LOOKUP_TEXT_LEN": hLookupTextLen, "H_LOOKUP_TEXT": hLookupText, "LOOKUP_TEXT_MAX": lookupTextMax,
+	"H_ELSEWHERE": hElsewhere, "H_GAP_OFFSETS": hGapOffsets, "P_LATEST": pLatest,
+}
+
+// The tables' lists of names, in order.
+var docLists = map[string][]string{"WORKER_STATES": workerStates}
+
+// The document's constants this reader has no use for (none now): each with why not.
+var unused = map[string]bool{}
+
+func keys[V any](m map[string]V) map[string]bool {
+	out := map[string]bool{}
+	for k := range m {
+		out[k] = true
+	}
+	return out
 }
 
 var docFloats = map[string]float64{
-	"reader.STUCK_GIVE_UP": StuckGiveUpNS / 1e9, "control_status.STALE_HEARTBEAT_S": staleHeartbeatNS / 1e9,
+	"reader.STUCK_GIVE_UP": StuckGiveUpNS / 1e9, "control_status.STALE_HEARTBEAT_S": staleHeartbeatS,
 }
 
 func TestLayoutIsTheDocuments(t *testing.T) {
@@ -43,7 +64,10 @@ func TestLayoutIsTheDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := regexp.MustCompile("(?m)^\\| `([A-Za-z_.]+)` \\| ([^|]+?) \\|").FindAllStringSubmatch(string(raw), -1)
+	// a constant is upper case (a module prefix aside); the rows of section 14's table of
+	// reasons are lower-case words, not constants
+	rows := regexp.MustCompile("(?m)^\\| `((?:[a-z_]+\\.)?[A-Z][A-Z0-9_]*)` \\| ([^|]+?) \\|").FindAllStringSubmatch(
+		string(raw), -1)
 	seen := map[string]bool{}
 	for _, r := range rows {
 		name, text := r[1], r[2]
@@ -59,11 +83,20 @@ func TestLayoutIsTheDocuments(t *testing.T) {
 				t.Errorf("the document gives %s = %s; this package has %v", name, text, w)
 			}
 			seen[name] = true
+		} else if w, ok := docLists[name]; ok {
+			if got := strings.Split(strings.Trim(text, "`"), ", "); !reflect.DeepEqual(got, w) {
+				t.Errorf("the document gives %s = %q; this package has %q", name, got, w)
+			}
+			seen[name] = true
+		} else if !unused[name] {
+			t.Errorf("the document's %s (%s) is not this package's: use it, or say in unused why not", name, text)
 		}
 	}
-	for name := range docConstants {
-		if !seen[name] {
-			t.Errorf("%s is not in a table of the document", name)
+	for _, m := range []map[string]bool{keys(docConstants), keys(docFloats), keys(docLists)} {
+		for name := range m {
+			if !seen[name] {
+				t.Errorf("%s is not in a table of the document", name)
+			}
 		}
 	}
 	if want := int64(77824); metaOff != want {

@@ -1,48 +1,73 @@
 package shmcache
 
 // Readiness (docs/segment-format.md, section 14): how the cache is being kept filled,
-// from the control area's words alone, by the rule of the Python reader's wait_ready.
+// from the control area's words alone, by the rule every reader follows, with the same
+// fields, reason and why as the Python reader's status() (docs/reader-contract.md). The
+// control area is untrusted: a word out of its range reads as nothing, never as an error.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // PartitionStatus is one partition assigned to this cache.
 type PartitionStatus struct {
-	Partition     int    `json:"partition"`
-	Worker        int    `json:"worker"` // -1 none
-	Applied       int64  `json:"applied"`
-	HighWatermark int64  `json:"high_watermark"`
-	CaughtUp      bool   `json:"caught_up"`   // its flag, and its worker up and beating
-	WorkerDown    string `json:"worker_down"` // why its worker applies nothing now ("" up and beating)
-	Gap           bool   `json:"gap"`
+	Partition     int     `json:"partition"`
+	Worker        *int    `json:"worker"` // its worker's index, nil none
+	Applied       int64   `json:"applied"`
+	HighWatermark int64   `json:"high_watermark"` // the readiness target (-1 unknown)
+	Latest        int64   `json:"latest"`         // the newest high watermark seen, never below applied
+	Lag           *int64  `json:"lag"`            // latest - applied, nil unknown
+	CaughtUp      bool    `json:"caught_up"`      // its flag, and its worker up and beating
+	WorkerDown    *string `json:"worker_down"`    // why its worker applies nothing now; nil: up and beating
+	Gap           bool    `json:"gap"`            // retention deleted offsets this table never had
 }
 
-// Status says whether the cache is ready: every partition of its topic assigned here by
-// the supervisor alive now and applied up to its target.
+// GroupMember is another member of the cache's consumer group, as the supervisor last saw it.
+type GroupMember struct {
+	ClientID   string `json:"client_id"`
+	Host       string `json:"host"`
+	InstanceID string `json:"instance_id"`
+	Partitions []int  `json:"partitions"` // partitions of the topic it holds
+}
+
+// Status says whether the cache is ready (every partition of its topic assigned here by
+// the supervisor alive now and applied up to its target) and, when not, why. Its JSON is
+// the readers' contract's (docs/reader-contract.md); a nil pointer is JSON's null.
 type Status struct {
-	Name            string            `json:"name"`
-	Topic           string            `json:"topic"`
-	Partitions      int               `json:"partitions"`
-	SupervisorPID   int               `json:"supervisor_pid"`
-	SupervisorAlive bool              `json:"supervisor_alive"`
-	SupervisorStale bool              `json:"supervisor_stale"`
-	Assigned        []PartitionStatus `json:"assigned"`
-	Unassigned      []int             `json:"unassigned"`
-	BrokerWaiting   bool              `json:"broker_waiting"`
-	Assigning       bool              `json:"assigning"`
-	GapsAccepted    bool              `json:"gaps_accepted"`
-	CaughtUp        bool              `json:"caught_up"`
-	Ready           bool              `json:"ready"`
-	Why             string            `json:"why"` // why it is not ready ("" when it is)
-}
-
-type workerState struct {
-	down string // "" up and beating
+	Name                    string            `json:"name"`
+	Topic                   string            `json:"topic"`
+	Partitions              int               `json:"partitions"`
+	SupervisorPID           *int64            `json:"supervisor_pid"` // nil: none
+	SupervisorAlive         bool              `json:"supervisor_alive"`
+	SupervisorStale         bool              `json:"supervisor_stale"` // alive, its loop not gone round for 10 s
+	SupervisorHeartbeatAgeS *float64          `json:"supervisor_heartbeat_age_s"`
+	Broker                  *string           `json:"broker"` // connecting, up, waiting for the broker; nil: no live supervisor
+	BrokerWaitingS          *float64          `json:"broker_waiting_s"`
+	LookupError             string            `json:"lookup_error"` // a failing look-up of where partitions start
+	LookupFailingS          *float64          `json:"lookup_failing_s"`
+	Assigning               bool              `json:"assigning"` // an assignment is being published
+	Assigned                []PartitionStatus `json:"assigned"`
+	Unassigned              []int             `json:"unassigned"`
+	Elsewhere               []int             `json:"elsewhere"` // unassigned, held by another member of the group
+	SharedGroup             bool              `json:"shared_group"`
+	GroupMembers            *int64            `json:"group_members"`
+	GroupOthers             []GroupMember     `json:"group_others"`
+	GapPartitions           []int             `json:"gap_partitions"`
+	GapOffsets              int64             `json:"gap_offsets"`
+	GapsAccepted            bool              `json:"gaps_accepted"`
+	CaughtUp                bool              `json:"caught_up"`
+	Ready                   bool              `json:"ready"`
+	Reason                  string            `json:"reason"` // "ready", or a word of the table in section 14
+	Why                     string            `json:"why"`    // "" when ready, else that table's sentence
 }
 
 // Status reads the control area now.
@@ -59,159 +84,481 @@ func (c *Cache) Status() (st Status, err error) {
 	return st, nil
 }
 
-func status(s *segment, name string) Status {
-	h := func(i int) int64 { return atomic.LoadInt64(&s.header[i]) }
-	st := Status{Name: name, Unassigned: []int{}, Assigned: []PartitionStatus{}}
-	rebalances, assigning := h(hRebalances), h(hAssigning)
-	n := h(hPartitions)
-	if n < 0 || n > maxPartitions {
-		n = 0
-	}
-	st.Partitions = int(n)
-	if tl := h(hTopicLen); tl >= 0 && tl <= topicMax {
-		raw := make([]byte, tl)
-		for i := range raw {
-			raw[i] = byte(s.header[hTopic+i/word] >> (8 * (i % word)))
-		}
-		st.Topic = string(raw)
-	}
-	sup := h(hSupervisor)
-	st.SupervisorAlive = sup != 0 && IsAlive(sup)
-	if sup > 0 {
-		st.SupervisorPID = int(sup >> 32)
-	}
-	now := wallNS()
-	if h(hAgeClock) == ageClockMonotonic {
-		now = monotonicNS()
-	}
-	workers := workerStates(s, st.SupervisorAlive, now)
-	for p := 0; p < int(n); p++ {
-		r := s.partitions[p*rowWords : (p+1)*rowWords]
-		if atomic.LoadInt64(&r[pAssigned]) == 0 {
-			st.Unassigned = append(st.Unassigned, p)
-			continue
-		}
-		owner := int(atomic.LoadInt64(&r[pOwner])) - 1
-		if owner < -1 || owner >= maxWorkers {
-			owner = -1
-		}
-		ps := PartitionStatus{Partition: p, Worker: owner, Applied: atomic.LoadInt64(&r[pApplied]),
-			HighWatermark: atomic.LoadInt64(&r[pHighWater]), Gap: h(hGapBits+p/64)>>(p%64)&1 != 0}
-		ps.WorkerDown = "not running"
-		if w, ok := workers[owner]; ok && owner >= 0 {
-			ps.WorkerDown = w.down
-		}
-		ps.CaughtUp = atomic.LoadInt64(&r[pCaughtUp]) != 0 && ps.WorkerDown == ""
-		st.Assigned = append(st.Assigned, ps)
-	}
-	settled := assigning == 0 && h(hAssigning) == 0 && h(hRebalances) == rebalances
-	st.Assigning = !settled
-	if st.SupervisorAlive {
-		if beat := h(hSupervisorHeartbeat); beat > 0 && now-beat > staleHeartbeatNS {
-			st.SupervisorStale = true
-		}
-		st.BrokerWaiting = h(hBrokerState) == brokerWaiting
-		st.GapsAccepted = h(hAcceptGaps) != 0
-	}
-	all := true
-	gaps := false
-	for _, p := range st.Assigned {
-		all = all && p.CaughtUp
-		gaps = gaps || p.Gap
-	}
-	st.CaughtUp = settled && st.SupervisorAlive && !st.SupervisorStale && n > 0 && len(st.Assigned) == int(n) &&
-		!st.BrokerWaiting && all
-	st.Ready = st.CaughtUp && (!gaps || st.GapsAccepted)
-	st.Why = why(st, gaps)
-	return st
-}
-
-// workerStates: each worker row in use, by index, and why it applies nothing now.
-func workerStates(s *segment, supAlive bool, now int64) map[int]workerState {
-	bound := int64(0)
-	if supAlive {
-		bound = atomic.LoadInt64(&s.header[hWorkerStaleNS])
-	}
-	waits := map[int64]bool{} // owner words of writers waiting for a live process's lock
-	for w := 0; w < maxWriters; w++ {
-		o, wait := atomic.LoadInt64(&s.writers[w*rowWords+wOwner]), atomic.LoadInt64(&s.writers[w*rowWords+wWait])
-		if o != 0 && wait > 0 && wait <= NBuckets {
-			waits[o] = true
-		}
-	}
-	out := map[int]workerState{}
-	for i := 0; i < maxWorkers; i++ {
-		r := s.workers[i*rowWords : (i+1)*rowWords]
-		owner, beat := atomic.LoadInt64(&r[kOwner]), atomic.LoadInt64(&r[kHeartbeat])
-		if owner == 0 && atomic.LoadInt64(&r[kStarts]) == 0 {
-			continue
-		}
-		handle := int64(0)
-		if supAlive {
-			handle = atomic.LoadInt64(&s.header[hWorkerHandles+i]) & 0xFF
-		}
-		switch {
-		case owner == 0 || !IsAlive(owner):
-			out[i] = workerState{down: "stopped"}
-		case handle == workerStateStopIx:
-			out[i] = workerState{down: "stopping"}
-		case handle == workerStateBackIx:
-			out[i] = workerState{down: "backing-off"}
-		case bound > 0 && beat > 0 && now-beat > bound:
-			out[i] = workerState{down: fmt.Sprintf("stale, no heartbeat for %.0f s", float64(now-beat)/1e9)}
-		case waits[owner]:
-			out[i] = workerState{down: "waiting for a bucket's lock, held by another live process"}
-		default:
-			out[i] = workerState{}
-		}
-	}
-	return out
-}
-
-func why(st Status, gaps bool) string {
-	switch {
-	case st.Ready:
-		return ""
-	case !st.SupervisorAlive:
-		return "no live supervisor"
-	case st.SupervisorStale:
-		return fmt.Sprintf("the supervisor (pid %d) has not gone round its loop for over 10 s: stopped or hung", st.SupervisorPID)
-	case st.BrokerWaiting:
-		return "waiting for the Kafka broker"
-	case len(st.Assigned) == 0:
-		return "no partitions assigned yet"
-	case st.Assigning:
-		return "an assignment is being published"
-	case len(st.Unassigned) > 0:
-		return fmt.Sprintf("%d of %d partitions not assigned to this cache", len(st.Unassigned), st.Partitions)
-	}
-	var lag []string
-	for _, p := range st.Assigned {
-		if !p.CaughtUp && len(lag) < 20 {
-			lag = append(lag, fmt.Sprintf("%d (applied %d of %d%s)", p.Partition, p.Applied, p.HighWatermark,
-				map[bool]string{true: ", worker " + p.WorkerDown, false: ""}[p.WorkerDown != ""]))
-		}
-	}
-	if len(lag) == 0 && gaps {
-		return "retention gap: the topic deleted offsets before this cache had them (the supervisor's --accept-gaps serves it as it is)"
-	}
-	return "partitions not caught up: " + strings.Join(lag, ", ")
-}
-
-// WaitReady polls Status every 0.05 s until the cache is ready or ctx is done; then an
-// error of kind ErrNotReady saying why it is not.
+// WaitReady polls Status every 0.05 s until the cache is ready or ctx is done. While
+// nothing is at the name (the cache being destroyed and created again) it goes on
+// waiting; any other error ends it. Past ctx, its error is ErrNotReady, saying why not,
+// and ctx's error: errors.Is(err, context.DeadlineExceeded) (or context.Canceled) holds.
 func (c *Cache) WaitReady(ctx context.Context) (Status, error) {
+	start := time.Now()
 	tick := time.NewTicker(waitReadyPollNS)
 	defer tick.Stop()
 	for {
 		st, err := c.Status()
-		if err != nil || st.Ready {
+		if err == nil && st.Ready {
+			return st, nil
+		}
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			return st, err
 		}
 		select {
 		case <-ctx.Done():
-			return st, newErr(c.name, ErrNotReady, "not ready (%v): %s", ctx.Err(), st.Why)
+			why := st.Why
+			var e *Error
+			if errors.As(err, &e) {
+				why = e.Detail
+			}
+			return st, &Error{Cache: c.name, Kind: ErrNotReady, Err: ctx.Err(),
+				Detail: fmt.Sprintf("not ready after %.1f s (%v): %s", time.Since(start).Seconds(), ctx.Err(), why)}
 		case <-tick.C:
 		}
 	}
 }
+
+// control reads a segment's control area: header words with atomic loads, byte runs copied.
+type control struct {
+	s   *segment
+	now int64 // now on the age clock (H_AGE_CLOCK)
+}
+
+func (r control) word(i int) int64 { return atomic.LoadInt64(&r.s.header[i]) }
+
+// text is n bytes from header word w, copied.
+func (r control) text(w int, n int64) []byte { return bytes.Clone(r.s.data[w*word : int64(w*word)+n]) }
+
+// age is the seconds since the time in header word w on the age clock, never below 0;
+// nil when the word holds no time.
+func (r control) age(w int) *float64 {
+	t := r.word(w)
+	if t <= 0 {
+		return nil
+	}
+	return ptr(max(0, float64(r.now-t)/1e9))
+}
+
+// worker is a worker row in use, judged (section 14, "The workers").
+type worker struct {
+	state   string  // a WORKER_STATES word
+	stale   bool    // up, its heartbeat older than the live supervisor's bound
+	ageS    float64 // its heartbeat's age
+	waiting int64   // the bucket whose lock, held by another live process, it waits for; -1 none
+}
+
+// down is why a partition's worker applies nothing now; nil: up and beating.
+func (w *worker) down() *string {
+	switch {
+	case w == nil:
+		return ptr("not running")
+	case w.state != "up":
+		return ptr(w.state)
+	case w.stale:
+		return ptr(fmt.Sprintf("stale, no heartbeat for %.0f s", w.ageS))
+	case w.waiting >= 0:
+		return ptr(fmt.Sprintf("waiting for bucket %d's lock, held by another live process", w.waiting))
+	}
+	return nil
+}
+
+func status(s *segment, name string) Status {
+	r := control{s: s, now: wallNS()}
+	if r.word(hAgeClock) == ageClockMonotonic {
+		r.now = monotonicNS()
+	}
+	st := Status{Name: name, Assigned: []PartitionStatus{}, Unassigned: []int{}, Elsewhere: []int{},
+		GroupOthers: []GroupMember{}, GapPartitions: []int{}}
+	// an assignment is published row by row: the rows are read between two looks at these
+	rebalances, assigning := r.word(hRebalances), r.word(hAssigning)
+	n := int(r.word(hPartitions))
+	if n < 0 || n > maxPartitions {
+		n = 0
+	}
+	st.Partitions = n
+	if tl := r.word(hTopicLen); tl >= 0 && tl <= topicMax {
+		st.Topic = decodeUTF8(r.text(hTopic, tl))
+	}
+	gap := make([]bool, n)
+	for p := range n {
+		if gap[p] = uint64(r.word(hGapBits+p/64))>>(p%64)&1 != 0; gap[p] {
+			st.GapPartitions = append(st.GapPartitions, p)
+		}
+	}
+	sup := r.word(hSupervisor)
+	st.SupervisorAlive = sup != 0 && IsAlive(sup)
+	if sup > 0 {
+		st.SupervisorPID = ptr(sup >> 32)
+	}
+	// the partition rows before the worker rows: a worker counts before it publishes
+	here := make([]bool, n)
+	for p := range n {
+		row := s.partitions[p*rowWords : (p+1)*rowWords]
+		if atomic.LoadInt64(&row[pAssigned]) == 0 {
+			continue
+		}
+		here[p] = true
+		applied, hw := atomic.LoadInt64(&row[pApplied]), atomic.LoadInt64(&row[pHighWater])
+		ps := PartitionStatus{Partition: p, Applied: applied, HighWatermark: hw, Gap: gap[p],
+			Latest:   max(atomic.LoadInt64(&row[pLatest]), hw, applied),
+			CaughtUp: atomic.LoadInt64(&row[pCaughtUp]) != 0}
+		if o := atomic.LoadInt64(&row[pOwner]); o >= 1 && o <= maxWorkers {
+			ps.Worker = ptr(int(o - 1))
+		}
+		if ps.Latest >= 0 {
+			ps.Lag = ptr(max(0, ps.Latest-max(applied, 0)))
+		}
+		st.Assigned = append(st.Assigned, ps)
+	}
+	workers := r.workers(st.SupervisorAlive)
+	for i := range st.Assigned {
+		p := &st.Assigned[i]
+		var w *worker
+		if p.Worker != nil {
+			w = workers[*p.Worker]
+		}
+		p.WorkerDown = w.down()
+		p.CaughtUp = p.CaughtUp && p.WorkerDown == nil
+	}
+	for p := range n {
+		if !here[p] {
+			st.Unassigned = append(st.Unassigned, p)
+		}
+	}
+	if st.SupervisorAlive {
+		var members int64
+		var elsewhere []int
+		members, st.GroupOthers, elsewhere = r.group(n)
+		for _, p := range elsewhere {
+			if !here[p] {
+				st.Elsewhere = append(st.Elsewhere, p)
+			}
+		}
+		if members > 0 {
+			st.GroupMembers = ptr(members)
+		}
+		st.SharedGroup = len(st.GroupOthers) > 0 || members > 1
+	}
+	settled := assigning == 0 && r.word(hAssigning) == 0 && r.word(hRebalances) == rebalances
+	st.Assigning = !settled
+	if st.SupervisorAlive {
+		st.SupervisorHeartbeatAgeS = r.age(hSupervisorHeartbeat)
+		st.SupervisorStale = st.SupervisorHeartbeatAgeS != nil && *st.SupervisorHeartbeatAgeS > staleHeartbeatS
+		st.Broker, st.BrokerWaitingS = r.broker()
+		st.LookupError, st.LookupFailingS = r.lookupFailure()
+		st.GapsAccepted = r.word(hAcceptGaps) != 0
+	}
+	all, gaps := true, false
+	for _, p := range st.Assigned {
+		all = all && p.CaughtUp
+		gaps = gaps || p.Gap
+	}
+	st.GapOffsets = r.word(hGapOffsets)
+	whole := n > 0 && len(st.Assigned) == n
+	waiting := st.Broker != nil && *st.Broker == brokerNames[brokerWaiting]
+	st.CaughtUp = settled && st.SupervisorAlive && !st.SupervisorStale && whole && !waiting && all
+	st.Ready = st.CaughtUp && (!gaps || st.GapsAccepted)
+	st.Reason, st.Why = reasonWhy(&st)
+	return st
+}
+
+// workers judges each worker row in use, by index.
+func (r control) workers(supAlive bool) map[int]*worker {
+	s := r.s
+	bound := int64(0)
+	if supAlive {
+		bound = r.word(hWorkerStaleNS)
+	}
+	waits := map[int64]int64{} // owner word -> bucket + 1 whose lock a writer of that process waits for
+	for w := range maxWriters {
+		o, wait := atomic.LoadInt64(&s.writers[w*rowWords+wOwner]), atomic.LoadInt64(&s.writers[w*rowWords+wWait])
+		if o != 0 && wait > 0 && wait <= NBuckets {
+			waits[o] = wait
+		}
+	}
+	out := map[int]*worker{}
+	for i := range maxWorkers {
+		row := s.workers[i*rowWords : (i+1)*rowWords]
+		owner, beat := atomic.LoadInt64(&row[kOwner]), atomic.LoadInt64(&row[kHeartbeat])
+		if owner == 0 && atomic.LoadInt64(&row[kStarts]) == 0 {
+			continue
+		}
+		alive := owner != 0 && IsAlive(owner)
+		published := ""
+		if supAlive {
+			if code := r.word(hWorkerHandles+i) & 0xFF; code >= 1 && code <= int64(len(workerStates)) {
+				published = workerStates[code-1]
+			}
+		}
+		w := &worker{waiting: -1, ageS: float64(r.now-beat) / 1e9}
+		switch {
+		case alive && (published == "stopping" || published == "backing-off"):
+			w.state = published
+		case alive:
+			w.state = "up"
+		case !supAlive:
+			w.state = "stopped"
+		case published == "backing-off" || published == "stopping" || published == "stopped":
+			w.state = published
+		default: // a worker claims its row once it is up; until then its supervisor starts it
+			w.state = "starting"
+		}
+		w.stale = alive && bound > 0 && beat > 0 && r.now-beat > bound
+		if wait, ok := waits[owner]; alive && ok {
+			w.waiting = wait - 1
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// group reads the group words between two looks at H_GROUP_CHECKED (up to 5 tries, else
+// no group): the members (0 unknown), the other members with the partitions each holds,
+// and the partitions another member holds, in order.
+func (r control) group(n int) (members int64, others []GroupMember, elsewhere []int) {
+	for range 5 {
+		v := r.word(hGroupChecked)
+		if v <= 0 {
+			break
+		}
+		tl, m := r.word(hGroupTextLen), r.word(hGroupMembers)
+		raw := r.text(hGroupText, min(max(tl, 0), groupTextMax))
+		where := r.text(hElsewhere, int64(n))
+		if r.word(hGroupChecked) != v {
+			continue // torn: the supervisor was writing
+		}
+		others = parseMembers(raw)
+		var unlisted []int
+		for p, b := range where {
+			if b == 0 {
+				continue
+			}
+			elsewhere = append(elsewhere, p)
+			if i := int(b) - 1; i < len(others) {
+				others[i].Partitions = append(others[i].Partitions, p)
+			} else {
+				unlisted = append(unlisted, p)
+			}
+		}
+		if unlisted != nil {
+			others = append(others, GroupMember{ClientID: "?", Host: "?", Partitions: unlisted})
+		}
+		return m, others, elsewhere
+	}
+	return 0, []GroupMember{}, nil
+}
+
+// parseMembers reads the group text: a JSON list of objects, each reduced to the strings
+// client_id, host and instance_id (missing: ""); anything else is an empty list.
+func parseMembers(raw []byte) []GroupMember {
+	out := []GroupMember{}
+	if len(raw) == 0 || !utf8.Valid(raw) {
+		return out
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil {
+		return out
+	}
+	for _, item := range list {
+		var o map[string]json.RawMessage
+		if json.Unmarshal(item, &o) != nil || o == nil {
+			return []GroupMember{}
+		}
+		out = append(out, GroupMember{ClientID: pyStr(o["client_id"]), Host: pyStr(o["host"]),
+			InstanceID: pyStr(o["instance_id"]), Partitions: []int{}})
+	}
+	return out
+}
+
+// pyStr is a JSON value as Python's str() gives it for the values a member's field may
+// hold: a string as it is, missing "", null None, true True, an integer its digits; any
+// other value its JSON text.
+func pyStr(v json.RawMessage) string {
+	var s string
+	switch t := string(bytes.TrimSpace(v)); {
+	case t == "":
+		return ""
+	case t == "null":
+		return "None"
+	case json.Unmarshal(v, &s) == nil:
+		return s
+	case t == "true", t == "false":
+		return strings.ToUpper(t[:1]) + t[1:]
+	default:
+		if i, err := strconv.ParseInt(t, 10, 64); err == nil {
+			return strconv.FormatInt(i, 10)
+		}
+		return t
+	}
+}
+
+var brokerNames = map[int64]string{brokerUnknown: "connecting", brokerUp: "up", brokerWaiting: "waiting for the broker"}
+
+// broker is the broker's state as the live supervisor published it, and how long it has
+// been waited for (0 when the wait's start holds no time), nil unless waiting.
+func (r control) broker() (*string, *float64) {
+	state := r.word(hBrokerState)
+	name, ok := brokerNames[state]
+	if !ok {
+		name = brokerNames[brokerUnknown]
+	}
+	if state != brokerWaiting {
+		return &name, nil
+	}
+	if w := r.age(hBrokerSince); w != nil {
+		return &name, w
+	}
+	return &name, ptr(0.0)
+}
+
+// lookupFailure is the live supervisor's failing look-up of where partitions start: its
+// text and age, read between two looks at its start (up to 5 tries, else none).
+func (r control) lookupFailure() (string, *float64) {
+	for range 5 {
+		since := r.word(hLookupFailingSince)
+		if since == 0 {
+			break
+		}
+		raw := r.text(hLookupText, min(max(r.word(hLookupTextLen), 0), lookupTextMax))
+		if since > 0 && r.word(hLookupFailingSince) == since {
+			return decodeUTF8(raw), ptr(max(0, float64(r.now-since)/1e9))
+		}
+	}
+	return "", nil
+}
+
+// reasonWhy is the first row of the table of section 14 that holds: a word and a sentence.
+func reasonWhy(st *Status) (string, string) {
+	switch {
+	case st.Ready:
+		return "ready", ""
+	case !st.SupervisorAlive:
+		return "no-supervisor", "no live supervisor"
+	case st.SupervisorStale:
+		return "supervisor-stale", fmt.Sprintf("the supervisor (pid %d) has not gone round its loop for %.0f s: "+
+			"stopped or hung", *st.SupervisorPID, *st.SupervisorHeartbeatAgeS)
+	case st.Broker != nil && *st.Broker == brokerNames[brokerWaiting]:
+		return "broker-waiting", fmt.Sprintf("waiting for the Kafka broker for %.0f s", *st.BrokerWaitingS)
+	case st.LookupError != "":
+		return "lookup-error", fmt.Sprintf("%d of %d partitions wait to be handed out: the broker answers, but %s "+
+			"(failing for %.0f s)", len(st.Unassigned), st.Partitions, st.LookupError, *st.LookupFailingS)
+	case len(st.Assigned) == 0 && len(st.Elsewhere) == 0:
+		return "no-partitions", "no partitions assigned yet"
+	case st.Assigning:
+		return "assigning", "an assignment is being published"
+	case len(st.Unassigned) > 0:
+		text := fmt.Sprintf("%d of %d partitions not assigned to this cache", len(st.Unassigned), st.Partitions)
+		if len(st.Elsewhere) > 0 {
+			who := make([]string, len(st.GroupOthers))
+			for i, o := range st.GroupOthers {
+				who[i] = o.ClientID + " on " + o.Host
+			}
+			text += fmt.Sprintf(" (%d held by another member of the group: %s)", len(st.Elsewhere),
+				strings.Join(who, ", "))
+		}
+		return "unassigned", text
+	}
+	var lagging []string
+	for _, p := range st.Assigned {
+		if p.CaughtUp {
+			continue
+		}
+		lag := "unknown"
+		if p.Lag != nil {
+			lag = strconv.FormatInt(*p.Lag, 10)
+		}
+		switch {
+		case p.WorkerDown == nil || *p.WorkerDown == "":
+			lagging = append(lagging, fmt.Sprintf("%d (lag %s)", p.Partition, lag))
+		case p.Worker == nil:
+			lagging = append(lagging, fmt.Sprintf("%d (lag %s, no worker)", p.Partition, lag))
+		default:
+			lagging = append(lagging, fmt.Sprintf("%d (lag %s, worker %d %s)", p.Partition, lag, *p.Worker,
+				*p.WorkerDown))
+		}
+	}
+	if len(lagging) == 0 && len(st.GapPartitions) > 0 {
+		return "gap", fmt.Sprintf("retention gap: the topic deleted %s offsets of partitions %s before this cache "+
+			"had them, so the table lacks what they held; restore a snapshot taken before, or start the supervisor "+
+			"with --accept-gaps to serve it as it is", commas(st.GapOffsets), pyList(st.GapPartitions[:min(32,
+			len(st.GapPartitions))]))
+	}
+	return "lagging", "partitions not caught up: " + strings.Join(lagging[:min(20, len(lagging))], ", ")
+}
+
+// commas writes an integer as Python's {:,} does: 1,234,567.
+func commas(v int64) string {
+	digits := strconv.FormatInt(v, 10)
+	sign := ""
+	if digits[0] == '-' {
+		sign, digits = "-", digits[1:]
+	}
+	var b strings.Builder
+	for i, d := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return sign + b.String()
+}
+
+// pyList writes a list of ints as Python does: [0, 1, 2].
+func pyList(v []int) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.Itoa(x)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// decodeUTF8 decodes b as Python's bytes.decode("utf-8", "replace") does: each maximal
+// invalid subsequence becomes one U+FFFD.
+func decodeUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var out strings.Builder
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r != utf8.RuneError || size > 1 {
+			out.Write(b[:size])
+			b = b[size:]
+			continue
+		}
+		out.WriteRune(utf8.RuneError)
+		b = b[invalidPrefix(b):]
+	}
+	return out.String()
+}
+
+// invalidPrefix is the length of the maximal subpart of an ill-formed sequence at b[0]
+// (Unicode's "substitution of maximal subparts"): the lead byte and the continuation
+// bytes that could still begin a valid sequence with it.
+func invalidPrefix(b []byte) int {
+	lo, hi, need := byte(0x80), byte(0xBF), 0
+	switch c := b[0]; {
+	case c >= 0xC2 && c <= 0xDF:
+		need = 1
+	case c == 0xE0:
+		lo, need = 0xA0, 2
+	case c == 0xED:
+		hi, need = 0x9F, 2
+	case c >= 0xE1 && c <= 0xEF:
+		need = 2
+	case c == 0xF0:
+		lo, need = 0x90, 3
+	case c == 0xF4:
+		hi, need = 0x8F, 3
+	case c >= 0xF1 && c <= 0xF3:
+		need = 3
+	default:
+		return 1
+	}
+	i := 1
+	for ; i <= need && i < len(b); i++ {
+		if b[i] < lo || b[i] > hi {
+			break
+		}
+		lo, hi = 0x80, 0xBF
+	}
+	return i
+}
+
+func ptr[T any](v T) *T { return &v }

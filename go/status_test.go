@@ -1,0 +1,325 @@
+package shmcache
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pyControl is testdata/control.py: a real Python Writer whose control area it sets as a
+// scenario says, and the Python reader's status() of it (or of another cache).
+type pyControl struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	done  chan error
+}
+
+// startControl starts testdata/control.py on a cache of the test's own and waits for its
+// "ready"; the process is stopped by pid and its cache removed when the test ends.
+func startControl(t *testing.T, what string) *pyControl {
+	name, _ := shmName(t, what)
+	return startControlNamed(t, name)
+}
+
+func startControlNamed(t *testing.T, name string) *pyControl {
+	cmd := exec.Command(python(t), "testdata/control.py", name)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &pyControl{name: name, cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() { p.stop(t) })
+	p.lines.Buffer(nil, 1<<20)
+	if !p.lines.Scan() || p.lines.Text() != "ready" {
+		t.Fatalf("testdata/control.py did not start: %q", p.lines.Text())
+	}
+	return p
+}
+
+// stop closes the script's input, which destroys its cache, and waits for it to exit (it is
+// killed, by pid, if it has not within 30 s).
+func (p *pyControl) stop(t *testing.T) {
+	if p.stdin == nil {
+		return
+	}
+	p.stdin.Close()
+	p.stdin = nil
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("testdata/control.py did not exit at the end of its input")
+	}
+}
+
+// ask sends a line and returns the JSON object of the answer.
+func (p *pyControl) ask(t *testing.T, line string) map[string]any {
+	fmt.Fprintln(p.stdin, line)
+	if !p.lines.Scan() {
+		t.Fatalf("testdata/control.py did not answer %q", line)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(p.lines.Bytes(), &v); err != nil {
+		t.Fatalf("%q: %v", p.lines.Text(), err)
+	}
+	return v
+}
+
+// asJSON is a Go status as its JSON object.
+func asJSON(t *testing.T, st Status) map[string]any {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The fields of docs/reader-contract.md's status table, and of each assigned partition.
+var (
+	statusFields = []string{"name", "topic", "partitions", "supervisor_pid", "supervisor_alive", "supervisor_stale",
+		"supervisor_heartbeat_age_s", "broker", "broker_waiting_s", "lookup_error", "lookup_failing_s", "assigning",
+		"assigned", "unassigned", "elsewhere", "shared_group", "group_members", "group_others", "gap_partitions",
+		"gap_offsets", "gaps_accepted", "caught_up", "ready", "reason", "why"}
+	partitionFields = []string{"partition", "worker", "applied", "high_watermark", "latest", "lag", "caught_up",
+		"worker_down", "gap"}
+	ageFields = map[string]bool{"supervisor_heartbeat_age_s": true, "broker_waiting_s": true, "lookup_failing_s": true}
+	seconds   = regexp.MustCompile(`\d+ s\b`)
+)
+
+// sameStatus compares the Go and the Python reader's status field by field: every field of
+// the contract, ages within 2 s (the two read at different times), and the sentences
+// with their whole numbers of seconds masked.
+func sameStatus(t *testing.T, what string, gov, pyv map[string]any) {
+	t.Helper()
+	for _, f := range statusFields {
+		g, p := gov[f], pyv[f]
+		if _, ok := gov[f]; !ok {
+			t.Errorf("%s: the Go status has no field %s", what, f)
+			continue
+		}
+		if _, ok := pyv[f]; !ok {
+			t.Errorf("%s: the Python status has no field %s", what, f)
+			continue
+		}
+		switch {
+		case ageFields[f]:
+			gf, gok := g.(float64)
+			pf, pok := p.(float64)
+			if gok != pok || (gok && math.Abs(gf-pf) > 2) {
+				t.Errorf("%s: %s: Go %v, Python %v", what, f, g, p)
+			}
+		case f == "why":
+			if seconds.ReplaceAllString(g.(string), "N s") != seconds.ReplaceAllString(p.(string), "N s") {
+				t.Errorf("%s: why:\n  Go     %q\n  Python %q", what, g, p)
+			}
+		case f == "assigned":
+			gl, pl := g.([]any), p.([]any)
+			if len(gl) != len(pl) {
+				t.Errorf("%s: %d partitions assigned in Go, %d in Python", what, len(gl), len(pl))
+				continue
+			}
+			for i := range gl {
+				gp, pp := gl[i].(map[string]any), pl[i].(map[string]any)
+				for _, pf := range partitionFields {
+					a, b := gp[pf], pp[pf]
+					if s, ok := a.(string); ok && pf == "worker_down" {
+						a = seconds.ReplaceAllString(s, "N s")
+						if bs, ok := b.(string); ok {
+							b = seconds.ReplaceAllString(bs, "N s")
+						}
+					}
+					if !reflect.DeepEqual(a, b) {
+						t.Errorf("%s: partition %v: %s: Go %#v, Python %#v", what, pp["partition"], pf, a, b)
+					}
+				}
+			}
+		default:
+			if !reflect.DeepEqual(g, p) {
+				t.Errorf("%s: %s: Go %#v, Python %#v", what, f, g, p)
+			}
+		}
+	}
+}
+
+// Control areas set by a real Python Writer (a supervisor, workers, partitions, a group, a
+// failing look-up, gaps, the broker, both age clocks): the Go reader's status is the
+// Python reader's, field by field.
+func TestStatusIsThePythonReaders(t *testing.T) {
+	py := startControl(t, "status")
+	c, err := Attach(py.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, s := range []string{"ready", "no-supervisor", "dead-supervisor", "stale-supervisor", "broker-waiting",
+		"broker-waiting-no-start", "broker-unknown-state", "lookup-error", "lookup-empty-text", "no-partitions",
+		"assigning", "unassigned", "shared-group", "elsewhere-only", "group-odd-text", "group-bad-text", "lagging",
+		"worker-not-running", "gap", "gap-accepted", "gap-unassigned", "wall-clock", "stopped"} {
+		pyv := py.ask(t, "scenario "+s)
+		st, err := c.Status()
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		sameStatus(t, s, asJSON(t, st), pyv)
+		if st.Ready != (st.Reason == "ready") || st.Ready != (st.Why == "") {
+			t.Errorf("%s: ready %v, reason %q, why %q", s, st.Ready, st.Reason, st.Why)
+		}
+	}
+}
+
+// goldenControl is a case of golden/control/expect.json (docs/segment-format.md, 14).
+type goldenControl struct {
+	File   string             `json:"file"`
+	Live   map[string]string  `json:"live"` // file offset -> the role of a live process whose owner word goes there
+	Ages   map[string]float64 `json:"ages"` // file offset -> seconds before now, on CLOCK_MONOTONIC
+	Status struct {
+		Ready    bool   `json:"ready"`
+		CaughtUp bool   `json:"caught_up"`
+		Reason   string `json:"reason"`
+		Why      string `json:"why"`
+	} `json:"status"`
+}
+
+// liveRole starts a process for a role of the golden control areas (killed by pid when the
+// test ends) and returns its pid and owner word.
+func liveRole(t *testing.T) (int, int64) {
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd.Process.Pid, OwnerWord(cmd.Process.Pid)
+}
+
+// The golden control areas, live owners and ages filled: the Go reader gives each case's
+// expected ready, caught_up, reason and why, and the Python reader's status field by field.
+func TestGoldenControlAreas(t *testing.T) {
+	raw, err := os.ReadFile("../golden/control/expect.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Cases map[string]goldenControl `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cases) < 15 {
+		t.Fatalf("only %d golden control areas", len(doc.Cases))
+	}
+	supPID, supWord := liveRole(t)
+	_, workerWord := liveRole(t)
+	owners := map[string]int64{"supervisor": supWord, "worker": workerWord}
+	py := startControl(t, "golden-control-py")
+	names := make([]string, 0, len(doc.Cases))
+	for n := range doc.Cases {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		gc := doc.Cases[n]
+		t.Run(n, func(t *testing.T) {
+			data := goldenBytes(t, "control/"+gc.File)
+			for off, role := range gc.Live {
+				o, _ := strconv.Atoi(off)
+				binary.LittleEndian.PutUint64(data[o:], uint64(owners[role]))
+			}
+			now := monotonicNS()
+			for off, s := range gc.Ages {
+				o, _ := strconv.Atoi(off)
+				binary.LittleEndian.PutUint64(data[o:], uint64(now-int64(s*1e9)))
+			}
+			name, path := shmName(t, "golden-control")
+			replaceAt(t, path, data, 0o600)
+			c, err := Attach(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			st, err := c.Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := gc.Status
+			pattern := "^" + strings.ReplaceAll(regexp.QuoteMeta(strings.ReplaceAll(want.Why, "{supervisor_pid}",
+				strconv.Itoa(supPID))), regexp.QuoteMeta("{s}"), `\d+`) + "$"
+			if st.Ready != want.Ready || st.CaughtUp != want.CaughtUp || st.Reason != want.Reason ||
+				!regexp.MustCompile(pattern).MatchString(st.Why) {
+				t.Errorf("got ready %v, caught_up %v, reason %q, why %q\nwant %+v", st.Ready, st.CaughtUp, st.Reason,
+					st.Why, want)
+			}
+			sameStatus(t, n, asJSON(t, st), py.ask(t, "status "+name))
+		})
+	}
+}
+
+// WaitReady waits through a cache destroyed and created again (nothing at the name
+// meanwhile), and returns once the new one is ready; past its context, its error is both
+// ErrNotReady and the context's.
+func TestWaitReadyWaitsForARecreatedCache(t *testing.T) {
+	first := startControl(t, "wait-ready")
+	first.ask(t, "scenario no-supervisor")
+	c, err := Attach(first.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = c.WaitReady(ctx)
+	if !errors.Is(err, ErrNotReady) || !errors.Is(err, context.DeadlineExceeded) || Kind(err) != "not-ready" ||
+		!strings.Contains(err.Error(), "no live supervisor") {
+		t.Fatalf("WaitReady, no supervisor: %v", err)
+	}
+	first.stop(t) // the cache destroyed: nothing at the name
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err = c.WaitReady(ctx); !errors.Is(err, ErrNotReady) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitReady, nothing at the name: %v; want it to wait until its context is done", err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	ccancel()
+	if _, err = c.WaitReady(cctx); !errors.Is(err, ErrNotReady) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitReady, canceled: %v", err)
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		st, err := c.WaitReady(ctx)
+		if err == nil && (!st.Ready || st.Reason != "ready") {
+			err = fmt.Errorf("returned a status not ready: %+v", st)
+		}
+		done <- err
+	}()
+	second := startControlNamed(t, first.name) // created again under its name
+	second.ask(t, "scenario ready")
+	if err := <-done; err != nil {
+		t.Fatalf("WaitReady across the re-creation: %v", err)
+	}
+}
