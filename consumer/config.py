@@ -126,7 +126,9 @@ class RunConfig:
     reader_group: str = setting("", "the Unix group the cache's file is given (with --mode 640, its readers'); "
                                     "this user must belong to it", metavar="GROUP")
     workers: int = setting(2, "worker processes (default {default})")
-    format: str = setting("v1", "wire format (default {default})", choices=FORMATS)
+    # proto: the upstream Teranode topic, a protobuf message per transaction (formats/proto.py)
+    format: str = setting("v1", "wire format (default {default}; proto: Teranode's protobuf message per "
+                                "transaction)", choices=FORMATS)
     commit_interval: float = setting(1.0, "seconds between commits (default {default})")
     assignment: str = setting("cooperative-sticky", "partition.assignment.strategy (default {default})",
                               choices=STRATEGIES)
@@ -190,6 +192,11 @@ class RunConfig:
             raise ValueError("topic: give the Kafka topic that fills the cache")
         if self.format not in FORMATS:
             raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
+        if self.format == "proto":  # said once at the start, not by every worker as it dies
+            from shmcache.formats import proto
+
+            if not proto.available():
+                raise ValueError("format='proto': the protobuf package is not installed (pip install 'shmcache[kafka]')")
         if self.assignment not in STRATEGIES:
             raise ValueError(f"assignment={self.assignment!r}: expected one of {', '.join(STRATEGIES)}")
         for name, (lo, hi, above) in _RANGES.items():

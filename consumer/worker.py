@@ -39,7 +39,7 @@ import numpy as np
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer import forkserver, lock_wait, log_replaced
-from shmcache.formats import wire, wire_batch
+from shmcache.formats import proto, wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_profile import Profile
 from shmcache.engine.table import open_writer  # imported here: the fork server preloads it for every worker
@@ -202,6 +202,8 @@ class Worker:
         if good:
             if self.cfg.format == "kv":
                 self._apply_kv(good)
+            elif self.cfg.format == "proto":
+                self._apply_proto(good)
             else:
                 self._apply_wire_batch(good)
             self.me.count_messages(len(good))
@@ -247,6 +249,20 @@ class Worker:
             self.me.count_malformed()
             log.warning("malformed message %s [%d] @ %d: key of %s bytes or value over %d bytes; skipped",
                         m.topic(), m.partition(), m.offset(), len(m.key() or b""), self.cache.max_value)
+        self.prof.mark("decode")
+        self._apply_batch(batch)
+        self.prof.mark("apply")
+
+    def _apply_proto(self, msgs) -> None:
+        """The upstream topic (formats/proto.py): a protobuf parse per message, then the batch
+        decoded, checked and applied as one. A malformed message is counted, logged and skipped;
+        the messages around it are applied."""
+        batch, reasons = proto.decode_many([m.value() for m in msgs], max_value=self.cache.max_value)
+        for i, reason in zip(batch.skipped.tolist(), reasons):
+            m = msgs[i]
+            self.me.count_malformed()
+            log.warning("malformed message %s [%d] @ %d: %s; skipped", m.topic(), m.partition(), m.offset(), reason)
+        self.me.count_unknown(batch.unknown_actions)
         self.prof.mark("decode")
         self._apply_batch(batch)
         self.prof.mark("apply")
@@ -316,4 +332,6 @@ def _decode_empty(fmt: str, scratch) -> list:
     """Empty batches of this format through each decode path (numba loads its kernels)."""
     if fmt == "kv":
         return [wire.decode_kv([], [])]
+    if fmt == "proto":  # its batches have kv's array types: the same apply kernel
+        return [proto.decode_many([])[0]]
     return [wire_batch.decode_many([bytes(4)], scratch), wire.decode(bytes(4))]  # v1, count 0

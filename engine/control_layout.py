@@ -46,7 +46,9 @@ H_SUPERVISOR_STARTED = 52  # time.time_ns() when the current supervisor started
 H_METRICS_PORT = 53  # TCP port of the supervisor's Prometheus endpoint, 0 if none
 H_ASSIGNING = 54  # 1 while the supervisor publishes an assignment (rows half-written): not ready
 H_WIRE_FORMAT = 55  # WIRE_FORMATS index + 1 of the topic's format, set by the supervisor; 0 unknown
-WIRE_FORMATS = ("v1", "v2", "kv")
+# Append only: a segment's word and a snapshot's header keep what was written, so a name's
+# place is for good (an older shmcache reads a later name's code as unknown, "")
+WIRE_FORMATS = ("v1", "v2", "kv", "proto")
 H_COMMIT_PENDING_SINCE = 56  # the supervisor's commit in flight was sent, on the age clock; 0 none
 # 1 when the live supervisor was told to serve a table with retention gaps as ready
 # (`run --accept-gaps`); written at its start, so it is the supervisor alive now that says so

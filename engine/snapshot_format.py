@@ -5,7 +5,7 @@ The file (format version 1, all integers little-endian):
 
     "SHMSNAP1"  u32 format version  u32 n      header: n bytes of JSON, then its u64 xxh3-64
     { "layout_version", "nbuckets", "key_size", "max_value", "slots", "ring", "size",
-      "topic", "wire_format" (v1 | v2 | kv | ""), "partitions", "offsets": [next offset
+      "topic", "wire_format" (v1 | v2 | kv | proto | ""), "partitions", "offsets": [next offset
       to apply, per partition, -1 none], "taken_ns", "name", "creation_id", "entries",
       "topic_id" (the Kafka topic's id the offsets belong to, "" unknown; absent in
       snapshots of an earlier shmcache) }

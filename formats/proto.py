@@ -121,9 +121,9 @@ def decode_many(values, *, max_value: int = wire.MAX_VALUE) -> tuple[wire.Batch,
     The Batch's arrays have the dtypes and flags of wire.decode_kv's, so the writer's
     apply runs the kernel compiled for kv batches."""
     wire.check_max_value(max_value)
+    parse = message_class().FromString  # first: without protobuf, the ImportError that says what to install
     from google.protobuf.message import DecodeError
 
-    parse = message_class().FromString
     hashes, actions, contents, parsed, problems = [], [], [], [], []
     add_hash, add_action, add_content, add_parsed = hashes.append, actions.append, contents.append, parsed.append
     for i, v in enumerate(values):  # the one Python step per message: protobuf's parse

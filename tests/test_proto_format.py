@@ -281,3 +281,22 @@ def test_a_decoded_batch_applies_to_a_cache():
         finally:
             table.destroy(name)
     assert got == [None if a == DELETE else v for a, v in zip(actions, later)]
+
+
+def test_without_the_protobuf_package_the_format_says_what_to_install():
+    """protobuf is in the kafka extra: a run of the proto format without it fails at its start,
+    in one line naming the package, not in every worker as it dies."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['google.protobuf'] = None\n"
+            "from shmcache.consumer.config import RunConfig\n"
+            "from shmcache.formats import proto\n"
+            "RunConfig(name='t', bootstrap='127.0.0.1:1', topic='t', format='v1')\n"
+            "try:\n    proto.decode_many([b''])\nexcept ImportError as e:\n    print('decode:', e)\n"
+            "try:\n    RunConfig(name='t', bootstrap='127.0.0.1:1', topic='t', format='proto')\n"
+            "except ValueError as e:\n    print('run:', e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "decode: the proto wire format needs the protobuf package: pip install 'shmcache[kafka]'" in p.stdout
+    assert "run: format='proto': the protobuf package is not installed (pip install 'shmcache[kafka]')" in p.stdout

@@ -103,7 +103,7 @@ def test_the_constants_of_layout_version_1():
     assert (L.MAX_LOAD_NUM, L.MAX_LOAD_DEN) == (3, 4)
     assert L.FIXED_BYTES == 602112
     assert C.WORKER_STATES == ("stopped", "starting", "up", "stopping", "backing-off")
-    assert C.WIRE_FORMATS == ("v1", "v2", "kv")
+    assert C.WIRE_FORMATS == ("v1", "v2", "kv", "proto")  # append only: segments and snapshots keep the codes
 
 
 @pytest.mark.parametrize("shape", list(GOLDEN_GEOMETRIES), ids=lambda s: "-".join(map(str, s)))
