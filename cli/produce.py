@@ -6,6 +6,8 @@ import time
 
 from shmcache.cli.args import key_values
 from shmcache.cli.progress import ProgressLine
+from shmcache.consumer.config import FORMATS
+from shmcache.formats.proto import HASH_FORMS
 
 HELP = "load generator: Teranode-shaped txmeta to a Kafka topic"
 
@@ -14,8 +16,11 @@ def add_arguments(pr) -> None:
     pr.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,host:port]")
     pr.add_argument("--topic", required=True)
     pr.add_argument("--count", type=int, default=1_000_000, help="entries to send (default 1,000,000)")
-    pr.add_argument("--format", choices=("v1", "v2", "kv"), default="v1",
-                    help="wire format (default v1; kv: a message per entry, keyed by its hash)")
+    pr.add_argument("--format", choices=FORMATS, default="v1",
+                    help="wire format (default v1; kv: a message per entry, keyed by its hash; proto: Teranode's "
+                         "protobuf message per entry, keyed by its txHash)")
+    pr.add_argument("--proto-hash", choices=HASH_FORMS, default="raw",
+                    help="--format proto: txHash as 32 raw bytes, or as hex in chainhash's byte order (default raw)")
     pr.add_argument("--rate", type=float, default=0.0, help="entries/s (default 0: as fast as it can)")
     pr.add_argument("--batch-size", type=int, default=1024, help="entries per batch, at most (default 1024)")
     pr.add_argument("--linger", type=float, default=0.01,
@@ -46,7 +51,8 @@ def run(a) -> int:
     from shmcache.produce.loadgen import LoadConfig, LoadStats, produce
 
     settings = key_values(a.set, "shmcache produce: --set", "a librdkafka setting")
-    cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format, rate=a.rate,
+    cfg = LoadConfig(bootstrap=a.bootstrap, topic=a.topic, count=a.count, format=a.format,
+                     proto_hash=a.proto_hash, rate=a.rate,
                      batch_size=a.batch_size, linger=a.linger, delete_share=a.delete_share, seed=a.seed,
                      create_topic=a.create_topic, partitions=a.partitions, ground_truth=a.ground_truth,
                      settings=settings, broker_wait=a.broker_wait)
@@ -59,7 +65,8 @@ def run(a) -> int:
                         completed=st.entries, rate=rate, acked=st.delivered, messages=st.messages)
         st = produce(cfg, progress)
     mb = st.bytes / 1e6
-    print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {cfg.format} "
+    shape = f"proto ({cfg.proto_hash} txHash)" if cfg.format == "proto" else cfg.format
+    print(f"sent {st.entries:,} entries ({st.adds:,} ADD, {st.deletes:,} DELETE) in {st.messages:,} {shape} "
           f"messages to {cfg.topic!r} ({st.partitions} partitions) in {st.seconds:.1f} s: "
           f"{st.entries / max(st.seconds, 1e-9):,.0f} entries/s, {mb:,.1f} MB; every message acknowledged")
     if st.ground_truth:

@@ -22,6 +22,9 @@ defined:
 - kv sends each entry as its own message keyed by h (murmur2: deletes follow their
   key, as in v2), value None for a DELETE. One produce() call per entry makes it
   several times slower than v1/v2 per entry; it exists to feed `--format kv` caches.
+- proto sends each entry as its own KafkaTxMetaTopicMessage (formats/proto.py), the
+  upstream Teranode topic, its txHash raw (32 bytes) or hex (`proto_hash`), keyed by
+  that txHash as sent: deletes follow their key, as in kv. As slow per entry as kv.
 
 Ground truth (`ground_truth=PATH`): a Parquet file of every entry sent, in send
 order, written to PATH.tmp and renamed to PATH only once every message was
@@ -40,7 +43,7 @@ same state.
 
 Generation works on whole batches (numpy, txmeta.encode, wire.encode_v1/v2), not
 entry by entry in Python. On backpressure it waits (poll), never drops;
-any failed delivery, or a v1 or kv message the broker placed elsewhere than
+any failed delivery, or a v1, kv or proto message the broker placed elsewhere than
 murmur2 says, fails the run at the next batch or at the final flush.
 
 Not guaranteed: `rate` is a target (sleeps between batches), not a bound on
@@ -56,7 +59,7 @@ from typing import Callable
 
 import numpy as np
 
-from shmcache.formats import partitioners, txmeta, wire
+from shmcache.formats import partitioners, proto, txmeta, wire
 from shmcache.consumer.config import FORMATS
 # the ground truth is part of what the load generator offers (produce/ground_truth.py)
 from shmcache.produce.ground_truth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
@@ -66,8 +69,13 @@ ADD, DELETE = wire.ADD, wire.DELETE
 # 4096 entries of at most 8+32+1+4 + 21+3*(32+4+4)+4 = 194 B stay under Kafka's
 # 1 MB default message.max.bytes.
 MAX_BATCH = 4096
-# bytes on the wire per entry besides its value: v1/v2 entry headers, kv's message key
-ENTRY_OVERHEAD = {"v1": wire.V1_ENTRY_HEADER, "v2": wire.V2_ENTRY_HEADER, "kv": 32}
+# bytes on the wire per entry besides its value: v1/v2 entry headers, kv's message key; proto
+# (raw txHash): its message key (32 B), the txHash field (32 B) and the protobuf framing below
+# (a DELETE's action field, 2 B, is not counted: its missing content's framing makes up for it)
+PROTO_FRAMING = 1 + 1 + 1 + 2  # txHash's tag and length; content's tag and length (2 B: values of 128 B..16 KiB)
+ENTRY_OVERHEAD = {"v1": wire.V1_ENTRY_HEADER, "v2": wire.V2_ENTRY_HEADER, "kv": 32,
+                  "proto": 2 * proto.RAW_SIZE + PROTO_FRAMING}
+PROTO_HEX_EXTRA = 2 * (proto.HEX_SIZE - proto.RAW_SIZE)  # a hex txHash is 32 B longer, in the field and the key
 
 # Producer settings for throughput, as Teranode's validator produces: no
 # compression (tx hashes are random bytes), batches of whole messages with a
@@ -87,6 +95,7 @@ class LoadConfig:
     topic: str
     count: int = 1_000_000  # entries to send
     format: str = "v1"
+    proto_hash: str = "raw"  # proto: txHash as 32 raw bytes, or "hex" (chainhash's String())
     rate: float = 0.0  # entries/s; 0 = as fast as it can
     batch_size: int = 1024
     linger: float = 0.01  # seconds a partial batch waits under `rate`
@@ -102,6 +111,8 @@ class LoadConfig:
     def validate(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
+        if self.proto_hash not in proto.HASH_FORMS:
+            raise ValueError(f"proto_hash={self.proto_hash!r}: expected one of {', '.join(proto.HASH_FORMS)}")
         if self.count < 0:
             raise ValueError(f"count={self.count}: must be >= 0")
         if not 1 <= self.batch_size <= MAX_BATCH:
@@ -169,14 +180,16 @@ class GenBatch:
 class Generator:
     """Batches of Teranode-shaped entries, without a broker (see the module docstring)."""
 
-    def __init__(self, fmt: str, partitions: int, delete_share: float, rng: np.random.Generator):
+    def __init__(self, fmt: str, partitions: int, delete_share: float, rng: np.random.Generator,
+                 proto_hash: str = "raw"):
         if fmt not in FORMATS:
             raise ValueError(f"format={fmt!r}: expected one of {', '.join(FORMATS)}")
         self.fmt = fmt
+        self.proto_hash = proto_hash  # proto: the Kafka key is the txHash as sent, raw or hex
         self.partitions = partitions
         self.delete_share = delete_share
         self.rng = rng
-        # v1: one pool per target partition; v2, kv: one pool (deletes follow their key)
+        # v1: one pool per target partition; v2, kv, proto: one pool (deletes follow their key)
         self.pools = [_Pool() for _ in range(partitions if fmt == "v1" else 1)]
         self.next_partition = 0
         self.recent: np.ndarray | None = None  # the last batch's hashes: parents of the next
@@ -228,6 +241,9 @@ class Generator:
             return np.full(len(b), b.partition, np.int32)
         if self.fmt == "kv":
             return partitioners.murmur2_partitions(b.keys, self.partitions).astype(np.int32)
+        if self.fmt == "proto":
+            fields = proto.hash_fields(b.keys, self.proto_hash)
+            return partitioners.murmur2_partitions(fields, self.partitions).astype(np.int32)
         return partitioners.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
 
 
@@ -262,8 +278,12 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
 
         sole_writer |= create_topic(cfg.bootstrap, cfg.topic, cfg.partitions, broker_wait=cfg.broker_wait)
     producer = TxmetaProducer(cfg.bootstrap, cfg.topic, format=cfg.format, sole_writer=sole_writer,
-                              settings={**PRODUCER_SETTINGS, **cfg.settings}, broker_wait=cfg.broker_wait)
-    gen = Generator(cfg.format, producer.partitions, cfg.delete_share, np.random.default_rng(cfg.seed))
+                              settings={**PRODUCER_SETTINGS, **cfg.settings}, broker_wait=cfg.broker_wait,
+                              proto_hash=cfg.proto_hash)
+    gen = Generator(cfg.format, producer.partitions, cfg.delete_share, np.random.default_rng(cfg.seed),
+                    proto_hash=cfg.proto_hash)
+    overhead = ENTRY_OVERHEAD[cfg.format] + (PROTO_HEX_EXTRA if cfg.format == "proto" and cfg.proto_hash == "hex"
+                                             else 0)
     truth = GroundTruthWriter(cfg.ground_truth) if cfg.ground_truth else None
     st = LoadStats(total=cfg.count, partitions=producer.partitions, started=time.monotonic())
     try:
@@ -280,7 +300,7 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
             st.entries += n
             st.deletes += d
             st.adds += n - d
-            st.bytes += int(b.offsets[-1]) + n * ENTRY_OVERHEAD[cfg.format]
+            st.bytes += int(b.offsets[-1]) + n * overhead
             st.messages, st.delivered = producer.sent_messages, producer.delivered_messages
             if progress is not None:
                 progress(st)

@@ -6,8 +6,11 @@
 - v2: a batch is split by bucket range, one message per partition, each sent to
   its partition explicitly: partition p holds buckets [p*8192/P, (p+1)*8192/P).
 - kv: one message per entry, Kafka key = cache key, value None = delete.
+- proto: one KafkaTxMetaTopicMessage per entry (formats/proto.py), its txHash raw or hex
+  (`proto_hash`), keyed by that txHash as sent (as Teranode's hex releases key it), so
+  murmur2 sends a hash's DELETE where its ADD went.
 
-The same key always lands in the same partition only for v2 and kv; v1 keys by
+The same key always lands in the same partition only for v2, kv and proto; v1 keys by
 the batch's first hash, so a later batch can carry the key elsewhere. Order per
 key across partitions is then not guaranteed: the producer of v1 must send a
 key's ADD and DELETE in one batch, or build each batch for one partition from
@@ -16,7 +19,7 @@ validator does).
 
 On backpressure (the local queue full) the producer waits, never drops. Every
 delivery report is checked: `flush()` raises if any message failed, and for v1
-each v1 or kv message's partition is compared with the one murmur2 gives its
+each v1, kv or proto message's partition is compared with the one murmur2 gives its
 key (`misrouted`), so a client whose partitioner disagrees is caught, not trusted.
 
 An acknowledgement is not proof that a message is in the topic. librdkafka acknowledges
@@ -38,7 +41,7 @@ import numpy as np
 import xxhash
 
 from shmcache.consumer import broker, topics
-from shmcache.formats import partitioners, wire
+from shmcache.formats import partitioners, proto, wire
 from shmcache.consumer.config import FORMATS
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 
@@ -47,16 +50,22 @@ BROKER_WAIT_S = 15.0  # for the topic's metadata, asked once as the producer sta
 
 class TxmetaProducer:
     def __init__(self, bootstrap: str, topic: str, *, format: str = "v1", settings: dict | None = None,
-                 broker_wait: float = BROKER_WAIT_S, sole_writer: bool = False):
+                 broker_wait: float = BROKER_WAIT_S, sole_writer: bool = False, proto_hash: str = "raw"):
         """`broker_wait`: seconds for the topic's metadata and its partitions' end offsets, the
         broker's first answers; past it, BrokerUnavailableError. `sole_writer`: nothing else
-        writes to the topic while this producer does (flush() then accounts for every message)."""
+        writes to the topic while this producer does (flush() then accounts for every message).
+        `proto_hash`: how the proto format writes txHash, "raw" (32 bytes) or "hex"."""
         from confluent_kafka import KafkaException, Producer
 
         if format not in FORMATS:
             raise ValueError(f"format={format!r}: expected one of {', '.join(FORMATS)}")
+        if proto_hash not in proto.HASH_FORMS:
+            raise ValueError(f"proto_hash={proto_hash!r}: expected one of {', '.join(proto.HASH_FORMS)}")
+        if format == "proto":
+            proto.message_class()  # ImportError now, saying what to install, not at the first send
         self.topic = topic
         self.format = format
+        self.proto_hash = proto_hash
         conf = {
             "bootstrap.servers": bootstrap,
             "partitioner": "murmur2_random",
@@ -86,7 +95,7 @@ class TxmetaProducer:
             raise ValueError(f"topic {topic!r} has {self.partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
         self.sent_messages = 0
         self.delivered_messages = 0  # acknowledged with their offset, or found in the topic by flush()
-        self.misrouted = 0  # v1/kv messages acknowledged on another partition than murmur2(key) gives
+        self.misrouted = 0  # v1/kv/proto messages acknowledged on another partition than murmur2(key) gives
         self.end_offsets: dict[int, int] = {}  # partition -> highest acknowledged offset + 1
         # where this producer's messages begin; -2 (the log's start) where the leader did not say
         self.start_offsets = self._ends(range(self.partitions), broker_wait, strict=sole_writer)
@@ -140,6 +149,12 @@ class TxmetaProducer:
             for p in np.unique(parts).tolist():
                 idx = np.flatnonzero(parts == p)  # keeps wire order within the partition
                 self._produce(wire.encode_v2(keys[idx], actions[idx], take(offsets, data, idx)), partition=p)
+        elif self.format == "proto":
+            fields = proto.hash_fields(keys, self.proto_hash)  # each message's Kafka key: its txHash as sent
+            expect = partitioners.murmur2_partitions(fields, self.partitions).tolist()
+            flat, width = fields.tobytes(), fields.shape[1]
+            for i, msg in enumerate(proto.encode(keys, actions, values, form=self.proto_hash)):
+                self._produce(msg, key=flat[i * width:(i + 1) * width], expect=expect[i])
         else:
             offsets, data = _as_offsets(values, len(keys))
             expect = partitioners.murmur2_partitions(keys, self.partitions).tolist()
