@@ -1,74 +1,348 @@
-// Command shmcache-go reads a shmcache cache with the Go reader, for operators and for
-// checking one reader against another:
+// Command shmcache-go reads a shmcache cache with the Go reader. It gives the commands of
+// the readers' contract (docs/reader-contract.md), with the same arguments, output and
+// exit statuses as every other reader's:
 //
-//	shmcache-go get NAME HEXKEY...   one line per key: the value in hex, or - for a miss
-//	shmcache-go stats NAME           the stats as JSON (the Python reader's names)
-//	shmcache-go status NAME          readiness as JSON
+//	shmcache-go get [--owner USER] NAME HEXKEY...          a line a key: the value in hex, or -
+//	shmcache-go watch [--owner USER] NAME HEXKEY SECONDS   a line each time the outcome changes
+//	shmcache-go stats [--owner USER] [--json] NAME         the stats, one JSON object
+//	shmcache-go status [--owner USER] [--json] NAME        readiness, one JSON object
+//	shmcache-go wait-ready [--owner USER] [--timeout S] NAME
 //
-// A bad argument or a missing cache: one line on stderr and exit status 2.
+// get exits 0 when every key hit, 1 when some missed; wait-ready exits 1 when the cache
+// is not ready by the timeout. An error is one line on stderr, `shmcache-go: KIND:
+// message` (KIND as shmcache.Kind gives it), and exit status 2.
 package main
 
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	shmcache "github.com/shmcache/shmcache/go"
 )
 
-func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "shmcache-go: "+format+"\n", args...)
-	os.Exit(2)
+const (
+	program     = "shmcache-go"
+	watchPace   = 10 * time.Millisecond // between a watch's lookups
+	waitReadyNS = 50 * time.Millisecond // between wait-ready's looks at the status
+	usage       = "usage: shmcache-go get [--owner USER] NAME HEXKEY... | watch [--owner USER] NAME HEXKEY SECONDS | " +
+		"stats [--owner USER] [--json] NAME | status [--owner USER] [--json] NAME | " +
+		"wait-ready [--owner USER] [--timeout S] NAME"
+)
+
+// exit is how a command ends: a status, and a line for stderr (none if "").
+type exit struct {
+	code int
+	line string
+}
+
+func (e *exit) Error() string { return e.line }
+
+// failed is an error's exit: status 2 and `shmcache-go: KIND: message`.
+func failed(err error) *exit {
+	kind := shmcache.Kind(err)
+	if kind == "" {
+		kind = "error"
+	}
+	return &exit{2, fmt.Sprintf("%s: %s: %v", program, kind, err)}
+}
+
+func badArgument(format string, args ...any) *exit {
+	return &exit{2, fmt.Sprintf("%s: bad-argument: %s", program, fmt.Sprintf(format, args...))}
+}
+
+// command is a command line, parsed: its options may come anywhere before `--`.
+type command struct {
+	name    string
+	owner   *string
+	json    bool
+	timeout *float64
+	args    []string // the positional arguments
+}
+
+// options are the options each command takes.
+var options = map[string][]string{
+	"get": {"--owner"}, "watch": {"--owner"}, "stats": {"--owner", "--json"}, "status": {"--owner", "--json"},
+	"wait-ready": {"--owner", "--timeout"},
+}
+
+func parse(argv []string) (*command, *exit) {
+	if len(argv) == 0 {
+		return nil, badArgument("%s", usage)
+	}
+	c := &command{name: argv[0]}
+	allowed, ok := options[c.name]
+	if !ok {
+		return nil, badArgument("unknown command %q; %s", c.name, usage)
+	}
+	rest := argv[1:]
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if a == "--" {
+			c.args = append(c.args, rest[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" || (len(a) > 1 && a[1] >= '0' && a[1] <= '9') {
+			c.args = append(c.args, a)
+			continue
+		}
+		flag, value, hasValue := strings.Cut(a, "=")
+		known := false
+		for _, o := range allowed {
+			known = known || o == flag
+		}
+		if !known {
+			return nil, badArgument("%s takes no option %s; %s", c.name, flag, usage)
+		}
+		if flag == "--json" {
+			if hasValue {
+				return nil, badArgument("--json takes no value")
+			}
+			c.json = true
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(rest) {
+				return nil, badArgument("%s needs a value", flag)
+			}
+			i++
+			value = rest[i]
+		}
+		switch flag {
+		case "--owner":
+			c.owner = &value
+		case "--timeout":
+			s, err := seconds(value)
+			if err != nil {
+				return nil, badArgument("--timeout %q is not a number of seconds", value)
+			}
+			c.timeout = &s
+		}
+	}
+	want := map[string]string{"get": "NAME HEXKEY...", "watch": "NAME HEXKEY SECONDS", "stats": "NAME",
+		"status": "NAME", "wait-ready": "NAME"}[c.name]
+	n := len(c.args)
+	if (c.name == "get" && n < 2) || (c.name == "watch" && n != 3) || (c.name != "get" && c.name != "watch" && n != 1) {
+		return nil, badArgument("%s takes %s; %s", c.name, want, usage)
+	}
+	return c, nil
+}
+
+// seconds is a number of seconds, finite and not negative.
+func seconds(text string) (float64, error) {
+	s, err := strconv.ParseFloat(text, 64)
+	if err != nil || s < 0 || math.IsInf(s, 0) || math.IsNaN(s) {
+		return 0, errors.New("not a number of seconds")
+	}
+	return s, nil
+}
+
+func (c *command) attach() (*shmcache.Cache, error) {
+	var opts []shmcache.Option
+	if c.owner != nil {
+		opts = append(opts, shmcache.WithOwner(*c.owner))
+	}
+	return shmcache.Attach(c.args[0], opts...)
+}
+
+func hexKey(i int, text string) ([]byte, *exit) {
+	k, err := hex.DecodeString(text)
+	if err != nil {
+		return nil, badArgument("key %d %q is not hex", i, text)
+	}
+	return k, nil
+}
+
+// get looks the keys up in one call: a line a key, the value in hex (an empty line for an
+// empty value) or - for a miss; exit 1 if some missed.
+func get(c *command, out io.Writer) *exit {
+	keys := make([][]byte, 0, len(c.args)-1)
+	for i, text := range c.args[1:] {
+		k, bad := hexKey(i, text)
+		if bad != nil {
+			return bad
+		}
+		keys = append(keys, k)
+	}
+	r, err := c.attach()
+	if err != nil {
+		return failed(err)
+	}
+	defer r.Close()
+	var b shmcache.Batch
+	if err := r.GetManyKeys(keys, &b); err != nil {
+		return failed(err)
+	}
+	var lines strings.Builder
+	for i := range b.Len() {
+		if b.Has(i) {
+			lines.WriteString(hex.EncodeToString(b.Value(i)) + "\n")
+		} else {
+			lines.WriteString("-\n")
+		}
+	}
+	io.WriteString(out, lines.String())
+	if b.Hits() < b.Len() {
+		return &exit{1, ""}
+	}
+	return nil
+}
+
+// watch looks the key up every watchPace for SECONDS with a handle that follows the name
+// (while nothing usable is there, every turn tries again) and prints a line, at once,
+// each time the outcome changes: hit and its value, miss, or an error and its kind.
+func watch(c *command, out io.Writer) *exit {
+	key, bad := hexKey(0, c.args[1])
+	if bad != nil {
+		return bad
+	}
+	limit, err := seconds(c.args[2])
+	if err != nil {
+		return badArgument("SECONDS %q is not a number of seconds", c.args[2])
+	}
+	start := time.Now()
+	var r *shmcache.Cache
+	defer func() {
+		if r != nil {
+			r.Close()
+		}
+	}()
+	last := ""
+	for {
+		elapsed := time.Since(start).Seconds()
+		if elapsed >= limit {
+			return nil
+		}
+		var line, same string
+		if r == nil {
+			r, err = c.attach()
+			if shmcache.Kind(err) == "bad-argument" { // an invalid name or an unknown owner
+				return failed(err)
+			}
+		}
+		var v []byte
+		var found bool
+		if r != nil {
+			v, found, err = r.Get(key)
+		}
+		switch {
+		case err != nil:
+			same = "error " + shmcache.Kind(err) // a change of kind is a change of outcome, not of words
+			line = fmt.Sprintf("error %s: %v", shmcache.Kind(err), err)
+		case found:
+			same = "hit " + hex.EncodeToString(v)
+			line = same
+		default:
+			same, line = "miss", "miss"
+		}
+		if same != last {
+			last = same
+			fmt.Fprintf(out, "%.3f %s\n", elapsed, line)
+		}
+		time.Sleep(watchPace)
+	}
+}
+
+func printJSON(out io.Writer, v any) *exit {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return failed(err)
+	}
+	fmt.Fprintf(out, "%s\n", raw)
+	return nil
+}
+
+// stats prints the stats; the command's handle looks nothing up.
+func stats(c *command, out io.Writer) *exit {
+	r, err := c.attach()
+	if err != nil {
+		return failed(err)
+	}
+	defer r.Close()
+	st, err := r.Stats()
+	if err != nil {
+		return failed(err)
+	}
+	return printJSON(out, st)
+}
+
+func status(c *command, out io.Writer) *exit {
+	r, err := c.attach()
+	if err != nil {
+		return failed(err)
+	}
+	defer r.Close()
+	st, err := r.Status()
+	if err != nil {
+		return failed(err)
+	}
+	return printJSON(out, st)
+}
+
+// waitReady polls the status every 0.05 s with a handle that follows the name: while
+// nothing is at the name (the cache being destroyed and created again) it goes on
+// waiting; any other error ends it. Ready: the status, exit 0; past the timeout (none:
+// wait for as long as it takes): exit 1, saying why not.
+func waitReady(c *command, out io.Writer) *exit {
+	start := time.Now()
+	var r *shmcache.Cache
+	defer func() {
+		if r != nil {
+			r.Close()
+		}
+	}()
+	for {
+		var why string
+		var err error
+		if r == nil {
+			r, err = c.attach()
+		}
+		if r != nil {
+			var st shmcache.Status
+			if st, err = r.Status(); err == nil && st.Ready {
+				return printJSON(out, st)
+			}
+			why = st.Why
+		}
+		if err != nil {
+			if !errors.Is(err, shmcache.ErrNotFound) {
+				return failed(err)
+			}
+			why = err.Error()
+			var e *shmcache.Error
+			if errors.As(err, &e) {
+				why = e.Detail
+			}
+		}
+		if took := time.Since(start).Seconds(); c.timeout != nil && took >= *c.timeout {
+			return &exit{1, fmt.Sprintf("%s: not-ready: cache '%s' not ready after %.1f s: %s", program, c.args[0],
+				*c.timeout, why)}
+		}
+		time.Sleep(waitReadyNS)
+	}
+}
+
+func run(argv []string, out io.Writer) *exit {
+	c, bad := parse(argv)
+	if bad != nil {
+		return bad
+	}
+	return map[string]func(*command, io.Writer) *exit{"get": get, "watch": watch, "stats": stats, "status": status,
+		"wait-ready": waitReady}[c.name](c, out)
 }
 
 func main() {
-	args := os.Args[1:]
-	if len(args) < 2 || (args[0] == "get" && len(args) < 3) || (args[0] != "get" && len(args) != 2) {
-		fail("usage: shmcache-go get NAME HEXKEY... | stats NAME | status NAME")
-	}
-	cmd, name := args[0], args[1]
-	if cmd != "get" && cmd != "stats" && cmd != "status" {
-		fail("unknown command %q (get, stats, status)", cmd)
-	}
-	c, err := shmcache.Attach(name)
-	if err != nil {
-		fail("%v", err)
-	}
-	defer c.Close()
-	switch cmd {
-	case "get":
-		geo, _ := c.Geometry()
-		var keys []byte
-		for _, h := range args[2:] {
-			k, err := hex.DecodeString(h)
-			if err != nil || int64(len(k)) != geo.KeySize {
-				fail("key %q is not %d bytes of hex", h, geo.KeySize)
-			}
-			keys = append(keys, k...)
+	if e := run(os.Args[1:], os.Stdout); e != nil {
+		if e.line != "" {
+			fmt.Fprintln(os.Stderr, e.line)
 		}
-		var b shmcache.Batch
-		if err := c.GetMany(keys, &b); err != nil {
-			fail("%v", err)
-		}
-		for i := 0; i < b.Len(); i++ {
-			if b.Has(i) {
-				fmt.Println(hex.EncodeToString(b.Value(i)))
-			} else {
-				fmt.Println("-")
-			}
-		}
-	case "stats", "status":
-		var v any
-		if cmd == "stats" {
-			v, err = c.Stats()
-		} else {
-			v, err = c.Status()
-		}
-		if err != nil {
-			fail("%v", err)
-		}
-		out, _ := json.MarshalIndent(v, "", "  ")
-		fmt.Println(string(out))
+		os.Exit(e.code)
 	}
 }
