@@ -34,8 +34,15 @@ func python(t *testing.T) string {
 
 func caseKey(i int) [32]byte { return sha256.Sum256([]byte(fmt.Sprintf("txmeta go test %d", i))) }
 
+// generated is how many Teranode-shaped values testdata/fill.py writes besides the goldens.
+const generated = 64 * BatchSize
+
+func generatedKey(i int) [32]byte {
+	return sha256.Sum256([]byte(fmt.Sprintf("txmeta go test generated %d", i)))
+}
+
 // filled is a cache that testdata/fill.py filled with every golden value (case i at
-// caseKey(i)); stop() has the writer destroy it. The writer is killed by pid and the
+// caseKey(i)) and generated Teranode-shaped ones; stop() has the writer destroy it. The writer is killed by pid and the
 // cache's files removed when the test ends.
 type filled struct {
 	name  string
@@ -47,7 +54,7 @@ type filled struct {
 func fillGoldens(t *testing.T) *filled {
 	f := &filled{name: fmt.Sprintf("txmeta-go-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")),
 		cases: goldenCases(t)}
-	f.cmd = exec.Command(python(t), "testdata/fill.py", f.name, goldenPath)
+	f.cmd = exec.Command(python(t), "testdata/fill.py", f.name, goldenPath, fmt.Sprint(generated))
 	f.stdin, _ = f.cmd.StdinPipe()
 	out, _ := f.cmd.StdoutPipe()
 	f.cmd.Stderr = os.Stderr
@@ -171,7 +178,7 @@ func TestGoldenValuesThroughTheCache(t *testing.T) {
 		uint64(total[0]), uint64(total[1]), uint64(total[2]), uint64(total[3])} {
 		t.Errorf("GetCacheStats miss/hit/old/malformed %v, want %v", got, total)
 	}
-	if st.EntriesCount != uint64(len(f.cases)) || st.TotalElementsAdded < st.EntriesCount || st.Evictions != 0 {
+	if st.EntriesCount != uint64(len(f.cases)+generated) || st.TotalElementsAdded < st.EntriesCount || st.Evictions != 0 {
 		t.Errorf("GetCacheStats: %+v, for %d entries set", st, len(f.cases))
 	}
 }
@@ -185,7 +192,9 @@ func TestBlocksToKeep(t *testing.T) {
 	}
 }
 
-// A batch of 1,024 hashes, hits and misses, allocates nothing once its Batch has grown.
+// A batch of 1,024 hashes, hits and misses, allocates nothing once its Batch has grown:
+// the same batch again, and Teranode-shaped batches it has not met (whose values are larger
+// than what a slot held before).
 func TestBatchAllocatesNothing(t *testing.T) {
 	f := fillGoldens(t)
 	c, err := Attach(f.name, Config{GlobalBlockHeightRetention: 1000})
@@ -211,13 +220,31 @@ func TestBatchAllocatesNothing(t *testing.T) {
 		t.Fatalf("the batch should mix outcomes: %d hits, %d old, %d malformed", b.Hits, b.Old, b.Malformed)
 	}
 	if a := testing.AllocsPerRun(50, func() { _ = GetMetaCachedBatch(ctx, c, hashes, &b) }); a != 0 {
-		t.Errorf("GetMetaCachedBatch of %d hashes: %v allocations", BatchSize, a)
+		t.Errorf("GetMetaCachedBatch of the same %d hashes again: %v allocations", BatchSize, a)
 	}
 	for _, h := range hashes {
 		c.GetMetaCached(ctx, h, &m)
 	}
 	if a := testing.AllocsPerRun(50, func() { _, _ = c.GetMetaCached(ctx, hashes[3], &m) }); a != 0 {
 		t.Errorf("GetMetaCached: %v allocations", a)
+	}
+
+	gen := make([][32]byte, generated)
+	for i := range gen {
+		gen[i] = generatedKey(i)
+	}
+	var fresh Batch
+	if err := GetMetaCachedBatch(ctx, c, gen[:BatchSize], &fresh); err != nil || fresh.Hits+fresh.Old != BatchSize {
+		t.Fatalf("the generated values: %v, %d hits and %d old of %d", err, fresh.Hits, fresh.Old, BatchSize)
+	}
+	next := 1
+	a := testing.AllocsPerRun(generated/BatchSize-2, func() {
+		_ = GetMetaCachedBatch(ctx, c, gen[next*BatchSize:(next+1)*BatchSize], &fresh)
+		next++
+	})
+	if a != 0 || fresh.Hits+fresh.Old != BatchSize {
+		t.Errorf("batches of Teranode-shaped values not met before: %v allocations a batch (%d found)", a,
+			fresh.Hits+fresh.Old)
 	}
 }
 

@@ -152,7 +152,7 @@ func (m *Meta) decode(v []byte) string {
 	m.Fee = binary.LittleEndian.Uint64(v)
 	m.Size = binary.LittleEndian.Uint64(v[8:])
 	m.Flags = v[16]
-	m.Parents = grow(m.Parents, pc)
+	m.Parents = growMin(m.Parents, pc, minParents)
 	p := FixedSize
 	for j := range m.Parents {
 		copy(m.Parents[j][:], v[p:p+HashSize])
@@ -160,8 +160,8 @@ func (m *Meta) decode(v []byte) string {
 	}
 	// the vouts fill one buffer; every list is a view of it once it has its final size
 	total := (end - p - 4*pc) / 4
-	m.vouts = grow(m.vouts, total)
-	m.ParentVouts = grow(m.ParentVouts, pc)
+	m.vouts = growMin(m.vouts, total, minVouts)
+	m.ParentVouts = growMin(m.ParentVouts, pc, minParents)
 	k := 0
 	for j := range pc {
 		vc := int(binary.LittleEndian.Uint32(v[p:]))
@@ -182,9 +182,19 @@ func (m *Meta) decode(v []byte) string {
 	return ""
 }
 
-func grow[T any](s []T, n int) []T {
+// A Meta's buffers start with room for a typical value (Teranode's have 1-3 parents,
+// most with one vout each), so a batch of typical values grows each once, not once for
+// every larger value a slot meets.
+const (
+	minParents = 4
+	minVouts   = 8
+)
+
+func grow[T any](s []T, n int) []T { return growMin(s, n, 0) }
+
+func growMin[T any](s []T, n, least int) []T {
 	if cap(s) < n {
-		return make([]T, n, n+n/4)
+		return make([]T, n, max(n+n/4, least))
 	}
 	return s[:n]
 }
