@@ -147,3 +147,33 @@ func attachBase(t testing.TB) (path string, r *Cache, keys []byte) {
 	}
 	return path, r, keys
 }
+
+// A readers' companion cut short under a reader (any member of the readers' group may)
+// turns its counters off; lookups and stats go on (format section 13).
+func TestACompanionCutShortTurnsTheCountersOff(t *testing.T) {
+	name, path := shmName(t, "companion-cut")
+	key, value := installBase(t, path, 0o600, 7)
+	comp := writeCompanion(t, name, 7)
+	c, err := Attach(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if v, found, err := c.Get(key); err != nil || !found || string(v) != string(value) {
+		t.Fatalf("before: %x, %v, %v", v, found, err)
+	}
+	if n := companionHits(t, comp); n != 1 {
+		t.Fatalf("%d hits counted in the companion, want 1", n)
+	}
+	if err := os.Truncate(comp, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if v, found, err := c.Get(key); err != nil || !found || string(v) != string(value) {
+			t.Fatalf("after the companion was cut short: %x, %v, %v", v, found, err)
+		}
+	}
+	if st, err := c.Stats(); err != nil || st.Hits != 4 {
+		t.Fatalf("stats: %+v, %v", st, err)
+	}
+}

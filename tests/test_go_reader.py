@@ -1,7 +1,9 @@
-"""The Go reader (go/, issue 41) in the suite: gofmt, go vet, a CGO_ENABLED=0 build, its
-tests (the golden segments, byte flips, a truncated file, a real Python writer under Go
-readers, a re-created cache; the goldens again without prefetching), the writer test
-again under the race detector, and a smoke-size run of its benchmark.
+"""The Go reader (go/, issues 41 and 45) in the suite: gofmt, go vet, a CGO_ENABLED=0 build,
+its tests (the golden segments and golden control areas, byte flips, a truncated file, a
+real Python writer under Go readers, readiness against the Python reader's, a followed
+name, the owner and mode checks, the shmcache-go commands; the goldens again without
+prefetching), the writer and following tests again under the race detector, and a
+smoke-size run of its benchmark.
 Skipped, saying so, where `go` is not installed."""
 
 from __future__ import annotations
@@ -56,4 +58,4 @@ def test_go_benchmark_smoke():
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
                     reason="no C compiler: go test -race needs cgo")
 def test_python_writer_under_go_readers_with_the_race_detector():
-    _go("test", "-count=1", "-race", "-run", "PythonWriter|Reattach", ".", cgo=True)
+    _go("test", "-count=1", "-race", "-run", "PythonWriter|Reattach|Follow|CompanionCutShort", ".", cgo=True)
