@@ -234,10 +234,6 @@ class Reader:
                 deadline = time.monotonic() + STUCK_GIVE_UP
             if b in given_up or time.monotonic() > deadline:  # every call returns in one bound
                 given_up.add(b)
-                if b not in self._warned:
-                    self._warned.add(b)
-                    log.warning("cache %r: bucket %d stayed mid-write or kept changing for %.1f s; its keys are "
-                                "reported missing for this call", self.name, b, STUCK_GIVE_UP)
                 self._counts[LK.C_CORRUPTIONS] += 1  # the key: a miss
                 found[i] = False
                 offsets[i + 1] = pos
@@ -245,6 +241,12 @@ class Reader:
                 continue
             static_b, static_v = self._stuck_bucket(b, static_b, static_v)
         self.raise_if_lost()  # zero pages read as misses: not this cache's answer
+        if given_up - self._warned:  # one line a call, naming the buckets this handle had not logged
+            new = sorted(given_up - self._warned)
+            self._warned.update(new)
+            log.warning("cache %r: %d bucket(s) stayed mid-write or kept changing for %.1f s (%s%s); their keys are "
+                        "reported missing for this call", self.name, len(new), STUCK_GIVE_UP,
+                        ", ".join(map(str, new[:8])), ", ..." if len(new) > 8 else "")
         hits = int(np.count_nonzero(found))
         self._hits += hits
         self._misses += n - hits

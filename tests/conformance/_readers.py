@@ -1,0 +1,131 @@
+"""The three readers as programs of the command contract (docs/reader-contract.md):
+Python (`python -m shmcache`), Go (`shmcache-go`, built here from go/cmd/shmcache-go) and
+Java (`java -jar jvm/target/shmcache-jvm-<version>.jar`, built by scripts/setup).
+
+`run(reader, *args)` runs one command to its end; `start(reader, *args)` starts one
+(a watch) whose stdout lines are read as they come, each with the time it arrived."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = REPO / ".cache" / "bin"
+# root without the capabilities that pass over file modes: a file another user owns with
+# mode 0600 is then refused it as it is to any other user
+NO_DAC = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str      # python | go | java
+    program: str   # the PROGRAM of its error lines
+    argv: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def python_reader() -> Reader:
+    return Reader("python", "shmcache", (sys.executable, "-m", "shmcache"))
+
+
+def go_reader() -> Reader | str:
+    """The Go reader, built now (a build is quick once the module cache is warm), or why not."""
+    go = shutil.which("go")
+    if go is None:
+        return "go is not installed"
+    BIN.mkdir(parents=True, exist_ok=True)
+    out = BIN / "shmcache-go"
+    p = subprocess.run([go, "build", "-o", str(out), "./cmd/shmcache-go"], cwd=REPO / "go", capture_output=True,
+                       text=True, timeout=600, env={**os.environ, "CGO_ENABLED": "0"})
+    if p.returncode != 0:
+        raise AssertionError(f"go build ./cmd/shmcache-go failed:\n{p.stdout}\n{p.stderr}")
+    return Reader("go", "shmcache-go", (str(out),))
+
+
+def java_reader() -> Reader | str:
+    java = shutil.which("java")
+    if java is None:
+        return "java is not installed"
+    jars = sorted(p for p in (REPO / "jvm" / "target").glob("shmcache-jvm-*.jar") if "sources" not in p.name)
+    if not jars:
+        raise AssertionError("no jvm/target/shmcache-jvm-*.jar: scripts/setup builds it")
+    return Reader("java", "shmcache-jvm", (java, "-jar", str(jars[-1])))
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "CI": "true"}
+
+
+def run(reader: Reader, *args: str, no_dac: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
+    argv = [*(NO_DAC if no_dac else []), *reader.argv, *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+
+
+def run_all(readers: list[Reader], *args: str, no_dac: bool = False,
+            timeout: float = 120) -> dict[str, subprocess.CompletedProcess]:
+    """The same command from every reader at once (each its own process)."""
+    procs = {r.name: subprocess.Popen([*(NO_DAC if no_dac else []), *r.argv, *args], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO) for r in readers}
+    out = {}
+    try:
+        for name, p in procs.items():
+            so, se = p.communicate(timeout=timeout)
+            out[name] = subprocess.CompletedProcess(p.args, p.returncode, so, se)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+class Running:
+    """A reader's command under way: its stdout lines, each with its arrival (monotonic)."""
+
+    def __init__(self, reader: Reader, *args: str):
+        self.reader = reader
+        self.proc = subprocess.Popen([*reader.argv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=_env(), cwd=REPO)
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list[tuple[float, str]] = []
+        self._err: list[str] = []
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    @staticmethod
+    def _pump(stream, q: queue.Queue) -> None:
+        for line in stream:
+            q.put((time.monotonic(), line.rstrip("\n")))
+        q.put(None)
+
+    def _drain(self) -> None:
+        for line in self.proc.stderr:
+            self._err.append(line)
+
+    def next_line(self, timeout: float) -> tuple[float, str] | None:
+        """The next line and when it came; None if the command ended first or `timeout` passed."""
+        try:
+            item = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is not None:
+            self.seen.append(item)
+        return item
+
+    def stderr(self) -> str:
+        return "".join(self._err)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()

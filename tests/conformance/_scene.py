@@ -1,0 +1,265 @@
+"""What the conformance scenarios put at a cache's name (tests/conformance/scenarios.toml):
+caches, another user's files, FIFOs, random bytes, sparse files, and the changes made
+under a live reader. Every change to the name is one rename (or one unlink), so a reader
+never sees a state between two steps. Everything made is removed by `clear()`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pwd
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import xxhash
+
+import shmcache
+from shmcache.engine import layout as L
+from shmcache.engine import reader_stats
+from shmcache.ipc import liveness
+
+REPO = Path(__file__).resolve().parents[2]
+SHM = Path("/dev/shm")
+GOLDEN = REPO / "golden"
+NOBODY = pwd.getpwnam("nobody").pw_uid
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def key(short: str) -> bytes:
+    """Key "k": 32 bytes of "k"."""
+    return (short.encode() * 32)[:32]
+
+
+def value(short: str) -> bytes:
+    return short.encode()
+
+
+class Scene:
+    """One cache name and what is made at it (and beside it, in /dev/shm)."""
+
+    def __init__(self, tag: str, name: str | None = None):
+        self.name = name or f"conf-{tag}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.made: list[Path] = []  # temporary names beside it
+        self.holders: list[subprocess.Popen] = []
+
+    @property
+    def path(self) -> Path:
+        return SHM / self.name
+
+    def _temp(self) -> str:
+        t = f"{self.name}-tmp-{uuid.uuid4().hex[:6]}"
+        self.made.append(SHM / t)
+        self.made.append(Path(reader_stats.path_of(t)))
+        return t
+
+    # -- setups -----------------------------------------------------------------------------
+
+    def setup(self, actions: list[str], entries: dict[str, str] | None = None) -> None:
+        for action in actions:
+            verb, _, arg = action.partition(" ")
+            if verb == "cache":
+                self._cache(self.name, entries or {"k": "v1"})
+            elif verb == "chown":
+                os.chown(self.path, pwd.getpwnam(arg).pw_uid, -1, follow_symlinks=False)
+            elif verb == "chmod":
+                os.chmod(self.path, int(arg, 8))
+            elif verb == "random":
+                self._random(self.path)
+            elif verb == "fifo":
+                os.mkfifo(self.path, 0o600)
+            elif verb == "directory":
+                os.mkdir(self.path, 0o700)
+            elif verb == "symlink":
+                t = self._temp()
+                self._cache(t, entries or {"k": "v1"})
+                os.symlink(SHM / t, self.path)
+            elif verb == "sparse":
+                self._sparse(int(arg))
+            elif verb.startswith("control_"):
+                raise AssertionError("a control golden is installed with install_control")
+            elif verb != "nothing":
+                raise AssertionError(f"unknown setup action {action!r}")
+
+    @staticmethod
+    def _cache(name: str, entries: dict[str, str]) -> None:
+        with shmcache.create(name, memory="34MiB") as w:
+            for k, v in entries.items():
+                w.set(key(k), value(v))
+
+    @staticmethod
+    def _random(path: Path) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, os.urandom(1 << 20))
+        finally:
+            os.close(fd)
+
+    def _sparse(self, size: int) -> None:
+        """A file of about `size` bytes (a real cache's size for that memory) whose first page
+        is a whole cache's header and whose every other byte is a hole: what a stranger
+        could plant at a name."""
+        t = self._temp()
+        with shmcache.create(t, memory=size):  # made to read back one real header
+            pass
+        with open(SHM / t, "rb") as f:
+            header = f.read(L.PAGE)
+        shmcache.destroy(t)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, struct.unpack_from("<q", header, L.H_SIZE * L.WORD)[0])
+            os.pwrite(fd, header, 0)
+        finally:
+            os.close(fd)
+
+    def allocated(self) -> int:
+        """Bytes of memory the file at the name holds."""
+        return os.stat(self.path).st_blocks * 512
+
+    def install(self, data: bytes | bytearray, path: Path | None = None) -> None:
+        """A segment image at the name (or at path), mode 0600."""
+        fd = os.open(path or self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    # -- changes under live readers ------------------------------------------------------------
+
+    def step(self, action: str) -> None:
+        verb, _, arg = action.partition(" ")
+        if verb == "truncate":
+            os.truncate(self.path, int(arg))
+        elif verb == "truncate-companion":
+            os.truncate(reader_stats.path_of(self.name), int(arg))
+        elif verb == "set":
+            with shmcache.open(self.name) as w:
+                w.set(key("k"), value(arg))
+        elif verb == "replace-random":
+            t = self._temp()
+            self._random(SHM / t)
+            os.rename(SHM / t, self.path)
+        elif verb in ("replace-cache", "replace-other"):
+            t = self._temp()
+            self._cache(t, {"k": arg})
+            if verb == "replace-other":
+                os.chown(SHM / t, NOBODY, -1)
+            # the cache's companion first (a reader joins the companion of the cache it maps)
+            comp = Path(reader_stats.path_of(t))
+            if comp.exists():
+                os.rename(comp, reader_stats.path_of(self.name))
+            os.rename(SHM / t, self.path)
+        elif verb == "remove":
+            self._remove(self.path)
+        else:
+            raise AssertionError(f"unknown step {action!r}")
+
+    # -- churn: the name changing again and again ------------------------------------------------
+
+    def exchange_loop(self, seconds: float) -> subprocess.Popen:
+        """A process that swaps a FIFO and the file at the name (renameat2 RENAME_EXCHANGE)
+        as fast as it can for `seconds`: a reader's type check and its open are then split
+        by a swap now and then, the hardest case of a FIFO at the name."""
+        t = self._temp()
+        os.mkfifo(SHM / t, 0o600)
+        code = (
+            "import ctypes, sys, time\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "a, b, end = sys.argv[1].encode(), sys.argv[2].encode(), time.monotonic() + float(sys.argv[3])\n"
+            "n = 0\n"
+            "while time.monotonic() < end:\n"
+            f"    if libc.renameat2({_AT_FDCWD}, a, {_AT_FDCWD}, b, {_RENAME_EXCHANGE}) != 0:\n"
+            "        sys.exit('renameat2: errno %d' % ctypes.get_errno())\n"
+            "    n += 1\n"
+            "if n % 2:\n"
+            f"    libc.renameat2({_AT_FDCWD}, a, {_AT_FDCWD}, b, {_RENAME_EXCHANGE})\n"
+            "print(n)\n")
+        p = subprocess.Popen([sys.executable, "-c", code, str(self.path), str(SHM / t), str(seconds)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.holders.append(p)
+        return p
+
+    # -- buckets held mid-write ------------------------------------------------------------------
+
+    def keys_in_distinct_buckets(self, n: int) -> list[bytes]:
+        keys, buckets, i = [], set(), 0
+        while len(keys) < n:
+            k = struct.pack("<Q", i) * 4
+            b = xxhash.xxh64_intdigest(k) & (L.NBUCKETS - 1)
+            if b not in buckets:
+                buckets.add(b)
+                keys.append(k)
+            i += 1
+        return keys
+
+    def hold_every_bucket(self) -> subprocess.Popen:
+        """A live process that holds every bucket of the cache mid-write (its owner word in
+        M_LOCK, M_VERSION odd), as a writer stopped inside a write would, until it is killed."""
+        code = (
+            "import mmap, os, struct, sys\n"
+            "from shmcache.engine import layout as L\n"
+            "from shmcache.ipc import liveness\n"
+            "me = liveness.owner_word()\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "m = mmap.mmap(fd, 0)\n"
+            "for b in range(L.NBUCKETS):\n"
+            "    row = L.FIXED_BYTES - L.NBUCKETS * L.ROW_WORDS * L.WORD + b * L.ROW_WORDS * L.WORD\n"
+            "    v = struct.unpack_from('<q', m, row + L.M_VERSION * 8)[0]\n"
+            "    struct.pack_into('<q', m, row + L.M_LOCK * 8, me)\n"
+            "    struct.pack_into('<q', m, row + L.M_VERSION * 8, v | 1)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n")
+        p = subprocess.Popen([sys.executable, "-c", code, str(self.path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        self.holders.append(p)
+        assert p.stdout.readline().strip() == "held", "the holder did not start"
+        return p
+
+    # -- golden control areas ------------------------------------------------------------------------
+
+    def install_control(self, case: dict, owners: dict[str, int]) -> None:
+        sys.path.insert(0, str(REPO / "tests" / "engine"))
+        import _golden_control as G
+
+        self.install(G.image(case, owners, time.monotonic_ns()))
+
+    # -- cleanup ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _remove(path: Path) -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+    def clear(self) -> None:
+        for p in self.holders:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", self.name):
+            return  # a scenario's invalid name ("../x"): nothing was made at it, and nothing is removed
+        for p in [self.path, Path(reader_stats.path_of(self.name)), *self.made]:
+            self._remove(p)
+
+
+def control_cases() -> dict:
+    return json.loads((GOLDEN / "control" / "expect.json").read_text())["cases"]
+
+
+def golden_cases() -> dict:
+    return json.loads((GOLDEN / "expect.json").read_text())["cases"]
+
+
+def golden_image(case: dict) -> bytearray:
+    return bytearray(gzip.decompress((GOLDEN / case["file"]).read_bytes()))
+
+
+def live_owner(pid: int) -> int:
+    return liveness.owner_word(pid)

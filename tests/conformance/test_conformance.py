@@ -1,0 +1,372 @@
+"""One conformance suite for the three readers (docs/reader-contract.md): every scenario of
+scenarios.toml, every golden segment (golden/expect.json) and every golden control area
+(golden/control/expect.json) is run against the Python, Go and Java readers through the
+same commands, and each reader must give the outcome written there. A reader whose
+outcome differs fails the scenario, naming the reader and what it said.
+
+A reader whose toolchain is not installed (no go, no java) is left out, saying so; CI
+has all three."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+
+import _readers as R
+import _scene as S
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = tomllib.loads((HERE / "scenarios.toml").read_text())
+GOLDEN_KINDS = {"not_a_cache": "not-a-cache", "version": "unknown-version", "corrupt": "corrupt"}
+# A watch's SECONDS: a scenario with `to_the_end` waits for its watches to exit 0 when their
+# time is up; the others stop them (kill) once every step's line has come.
+WATCH_SECONDS = 60.0
+
+
+@pytest.fixture(scope="session")
+def readers() -> list[R.Reader]:
+    """The readers to hold to the contract: all three, less one whose toolchain is missing;
+    SHMCACHE_CONFORMANCE_READERS=python,go narrows them (while one is being worked on)."""
+    only = [n for n in os.environ.get("SHMCACHE_CONFORMANCE_READERS", "").split(",") if n]
+    found, missing = [], []
+    for name, make in (("python", R.python_reader), ("go", R.go_reader), ("java", R.java_reader)):
+        if only and name not in only:
+            continue
+        r = make()
+        (found if isinstance(r, R.Reader) else missing).append(r)
+    for why in missing:
+        warnings.warn(f"conformance: a reader is left out: {why}")
+    return found
+
+
+def _outcome(text: str) -> str:
+    """A scenario's outcome as a watch prints it: "hit v1" is the hit of value "v1"."""
+    verb, _, v = text.partition(" ")
+    return f"hit {S.value(v).hex()}" if verb == "hit" else text
+
+
+@pytest.fixture
+def scene(request):
+    made: list[S.Scene] = []
+
+    def make(tag: str, name: str | None = None) -> S.Scene:
+        s = S.Scene(tag, name)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.clear()
+
+
+@pytest.fixture(scope="module")
+def roles():
+    """A live process for each role a control golden names, and its owner word."""
+    procs = {role: subprocess.Popen(["sleep", "3600"]) for role in ("supervisor", "worker", "holder")}
+    try:
+        yield {role: (p.pid, S.live_owner(p.pid)) for role, p in procs.items()}
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+def _error_line(reader: R.Reader, p: subprocess.CompletedProcess, kind: str, says=()) -> list[str]:
+    """What is wrong with p's error, [] if nothing: exit 2 (1 for not-ready), one stderr line
+    `PROGRAM: KIND: message`, the message holding each of `says`."""
+    wrong = []
+    want_exit = 1 if kind == "not-ready" else 2
+    lines = p.stderr.strip().splitlines()
+    if p.returncode != want_exit:
+        wrong.append(f"exit {p.returncode}, not {want_exit}")
+    if len(lines) != 1 or not lines[0].startswith(f"{reader.program}: {kind}: "):
+        wrong.append(f"stderr is not one line '{reader.program}: {kind}: ...'")
+    for s in says:
+        if s not in p.stderr:
+            wrong.append(f"the message does not say {s!r}")
+    if p.stdout.strip():
+        wrong.append("something on stdout")
+    return wrong
+
+
+def _judge(results: dict[str, subprocess.CompletedProcess], readers, exp: dict) -> None:
+    """Each reader's result against the expectation {out, exit, kind, says}; one failure
+    naming every reader that differs."""
+    bad = []
+    for r in readers:
+        p = results[r.name]
+        if "kind" in exp:
+            wrong = _error_line(r, p, exp["kind"], exp.get("says", ()))
+        else:
+            wrong = []
+            if p.returncode != exp["exit"]:
+                wrong.append(f"exit {p.returncode}, not {exp['exit']}")
+            if "out" in exp and p.stdout.split("\n")[:-1] != exp["out"]:
+                wrong.append(f"stdout {p.stdout.splitlines()!r}, not {exp['out']!r}")
+            if re.search(rf"^{re.escape(r.program)}: [a-z-]+: ", p.stderr, re.M):
+                wrong.append("an error line on stderr")  # a warning of its log (a bucket given up) may be there
+        if wrong:
+            bad.append(f"{r}: {'; '.join(wrong)}\n    stdout: {p.stdout[-500:]!r}\n    stderr: {p.stderr[-500:]!r}")
+    assert not bad, exp.get("about", "") + "\n" + "\n".join(bad)
+
+
+def _values(outs: list[str]) -> list[str]:
+    return ["-" if v == "-" else S.value(v).hex() for v in outs]
+
+
+# -- one command, one answer ----------------------------------------------------------------------
+
+GETS = SCENARIOS["get"]
+
+
+@pytest.mark.parametrize("case", GETS, ids=[c["about"][:60] for c in GETS])
+def test_get(readers, scene, case):
+    s = scene("get", case.get("name"))
+    s.setup(case["setup"], case.get("entries"))
+    keys = case.get("hexkeys") or [S.key(k).hex() for k in case["keys"]]
+    results = R.run_all(readers, "get", *case.get("args", []), s.name, *keys, no_dac=case.get("no_dac", False))
+    _judge(results, readers, {**case, **({"out": _values(case["out"])} if "out" in case else {})})
+
+
+@pytest.mark.parametrize("case", sorted(S.golden_cases()))
+def test_golden_segment(readers, scene, roles, case):
+    """Every golden segment: refused with its kind (naming the field), or every key's answer."""
+    exp = S.golden_cases()[case]
+    s = scene("golden")
+    data = S.golden_image(exp)
+    if "live_holder_offset" in exp:
+        data[exp["live_holder_offset"]:exp["live_holder_offset"] + 8] = roles["holder"][1].to_bytes(8, "little",
+                                                                                                  signed=True)
+    s.install(data)
+    if "attach_error" in exp:
+        says = [f"header field {exp['field']} is"] if exp["field"] else []
+        results = R.run_all(readers, "get", s.name, "00" * 32)
+        _judge(results, readers, {"about": case, "kind": GOLDEN_KINDS[exp["attach_error"]], "says": says})
+        return
+    keys = exp["keys"]
+    out = ["-" if k["value"] is None else k["value"] for k in keys]
+    results = R.run_all(readers, "get", s.name, *(k["key"] for k in keys))
+    _judge(results, readers, {"about": case, "out": out, "exit": 0 if "-" not in out else 1})
+
+
+# -- a planted sparse file -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", SCENARIOS["sparse"], ids=[c["about"][:60] for c in SCENARIOS["sparse"]])
+def test_a_planted_sparse_file_costs_no_memory(readers, scene, case):
+    s = scene("sparse")
+    s.setup([f"sparse {case['size']}"])
+    before = s.allocated()
+    for r in readers:  # one at a time: what each one allocated is its own
+        p = R.run(r, "get", s.name, *(S.key(k).hex() for k in case["keys"]))
+        _judge({r.name: p}, [r], {**case, "out": _values(case["out"])})
+        grew = s.allocated() - before
+        assert grew <= case["most_allocated"], f"{r}: attach and a get allocated {grew:,} bytes of the planted file"
+
+
+# -- buckets held mid-write ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", SCENARIOS["stuck"], ids=[c["about"][:60] for c in SCENARIOS["stuck"]])
+def test_a_batch_over_held_buckets_returns_after_one_bound(readers, scene, case):
+    s = scene("stuck")
+    s.setup(["cache"])
+    keys = [k.hex() for k in s.keys_in_distinct_buckets(case["keys"])]
+    s.hold_every_bucket()
+    for r in readers:
+        corrupt0 = json.loads(R.run(r, "stats", "--json", s.name).stdout)["corruptions"]
+        t0 = time.monotonic()
+        p = R.run(r, "get", s.name, *keys, timeout=case["within"] + 60)
+        took = time.monotonic() - t0
+        _judge({r.name: p}, [r], {"about": case["about"], "exit": case["exit"], "out": ["-"] * case["keys"]})
+        assert took < case["within"], f"{r}: a batch of {case['keys']} keys over held buckets took {took:.1f} s"
+        corrupt = json.loads(R.run(r, "stats", "--json", s.name).stdout)["corruptions"] - corrupt0
+        assert corrupt == case["corruptions"], f"{r}: {corrupt} corruptions counted, not {case['corruptions']}"
+
+
+# -- under a live watch --------------------------------------------------------------------------------
+
+
+def _expect_line(w: R.Running, want: str, since: float, within: float | None, what: str) -> None:
+    """w's next line is `want` (its ELAPSED aside), and came within `within` s of `since`."""
+    got = w.next_line(timeout=max(within or 0, 30))
+    assert got is not None, f"{w.reader}: no line after {what} (wanted {want!r}); stderr: {w.stderr()[-500:]!r}"
+    at, line = got
+    elapsed, _, outcome = line.partition(" ")
+    assert re.fullmatch(r"\d+\.\d{3}", elapsed), f"{w.reader}: {line!r} does not start with ELAPSED"
+    assert outcome == want or outcome.startswith(want + (": " if want.startswith("error") else " ")), \
+        f"{w.reader}: after {what}, {line!r}, not {want!r}"
+    if within is not None:
+        assert at - since <= within, f"{w.reader}: {want!r} came {at - since:.2f} s after {what}, over {within} s"
+
+
+WATCHES = SCENARIOS["watch"]
+
+
+@pytest.mark.parametrize("case", WATCHES, ids=[c["about"][:60] for c in WATCHES])
+def test_watch(readers, scene, case):
+    s = scene("watch")
+    s.setup(case["setup"])
+    key = S.key("k").hex()
+    first = _outcome(case["first"])
+    seconds = case.get("seconds", WATCH_SECONDS)
+    watches = [R.Running(r, "watch", *case.get("args", []), s.name, key, str(seconds)) for r in readers]
+    try:
+        for w in watches:
+            _expect_line(w, first, 0, None, "the start")
+        if "churn" in case:
+            churn = s.exchange_loop(seconds=5)
+            assert churn.wait(timeout=60) == 0, churn.stderr.read()
+            allowed = {_outcome(a) for a in case["allowed"]}
+        for step in case.get("steps", []):
+            t = time.monotonic()
+            s.step(step["do"])
+            if "expect" in step:
+                for w in watches:
+                    _expect_line(w, _outcome(step["expect"]), t, step.get("within", 30), step["do"])
+        expected = 1 + sum("expect" in st for st in case.get("steps", []))
+        for w in watches:
+            if case.get("to_the_end"):  # it lives to the end, and exits 0 when its time is up
+                rc = w.proc.wait(timeout=seconds + 60)
+                assert rc == 0, f"{w.reader}: watch exited {rc}; stderr: {w.stderr()[-500:]!r}"
+            else:  # it lives on after every step
+                assert w.proc.poll() is None, f"{w.reader}: watch ended early; stderr: {w.stderr()[-500:]!r}"
+                w.stop()
+            while w.next_line(timeout=5) is not None:  # every line it printed
+                pass
+            if "churn" in case:  # a hit's line is "hit HEX", an error's "error KIND: message"
+                outcomes = {line.partition(" ")[2].split(":")[0] for _, line in w.seen}
+                assert outcomes <= allowed, f"{w.reader}: outcomes {sorted(outcomes)} beyond {sorted(allowed)}"
+            else:
+                assert len(w.seen) == expected, f"{w.reader}: lines beyond the expected: {[ln for _, ln in w.seen]}"
+    finally:
+        for w in watches:
+            w.stop()
+
+
+# -- readiness -----------------------------------------------------------------------------------------
+
+CONTROL = S.control_cases()
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL))
+def test_status_of_a_golden_control_area(readers, scene, roles, case):
+    """Each golden control area: the same ready, caught_up, reason and why from every reader."""
+    exp = CONTROL[case]
+    s = scene("status")
+    s.install_control(exp, {r: w for r, (_, w) in roles.items()})
+    results = R.run_all(readers, "status", "--json", s.name)
+    pattern = re.compile(__import__("_golden_control").why_pattern(exp, roles["supervisor"][0]))
+    bad = []
+    for r in readers:
+        p = results[r.name]
+        try:
+            st = json.loads(p.stdout)
+        except ValueError:
+            bad.append(f"{r}: not one JSON object: exit {p.returncode}, {p.stdout[-300:]!r} {p.stderr[-300:]!r}")
+            continue
+        got = {k: st.get(k) for k in ("ready", "caught_up", "reason")}
+        want = {k: exp["status"][k] for k in got}
+        if got != want or not pattern.match(str(st.get("why"))):
+            bad.append(f"{r}: {got} why={st.get('why')!r}; wanted {want} why={exp['status']['why']!r}")
+        missing = [f for f in CONTRACT_STATUS_FIELDS if f not in st]
+        if missing:
+            bad.append(f"{r}: status lacks {missing}")
+    assert not bad, exp["about"] + "\n" + "\n".join(bad)
+
+
+CONTRACT_STATUS_FIELDS = (
+    "name", "topic", "partitions", "supervisor_pid", "supervisor_alive", "supervisor_stale",
+    "supervisor_heartbeat_age_s", "broker", "broker_waiting_s", "lookup_error", "lookup_failing_s", "assigning",
+    "assigned", "unassigned", "elsewhere", "shared_group", "group_members", "group_others", "gap_partitions",
+    "gap_offsets", "gaps_accepted", "caught_up", "ready", "reason", "why")
+CONTRACT_STATS_FIELDS = (
+    "name", "entries", "bytes_used", "capacity_bytes", "max_entries", "memory", "evictions", "lock_takeovers",
+    "sets", "deletes", "writers", "reader_hits", "reader_misses", "reader_batches", "readers", "corruptions",
+    "key_size", "max_value", "buckets", "layout_version", "creation_id", "created_s")
+
+
+def test_stats_give_the_same_figures(readers, scene):
+    s = scene("stats")
+    s.setup(["cache"], {"k": "v1", "j": "v2", "e": ""})
+    results = R.run_all(readers, "stats", "--json", s.name)
+    stats = {}
+    for r in readers:
+        p = results[r.name]
+        assert p.returncode == 0, f"{r}: {p.stderr}"
+        st = json.loads(p.stdout)
+        missing = [f for f in CONTRACT_STATS_FIELDS if f not in st]
+        assert not missing, f"{r}: stats lack {missing}"
+        stats[r.name] = {f: st[f] for f in CONTRACT_STATS_FIELDS if f not in ("readers",)}
+    first = stats["python"]
+    for name, st in stats.items():
+        diff = {f: (first[f], v) for f, v in st.items() if v != first[f]}
+        assert not diff, f"{name} differs from python: {diff}"
+    assert first["entries"] == 3 and first["name"] == s.name
+
+
+WAITS = SCENARIOS["wait_ready"]
+
+
+def _maps(pid: int, path: str) -> bool:
+    """Process pid maps the file at path (or the file that was there: "(deleted)")."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any(line.rstrip().removesuffix(" (deleted)").endswith(" " + path) for line in f)
+    except OSError:
+        return False
+
+
+def _until(cond, what: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, f"gave up waiting: {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("case", WAITS, ids=[c["about"][:60] for c in WAITS])
+def test_wait_ready(readers, scene, roles, case):
+    s = scene("wait")
+    owners = {r: w for r, (_, w) in roles.items()}
+    s.install_control(CONTROL[case["setup"]], owners)
+    procs = [R.Running(r, "wait-ready", "--timeout", str(case["timeout"]), s.name) for r in readers]
+    try:
+        if "then" in case:  # every wait has the cache mapped; it is destroyed, and once no wait maps it, re-created
+            _until(lambda: all(_maps(w.proc.pid, str(s.path)) or w.proc.poll() is not None for w in procs),
+                   "every wait-ready attached")
+            s.step("remove")
+            _until(lambda: not any(_maps(w.proc.pid, str(s.path)) for w in procs), "every wait dropped the cache")
+            s.install_control(CONTROL[case["then"]], owners)
+        bad = []
+        for w in procs:
+            rc = w.proc.wait(timeout=case["timeout"] + 60)
+            out = []
+            while (item := w.next_line(timeout=5)) is not None:
+                out.append(item[1])
+            p = subprocess.CompletedProcess(w.proc.args, rc, "\n".join(out) + ("\n" if out else ""), w.stderr())
+            if "kind" in case:
+                wrong = _error_line(w.reader, p, case["kind"], case.get("says", ()))
+            else:
+                wrong = [] if rc == case["exit"] else [f"exit {rc}"]
+                try:
+                    if json.loads(p.stdout)["reason"] != case["reason"]:
+                        wrong.append(f"reason {json.loads(p.stdout)['reason']}")
+                except (ValueError, KeyError):
+                    wrong.append(f"not a status: {p.stdout[-300:]!r}")
+            if wrong:
+                bad.append(f"{w.reader}: {'; '.join(wrong)}; stderr {p.stderr[-300:]!r}")
+        assert not bad, case["about"] + "\n" + "\n".join(bad)
+    finally:
+        for w in procs:
+            w.stop()
