@@ -34,9 +34,9 @@ def shmcache_go(tmp_path) -> str:
     return str(exe)
 
 
-def _run(exe: str, *args: str) -> str:
+def _run(exe: str, *args: str, exits: tuple[int, ...] = (0,)) -> str:
     p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode in exits, p.stderr
     return p.stdout
 
 
@@ -50,7 +50,8 @@ def test_go_reader_answers_every_key_of_the_topic_as_the_python_reader(harness, 
     hits_before = r.stats()["reader_hits"]
     go_lines: list[str] = []
     for i in range(0, len(keys), 500):
-        go_lines += _run(shmcache_go, "get", name, *(k.hex() for k in keys[i:i + 500])).splitlines()
+        # exit 1: some keys missed (docs/reader-contract.md)
+        go_lines += _run(shmcache_go, "get", name, *(k.hex() for k in keys[i:i + 500]), exits=(0, 1)).splitlines()
     py = r.get_many(keys)
     assert go_lines == ["-" if v is None else v.hex() for v in py]
     assert py == [expected[k] for k in keys]
