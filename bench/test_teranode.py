@@ -1,0 +1,303 @@
+"""The case for Teranode's services in figures (issue 46, section 6): one warm copy of the
+txmeta cache per machine, shared by every Go service and outliving their restarts, against
+a private in-process cache in each (VictoriaMetrics/fastcache, what Teranode's txmetacache
+forks), on the same SHMCACHE_BENCH_N Teranode-shaped entries (formats/txmeta.generate: 1-3
+parents, a block height on half). The Go side is go/internal/teranodebench (over go/txmeta).
+
+    .venv/bin/python -m pytest bench/test_teranode.py -p no:cacheprovider -s             # 1,000,000 entries
+    SHMCACHE_BENCH_N=20000 .venv/bin/python -m pytest bench/test_teranode.py -p no:cacheprovider -s   # smoke
+
+- memory: four Go processes attached to one cache, each having looked every entry up,
+  against four processes that each fill a private fastcache with the entries; the sum of
+  their PSS (/proc/PID/smaps_rollup) for each, with all four alive;
+- warm start: a Go service's start to serving its first batch on an existing cache that a
+  supervisor keeps ready (spawn, attach, WaitReady, a batch of 1,024 decorated), against
+  filling a cache from the topic: `shmcache run` on a fresh cache, spawn to ready, and the
+  topic read once by a consumer that does nothing with it (bench/test_consume.py's null
+  consumer), which bounds from below any private fill from the topic;
+- the loop: GetMetaCachedBatch of 1,024 hashes (lookup, decode, the horizon) on 1 and 2
+  goroutines, against fastcache's HasGet of each hash with the same decode and horizon,
+  SHMCACHE_BENCH_ROUNDS rounds of SHMCACHE_TERANODE_LOOP_MS each (1000 ms; 100 below 200,000
+  entries), the order alternating: M hashes/s, their ratio round by round, and the
+  allocations per batch (the Go runtime's count over the timed run).
+
+Asserted: every process found every entry and decoded the hits and old entries the block
+heights say; never the times or sizes (printed, with the load average).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import _peers as P
+import shmcache
+from shmcache.formats import txmeta
+
+N = P.bench_n()
+ROUNDS = P.bench_rounds()
+LOOP_MS = int(os.environ.get("SHMCACHE_TERANODE_LOOP_MS", "1000" if N >= 200_000 else "100"))
+PROCS = 4
+TIP, KEEP = 850_100, 100  # go/internal/teranodebench's horizon: retention 1000, a tenth kept
+GO = shutil.which("go")
+GO_DIR = Path(__file__).resolve().parents[1] / "go"
+FIGURES: dict[str, dict] = {}
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.1f} MiB"
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> str:
+    if GO is None:
+        pytest.skip("go is not installed: go/internal/teranodebench is not built")
+    exe = tmp_path_factory.mktemp("teranodebench") / "teranodebench"
+    subprocess.run([GO, "build", "-o", str(exe), "./internal/teranodebench"], cwd=GO_DIR, check=True,
+                   env={**os.environ, "CGO_ENABLED": "0"}, timeout=300)
+    yield str(exe)
+    if FIGURES:
+        print(f"\nteranode (N={N:,}, load average {os.getloadavg()[0]:.1f}):", file=sys.stderr)
+        for k, v in FIGURES.items():
+            print(f"  {k:32s} " + ", ".join(f"{a} {b}" for a, b in v.items()), file=sys.stderr)
+
+
+def _hits_and_old(height: np.ndarray) -> tuple[int, int]:
+    """The hits and old entries of these values' block heights under the programs' horizon."""
+    old = int(((height >= 0) & (height < TIP - KEEP)).sum())
+    return len(height) - old, old
+
+
+@pytest.fixture(scope="module")
+def entries(tmp_path_factory):
+    """N entries in files for the Go side (keys.bin, offsets.bin, values.bin) and in a cache
+    this process fills and closes (no writer maps it while figures are taken); destroyed at
+    the end."""
+    d = tmp_path_factory.mktemp("teranode-entries")
+    rng = np.random.default_rng(46)
+    keys = rng.integers(0, 256, (N, 32), np.uint8)
+    meta = txmeta.generate(N, rng)
+    off, data = txmeta.encode(meta)
+    keys.tofile(d / "keys.bin")
+    off.tofile(d / "offsets.bin")
+    data.tofile(d / "values.bin")
+    name = f"bench-{os.getpid()}-teranode"
+    w = shmcache.create(name, memory=N * 256 + (32 << 20), max_value=256)  # room for the fullest bucket
+    try:
+        for i in range(0, N, 100_000):
+            j = min(N, i + 100_000)
+            w.set_many(keys[i:j], (off[i:j + 1] - off[i], data[off[i]:off[j]]))
+        st = w.stats()
+        assert st["evictions"] == 0 and st["entries"] == N, st
+        w.close()
+        yield {"name": name, "dir": d, "expect": _hits_and_old(meta.block_height), "data_bytes": int(off[-1])}
+    finally:
+        w.close()
+        shmcache.destroy(name, force=True)
+
+
+def _pss(pid: int) -> dict[str, int]:
+    """The PSS fields of /proc/PID/smaps_rollup, in bytes."""
+    out = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k.startswith("Pss"):
+            out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+class Procs:
+    """Child processes started by this module, stopped by pid (stdin closed, then killed)."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str]) -> tuple[subprocess.Popen, str]:
+        """Start one and wait for its first line (its "ready"): (the process, the line)."""
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()  # the line, or "" once it died
+        assert line, f"{argv[1]} exited with {p.wait()} before saying ready"
+        return p, line.split()
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.stdin:
+                p.stdin.close()
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+
+@pytest.fixture
+def procs():
+    ps = Procs()
+    yield ps
+    ps.stop()
+
+
+def test_memory(program, entries, procs):
+    d = entries["dir"]
+    runs = {"shmcache": [program, "attach", entries["name"], str(d / "keys.bin")],
+            "fastcache": [program, "fastcache", str(d / "keys.bin"), str(d / "offsets.bin"), str(d / "values.bin")]}
+    fig = {}
+    for kind, argv in runs.items():
+        pss = []
+        for _ in range(PROCS):  # one after the other: each fills or looks up alone
+            p, line = procs.start(argv)
+            assert line[0] == "ready" and (int(line[1]), int(line[2])) == entries["expect"], line
+        for p in procs.procs:
+            pss.append(_pss(p.pid))
+        procs.stop()
+        total = sum(x["Pss"] for x in pss)
+        fig[kind] = total
+        extra = f" (shared segment's share {_mib(sum(x.get('Pss_Shmem', 0) for x in pss))})" if kind == "shmcache" else ""
+        FIGURES[f"memory, {PROCS} x {kind}"] = {"sum of PSS": _mib(total) + extra,
+                                                 "each": ", ".join(_mib(x["Pss"]) for x in pss)}
+    seg = os.stat(f"/dev/shm/{entries['name']}")
+    FIGURES["memory, the data"] = {"values": _mib(entries["data_bytes"]), "keys": _mib(N * 32),
+                                   "segment": f"{_mib(seg.st_size)} ({_mib(seg.st_blocks * 512)} allocated)"}
+    FIGURES["memory, ratio"] = {"fastcache / shmcache": f"{fig['fastcache'] / fig['shmcache']:.2f}x"}
+
+
+def test_loop(program, entries):
+    d = entries["dir"]
+    out = subprocess.run([program, "loop", entries["name"], str(d / "keys.bin"), str(d / "offsets.bin"),
+                          str(d / "values.bin"), str(ROUNDS), str(LOOP_MS)],
+                         capture_output=True, text=True, timeout=600 + 4 * ROUNDS * LOOP_MS / 1000)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    runs = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(runs) == ROUNDS * 2 * 2
+    share = entries["expect"][0] / N  # the share of hits the heights give
+    for r in runs:
+        assert r["batches"] > 0 and abs(r["hits"] / (r["batches"] * P.BATCH) - share) < 0.05, r
+    for g in (1, 2):
+        of = {impl: [r for r in runs if r["goroutines"] == g and r["impl"] == impl] for impl in ("shmcache", "fastcache")}
+        ratios = [a["hashes_per_s"] / b["hashes_per_s"] for a, b in zip(of["shmcache"], of["fastcache"])]
+        fig = {impl: f"{statistics.median(r['hashes_per_s'] for r in rs) / 1e6:.2f} M hashes/s "
+                     f"({max(r['allocs_per_batch'] for r in rs):.2f} allocs/batch)" for impl, rs in of.items()}
+        fig["shmcache / fastcache"] = f"{statistics.median(ratios):.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f})"
+        FIGURES[f"loop, {g} goroutine{'s' if g > 1 else ''}"] = fig
+
+
+def _supervisor(name: str, topic: str, bootstrap: str, log: Path) -> tuple[subprocess.Popen, object, float]:
+    """`shmcache run` on a fresh cache, polled until ready: (the process, a reader, seconds to ready)."""
+    argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap, "--topic", topic,
+            "--group", f"bench-teranode-{uuid.uuid4().hex[:12]}", "--workers", "2",
+            "--memory", str(max(256 << 20, N * 320)), "--format", "v1"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    deadline = t0 + 1200
+    r = None
+    while True:
+        assert proc.poll() is None, f"shmcache run exited with {proc.returncode}: {log.read_text()[-3000:]}"
+        assert time.perf_counter() < deadline, "shmcache run not ready in 1200 s"
+        if r is None:
+            try:
+                r = shmcache.attach(name)
+            except (OSError, shmcache.ShmcacheError):
+                pass
+        if r is not None and r.status()["ready"]:
+            return proc, r, time.perf_counter() - t0
+        time.sleep(0.02)
+
+
+def _stop_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM the supervisor, wait; then kill whatever of its tree is left, by pid."""
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        kids = []
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for k in kids:
+        try:
+            if k.is_running():
+                k.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(kids, timeout=10)
+
+
+def test_warm_start(program, kafka_broker, kafka_admin, tmp_path):
+    import test_consume as C
+    from _consume_topics import Topic
+    from shmcache.consumer import topics
+    from shmcache.produce import loadgen
+
+    name = f"bench-teranode-{uuid.uuid4().hex[:12]}"
+    topics.create_topic(kafka_broker.bootstrap, name, C.PARTITIONS)
+    caches: list[str] = []
+    try:
+        truth = str(tmp_path / "truth.parquet")
+        sent = loadgen.produce(loadgen.LoadConfig(bootstrap=kafka_broker.bootstrap, topic=name, count=N, format="v1",
+                                                  delete_share=0.0, seed=46, ground_truth=truth))
+        state = loadgen.final_state(truth).slice(0, P.BATCH)
+        keys = loadgen.hashes_of(state["tx_hash"])
+        keys.tofile(tmp_path / "keys.bin")
+        heights = np.array([-1 if h is None else h for h in state["block_height"].to_pylist()], np.int64)
+        topic = Topic(name=name, fmt="v1", n=N, messages=sent.messages, high=dict(sent.end_offsets),
+                      sample_keys=np.zeros((0, 32), np.uint8), sample_offsets=np.zeros(1, np.int64),
+                      sample_data=np.zeros(0, np.uint8))
+
+        null = C.run_plain(topic, kafka_broker)  # the topic read once, nothing done with it
+        fill = C.run_shmcache(topic, kafka_broker, 2, tmp_path, "teranode-fill")  # a fresh cache to ready
+
+        cache = f"bench-{os.getpid()}-teranode-warm"
+        caches.append(cache)
+        sup, r, ready_s = _supervisor(cache, name, kafka_broker.bootstrap, tmp_path / "sup.log")
+        try:
+            sup_pss = sum(_pss(p.pid)["Pss"] for p in [psutil.Process(sup.pid), *psutil.Process(sup.pid).children(
+                recursive=True)])
+            starts = []
+            for _ in range(max(5, ROUNDS)):
+                t0 = time.perf_counter()
+                p = subprocess.run([program, "serve", cache, str(tmp_path / "keys.bin")], capture_output=True,
+                                   text=True, timeout=120)
+                starts.append(time.perf_counter() - t0)
+                assert p.returncode == 0, p.stderr
+                line = p.stdout.split()
+                assert line[0] == "serving" and (int(line[1]), int(line[2])) == _hits_and_old(heights), line
+        finally:
+            r.close()
+            _stop_tree(sup)
+        warm = statistics.median(starts)
+        fill_s = fill["startup_s"] + fill["catch_up_s"]
+        null_s = null["startup_s"] + null["catch_up_s"]
+        FIGURES["warm start, Go service"] = {"spawn to serving, median": f"{warm * 1e3:.1f} ms",
+                                             "runs": ", ".join(f"{s * 1e3:.1f}" for s in starts)}
+        FIGURES["warm start, fill from the topic"] = {
+            "shmcache run, spawn to ready": f"{fill_s:.2f} s ({fill_s / warm:.0f}x)",
+            "null consumer, the topic read once": f"{null_s:.2f} s ({null_s / warm:.0f}x)",
+            "topic": f"{N:,} entries, {sent.bytes / 2**20:.0f} MiB"}
+        FIGURES["supervisor (2 workers)"] = {"sum of PSS": _mib(sup_pss), "spawn to ready": f"{ready_s:.2f} s"}
+    finally:
+        for c in caches:
+            if shmcache.exists(c):
+                shmcache.destroy(c, force=True)
+        for fut in kafka_admin.delete_topics([name], operation_timeout=10).values():
+            try:
+                fut.result(timeout=15)
+            except Exception:
+                pass
