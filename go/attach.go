@@ -175,7 +175,7 @@ type Cache struct {
 // its mapping at once; its calls then fail with ErrNotFound (nothing there) or with the
 // error of what is there (not a cache, another user's, ...) for as long as it is there,
 // looking again at every call, and a new cache there is mapped and served. So a destroyed
-// cache is never served, and a re-created one is read within 0.1 s.
+// cache answers for at most 0.1 s more, and a cache created again is read within 0.1 s.
 //
 // Options: WithOwner. An invalid name (1-200 of [A-Za-z0-9._-], starting with a letter
 // or digit) is ErrBadArgument.

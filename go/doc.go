@@ -16,11 +16,11 @@
 // a stopped process (their keys are misses); a file cut short under the mapping is an
 // error (ErrCorrupt), never a SIGBUS. With WithOwner, another user's file is refused
 // (ErrWrongOwner); a file its group or others may write always is (ErrUnsafeMode). A
-// handle attached by name follows it: a destroyed cache is never served, what is at the
-// name now answers, and a cache created again there is mapped within 0.1 s. Hits and
-// misses count in the cache's readers' companion, as the Python reader's do, so
-// `shmcache stats` and `shmcache top` see Go readers. Kind(err) is an error's word in
-// the contract.
+// handle attached by name follows it: a destroyed cache answers for at most 0.1 s more,
+// what is at the name now answers, and a cache created again there is mapped within
+// 0.1 s. Hits and misses count in the cache's readers' companion, as the Python reader's
+// do, so `shmcache stats` and `shmcache top` see Go readers. Kind(err) is an error's word
+// in the contract.
 //
 // Not guaranteed: an entry may be evicted at any time once its bucket is full; a key
 // set while it is read reads as the old or the new value; stats are a snapshot.
