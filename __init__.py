@@ -24,13 +24,14 @@ _LAZY = {  # name -> (module, attribute)
     **{n: ("shmcache.engine.table", n) for n in ("Packed", "Reader", "Writer", "attach", "create", "destroy",
                                                  "exists", "list_caches")},
     "open": ("shmcache.engine.table", "open_writer"),
+    "follow": ("shmcache.engine.reattach", "follow"),
     "snapshot": ("shmcache.engine.snapshot", "write"),
     "restore": ("shmcache.engine.snapshot", "restore"),
     "verify_snapshot": ("shmcache.engine.snapshot", "verify"),
     "txmeta": ("shmcache.formats.txmeta", None),  # the module: the txmeta value codec (decode, to_arrow)
 }
 
-__all__ = ["create", "attach", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", "snapshot", "restore",
+__all__ = ["create", "attach", "follow", "destroy", "exists", "list_caches", "Reader", "Writer", "Packed", "snapshot", "restore",
            "verify_snapshot", *_errors_all]
 
 

@@ -10,7 +10,18 @@ followed) and re-attaches when it changed; it only ever `table.attach()`es
 
 from __future__ import annotations
 
-from shmcache.ipc.segment import identity
+from shmcache.ipc.segment import check_name, identity, owner_uid
+
+
+def follow(name: str, owner: int | str | None = None) -> "Followed":
+    """A read-only handle that follows the cache at `name` across a destroy and a re-create
+    (shmcache.follow): call `reader()` before each batch for the Reader on what is at the
+    name now (None while nothing is), which raises what that file's attach raises (not a
+    cache, another owner's, a mode anyone may write) for as long as it is there. A plain
+    `attach()` Reader keeps the file it mapped, destroyed or not: a service that must never
+    serve a destroyed cache follows its name (docs/reader-contract.md)."""
+    owner_uid(owner, check_name(name))  # a bad name or an unknown owner: now, not at the first reader()
+    return Followed(name, owner)
 
 
 class Followed:
