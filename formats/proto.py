@@ -124,19 +124,23 @@ def decode_many(values, *, max_value: int = wire.MAX_VALUE) -> tuple[wire.Batch,
     parse = message_class().FromString  # first: without protobuf, the ImportError that says what to install
     from google.protobuf.message import DecodeError
 
-    hashes, actions, contents, parsed, problems = [], [], [], [], []
-    add_hash, add_action, add_content, add_parsed = hashes.append, actions.append, contents.append, parsed.append
-    for i, v in enumerate(values):  # the one Python step per message: protobuf's parse
-        try:
-            m = parse(b"" if v is None else v)
-        except DecodeError:
-            problems.append((i, f"not a protobuf {MESSAGE.rpartition('.')[2]} ({0 if v is None else len(v)} bytes)"))
-            continue
-        add_hash(m.txHash)
-        add_action(m.action)
-        add_content(m.content)
-        add_parsed(i)
-    n = len(parsed)
+    problems: list[tuple[int, str]] = []  # (message index, what is wrong), in index order
+    try:  # the common case, every message whole: protobuf's parse mapped over the batch, no loop of ours
+        messages, parsed = list(map(parse, values)), None  # parsed None: message j is values[j]
+    except (DecodeError, TypeError):  # one is not the message (or is None): one at a time, to say which
+        messages, parsed = [], []
+        for i, v in enumerate(values):
+            try:
+                messages.append(parse(b"" if v is None else v))
+            except DecodeError:
+                problems.append((i, f"not a protobuf {MESSAGE.rpartition('.')[2]} ({0 if v is None else len(v)} "
+                                    "bytes)"))
+                continue
+            parsed.append(i)
+    hashes = [m.txHash for m in messages]
+    actions = [m.action for m in messages]
+    contents = [m.content for m in messages]
+    n = len(messages)
     hash_lens = np.fromiter(map(len, hashes), np.int64, n)
     content_lens = np.fromiter(map(len, contents), np.int64, n)
     action = np.fromiter(actions, np.int64, n)
@@ -144,9 +148,9 @@ def decode_many(values, *, max_value: int = wire.MAX_VALUE) -> tuple[wire.Batch,
     too_long = content_lens > max_value
     bad = ~key_ok | too_long
     if bad.any():
-        at = np.asarray(parsed, np.int64)
         for j in np.flatnonzero(bad).tolist():
-            problems.append((int(at[j]), _why(hashes[j], bool(key_ok[j]), int(content_lens[j]), max_value)))
+            at = j if parsed is None else parsed[j]
+            problems.append((at, _why(hashes[j], bool(key_ok[j]), int(content_lens[j]), max_value)))
         problems.sort()
     known = (action == ADD) | (action == DELETE)
     keep = ~bad & known
@@ -168,8 +172,12 @@ def _keys(hashes: list, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The (n, 32) keys of n txHash values and whether each is well formed (rule 2): raw
     ones as they are, hex ones decoded and reversed, all rows at once."""
     n = lens.shape[0]
-    keys = np.zeros((n, RAW_SIZE), np.uint8)
     raw, hexed = lens == RAW_SIZE, lens == HEX_SIZE
+    if raw.all():  # one release's topic is all one form: no masks
+        return np.frombuffer(b"".join(hashes), np.uint8).reshape(n, RAW_SIZE).copy(), raw
+    if hexed.all():
+        return keys_from_hex(np.frombuffer(b"".join(hashes), np.uint8).reshape(n, HEX_SIZE))
+    keys = np.zeros((n, RAW_SIZE), np.uint8)
     ok = raw.copy()
     if raw.any():
         keys[raw] = np.frombuffer(b"".join(compress(hashes, raw.tolist())), np.uint8).reshape(-1, RAW_SIZE)
