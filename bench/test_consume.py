@@ -6,14 +6,17 @@ same entries into Redis; and where the workers' time goes.
     SHMCACHE_CONSUME_N=2000000 .venv/bin/python -m pytest bench/test_consume.py -q --benchmark-enable -p no:cacheprovider -s
     CI=true .venv/bin/python -m pytest bench/test_consume.py -p no:cacheprovider     # smoke, N = 100,000
 
-Three topics of 8 partitions hold the same N ADD entries (bench/_consume_topics.py):
+Four topics of 8 partitions hold the same N ADD entries (bench/_consume_topics.py):
 v1 messages of 1024 entries keyed by their first hash (murmur2_random), v2 messages
-of up to 1024 entries placed by v2_partition (a partition per bucket range), and kv
-(a message per entry). Every run reads a topic from the beginning:
+of up to 1024 entries placed by v2_partition (a partition per bucket range), kv
+(a message per entry) and proto (the upstream Teranode topic: a protobuf message per
+entry, formats/proto.py). Every run reads a topic from the beginning:
 
 - null: a confluent-kafka Consumer assign()ed to all 8 partitions of the v1 topic,
   consume(500) until every partition reaches its high watermark, counting entries
-  from each message's count header (nothing decoded);
+  from each message's count header (nothing decoded); null proto: the same over the
+  proto topic, an entry a message, fetching as the workers do (fetch.queue.backoff.ms
+  10 ms: the bound of a topic of a message per entry);
 - shmcache: `python -m shmcache run --format F` with 1 or 2 workers as a subprocess on
   a fresh segment and consumer group, status() polled every 20 ms;
 - full cache: v1 with 2 workers into a segment created first at 1/4 of the topic's
@@ -25,6 +28,8 @@ of up to 1024 entries placed by v2_partition (a partition per bucket range), and
   missing);
 - interleaved: per round, null, v1 and v2 with 2 workers back to back (order
   rotating); the per-round ratios' medians are printed as notes.
+- proto against v1: `shmcache run --format proto` with 1 and 2 workers over the same
+  entries; the ratios to v1, to kv and to the null proto consumer say what bounds it.
 
 entries/s counts from the first entry applied (shmcache: the first status poll in
 which the workers' `adds` is > 0; the peers: their first message handled, asked
@@ -101,9 +106,11 @@ NOTES: list[str] = []
 ROWS = [("null", "null consumer, v1 (no decode)"), ("shmcache-1w", "shmcache run v1, 1 worker"),
         ("shmcache-2w", "shmcache run v1, 2 workers"), ("v2-1w", "shmcache run v2, 1 worker"),
         ("v2-2w", "shmcache run v2, 2 workers"), ("kv-2w", "shmcache run kv, 2 workers"),
+        ("null-proto", "null consumer, proto (no decode)"), ("proto-1w", "shmcache run proto, 1 worker"),
+        ("proto-2w", "shmcache run proto, 2 workers"),
         ("full-2w", "shmcache run v1, 2 workers, full cache"), ("redis", "redis, v1 (decode + MSET)")]
 FORMAT_OF = {"null": "v1", "redis": "v1", "shmcache-1w": "v1", "shmcache-2w": "v1", "v2-1w": "v2", "v2-2w": "v2",
-             "kv-2w": "kv", "full-2w": "v1"}
+             "kv-2w": "kv", "full-2w": "v1", "null-proto": "proto", "proto-1w": "proto", "proto-2w": "proto"}
 BEST = "shmcache (best of 1/2 workers)"
 RATIOS = [  # label, numerator, denominator, target (issue 13: 2 workers >= 0.8x null, v2 >= v1)
     ("shmcache v1 best / null consumer", BEST, "null", None),
@@ -114,6 +121,10 @@ RATIOS = [  # label, numerator, denominator, target (issue 13: 2 workers >= 0.8x
     ("v2 1 worker / v1 1 worker", "v2-1w", "shmcache-1w", 1.0),
     ("v2 2 workers / v1 2 workers", "v2-2w", "shmcache-2w", 1.0),
     ("kv 2 workers / v1 2 workers", "kv-2w", "shmcache-2w", None),
+    ("proto 1 worker / v1 1 worker", "proto-1w", "shmcache-1w", None),
+    ("proto 2 workers / v1 2 workers", "proto-2w", "shmcache-2w", None),
+    ("proto 2 workers / kv 2 workers", "proto-2w", "kv-2w", None),
+    ("proto 2 workers / null proto consumer", "proto-2w", "null-proto", None),
     ("v1 2 workers: full cache / filling", "full-2w", "shmcache-2w", None),
     ("v1 2 workers, full cache / null consumer", "full-2w", "null", None),
 ]
@@ -474,18 +485,21 @@ class RedisTarget:
             self.server.stop()
 
 
-def run_plain(topic: Topic, broker, target: RedisTarget | None = None) -> dict:
+def run_plain(topic: Topic, broker, target: RedisTarget | None = None, settings: dict | None = None) -> dict:
     """A plain confluent-kafka consumer over all partitions from the beginning until
-    every one reaches its high watermark; entries counted from the count headers."""
+    every one reaches its high watermark; entries counted from the count headers (v1), or
+    one a message (a topic of a message per entry: proto)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     if target is not None:
         target.client.flushall()
+    per_entry = topic.fmt in ("kv", "proto")
+    assert target is None or not per_entry, "the Redis peer decodes v1"
     bootstrap = broker.bootstrap
     roles = {"bench process": [psutil.Process()], "broker": [psutil.Process(broker.pid)]}
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-consume-plain-{uuid.uuid4().hex[:12]}",
                   "enable.auto.commit": False, "enable.auto.offset.store": False,
-                  "enable.partition.eof": False, "auto.offset.reset": "earliest"})
+                  "enable.partition.eof": False, "auto.offset.reset": "earliest", **(settings or {})})
     try:
         t0 = time.perf_counter()
         c.assign([TopicPartition(topic.name, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
@@ -505,7 +519,7 @@ def run_plain(topic: Topic, broker, target: RedisTarget | None = None) -> dict:
                 assert off == nxt[p], (p, off, nxt[p])  # in order, nothing skipped
                 nxt[p] = off + 1
                 if target is None:
-                    entries += int.from_bytes(m.value()[:4], "little")
+                    entries += 1 if per_entry else int.from_bytes(m.value()[:4], "little")
             if target is not None and msgs:
                 target.write(msgs)
                 entries += sum(int.from_bytes(m.value()[:4], "little") for m in msgs)
@@ -573,11 +587,22 @@ def consume_rounds(benchmark) -> int:
 
 
 SHMCACHE_RUNS = {"shmcache-1w": ("v1", 1), "shmcache-2w": ("v1", 2), "v2-1w": ("v2", 1), "v2-2w": ("v2", 2),
-                 "kv-2w": ("kv", 2), "full-2w": ("v1", 2)}
+                 "kv-2w": ("kv", 2), "full-2w": ("v1", 2), "proto-1w": ("proto", 1), "proto-2w": ("proto", 2)}
 
 
 def test_null_consumer(benchmark, kafka_broker, topic_of):
     measure(benchmark, "null", lambda i: run_plain(topic_of("v1"), kafka_broker))
+
+
+# librdkafka postpones a partition's next fetch by fetch.queue.backoff.ms (1 s by default) once its
+# local queue holds queued.min.messages (100,000): a topic of a message per entry reaches that
+# count, and the workers fetch with 10 ms for it (consumer/config.py consumer_settings), so the
+# bound of such a topic is measured with their setting
+PER_ENTRY_FETCH = {"fetch.queue.backoff.ms": 10}
+
+
+def test_null_proto_consumer(benchmark, kafka_broker, topic_of):
+    measure(benchmark, "null-proto", lambda i: run_plain(topic_of("proto"), kafka_broker, settings=PER_ENTRY_FETCH))
 
 
 @pytest.mark.parametrize("key", list(SHMCACHE_RUNS))
