@@ -66,7 +66,9 @@ xxh64 matching: 64 bits of chance per entry, never in practice.
 
 Also here: the plain key/value mode (`decode_kv`) and the encoders producers and tests
 use. The two partitioners (`v2_partition`, and Kafka's own `murmur2_partition`) are in
-formats/partitioners.py.
+formats/partitioners.py. The upstream format of Teranode's releases before v1 (`proto`:
+one protobuf KafkaTxMetaTopicMessage per transaction, its txHash raw or hex, the hex
+reversed into the v1 key) is formats/proto.py; it decodes into this module's Batch.
 """
 
 from __future__ import annotations
@@ -119,15 +121,15 @@ class Batch:
     value_starts: np.ndarray  # (n,) int64, start of each value within `data`
     value_lens: np.ndarray  # (n,) int32, 0 for deletes
     data: np.ndarray  # uint8, the bytes the values point into
-    version: int  # 1, 2, or 0 for the key/value mode
-    declared: int  # the count the header declared (kv: the number of messages)
+    version: int  # 1, 2, or 0 for a message per entry (the key/value mode, and proto: formats/proto.py)
+    declared: int  # the count the header declared (version 0: the number of messages)
     unknown_actions: int  # entries skipped for an action other than ADD/DELETE
     error: str | None  # None if clean, else a short reason for the first damage
     error_at: int  # byte of the damage (kv: index of the first skipped message); -1 if clean
     hashes: np.ndarray | None = None  # (n,) uint64 xxh64(key) for v2, each one verified
     delete_payloads: int = 0  # DELETEs that carried content (skipped, still deleted)
     skipped: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    # ^ kv mode: indices of the messages skipped as bad, for topic/partition/offset logs
+    # ^ version 0: indices of the messages skipped as bad, for topic/partition/offset logs
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
