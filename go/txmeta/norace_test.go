@@ -1,0 +1,5 @@
+//go:build !race
+
+package txmeta
+
+const raceEnabled = false
