@@ -26,7 +26,7 @@ entry, formats/proto.py). Every run reads a topic from the beginning:
   MSET of its ADDs and DEL of its DELETEs, 8 messages per pipeline(transaction=False),
   into a redis-server on 127.0.0.1 (skipped, with the reason, when redis-server is
   missing);
-- interleaved: per round, null, v1 and v2 with 2 workers back to back (order
+- interleaved: per round, null, v1, v2 and proto with 2 workers back to back (order
   rotating); the per-round ratios' medians are printed as notes.
 - proto against v1: `shmcache run --format proto` with 1 and 2 workers over the same
   entries; the ratios to v1, to kv and to the null proto consumer say what bounds it.
@@ -621,11 +621,12 @@ def test_redis_consumer(benchmark, kafka_broker, topic_of, redis_target):
 
 
 def test_ratios_interleaved(benchmark, kafka_broker, topic_of, log_dir):
-    """The issue's ratios a second way: each round runs the null consumer, v1 and v2 with
-    2 workers back to back (the order rotating), and keeps each round's ratios, so a
+    """The issue's ratios a second way: each round runs the null consumer, v1, v2 and proto
+    with 2 workers back to back (the order rotating), and keeps each round's ratios, so a
     machine whose speed drifts over minutes weighs on both sides of a ratio alike."""
-    order = ["null", "shmcache-2w", "v2-2w"]
-    per_round: dict[str, list[float]] = {"v1 2 workers / null": [], "v2 2 workers / v1 2 workers": []}
+    order = ["null", "shmcache-2w", "v2-2w", "proto-2w"]
+    per_round: dict[str, list[float]] = {"v1 2 workers / null": [], "v2 2 workers / v1 2 workers": [],
+                                         "proto 2 workers / v1 2 workers": []}
     benchmark.pedantic(lambda: _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round),
                        rounds=1, iterations=1)
     META["interleaved"] = per_round
@@ -637,7 +638,7 @@ def test_ratios_interleaved(benchmark, kafka_broker, topic_of, log_dir):
 def _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round) -> None:
     for i in range(consume_rounds(benchmark)):
         rates = {}
-        for key in order[i % 3:] + order[:i % 3]:
+        for key in order[i % len(order):] + order[:i % len(order)]:
             if key == "null":
                 rates[key] = run_plain(topic_of("v1"), kafka_broker)["entries_per_s"]
             else:
@@ -645,4 +646,5 @@ def _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round) ->
                 rates[key] = run_shmcache(topic_of(fmt), kafka_broker, workers, log_dir, f"il-{key}-{i}")["entries_per_s"]
         per_round["v1 2 workers / null"].append(rates["shmcache-2w"] / rates["null"])
         per_round["v2 2 workers / v1 2 workers"].append(rates["v2-2w"] / rates["shmcache-2w"])
+        per_round["proto 2 workers / v1 2 workers"].append(rates["proto-2w"] / rates["shmcache-2w"])
         print(f"interleaved round {i}: " + ", ".join(f"{k} {P.fmt_rate(v)}" for k, v in rates.items()), file=sys.stderr)
