@@ -79,9 +79,10 @@ type single struct {
 	b   shmcache.Batch
 }
 
-// Attach attaches cache name read-only (shmcache.Attach) and reads it as txmeta.
-func Attach(name string, cfg Config) (*Cache, error) {
-	r, err := shmcache.Attach(name)
+// Attach attaches cache name read-only (shmcache.Attach, with its options, e.g.
+// shmcache.WithOwner("shmcache")) and reads it as txmeta.
+func Attach(name string, cfg Config, opts ...shmcache.Option) (*Cache, error) {
+	r, err := shmcache.Attach(name, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -90,8 +91,7 @@ func Attach(name string, cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-// New reads r, a handle the caller attached (with whatever options), as txmeta; Close
-// leaves r open.
+// New reads r, a handle the caller attached, as txmeta; Close leaves r open.
 func New(r *shmcache.Cache, cfg Config) *Cache {
 	return &Cache{r: r, keep: BlocksToKeep(cfg.GlobalBlockHeightRetention),
 		singles: sync.Pool{New: func() any { return new(single) }}}
@@ -267,8 +267,9 @@ func growMetas(s []Meta, n int) []Meta {
 
 // Health is Teranode's health check of a store. checkLiveness: 200 while the handle reads
 // the cache (its control area answers), whatever the readiness. Otherwise readiness: 200
-// once the cache is ready, 503 with why it is not (the reader's Status().Why). A handle
-// that cannot read the cache (destroyed, cut short, closed) is 503 with the error.
+// once the cache is ready, 503 with why it is not (the reader's Status(): the reason's
+// word and its sentence). A handle that cannot read the cache (destroyed, cut short,
+// closed) is 503 with the error.
 func (c *Cache) Health(ctx context.Context, checkLiveness bool) (int, string, error) {
 	if err := ctx.Err(); err != nil {
 		return http.StatusServiceUnavailable, fmt.Sprintf("txmeta cache '%s': %v", c.r.Name(), err), err
@@ -280,7 +281,8 @@ func (c *Cache) Health(ctx context.Context, checkLiveness bool) (int, string, er
 	case checkLiveness:
 		return http.StatusOK, fmt.Sprintf("txmeta cache '%s': attached", c.r.Name()), nil
 	case !st.Ready:
-		return http.StatusServiceUnavailable, fmt.Sprintf("txmeta cache '%s': not ready: %s", c.r.Name(), st.Why), nil
+		return http.StatusServiceUnavailable, fmt.Sprintf("txmeta cache '%s': not ready (%s): %s", c.r.Name(),
+			st.Reason, st.Why), nil
 	}
 	return http.StatusOK, fmt.Sprintf("txmeta cache '%s': ready", c.r.Name()), nil
 }

@@ -304,7 +304,7 @@ func TestHealthAndContext(t *testing.T) {
 		t.Errorf("liveness: %d %q %v", code, msg, err)
 	}
 	code, msg, err := c.Health(ctx, false)
-	if code != http.StatusServiceUnavailable || err != nil || !strings.Contains(msg, "not ready: no live supervisor") ||
+	if code != http.StatusServiceUnavailable || err != nil || !strings.Contains(msg, "not ready (no-supervisor): no live supervisor") ||
 		!strings.Contains(msg, f.name) {
 		t.Errorf("readiness without a supervisor: %d %q %v", code, msg, err)
 	}

@@ -12,10 +12,11 @@ import (
 	"github.com/shmcache/shmcache/go/txmeta"
 )
 
-// Attach the machine's txmeta cache and wait until it holds the whole topic. The
-// horizon keeps a tenth of Teranode's GlobalBlockHeightRetention below the tip.
+// Attach the machine's txmeta cache, refusing one the shmcache user does not own, and wait
+// until it holds the whole topic. The horizon keeps a tenth of Teranode's
+// GlobalBlockHeightRetention below the tip.
 func ExampleAttach() {
-	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288})
+	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288}, shmcache.WithOwner("shmcache"))
 	if errors.Is(err, shmcache.ErrNotFound) {
 		return // no cache of that name on this machine: `shmcache run --name txmeta ...` makes it
 	} else if err != nil {
@@ -77,5 +78,5 @@ func ExampleCache_Health() {
 	}
 	defer c.Close()
 	code, msg, _ := c.Health(context.Background(), false)
-	fmt.Println(code, msg) // 200 "txmeta cache 'txmeta': ready", or 503 "...: not ready: no live supervisor"
+	fmt.Println(code, msg) // 200 "txmeta cache 'txmeta': ready", or 503 "...: not ready (no-supervisor): no live supervisor"
 }

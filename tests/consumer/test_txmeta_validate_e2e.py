@@ -84,7 +84,8 @@ def test_the_validation_loop_finds_what_the_load_generator_sent(harness, kafka_t
     hashes, letters, sums = _expected(truth, absent)
     assert {c: letters.count(c) > 300 for c in "hmo"} == {"h": True, "m": True, "o": True}, letters
     (tmp_path / "hashes.bin").write_bytes(b"".join(hashes))
-    out = _run(txmeta_validate, "-cache", name, "-hashes", str(tmp_path / "hashes.bin"), "-goroutines", "2",
+    out = _run(txmeta_validate, "-cache", name, "-owner", str(os.getuid()), "-hashes", str(tmp_path / "hashes.bin"),
+               "-goroutines", "2",
                "-tip", str(TIP), "-retention", str(RETENTION), "-wait", "60s", "-rounds", "2",
                "-outcomes", str(tmp_path / "outcomes"), "-json")
     rep = json.loads(out.stdout)

@@ -3,16 +3,17 @@
 // metadata in batches of 1,024 from N goroutines, as processTxMetaUsingCache does, and
 // reports hits, misses, old and malformed entries and the rate.
 //
-//	txmeta-validate -cache txmeta -hashes subtree.bin -goroutines 2 -tip 870000 -retention 288
+//	txmeta-validate -cache txmeta -owner shmcache -hashes subtree.bin -goroutines 2 -tip 870000 -retention 288
 //	txmeta-validate -cache txmeta -generate 1000000 -rounds 5 -json
 //
 // -hashes FILE: 32-byte hashes back to back (-format bin), or one 64-digit hex hash a line
 // (-format hex), each the key's bytes as they are (not chainhash's reversed display order).
 // -wait D waits up to D for the cache to be ready first (exit 1 if it is not); -tip and
 // -retention set the block-height horizon (GlobalBlockHeightRetention). -outcomes FILE
-// writes one letter a hash, in order (h hit, m miss, o old, x malformed). The report is a
-// line of text, or of JSON with -json. A bad argument or a cache that cannot be read:
-// one line on stderr and exit 2.
+// writes one letter a hash, in order (h hit, m miss, o old, x malformed); -owner refuses a
+// cache another user owns. The report is a line of text, or of JSON with -json. A bad
+// argument or a cache that cannot be read: one line on stderr, "txmeta-validate: KIND:
+// message" with the readers' contract's word, and exit 2.
 package main
 
 import (
@@ -36,13 +37,14 @@ import (
 )
 
 type options struct {
-	cache, hashes, format, outcomes string
-	generate, goroutines, batch     int
-	rounds                          int
-	tip, retention                  uint
-	seed                            uint64
-	wait                            time.Duration
-	json                            bool
+	cache, owner, hashes, format string
+	outcomes                     string
+	generate, goroutines, batch  int
+	rounds                       int
+	tip, retention               uint
+	seed                         uint64
+	wait                         time.Duration
+	json                         bool
 }
 
 // Report is what a run found; its JSON names are those of -json.
@@ -76,29 +78,19 @@ func fail(format string, args ...any) {
 	os.Exit(2)
 }
 
-// kinds are the reader's error kinds by the contract's words (docs/reader-contract.md).
-var kinds = []struct {
-	err  error
-	word string
-}{
-	{shmcache.ErrNotFound, "not-found"}, {shmcache.ErrNotACache, "not-a-cache"}, {shmcache.ErrCorrupt, "corrupt"},
-	{shmcache.ErrVersion, "unknown-version"}, {shmcache.ErrPermission, "permission"},
-	{shmcache.ErrKeySize, "bad-argument"}, {shmcache.ErrNotReady, "not-ready"},
-}
-
-// failErr is fail for a reader's error: KIND: message.
+// failErr is fail for a reader's error: the contract's KIND word, then the message.
 func failErr(err error) {
-	for _, k := range kinds {
-		if errors.Is(err, k.err) {
-			fail("%s: %v", k.word, err)
-		}
+	kind := shmcache.Kind(err)
+	if kind == "" {
+		kind = "error"
 	}
-	fail("error: %v", err)
+	fail("%s: %v", kind, err)
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.cache, "cache", "txmeta", "the cache's name")
+	flag.StringVar(&o.owner, "owner", "", "refuse a cache another user owns (a user name or uid)")
 	flag.StringVar(&o.hashes, "hashes", "", "a file of tx hashes (see -format)")
 	flag.StringVar(&o.format, "format", "bin", "the -hashes file: bin (32 bytes each) or hex (a hash a line)")
 	flag.IntVar(&o.generate, "generate", 0, "without -hashes: this many generated hashes (mostly misses)")
@@ -128,7 +120,11 @@ func main() {
 	if err != nil {
 		fail("bad-argument: %v", err)
 	}
-	c, err := txmeta.Attach(o.cache, txmeta.Config{GlobalBlockHeightRetention: uint32(o.retention)})
+	var opts []shmcache.Option
+	if o.owner != "" {
+		opts = append(opts, shmcache.WithOwner(o.owner))
+	}
+	c, err := txmeta.Attach(o.cache, txmeta.Config{GlobalBlockHeightRetention: uint32(o.retention)}, opts...)
 	if err != nil {
 		failErr(err)
 	}
