@@ -14,7 +14,7 @@ import time
 
 from shmcache.cli.args import cache_arguments, contract_error
 from shmcache.engine.control_status import why
-from shmcache.engine.reattach import Followed
+from shmcache.engine.reattach import follow
 from shmcache.errors import CacheNotFoundError
 from shmcache.ipc.segment import path_of
 
@@ -37,7 +37,7 @@ def run(a) -> int:
         if not 0 <= timeout:
             contract_error(f"--timeout {a.timeout!r} is not a number of seconds")
     deadline = time.monotonic() + timeout
-    followed = Followed(a.name, owner=a.owner)
+    followed = follow(a.name, owner=a.owner)  # a bad name or owner: bad-argument, exit 2
     try:
         while True:
             r = followed.reader()

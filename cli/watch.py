@@ -12,7 +12,7 @@ import time
 
 from shmcache.cli.args import cache_arguments, contract_error
 from shmcache.cli.get_key import hex_keys
-from shmcache.engine.reattach import Followed
+from shmcache.engine.reattach import Followed, follow
 from shmcache.errors import ShmcacheError, error_kind
 from shmcache.ipc.segment import path_of
 
@@ -51,7 +51,7 @@ def outcome(followed: Followed, key: bytes) -> tuple[str, str]:
 def run(a) -> int:
     key = hex_keys([a.key])[0]
     seconds = _seconds(a.seconds)
-    followed = Followed(a.name, owner=a.owner)
+    followed = follow(a.name, owner=a.owner)  # a bad name or owner: bad-argument, exit 2
     start = time.monotonic()
     last = None
     try:

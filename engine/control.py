@@ -86,7 +86,9 @@ class ControlView:
 
     @property
     def topic(self) -> str:
-        n = min(max(int(self._h[L.H_TOPIC_LEN]), 0), L.TOPIC_MAX)  # the segment is untrusted
+        n = int(self._h[L.H_TOPIC_LEN])
+        if not 0 <= n <= L.TOPIC_MAX:  # the segment is untrusted: a length out of range is no topic (format §14)
+            return ""
         return self._bytes(L.H_TOPIC, n).tobytes().decode("utf-8", "replace")
 
     @property
