@@ -134,8 +134,10 @@ GETS = SCENARIOS["get"]
 def test_get(readers, scene, case):
     s = scene("get", case.get("name"))
     s.setup(case["setup"], case.get("entries"))
-    keys = case.get("hexkeys") or [S.key(k).hex() for k in case["keys"]]
-    results = R.run_all(readers, "get", *case.get("args", []), s.name, *keys, no_dac=case.get("no_dac", False))
+    keys = case.get("hexkeys") or [S.key(k).hex() for k in case.get("keys", [])]
+    command = case.get("command", "get")
+    results = R.run_all(readers, command, *case.get("args", []), s.name, *keys, *case.get("tail", []),
+                        no_dac=case.get("no_dac", False))
     _judge(results, readers, {**case, **({"out": _values(case["out"])} if "out" in case else {})})
 
 
