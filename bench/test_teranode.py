@@ -2,7 +2,7 @@
 txmeta cache per machine, shared by every Go service and outliving their restarts, against
 a private in-process cache in each (VictoriaMetrics/fastcache, what Teranode's txmetacache
 forks), on the same SHMCACHE_BENCH_N Teranode-shaped entries (formats/txmeta.generate: 1-3
-parents, a block height on half). The Go side is go/internal/teranodebench (over go/txmeta).
+parents, a block height on half). The Go side is go/bench/teranodebench (over go/txmeta).
 
     .venv/bin/python -m pytest bench/test_teranode.py -p no:cacheprovider -s             # 1,000,000 entries
     SHMCACHE_BENCH_N=20000 .venv/bin/python -m pytest bench/test_teranode.py -p no:cacheprovider -s   # smoke
@@ -50,9 +50,9 @@ N = P.bench_n()
 ROUNDS = P.bench_rounds()
 LOOP_MS = int(os.environ.get("SHMCACHE_TERANODE_LOOP_MS", "1000" if N >= 200_000 else "100"))
 PROCS = 4
-TIP, KEEP = 850_100, 100  # go/internal/teranodebench's horizon: retention 1000, a tenth kept
+TIP, KEEP = 850_100, 100  # go/bench/teranodebench's horizon: retention 1000, a tenth kept
 GO = shutil.which("go")
-GO_DIR = Path(__file__).resolve().parents[1] / "go"
+GO_DIR = Path(__file__).resolve().parents[1] / "go" / "bench"  # its own module: fastcache stays out of go/'s
 FIGURES: dict[str, dict] = {}
 
 
@@ -63,9 +63,9 @@ def _mib(b: float) -> str:
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> str:
     if GO is None:
-        pytest.skip("go is not installed: go/internal/teranodebench is not built")
+        pytest.skip("go is not installed: go/bench/teranodebench is not built")
     exe = tmp_path_factory.mktemp("teranodebench") / "teranodebench"
-    subprocess.run([GO, "build", "-o", str(exe), "./internal/teranodebench"], cwd=GO_DIR, check=True,
+    subprocess.run([GO, "build", "-o", str(exe), "./teranodebench"], cwd=GO_DIR, check=True,
                    env={**os.environ, "CGO_ENABLED": "0"}, timeout=300)
     yield str(exe)
     if FIGURES:

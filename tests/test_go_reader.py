@@ -1,14 +1,17 @@
-"""The Go reader (go/, issues 41 and 45) in the suite: gofmt, go vet, a CGO_ENABLED=0 build,
-its tests (the golden segments and golden control areas, byte flips, a truncated file, a
-real Python writer under Go readers, readiness against the Python reader's, a followed
-name, the owner and mode checks, the shmcache-go commands; the goldens again without
-prefetching), the writer and following tests again under the race detector, and a
-smoke-size run of its benchmark.
+"""The Go reader (go/, issues 41, 45 and 46) in the suite: gofmt, go vet, a CGO_ENABLED=0
+build of its module and of its bench module (go/bench), its tests (the golden segments and
+golden control areas, byte flips, a truncated file, a real Python writer under Go readers,
+readiness against the Python reader's, a followed name, the owner and mode checks, the
+shmcache-go commands, the examples; the goldens again without prefetching), the writer and
+following tests again under the race detector, a smoke-size run of the benchmarks, and
+the module as a consumer sees it: `go mod tidy` of a program that imports the reader adds
+only what a reader needs.
 Skipped, saying so, where `go` is not installed."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,13 +20,14 @@ from pathlib import Path
 import pytest
 
 GO_DIR = Path(__file__).resolve().parents[1] / "go"
+BENCH_DIR = GO_DIR / "bench"
 GO = shutil.which("go")
 pytestmark = pytest.mark.skipif(GO is None, reason="go is not installed: the Go reader (go/) is not built or tested")
 
 
-def _go(*args: str, cgo: bool = False, timeout: float = 300, env: dict | None = None) -> str:
+def _go(*args: str, cgo: bool = False, timeout: float = 300, env: dict | None = None, cwd: Path = GO_DIR) -> str:
     env = {**os.environ, "CGO_ENABLED": "1" if cgo else "0", "SHMCACHE_PYTHON": sys.executable, **(env or {})}
-    p = subprocess.run([GO, *args], cwd=GO_DIR, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([GO, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"go {' '.join(args)} failed:\n{p.stdout}\n{p.stderr}"
     return p.stdout
 
@@ -31,8 +35,30 @@ def _go(*args: str, cgo: bool = False, timeout: float = 300, env: dict | None = 
 def test_gofmt_vet_and_a_pure_go_build():
     fmt = subprocess.run([str(Path(GO).with_name("gofmt")), "-l", "."], cwd=GO_DIR, capture_output=True, text=True)
     assert fmt.returncode == 0 and fmt.stdout == "", f"not gofmt'ed: {fmt.stdout}{fmt.stderr}"
-    _go("vet", "./...")
-    _go("build", "./...")
+    for d in (GO_DIR, BENCH_DIR):  # go/bench is a module of its own, left out of go/'s ./...
+        _go("vet", "./...", cwd=d)
+        _go("build", "./...", cwd=d)
+
+
+def test_a_consumer_gets_only_what_a_reader_needs(tmp_path):
+    """`go mod tidy` of a program importing the reader and go/txmeta (a replace to this
+    checkout, as a Teranode service would have) adds xxhash and x/sys and nothing else
+    (fastcache and snappy are the bench module's), and keeps the program's `go` line: the
+    reader's own names no patch version."""
+    gomod = (GO_DIR / "go.mod").read_text()
+    directive = re.search(r"^go (\S+)$", gomod, re.M).group(1)
+    assert re.fullmatch(r"\d+\.\d+", directive), f"go/go.mod says go {directive}: a patch version"
+    (tmp_path / "go.mod").write_text(f"module example.com/consumer\n\ngo {directive}\n\n"
+                                     "require github.com/shmcache/shmcache/go v0.0.0\n\n"
+                                     f"replace github.com/shmcache/shmcache/go => {GO_DIR}\n")
+    (tmp_path / "main.go").write_text('package main\n\nimport (\n\tshmcache "github.com/shmcache/shmcache/go"\n'
+                                      '\t"github.com/shmcache/shmcache/go/txmeta"\n)\n\n'
+                                      'func main() { _, _ = shmcache.Attach("txmeta"); _ = txmeta.BatchSize }\n')
+    _go("mod", "tidy", cwd=tmp_path, env={"GOPROXY": "off", "GOFLAGS": "-mod=mod"})
+    required = {line.split()[0] for line in (tmp_path / "go.sum").read_text().splitlines()}
+    assert required == {"github.com/cespare/xxhash/v2", "golang.org/x/sys"}, required
+    assert re.search(rf"^go {re.escape(directive)}$", (tmp_path / "go.mod").read_text(), re.M), \
+        (tmp_path / "go.mod").read_text()
 
 
 def test_go_tests():
@@ -45,11 +71,11 @@ def test_go_tests_without_prefetch():
 
 
 def test_go_benchmark_smoke():
-    """go/bench_test.go at a smoke size (SHMCACHE_BENCH_N, 20,000 unless set): it runs and
-    allocates nothing per batch. Full size: see its docstring."""
+    """go/bench/bench_test.go at a smoke size (SHMCACHE_BENCH_N, 20,000 unless set): it runs
+    and GetMany allocates nothing per batch. Full size: see its docstring."""
     n = os.environ.get("SHMCACHE_BENCH_N", "20000")
     out = _go("test", "-run", "^$", "-bench", ".", "-benchmem", "-benchtime", "20x", "-cpu", "1", ".",
-              env={"SHMCACHE_BENCH_N": n})
+              env={"SHMCACHE_BENCH_N": n}, cwd=BENCH_DIR)
     rows = [line.split() for line in out.splitlines() if line.startswith("BenchmarkGetMany")]
     assert len(rows) == 2, out
     assert all(r[r.index("allocs/op") - 1] == "0" for r in rows), out

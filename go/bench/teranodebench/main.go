@@ -1,7 +1,8 @@
 // Command teranodebench is the Go side of bench/test_teranode.py: a Teranode service's
 // txmeta cache, as go/txmeta over one shared shmcache cache or as a private
 // VictoriaMetrics/fastcache (what Teranode's txmetacache forks), on the same entries. It
-// lives under internal/ so that fastcache stays out of go/txmeta's dependencies.
+// lives in the bench module (go/bench) so that fastcache is never a dependency of the
+// reader's module.
 //
 //	teranodebench attach NAME KEYS                       look every key up; "ready HITS OLD"; wait for EOF
 //	teranodebench fastcache KEYS OFFSETS VALUES          a private fastcache of the entries, looked up: "ready HITS OLD"; wait for EOF
