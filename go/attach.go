@@ -32,9 +32,10 @@ type segment struct {
 	writers    []int64
 	workers    []int64
 	partitions []int64
-	meta       []int64
+	meta       *[NBuckets * rowWords]int64 // an array: a bucket's words need no bounds check
 	index      []int64
 	ring       []byte
+	tab        table // the lookups' view of meta, index and ring (lookup.go)
 	ident      identity
 	creationID int64
 	lost       atomic.Bool // the file was cut short under the mapping (a fault was caught)
@@ -131,9 +132,10 @@ func openSegment(cache, path string, owner int64) (*segment, error) {
 	s.writers = words(data, writersOff, maxWriters*rowWords)
 	s.workers = words(data, workersOff, maxWorkers*rowWords)
 	s.partitions = words(data, partitionsOff, maxPartitions*rowWords)
-	s.meta = words(data, metaOff, NBuckets*rowWords)
+	s.meta = (*[NBuckets * rowWords]int64)(words(data, metaOff, NBuckets*rowWords))
 	s.index = words(data, geo.indexOff(), NBuckets*geo.Slots)
 	s.ring = data[geo.ringOff():geo.Size]
+	s.tab = newTable(s)
 	s.creationID = s.header[hCreationID]
 	return s, nil
 }

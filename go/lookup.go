@@ -10,14 +10,12 @@ package shmcache
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math/bits"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-
-	"github.com/cespare/xxhash/v2"
+	"unsafe"
 )
 
 // Batch is the result of GetMany: reuse one across calls and nothing is allocated per
@@ -140,86 +138,133 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 		}
 	}
 	out.reset(n)
-	keyAt := func(i int) []byte {
-		if list != nil {
-			return list[i]
-		}
-		return flat[i*ks : i*ks+ks]
+	if n == 0 {
+		c.count(out, 0, 0)
+		return nil
 	}
-	for i := range n {
-		out.hashes[i] = xxhash.Sum64(keyAt(i))
-	}
+	hashKeys(flat, list, ks, out.hashes)
 	defer guard(debug.SetPanicOnFault(true), s, c.name, c.path, &err)
-	var sink int64
+	t := &s.tab
 	span := recordHead + int64(ks)
 	if want {
 		span += c.valueGuess.Load() // the mean value length met so far (a guess of what to fetch)
 	}
-	staticB, staticV := int64(-1), int64(-1)
-	var deadline int64 // the call's one wait on stuck buckets ends here; 0: none met yet (section 7)
-	group := func(g int) []uint64 { return out.hashes[min(n, g*touchGroup):min(n, (g+1)*touchGroup)] }
-	if havePrefetch {
-		for j := range min(n, aheadBucket) {
-			s.prefetchBucket(out.hashes[j])
-		}
-		for j := range min(n, aheadRecord) {
-			s.prefetchRecord(out.hashes[j], span)
-		}
-	} else {
-		sink += s.touchBuckets(group(0)) + s.touchBuckets(group(1)) + s.touchRecords(group(0), span)
+	hashes := out.hashes[:n]
+	var sink int64
+	groups := (n + aheadGroup - 1) / aheadGroup
+	for g := range min(groups, aheadBuckets) {
+		sink += t.ahead(hashes, g, -1, span)
 	}
-	for i := range n {
-		if havePrefetch { // a software pipeline: buckets aheadBucket keys ahead, records aheadRecord
-			if i+aheadBucket < n {
-				s.prefetchBucket(out.hashes[i+aheadBucket])
-			}
-			if i+aheadRecord < n {
-				s.prefetchRecord(out.hashes[i+aheadRecord], span)
-			}
-		} else if i%touchGroup == 0 { // three stages: buckets two groups ahead, records one
-			g := i / touchGroup
-			sink += s.touchBuckets(group(g+2)) + s.touchRecords(group(g+1), span)
+	for g := range min(groups, aheadRecords) {
+		sink += t.ahead(hashes, -1, g, span)
+	}
+	var keys unsafe.Pointer
+	if list == nil {
+		keys = unsafe.Pointer(unsafe.SliceData(flat))
+	}
+	ends := out.Offsets[1 : n+1]
+	st := stuck{b: -1, v: -1}
+	var found64 uint64 // bit i%64: key i was found, stored in out.Found each 64 keys
+	for i, h := range hashes {
+		if i%aheadGroup == 0 { // a software pipeline: buckets aheadBuckets groups ahead, records aheadRecords
+			g := i / aheadGroup
+			sink += t.ahead(hashes, g+aheadBuckets, g+aheadRecords, span)
 		}
-		h := out.hashes[i]
-		b := int64(h & (NBuckets - 1))
-		found := false
-		for {
-			st, hit := s.readKey(h, keyAt(i), out, want, staticB, staticV)
-			if st == readDone {
-				found = hit
-				break
+		var key unsafe.Pointer // ks bytes
+		if list != nil {
+			key = unsafe.Pointer(unsafe.SliceData(list[i]))
+		} else {
+			key = unsafe.Add(keys, i*ks)
+		}
+		// the read of section 7 as it nearly always goes: an even version, the probe and the
+		// copy, the same version again; anything else is readStuck's, from its step 1
+		ver := &t.meta[h&(NBuckets-1)*rowWords+mVersion]
+		found, done := false, false
+		if v1 := atomic.LoadInt64(ver); v1&1 == 0 {
+			pos := len(out.Data)
+			hit, vlen, bad := t.probe(h, key)
+			if want && hit >= 0 {
+				out.Data = append(out.Data, t.bytes(hit, vlen)...)
 			}
-			now := monotonicNS()
-			if deadline == 0 {
-				deadline = now + StuckGiveUpNS
-			}
-			if contains(out.givenUp, b) || now >= deadline { // every call returns in one bound
-				if !contains(out.givenUp, b) {
-					out.givenUp = append(out.givenUp, b)
+			loadFence(&out.sink)
+			if atomic.LoadInt64(ver) == v1 {
+				if bad {
+					out.Corruptions++
 				}
-				c.warn(b, "bucket %d stayed mid-write or kept changing while this call waited 1 s in all on "+
-					"stuck buckets; its keys are reported missing for this call", b)
-				out.Corruptions++ // the key: a miss
-				break
+				found, done = hit >= 0, true
+			} else {
+				out.Data = out.Data[:pos]
+				out.Retries++
 			}
-			staticB, staticV = c.stuckBucket(s, b, staticB, staticV, out)
+		}
+		if !done {
+			found = c.readStuck(t, h, key, out, want, &st)
 		}
 		if found {
-			out.Found[i>>6] |= 1 << (uint(i) & 63)
+			found64 |= 1 << (uint(i) & 63)
 		}
-		out.Offsets[i+1] = len(out.Data)
+		if i&63 == 63 {
+			out.Found[i>>6] = found64
+			found64 = 0
+		}
+		ends[i] = len(out.Data)
 	}
-	out.sink = sink // keeps the prefetching loads
+	if n&63 != 0 {
+		out.Found[n>>6] = found64
+	}
+	out.sink = sink // keeps the touching loads
 	hits := int64(out.Hits())
 	if want && hits > 0 {
 		c.valueGuess.Store(min(int64(len(out.Data))/hits+1, s.geo.MaxValue))
 	}
+	c.count(out, int64(n), hits)
+	return nil
+}
+
+// count adds a call's outcome to the handle's counters and the companion's row.
+func (c *Cache) count(out *Batch, n, hits int64) {
 	c.hits.Add(hits)
-	c.misses.Add(int64(n) - hits)
+	c.misses.Add(n - hits)
 	c.retries.Add(out.Retries)
 	c.corruptions.Add(out.Corruptions)
-	c.comp.add(hits, int64(n)-hits, out.Retries, out.Corruptions)
-	return nil
+	c.comp.add(hits, n-hits, out.Retries, out.Corruptions)
+}
+
+// stuck is a call's state of section 7, step 5: the bucket accepted as it stands at an odd
+// version (b, v; -1 none) and the deadline of the call's one wait on stuck buckets (0:
+// none met yet).
+type stuck struct {
+	b, v     int64
+	deadline int64
+}
+
+// readStuck reads a key whose first read under the seqlock failed (an odd version, or one
+// that moved): again from step 1 (its first load already spent), and through step 5 for
+// as long as its bucket stays stuck, within the call's one bound; found or not.
+func (c *Cache) readStuck(t *table, h uint64, key unsafe.Pointer, out *Batch, want bool, st *stuck) bool {
+	b := int64(h & (NBuckets - 1))
+	spins := 1
+	for {
+		rs, hit := t.readKey(h, key, out, want, st.b, st.v, spins)
+		if rs == readDone {
+			return hit
+		}
+		spins = 0
+		now := monotonicNS()
+		if st.deadline == 0 {
+			st.deadline = now + StuckGiveUpNS
+		}
+		if contains(out.givenUp, b) || now >= st.deadline { // every call returns in one bound
+			if !contains(out.givenUp, b) {
+				out.givenUp = append(out.givenUp, b)
+			}
+			c.warn(b, "bucket %d stayed mid-write or kept changing while this call waited 1 s in all on "+
+				"stuck buckets; its keys are reported missing for this call", b)
+			out.Corruptions++ // the key: a miss
+			return false
+		}
+		st.b, st.v = c.stuckBucket(t, b, st.b, st.v, out)
+	}
 }
 
 func contains(s []int64, v int64) bool {
@@ -236,13 +281,14 @@ const (
 	readStuck = 1
 )
 
-// readKey reads one key under its bucket's seqlock, appending its value to out.Data when
-// want; readStuck when the version stayed odd or kept moving for SpinLimit loads.
-func (s *segment) readKey(h uint64, key []byte, out *Batch, want bool, staticB, staticV int64) (int, bool) {
+// readKey reads one key under its bucket's seqlock (section 7, steps 1-4), appending its
+// value to out.Data when want; readStuck when the version stayed odd or kept moving for
+// SpinLimit loads, spins of them spent before the call.
+func (t *table) readKey(h uint64, key unsafe.Pointer, out *Batch, want bool, staticB, staticV int64, spins int) (int, bool) {
 	b := int64(h & (NBuckets - 1))
-	ver := &s.meta[b*rowWords+mVersion]
+	ver := &t.meta[b*rowWords+mVersion]
 	pos := len(out.Data)
-	for spins := 0; ; {
+	for {
 		v1 := atomic.LoadInt64(ver)
 		if v1&1 != 0 && !(b == staticB && v1 == staticV) {
 			if spins++; spins >= SpinLimit {
@@ -250,9 +296,9 @@ func (s *segment) readKey(h uint64, key []byte, out *Batch, want bool, staticB, 
 			}
 			continue
 		}
-		hit, vlen, bad := s.probe(h, b, key)
+		hit, vlen, bad := t.probe(h, key)
 		if want && hit >= 0 {
-			out.Data = append(out.Data, s.ring[hit:hit+vlen]...)
+			out.Data = append(out.Data, t.bytes(hit, vlen)...)
 		}
 		loadFence(&out.sink)
 		if atomic.LoadInt64(ver) == v1 {
@@ -269,32 +315,67 @@ func (s *segment) readKey(h uint64, key []byte, out *Batch, want bool, staticB, 
 	}
 }
 
-// probe walks the key's probe path (sections 9-11): the ring offset of its value and its
-// length, or -1; bad if a slot of its tag or a record of its hash was damaged.
-func (s *segment) probe(h uint64, b int64, key []byte) (hit, vlen int64, bad bool) {
-	slots, ring, ks, maxv := s.geo.Slots, s.geo.Ring, s.geo.KeySize, s.geo.MaxValue
-	lim := uint64(ring - recordHead - ks) // a record header and key fit from an offset <= lim
-	mask := slots - 1
-	ibase, rbase := b*slots, b*ring
+// table is what a lookup reads of a mapping: the bucket meta rows, and the index and the
+// rings as base addresses, with the geometry read at attach. A lookup reads them through
+// unsafe pointers, each address bounded as its use says (probe, ahead): the bucket from
+// the hash's low bits (< NBuckets), a slot from its probe position (< slots), a record
+// from an offset checked against the ring; Go's own bounds checks would only repeat
+// these, once per word read.
+type table struct {
+	meta  *[NBuckets * rowWords]int64
+	index unsafe.Pointer // NBuckets * slots words
+	ring  unsafe.Pointer // NBuckets * ring bytes
+	slots int64
+	rsize int64 // ring bytes a bucket
+	ks    int64
+	maxv  int64
+	lim   int64 // a record header and key fit in the ring from an offset <= lim
+}
+
+func newTable(s *segment) table {
+	return table{meta: s.meta, index: unsafe.Pointer(unsafe.SliceData(s.index)),
+		ring: unsafe.Pointer(unsafe.SliceData(s.ring)), slots: s.geo.Slots, rsize: s.geo.Ring,
+		ks: s.geo.KeySize, maxv: s.geo.MaxValue, lim: s.geo.Ring - recordHead - s.geo.KeySize}
+}
+
+// slot is word sl (< slots) of bucket b's index row.
+func (t *table) slot(b, sl int64) int64 {
+	return *(*int64)(unsafe.Add(t.index, (b*t.slots+sl)*word))
+}
+
+// ringWord is the word at offset p of the rings (p + 8 <= NBuckets * ring).
+func (t *table) ringWord(p int64) uint64 { return *(*uint64)(unsafe.Add(t.ring, p)) }
+
+// bytes is [p, p+n) of the rings (inside them).
+func (t *table) bytes(p, n int64) []byte { return unsafe.Slice((*byte)(unsafe.Add(t.ring, p)), n) }
+
+// probe walks the key's probe path (sections 9-11): the offset in the rings of its value
+// and its length, or -1; bad if a slot of its tag or a record of its hash was damaged.
+// Every read is inside the key's bucket: a slot at its probe position (masked to the
+// bucket's slots), a record's header and key only from an offset <= lim (a multiple of
+// RECORD_ALIGN), its value only when it ends inside the ring.
+func (t *table) probe(h uint64, key unsafe.Pointer) (hit, vlen int64, bad bool) {
+	mask := t.slots - 1
+	b := int64(h & (NBuckets - 1))
+	base := b * t.rsize
 	tag := int64(h >> tagShift)
-	idx := s.index[ibase : ibase+slots]
 	sl := int64(h>>bucketBits) & mask
-	for range slots {
-		e := idx[sl]
+	for range t.slots {
+		e := t.slot(b, sl)
 		if e == 0 {
 			break
 		}
 		if e>>posBits == tag {
 			off := e&posMask - 1
-			if uint64(off) > lim || off&(recordAlign-1) != 0 {
+			if uint64(off) > uint64(t.lim) || off&(recordAlign-1) != 0 {
 				bad = true
-			} else if p := rbase + off; binary.LittleEndian.Uint64(s.ring[p:]) == h {
-				w := binary.LittleEndian.Uint64(s.ring[p+8:])
+			} else if p := base + off; t.ringWord(p) == h {
+				w := t.ringWord(p + 8)
 				ln := int64(w & 0xFFFFFFFF)
-				if int64(w)>>32 != fLive || ln > maxv || off+recordHead+ks+ln > ring {
+				if int64(w)>>32 != fLive || ln > t.maxv || off+recordHead+t.ks+ln > t.rsize {
 					bad = true
-				} else if k := p + recordHead; bytes.Equal(s.ring[k:k+ks], key) {
-					return k + ks, ln, bad
+				} else if k := p + recordHead; t.keyEqual(k, key) {
+					return k + t.ks, ln, bad
 				}
 			}
 		}
@@ -303,11 +384,22 @@ func (s *segment) probe(h uint64, b int64, key []byte) (hit, vlen int64, bad boo
 	return -1, 0, bad
 }
 
+// keyEqual compares the key at offset p of the rings with key (ks bytes each): a 32-byte
+// key as four words.
+func (t *table) keyEqual(p int64, key unsafe.Pointer) bool {
+	r := unsafe.Add(t.ring, p)
+	if t.ks == 32 {
+		a, b := (*[4]uint64)(r), (*[4]uint64)(key)
+		return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]
+	}
+	return bytes.Equal(unsafe.Slice((*byte)(r), t.ks), unsafe.Slice((*byte)(key), t.ks))
+}
+
 // stuckBucket decides what to do with a bucket that stayed mid-write (section 7, step 5):
 // accept its odd version as it stands (damage: no lock holder; or a dead holder), or
 // yield and let the caller read again.
-func (c *Cache) stuckBucket(s *segment, b, staticB, staticV int64, out *Batch) (int64, int64) {
-	ver, lock := &s.meta[b*rowWords+mVersion], &s.meta[b*rowWords+mLock]
+func (c *Cache) stuckBucket(t *table, b, staticB, staticV int64, out *Batch) (int64, int64) {
+	ver, lock := &t.meta[b*rowWords+mVersion], &t.meta[b*rowWords+mLock]
 	v := atomic.LoadInt64(ver)
 	owner := atomic.LoadInt64(lock)
 	if v&1 != 0 && atomic.LoadInt64(ver) == v {

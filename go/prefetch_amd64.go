@@ -2,19 +2,29 @@
 
 package shmcache
 
-import "unsafe"
-
 // Prefetches (PREFETCHT0, prefetch_amd64.s): hints that never fault and retire at once,
-// so a batch keeps many cache misses in flight; a few per call, to keep calls few.
+// so a batch keeps many cache misses in flight. Each call walks a group of keys, to keep
+// calls few.
 
-// prefetch2 asks for the cache lines of a and b.
+// prefetchBuckets asks for the meta row and the home index slot's line of each hash's bucket.
 //
 //go:noescape
-func prefetch2(a, b unsafe.Pointer)
+func prefetchBuckets(t *table, hashes []uint64)
 
-// prefetchLines asks for every line of [p, p+n); n >= 1.
+// prefetchRecords asks for the lines of each hash's record as recordAhead finds them (the
+// index slots it reads are inside the key's bucket).
 //
 //go:noescape
-func prefetchLines(p unsafe.Pointer, n int)
+func prefetchRecords(t *table, hashes []uint64, want int64)
 
 const havePrefetch = true
+
+func (t *table) fetchBuckets(hashes []uint64) int64 {
+	prefetchBuckets(t, hashes)
+	return 0
+}
+
+func (t *table) fetchRecords(hashes []uint64, want int64) int64 {
+	prefetchRecords(t, hashes, want)
+	return 0
+}
