@@ -10,8 +10,18 @@ import java.lang.invoke.VarHandle;
  * the read kept only if the version was even (or is a dead writer's, or damage, accepted as
  * it stands) and did not move. Every read is bounded by the geometry read at attach, so no
  * byte pattern makes a read leave the mapping; a damaged slot or record is a miss and a
- * counted corruption, never an error. A bucket stuck mid-write is waited for at most
- * STUCK_GIVE_UP (1 s) per call, then given up for the rest of the call.
+ * counted corruption, never an error.
+ *
+ * <p>The stuck bound is per call (format section 7): the first time a call finds a bucket
+ * stuck (mid-write under a live lock holder, or a version that keeps moving), it sets its
+ * deadline STUCK_GIVE_UP (1 s) from then; before it, a stuck key is read again; from it on,
+ * a key whose bucket is stuck is given up at once, a miss and one counted corruption. So a
+ * call of any number of keys waits at most about 1 s in all. A call is what lies between
+ * two {@link #flush()}es: the deadline is set again after each.
+ *
+ * <p>Every public method ends, inside its own {@code try}, with the mapping's seal
+ * ({@link Faults}): a file cut short under the mapping is {@link ShmcacheException.Corrupt}
+ * of the method that met it, never a JVM error thrown later elsewhere.
  *
  * <p>{@link #close()} (or {@link #flush()}) counts the call: hits, misses, retries and
  * corruptions in the handle and one batch in the readers' companion.
@@ -22,8 +32,7 @@ public final class Call implements AutoCloseable {
 
     private final Segment seg;
     private long hits, misses, retries, corruptions;
-    private long[] givenUp = new long[4];
-    private int nGivenUp;
+    private long deadline; // STUCK_GIVE_UP after this call first found a bucket stuck; 0: none yet
     private long staticB = -1, staticV = -1; // a bucket accepted at an odd version, as it stands
     // the last probe's results
     private boolean bad;
@@ -70,7 +79,7 @@ public final class Call implements AutoCloseable {
             seg.count(hits, misses, retries, corruptions);
         }
         hits = misses = retries = corruptions = 0;
-        nGivenUp = 0;
+        deadline = 0;
         staticB = staticV = -1;
     }
 
@@ -81,11 +90,21 @@ public final class Call implements AutoCloseable {
 
     private boolean lookup(byte[] key, int off, int len, boolean want) {
         Mapped m = seg.acquire();
-        if (len != m.keySize) {
-            throw new ShmcacheException.KeySize(seg.name(), "a key of " + len + " bytes; this cache's keys are "
-                    + m.keySize + " bytes");
+        try {
+            if (len != m.keySize) {
+                throw new ShmcacheException.KeySize(seg.name(), "a key of " + len + " bytes; this cache's keys are "
+                        + m.keySize + " bytes");
+            }
+            try {
+                boolean found = find(m, Segment.XXH64.hash(key, off, len, 0L), key, off, want);
+                seg.seal(m);
+                return found;
+            } catch (InternalError e) {
+                throw seg.cutShort(m, e);
+            }
+        } finally {
+            seg.release(m);
         }
-        return find(m, Segment.XXH64.hash(key, off, len, 0L), key, off, want);
     }
 
     /** The lookup of a key of the right size whose hash is h, in mapping m. */
@@ -93,28 +112,25 @@ public final class Call implements AutoCloseable {
         long b = h & (NBUCKETS - 1);
         boolean found = false;
         value = null;
-        try {
-            long stuckSince = 0;
-            for (boolean waited = false;; waited = true) {
-                if (readKey(m, h, b, key, off, want) == DONE) {
-                    found = value != null || vlen >= 0;
-                    break;
-                }
-                long now = System.nanoTime();
-                if (!waited) {
-                    stuckSince = now;
-                }
-                if (isGivenUp(b) || now - stuckSince > STUCK_GIVE_UP_NS) { // every call returns in a bound
-                    giveUp(b);
-                    seg.warn(b, "stayed mid-write or kept changing for 1 s; its keys are reported missing for this call");
-                    corruptions++; // the key: a miss
-                    value = null;
-                    break;
-                }
-                stuckBucket(m, b);
+        while (true) {
+            if (readKey(m, h, b, key, off, want) == DONE) {
+                found = value != null || vlen >= 0;
+                break;
             }
-        } catch (InternalError e) {
-            throw seg.cutShort(m, e);
+            if (stuckBucket(m, b)) {
+                continue; // accepted as it stands (damage, or a dead writer's): read again
+            }
+            long now = System.nanoTime();
+            if (deadline == 0) {
+                deadline = now + STUCK_GIVE_UP_NS; // the call's one wait on stuck buckets starts now
+            }
+            if (now - deadline >= 0) { // every call returns in one bound
+                seg.warn(b, "stayed mid-write or kept changing for 1 s; its keys are reported missing for this call");
+                corruptions++; // the key: a miss
+                value = null;
+                break;
+            }
+            Thread.yield();
         }
         if (found) {
             hits++;
@@ -150,28 +166,34 @@ public final class Call implements AutoCloseable {
      * (isNull may be null: no null keys) marks a null key, a miss.
      */
     public void getPacked(byte[] keys, boolean[] isNull, int n, Values out) {
-        Mapped m = packed(keys, n);
-        out.reset(n);
-        into = out;
+        Mapped m = seg.acquire();
         try {
+            packed(m, keys, n);
+            out.reset(n);
+            into = out;
             run(m, keys, isNull, n, null, null);
         } finally {
             into = null;
+            seg.release(m);
         }
     }
 
     /** Like {@link #getPacked} for presence only: out[i] whether key i is present; no value is copied. */
     public void containsPacked(byte[] keys, boolean[] isNull, int n, boolean[] out) {
-        run(packed(keys, n), keys, isNull, n, null, out);
+        Mapped m = seg.acquire();
+        try {
+            packed(m, keys, n);
+            run(m, keys, isNull, n, null, out);
+        } finally {
+            seg.release(m);
+        }
     }
 
-    private Mapped packed(byte[] keys, int n) {
-        Mapped m = seg.acquire();
+    private void packed(Mapped m, byte[] keys, int n) {
         if (n < 0 || (long) n * m.keySize > keys.length) {
             throw new ShmcacheException.KeySize(seg.name(), n + " keys of " + m.keySize + " bytes in an array of "
                     + keys.length + " bytes; this cache's keys are " + m.keySize + " bytes");
         }
-        return m;
     }
 
     /** The key of the last batch that was the wrong size (its index), or -1. */
@@ -188,29 +210,36 @@ public final class Call implements AutoCloseable {
 
     private void batch(byte[][] keys, int n, byte[][] vals, boolean[] has) {
         Mapped m = seg.acquire();
-        int ks = m.keySize;
-        badKey = -1;
-        for (int i = 0; i < n; i++) {
-            if (keys[i] != null && keys[i].length != ks) {
-                badKey = i;
-                throw new ShmcacheException.KeySize(seg.name(), "a key of " + keys[i].length
-                        + " bytes; this cache's keys are " + ks + " bytes");
+        try {
+            int ks = m.keySize;
+            badKey = -1;
+            for (int i = 0; i < n; i++) {
+                if (keys[i] != null && keys[i].length != ks) {
+                    badKey = i;
+                    throw new ShmcacheException.KeySize(seg.name(), "a key of " + keys[i].length
+                            + " bytes; this cache's keys are " + ks + " bytes");
+                }
             }
-        }
-        if (nulls.length < n || flat.length < n * ks) {
-            nulls = new boolean[Math.max(n, 64)];
-            flat = new byte[Math.max(n, 64) * ks];
-        }
-        for (int i = 0; i < n; i++) {
-            nulls[i] = keys[i] == null;
-            if (!nulls[i]) {
-                System.arraycopy(keys[i], 0, flat, i * ks, ks);
+            if (nulls.length < n || flat.length < n * ks) {
+                nulls = new boolean[Math.max(n, 64)];
+                flat = new byte[Math.max(n, 64) * ks];
             }
+            for (int i = 0; i < n; i++) {
+                nulls[i] = keys[i] == null;
+                if (!nulls[i]) {
+                    System.arraycopy(keys[i], 0, flat, i * ks, ks);
+                }
+            }
+            run(m, flat, nulls, n, vals, has);
+        } finally {
+            seg.release(m);
         }
-        run(m, flat, nulls, n, vals, has);
     }
 
-    /** Hashes keys[0 .. n * key_size) and looks them up, a stage of keys at a time. */
+    /**
+     * Hashes keys[0 .. n * key_size) and looks them up, a stage of keys at a time; the call's
+     * end is the mapping's seal, inside the same {@code try} as every read.
+     */
     private void run(Mapped m, byte[] keys, boolean[] isNull, int n, byte[][] vals, boolean[] has) {
         int ks = m.keySize;
         if (hashes.length < n) {
@@ -220,18 +249,19 @@ public final class Call implements AutoCloseable {
         for (int i = 0; i < n; i++) {
             hs[i] = isNull != null && isNull[i] ? 0 : Segment.XXH64.hash(keys, i * ks, ks, 0L);
         }
-        for (int lo = 0; lo < n; lo += Stages.STAGE) { // a stage's lines must still be in cache when its keys are read
-            stages(m, keys, isNull, lo, Math.min(n, lo + Stages.STAGE), vals, has);
+        try {
+            for (int lo = 0; lo < n; lo += Stages.STAGE) { // a stage's lines must still be in cache when its keys are read
+                stages(m, keys, isNull, lo, Math.min(n, lo + Stages.STAGE), vals, has);
+            }
+            seg.seal(m);
+        } catch (InternalError e) {
+            throw seg.cutShort(m, e);
         }
     }
 
     private void stages(Mapped m, byte[] keys, boolean[] isNull, int lo, int hi, byte[][] vals, boolean[] has) {
         boolean want = vals != null || into != null;
-        try {
-            stages.touch(m, hashes, lo, hi, want);
-        } catch (InternalError e) {
-            throw seg.cutShort(m, e);
-        }
+        stages.touch(m, hashes, lo, hi, want);
         int ks = m.keySize;
         long longest = -1;
         for (int i = lo; i < hi; i++) { // stage 3: each key under its seqlock, from lines in cache
@@ -267,7 +297,7 @@ public final class Call implements AutoCloseable {
         for (int spins = 0;;) {
             long v1 = m.map.getLongAcquire(ver);
             if ((v1 & 1) != 0 && !(b == staticB && v1 == staticV)) {
-                if (++spins >= SPIN_LIMIT) {
+                if (++spins >= Reader.SPIN_LIMIT) {
                     return STUCK;
                 }
                 Thread.onSpinWait();
@@ -301,7 +331,7 @@ public final class Call implements AutoCloseable {
                 return DONE;
             }
             retries++;
-            if (++spins >= SPIN_LIMIT) {
+            if (++spins >= Reader.SPIN_LIMIT) {
                 return STUCK;
             }
         }
@@ -345,11 +375,12 @@ public final class Call implements AutoCloseable {
     }
 
     /**
-     * A bucket that stayed mid-write (section 7, step 5): accept its odd version as it
-     * stands (damage: no lock holder, one corruption; or a dead holder, nothing counted), or
-     * yield and let the caller read again (a live writer is at work).
+     * A bucket that stayed mid-write (section 7, step 5): true if its odd version is accepted
+     * as it stands (damage: no lock holder, one corruption; or a dead holder, nothing
+     * counted), and the key is read again at once; false if a live writer is at work (or the
+     * version moved): the bucket is stuck.
      */
-    private void stuckBucket(Mapped m, long b) {
+    private boolean stuckBucket(Mapped m, long b) {
         long ver = m.metaWord(b, M_VERSION), lock = m.metaWord(b, M_LOCK);
         long v = m.map.getLongAcquire(ver);
         long owner = m.map.getLongAcquire(lock);
@@ -361,33 +392,14 @@ public final class Call implements AutoCloseable {
                 }
                 staticB = b;
                 staticV = v;
-                return;
+                return true;
             }
             if (!Liveness.isAlive(owner) && m.map.getLongAcquire(lock) == owner) { // only its own odd version
                 staticB = b;
                 staticV = v;
-                return;
-            }
-        }
-        Thread.yield();
-    }
-
-    private boolean isGivenUp(long b) {
-        for (int i = 0; i < nGivenUp; i++) {
-            if (givenUp[i] == b) {
                 return true;
             }
         }
         return false;
-    }
-
-    private void giveUp(long b) {
-        if (isGivenUp(b)) {
-            return;
-        }
-        if (nGivenUp == givenUp.length) {
-            givenUp = java.util.Arrays.copyOf(givenUp, nGivenUp * 2);
-        }
-        givenUp[nGivenUp++] = b;
     }
 }

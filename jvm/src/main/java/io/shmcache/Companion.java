@@ -3,31 +3,55 @@ package io.shmcache;
 import static io.shmcache.Layout.*;
 
 import java.io.IOException;
+import java.io.RandomAccessFile;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
-import java.nio.file.Files;
-import java.nio.file.LinkOption;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.BasicFileAttributes;
-import java.nio.file.attribute.PosixFileAttributes;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * The readers' companion (docs/segment-format.md, section 13): this process counts its
  * hits and misses in its row of /dev/shm/.shmcache-NAME.readers, so that `shmcache stats`,
  * `top` and the metrics see JVM readers as they see Python and Go ones. A reader that
- * cannot use the companion counts only in its handle; lookups never fail for it, and a
- * companion cut short under the mapping only turns the shared counters off.
+ * cannot use the companion counts only in its handle; lookups never fail for it.
+ *
+ * <p>Any member of the readers' group may write the companion, and so may cut it short. So
+ * this reader never maps it for its counts: it writes its row with positional writes
+ * ({@code pwrite}) and sums the rows with positional reads, which meet a file cut short as a
+ * short read or a size, never as a fault; a companion found shorter than its size turns the
+ * counters off and nothing else. The one step a positional write cannot make is the claim
+ * of a row, a compare-and-swap of its owner word against other processes: that is made on a
+ * mapping of the rows, once per process and companion, and guarded as a lookup is (the
+ * mapped file's size looked at after it, and a fault thrown there: {@link Faults}), so a
+ * companion cut short during the claim too only turns the counters off.
+ *
+ * <p>A process has one row per companion, shared by its handles ({@link Row}): its counts
+ * are kept in memory, added under the row's lock and written whole (words R_HITS..R_CORRUPTIONS),
+ * starting from what the row held when it was claimed (rows are never cleared, so sums never
+ * go down).
  */
 final class Companion {
-    private final Mapping map;
-    private final boolean writable;
-    private volatile long row = -1;      // byte offset of this process's row; -1 not claimed yet
-    private volatile boolean claimed;     // claim() ran (a row may still be missing: uncounted)
-    private volatile boolean lost;
+    private static final String WHAT = " (its readers' companion)";
+    private static final Map<String, Row> ROWS = new ConcurrentHashMap<>(); // this process's rows, by companion file
 
-    private Companion(Mapping map, boolean writable) {
-        this.map = map;
+    private final String cache;
+    private final Path path;
+    private final FileChannel ch;
+    private final RandomAccessFile sizer; // the companion's size after a claim (Faults)
+    private final boolean writable;
+    private final String key; // the companion file and the cache's creation id
+    private volatile Row row;  // this process's row, claimed at the first count; null not yet
+    private volatile boolean off;
+
+    private Companion(String cache, Path path, FileOpener.Opened o, boolean writable, String key) {
+        this.cache = cache;
+        this.path = path;
+        this.ch = o.channel();
+        this.sizer = o.sizer();
         this.writable = writable;
+        this.key = key;
     }
 
     static Path pathOf(String name) {
@@ -36,121 +60,256 @@ final class Companion {
 
     /**
      * The companion of the cache with this creation id, or null if none is usable (or, with
-     * an owner, if another user owns it: not counted in, as the Python reader).
+     * an owner, if another user owns it: not counted in, as the Python reader). One this
+     * process may only read gives sums, no counting.
      */
     static Companion open(String name, long creationId, Owner owner) {
         Path path = pathOf(name);
+        FileOpener.Opened o;
+        boolean write = true;
         try {
-            BasicFileAttributes a = owner == null
-                    ? Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS)
-                    : Files.readAttributes(path, PosixFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
-            if (!a.isRegularFile() || a.size() != COMPANION_BYTES) {
+            o = FileOpener.INSTANCE.open(name, path, true, WHAT);
+        } catch (ShmcacheException.Permission e) {
+            write = false;
+            try {
+                o = FileOpener.INSTANCE.open(name, path, false, WHAT);
+            } catch (ShmcacheException e2) {
                 return null;
             }
-            if (owner != null && !owner.owns((PosixFileAttributes) a)) {
+        } catch (ShmcacheException e) {
+            return null; // none, not a regular file: no companion
+        }
+        FileChannel ch = o.channel();
+        try {
+            FileStat st = o.stat();
+            if (st.size() != COMPANION_BYTES || (owner != null && !owner.owns(st))) {
+                o.close();
                 return null;
             }
+            ByteBuffer h = ByteBuffer.allocate(3 * (int) WORD).order(ByteOrder.LITTLE_ENDIAN);
+            while (h.hasRemaining() && ch.read(h, h.position()) > 0) {
+                // the header words, read with pread
+            }
+            long version = h.getLong((int) WORD);
+            if (h.hasRemaining() || h.getLong(0) != ReaderStats.MAGIC || (version != 1 && version != 2)
+                    || h.getLong(ReaderStats.H_CREATION_ID * (int) WORD) != creationId) {
+                o.close();
+                return null;
+            }
+            return new Companion(name, path, o, write, st.dev() + ":" + st.ino() + ":" + creationId);
         } catch (IOException e) {
+            o.close();
             return null;
         }
-        for (boolean write : new boolean[] {true, false}) { // read-only: sums, no counting
-            try (FileChannel ch = write
-                    ? FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)
-                    : FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS)) {
-                if (ch.size() != COMPANION_BYTES) {
-                    return null;
-                }
-                Mapping m = Mapping.map(ch, COMPANION_BYTES, write);
-                long version = m.getLong(WORD);
-                boolean ours = m.getLongAcquire(0) == COMPANION_MAGIC && (version == 1 || version == 2)
-                        && m.getLong(COMPANION_CREATION * WORD) == creationId;
-                return ours ? new Companion(m, write) : null;
-            } catch (IOException | InternalError e) {
-                // not ours to write (try reading), or gone, or cut short: no companion
-            }
-        }
-        return null;
     }
 
     private static long rowOff(long r) {
         return PAGE + r * ROW_WORDS * WORD;
     }
 
-    /** This process's row: one holding its owner word, else a free one, else a dead owner's. */
-    private synchronized void claim() {
-        if (claimed) {
-            return;
+    /**
+     * A row of this process in one companion: its byte offset and the counts it holds
+     * (R_HITS..R_CORRUPTIONS), written whole after each call under this object's lock.
+     */
+    static final class Row {
+        final long off;
+        final long[] counts = new long[5]; // hits, misses, batches, retries, corruptions
+        final ByteBuffer buf = ByteBuffer.allocate(5 * (int) WORD).order(ByteOrder.LITTLE_ENDIAN);
+
+        Row(long off, long[] start) {
+            this.off = off;
+            System.arraycopy(start, 0, counts, 0, counts.length);
         }
-        long me = Liveness.mine();
-        if (writable && me != 0) {
-            row = find(me);
-        }
-        claimed = true;
     }
 
-    private long find(long me) {
-        for (long r = 0; r < MAX_READERS; r++) {
-            if (map.getLongAcquire(rowOff(r) + R_OWNER * WORD) == me) {
-                return rowOff(r);
+    /**
+     * Counts one lookup call in this process's row (claimed at the first call): hits,
+     * misses, one batch, retries and corruptions. A companion cut short (or gone bad) turns
+     * the counting off; nothing is thrown.
+     */
+    void add(long hits, long misses, long retries, long corruptions) {
+        if (off || !writable) {
+            return;
+        }
+        Row r = row;
+        if (r == null) {
+            r = claim();
+            if (r == null) {
+                return;
+            }
+        }
+        synchronized (r) {
+            long[] c = r.counts;
+            c[0] += hits;
+            c[1] += misses;
+            c[2] += 1;
+            c[3] += retries;
+            c[4] += corruptions;
+            r.buf.clear();
+            for (long v : c) {
+                r.buf.putLong(v);
+            }
+            r.buf.flip();
+            try {
+                if (ch.size() != COMPANION_BYTES) { // cut short: a write there would grow it again
+                    off = true;
+                    return;
+                }
+                while (r.buf.hasRemaining()) {
+                    ch.write(r.buf, r.off + ReaderStats.R_HITS * WORD + r.buf.position());
+                }
+            } catch (IOException e) { // closed by an interrupt, or gone bad: counters off
+                off = true;
+            }
+        }
+    }
+
+    /** This process's row, shared by its handles on the same companion; null: none (uncounted). */
+    private Row claim() {
+        Row r = ROWS.get(key);
+        if (r == null) {
+            synchronized (ROWS) {
+                r = ROWS.get(key);
+                if (r == null) {
+                    r = claimRow();
+                    if (r == null) {
+                        off = true; // no row free, or the companion was cut short: uncounted
+                        return null;
+                    }
+                    ROWS.put(key, r);
+                }
+            }
+        }
+        row = r;
+        return r;
+    }
+
+    /**
+     * Claims a row by compare-and-swap on a mapping of the rows (section 13): one holding this
+     * process's owner word, else the first free one, else the first whose owner is dead; its
+     * counts are read as they stand. The mapping is unmapped after; a fault on it (the
+     * companion cut short meanwhile) is thrown and caught here ({@link Faults}).
+     */
+    private Row claimRow() {
+        long me = Liveness.mine();
+        if (me == 0) {
+            return null;
+        }
+        try {
+            if (ch.size() != COMPANION_BYTES) { // cut short (a read-write map would grow it back): no row
+                return null;
+            }
+            Mapping m = Mapping.mapRange(ch, PAGE, COMPANION_BYTES - PAGE, true);
+            try {
+                long at = find(m, me);
+                long[] start = new long[5];
+                if (at >= 0) {
+                    for (int i = 0; i < 5; i++) {
+                        start[i] = m.getLong(at + (ReaderStats.R_HITS + i) * WORD);
+                    }
+                }
+                if (!sealClaim()) {
+                    return null;
+                }
+                return at < 0 ? null : new Row(PAGE + at, start);
+            } catch (InternalError e) {
+                if (!Faults.isFault(e)) {
+                    throw e;
+                }
+                return null;
+            } finally {
+                m.unmap(); // the claim's only reader: the counts go by positional writes from here
+            }
+        } catch (IOException e) {
+            return null;
+        }
+    }
+
+    /**
+     * The claim's end: a fault pending from it thrown here (caught by the claim), a companion
+     * cut short found (false: no row).
+     */
+    private boolean sealClaim() {
+        if (Faults.AT_TRANSITION) {
+            Faults.transition();
+            return true;
+        }
+        long size;
+        try {
+            size = sizer.length();
+        } catch (IOException e) {
+            size = -1;
+        }
+        if (size != COMPANION_BYTES) {
+            Faults.drain();
+            return false;
+        }
+        return true;
+    }
+
+    private static long find(Mapping m, long me) {
+        long rows = ReaderStats.MAX_READERS;
+        for (long r = 0; r < rows; r++) {
+            if (m.getLongAcquire(rowOff(r) - PAGE + ReaderStats.R_OWNER * WORD) == me) {
+                return rowOff(r) - PAGE;
             }
         }
         for (boolean free : new boolean[] {true, false}) {
-            for (long r = 0; r < MAX_READERS; r++) {
-                long at = rowOff(r) + R_OWNER * WORD;
-                long cur = map.getLongAcquire(at);
-                if ((cur == 0) == free && (free || !Liveness.isAlive(cur)) && map.compareAndSet(at, cur, me)) {
-                    return rowOff(r);
+            for (long r = 0; r < rows; r++) {
+                long at = rowOff(r) - PAGE + ReaderStats.R_OWNER * WORD;
+                long cur = m.getLongAcquire(at);
+                if ((cur == 0) == free && (free || !Liveness.isAlive(cur)) && m.compareAndSet(at, cur, me)) {
+                    return rowOff(r) - PAGE;
                 }
             }
         }
         return -1;
     }
 
-    /** Counts one lookup call in this process's row (claimed at the first call). */
-    void add(long hits, long misses, long retries, long corruptions) {
-        if (lost) {
-            return;
-        }
-        try {
-            if (!claimed) {
-                claim();
-            }
-            long r = row;
-            if (r < 0) {
-                return;
-            }
-            map.getAndAdd(r + R_HITS * WORD, hits);
-            map.getAndAdd(r + R_MISSES * WORD, misses);
-            map.getAndAdd(r + R_BATCHES * WORD, 1);
-            if (retries != 0) {
-                map.getAndAdd(r + R_RETRIES * WORD, retries);
-            }
-            if (corruptions != 0) {
-                map.getAndAdd(r + R_CORRUPTIONS * WORD, corruptions);
-            }
-        } catch (InternalError e) {
-            lost = true; // cut short by another reader of the group: counters off, the cache untouched
-        }
-    }
-
-    /** {hits, misses, batches, corruptions} summed over every row, or null if unusable. */
+    /**
+     * Sums over every row ever used, read with positional reads: {reader_hits, reader_misses,
+     * reader_batches, reader_corruptions, readers (rows whose owner is alive)}; null if the
+     * companion is unusable (cut short: the counters turn off).
+     */
     long[] totals() {
-        if (lost) {
+        if (off) {
             return null;
         }
-        long[] t = new long[4];
+        ByteBuffer b = ByteBuffer.allocate((int) (COMPANION_BYTES - PAGE)).order(ByteOrder.LITTLE_ENDIAN);
         try {
-            for (long r = 0; r < MAX_READERS; r++) {
-                long o = rowOff(r);
-                t[0] += map.getLongAcquire(o + R_HITS * WORD);
-                t[1] += map.getLongAcquire(o + R_MISSES * WORD);
-                t[2] += map.getLongAcquire(o + R_BATCHES * WORD);
-                t[3] += map.getLongAcquire(o + R_CORRUPTIONS * WORD);
+            while (b.hasRemaining() && ch.read(b, PAGE + b.position()) > 0) {
+                // every row
             }
-        } catch (InternalError e) {
-            lost = true;
+        } catch (IOException e) {
+            off = true;
             return null;
+        }
+        if (b.hasRemaining()) { // cut short
+            off = true;
+            return null;
+        }
+        long[] t = new long[5];
+        for (long r = 0; r < ReaderStats.MAX_READERS; r++) {
+            int o = (int) (rowOff(r) - PAGE);
+            t[0] += b.getLong(o + ReaderStats.R_HITS * (int) WORD);
+            t[1] += b.getLong(o + ReaderStats.R_MISSES * (int) WORD);
+            t[2] += b.getLong(o + ReaderStats.R_BATCHES * (int) WORD);
+            t[3] += b.getLong(o + ReaderStats.R_CORRUPTIONS * (int) WORD);
+            long owner = b.getLong(o + ReaderStats.R_OWNER * (int) WORD);
+            if (owner != 0 && Liveness.isAlive(owner)) {
+                t[4]++;
+            }
         }
         return t;
+    }
+
+    /** Whether this process counts in the companion (a row claimed and in use). */
+    boolean counting() {
+        return !off && row != null;
+    }
+
+    @Override
+    public String toString() {
+        return "readers' companion " + path + " of cache '" + cache + "'";
     }
 }

@@ -3,37 +3,46 @@ package io.shmcache;
 import static io.shmcache.Layout.*;
 
 import java.io.IOException;
+import java.io.RandomAccessFile;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
-import java.nio.file.Files;
-import java.nio.file.LinkOption;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.BasicFileAttributes;
-import java.nio.file.attribute.PosixFileAttributes;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.IntToLongFunction;
 
 /**
  * One mapping of a cache's file, after every check of docs/segment-format.md section 4.
  * The geometry is read once, here, and never again: every bound a lookup uses is this
  * object's own copy, so a header changed under the mapping cannot move a read.
+ *
+ * <p>The file is opened by {@link FileOpener} (never blocking, never following a link, a
+ * regular file only), checked on the lstat of the file opened (owner, mode, size), its
+ * header read with a positional read before anything is mapped (a stranger's file at the
+ * name costs one page read), then mapped read-only and never populated: Java maps without
+ * {@code MAP_POPULATE}, so a sparse file planted at the name costs only the pages lookups
+ * touch (format section 1). The channel stays open: {@link #seal} asks it the file's size
+ * at the end of each call (JDK 17, see {@link Faults}).
  */
 final class Mapped {
     final Mapping map;
-    final Object fileKey; // the file's identity (device, inode): a re-created cache is another file
+    final FileStat stat;  // the file mapped: its identity (a re-created cache is another file)
     final long creationId;
     final int keySize;
     final long maxValue;
     final long slots;
     final long ring;
     final long ringOff;
-    volatile boolean lost; // the file was cut short under the mapping (a fault was caught)
+    private final RandomAccessFile sizer; // the file's size, for seal (Faults)
+    volatile boolean lost;    // the file was cut short under the mapping: never read again
+    /** Calls reading the mapping now (low bits), RETIRED once its handle dropped it, UNMAPPED once unmapped. */
+    private final AtomicLong uses = new AtomicLong();
+    private static final long RETIRED = 1L << 62, UNMAPPED = 1L << 61;
 
-    private Mapped(Mapping map, Object fileKey, long[] geo) {
+    private Mapped(Mapping map, RandomAccessFile sizer, FileStat stat, long[] geo) {
         this.map = map;
-        this.fileKey = fileKey;
+        this.sizer = sizer;
+        this.stat = stat;
         this.keySize = (int) geo[0];
         this.maxValue = geo[1];
         this.slots = geo[2];
@@ -42,70 +51,147 @@ final class Mapped {
         this.creationId = map.getLong(H_CREATION_ID * WORD);
     }
 
-    /** What is at path now (no link followed): its identity and size; null if nothing is there. */
-    static BasicFileAttributes at(Path path) {
-        try {
-            return Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
-        } catch (IOException e) {
-            return null;
-        }
-    }
-
-    /** Opens, checks and maps the file at path (sections 1 and 4). */
-    static Mapped open(String cache, Path path) {
-        return open(cache, path, null);
-    }
-
     /**
-     * Opens, checks and maps the file at path (sections 1 and 4); with an owner, refuses
-     * ({@link ShmcacheException.WrongOwner}) a file another user owns before it is opened,
-     * and a file replaced at the path between that look and the open before a byte is read.
+     * Opens, checks and maps the file at path (sections 1 and 4): not a regular file, under
+     * a page, no or bad magic [not a cache]; another user's file with an owner named [wrong
+     * owner]; a file its group or others may write [unsafe mode]; not ours to open
+     * [permission]; a layout version this reader does not read [version]; a header word out
+     * of its bounds [corrupt].
      */
     static Mapped open(String cache, Path path, Owner owner) {
-        BasicFileAttributes a;
+        FileOpener.Opened o = FileOpener.INSTANCE.open(cache, path, false, "");
+        FileChannel ch = o.channel();
+        boolean ok = false;
         try {
-            a = owner == null ? Files.readAttributes(path, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS)
-                    : Files.readAttributes(path, PosixFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
-        } catch (NoSuchFileException e) {
-            throw new ShmcacheException.NotFound(cache, "no such cache (" + path + ")");
-        } catch (IOException e) {
-            throw new ShmcacheException.NotACache(cache, "cannot look at " + path + ": " + e, e);
-        }
-        if (!a.isRegularFile()) { // a FIFO, a directory, a link: never opened, never followed
-            throw new ShmcacheException.NotACache(cache, path + " is not a regular file, not a shmcache segment");
-        }
-        if (owner != null) {
-            owner.check(cache, path, (PosixFileAttributes) a, "");
-        }
-        try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS)) {
-            if (owner != null) { // the file opened is the one whose owner was looked at (Java has no fstat)
-                BasicFileAttributes now = at(path);
-                if (now == null || !a.fileKey().equals(now.fileKey())) {
-                    throw new ShmcacheException.NotACache(cache, path + " was replaced while it was being opened, "
-                            + "after its owner was checked (owner=" + owner + "): not read; attach again");
-                }
+            FileStat st = o.stat();
+            if (owner != null) {
+                owner.check(cache, path, st, "");
+            }
+            if ((st.perms() & 0022) != 0) {
+                throw new ShmcacheException.UnsafeMode(cache, path + " has mode " + String.format("%04o", st.perms())
+                        + " (owner " + Users.text(st.uid()) + "): its group or others may write it, so anyone could have "
+                        + "put its content there; no shmcache creator makes such a file: refusing to read it (destroy "
+                        + "and re-create the cache, or chmod it back to 0600 or 0640)");
             }
             long size = ch.size();
+            if (size < PAGE) {
+                throw new ShmcacheException.NotACache(cache, path + " is " + size + " bytes, not a shmcache segment");
+            }
             ByteBuffer head = ByteBuffer.allocate((int) PAGE).order(ByteOrder.LITTLE_ENDIAN);
             while (head.hasRemaining() && ch.read(head, head.position()) > 0) {
                 // the first page, read before anything is mapped
             }
-            if (size < PAGE || head.hasRemaining()) {
-                throw new ShmcacheException.NotACache(cache, path + " is " + size + " bytes, not a shmcache segment");
+            if (head.hasRemaining()) { // shrunk since its size was read
+                throw new ShmcacheException.NotACache(cache, path + " is " + head.position() + " bytes, not a shmcache "
+                        + "segment");
             }
             check(cache, path, size, i -> head.getLong(i * (int) WORD), head.getLong(0));
             Mapping m = Mapping.map(ch, size, false);
             long[] geo; // checked again on the mapping: the file may have changed since
             try {
                 geo = check(cache, path, size, i -> m.getLong(i * WORD), m.getLongAcquire(H_MAGIC * WORD));
+                Mapped mapped = new Mapped(m, o.sizer(), st, geo);
+                mapped.seal(cache, path);
+                ok = true;
+                return mapped;
             } catch (InternalError e) {
-                throw Mapped.cutShort(cache, path, e);
+                if (!Faults.isFault(e)) {
+                    throw e;
+                }
+                throw cutShort(cache, path, e);
+            } finally {
+                if (!ok) {
+                    m.unmap(); // a file refused keeps nothing mapped
+                }
             }
-            return new Mapped(m, a.fileKey(), geo);
-        } catch (NoSuchFileException e) {
-            throw new ShmcacheException.NotFound(cache, "no such cache (" + path + ")");
         } catch (IOException e) {
-            throw new ShmcacheException.NotACache(cache, "cannot map " + path + ": " + e, e);
+            throw new ShmcacheException.NotACache(cache, "cannot read " + path + ": " + e, e);
+        } finally {
+            if (!ok) {
+                o.close();
+            } else {
+                try {
+                    ch.close(); // mapped: the mapping keeps the file; the sizer stays for seal
+                } catch (IOException ignored) {
+                    // nothing more is read from it
+                }
+            }
+        }
+    }
+
+    /**
+     * A call starts reading the mapping: false if its handle has dropped it already (then
+     * read what the handle holds now).
+     */
+    boolean enter() {
+        long u;
+        do {
+            u = uses.get();
+            if ((u & RETIRED) != 0) {
+                return false;
+            }
+        } while (!uses.compareAndSet(u, u + 1));
+        return true;
+    }
+
+    /** A call has done reading the mapping; the last one out of a dropped mapping unmaps it. */
+    void exit() {
+        if (uses.decrementAndGet() == RETIRED) {
+            unmapNow();
+        }
+    }
+
+    /**
+     * Its handle drops the mapping (another file at the name, nothing there, a file cut
+     * short, the handle closed): unmapped now, or by the last call still reading it.
+     */
+    void retire() {
+        long prev = uses.getAndUpdate(u -> u | RETIRED);
+        if ((prev & RETIRED) == 0 && prev == 0) {
+            unmapNow();
+        }
+    }
+
+    /** Whether the mapping is gone from the process (tests). */
+    boolean unmapped() {
+        return (uses.get() & UNMAPPED) != 0;
+    }
+
+    private void unmapNow() {
+        if (uses.compareAndSet(RETIRED, RETIRED | UNMAPPED)) {
+            map.unmap();
+            try {
+                sizer.close();
+            } catch (IOException ignored) {
+                // nothing more is asked of it
+            }
+        }
+    }
+
+    /**
+     * The end of every call that read this mapping, inside the call's {@code try} (see
+     * {@link Faults}): on JDK 21+ a native call, which throws a pending unsafe-access error
+     * here; on JDK 17 the file's size ({@code fstat}, one native call with no Java code of the
+     * JDK around it), and a file shorter than its mapping marks the mapping lost, makes the
+     * pending error be thrown here ({@link Faults#drain}) and throws
+     * {@link ShmcacheException.Corrupt}.
+     */
+    void seal(String cache, Path path) {
+        if (Faults.AT_TRANSITION) {
+            Faults.transition();
+            return;
+        }
+        long size;
+        try {
+            size = sizer.length();
+        } catch (IOException e) { // cannot be (never closed): say so, the error of the call
+            throw new ShmcacheException.NotACache(cache, "cannot look at the size of " + path + ": " + e, e);
+        }
+        if (size < map.size) {
+            lost = true;
+            retire(); // unmapped once this call is out
+            Faults.drain();
+            throw cutShort(cache, path, null);
         }
     }
 
@@ -140,7 +226,7 @@ final class Mapped {
         if (maxv < 0 || maxv > 0xFFFFFFFFL) {
             throw bad(cache, "max_value", maxv, "from 0 to 2**32-1");
         }
-        if (slots < MIN_SLOTS || (slots & (slots - 1)) != 0 || slots > (1L << 46)) {
+        if (slots < MIN_SLOTS || (slots & (slots - 1)) != 0 || slots > (POS_MASK + 1) >>> 1) { // 2**46
             throw bad(cache, "slots", slots, "a power of two from " + MIN_SLOTS + " to 2**46");
         }
         if (ring <= 0 || ring % RECORD_ALIGN != 0 || ring > POS_MASK) {
@@ -150,9 +236,8 @@ final class Mapped {
             throw bad(cache, "ring", ring, ">= " + recordSize(ks, maxv) + ", one record of key_size=" + ks
                     + " and max_value=" + maxv);
         }
-        if (slots > fileSize || ring > fileSize) { // bounded by the file before they are multiplied
-            throw bad(cache, "size", size, fileSize + ", the size of the file");
-        }
+        // slots <= 2**46 and ring < 2**47: NBUCKETS * slots * WORD <= 2**62 and NBUCKETS * ring < 2**60,
+        // so the derived size is under 2**63 and a wrong size is always reported as derived
         long derived = align(FIXED_BYTES + NBUCKETS * slots * WORD, PAGE) + NBUCKETS * ring;
         if (size != derived) {
             throw bad(cache, "size", size, derived + ", as derived from slots=" + slots + " and ring=" + ring);
@@ -179,12 +264,17 @@ final class Mapped {
         return META_OFF + (bucket * ROW_WORDS + w) * WORD;
     }
 
-    /** Live entries: the sum of every bucket's M_LIVE. */
-    long entries() {
+    /** The sum of word w of every bucket's meta row. */
+    long sumMeta(int w) {
         long n = 0;
         for (long b = 0; b < NBUCKETS; b++) {
-            n += map.getLong(metaWord(b, M_LIVE));
+            n += map.getLong(metaWord(b, w));
         }
         return n;
+    }
+
+    /** Header word i as it stands. */
+    long header(int i) {
+        return map.getLong(i * WORD);
     }
 }

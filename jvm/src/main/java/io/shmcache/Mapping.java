@@ -11,15 +11,20 @@ import java.nio.channels.FileChannel;
 import sun.misc.Unsafe;
 
 /**
- * A whole file mapped as consecutive windows of {@code CHUNK} bytes (a MappedByteBuffer
+ * The one place this package reads shared memory: every load of a mapped file goes through
+ * these methods (a JDK 22+ foreign-memory implementation can take its place behind them).
+ *
+ * <p>A whole file mapped as consecutive windows of {@code CHUNK} bytes (a MappedByteBuffer
  * holds at most 2 GiB; Java 17 has no final foreign-memory API). Every shared word is
  * 8-aligned and CHUNK is a multiple of 8, so no word straddles two windows; byte runs
  * (keys, values) are split where they cross one.
  *
- * <p>The buffers are never unmapped explicitly: a mapping no handle refers to any more is
- * unmapped by the garbage collector, so no thread can touch an unmapped address. A fault
- * in a window (the file cut short under it) surfaces from these methods as the
- * {@link InternalError} the JDK makes of the SIGBUS; callers turn it into an error.
+ * <p>{@link #unmap()} unmaps the windows at once (format section 1: a handle drops the
+ * mapping of a file that is no longer at its name); its owner ({@link Mapped}) calls it only
+ * once no call reads the mapping any more, so no thread touches an unmapped address. A fault
+ * in a window (the file cut short under it) does not surface from these methods: the JVM
+ * throws its {@link InternalError} later, and every call of this package ends with
+ * {@link Mapped#seal}, which makes it be thrown inside the call ({@link Faults}).
  */
 final class Mapping {
     static final int CHUNK_BITS = 30;
@@ -59,15 +64,34 @@ final class Mapping {
 
     /** Maps {@code size} bytes of ch from 0, read-only or read-write (MAP_SHARED either way). */
     static Mapping map(FileChannel ch, long size, boolean write) throws IOException {
+        return mapRange(ch, 0, size, write);
+    }
+
+    /**
+     * Maps the {@code size} bytes of ch from file offset {@code from} (a multiple of the page
+     * size); positions of the mapping count from there. Never populated: pages are filled as
+     * they are touched.
+     */
+    static Mapping mapRange(FileChannel ch, long from, long size, boolean write) throws IOException {
         int n = (int) ((size + CHUNK - 1) >>> CHUNK_BITS);
         MappedByteBuffer[] chunks = new MappedByteBuffer[n];
         FileChannel.MapMode mode = write ? FileChannel.MapMode.READ_WRITE : FileChannel.MapMode.READ_ONLY;
         for (int i = 0; i < n; i++) {
             long at = (long) i << CHUNK_BITS;
-            chunks[i] = ch.map(mode, at, Math.min(CHUNK, size - at));
+            chunks[i] = ch.map(mode, from + at, Math.min(CHUNK, size - at));
             chunks[i].order(ByteOrder.LITTLE_ENDIAN);
         }
         return new Mapping(size, chunks);
+    }
+
+    /**
+     * Unmaps every window now (the buffers' cleaners). The caller guarantees that no thread
+     * reads this mapping from now on: a read after it would touch an unmapped address.
+     */
+    void unmap() {
+        for (MappedByteBuffer c : chunks) {
+            U.invokeCleaner(c);
+        }
     }
 
     /**
@@ -104,7 +128,7 @@ final class Mapping {
      * The little-endian word at pos: a raw load at the window's address (the buffer's own
      * getLong costs a dozen instructions of checks a load, which keeps fewer of a batch's
      * cache misses in flight together; bench/README.md "The JVM lookup"). A fault (the file
-     * cut short) is the same InternalError the buffer would throw.
+     * cut short) is reported as a read of the buffer's would be (see above).
      */
     long getLong(long pos) {
         long v = U.getLong(address(pos, Layout.WORD));
@@ -124,10 +148,6 @@ final class Mapping {
 
     boolean compareAndSet(long pos, long expect, long value) {
         return LONGS.compareAndSet(chunks[(int) (pos >>> CHUNK_BITS)], (int) (pos & IN_CHUNK), expect, value);
-    }
-
-    void getAndAdd(long pos, long delta) {
-        LONGS.getAndAdd(chunks[(int) (pos >>> CHUNK_BITS)], (int) (pos & IN_CHUNK), delta);
     }
 
     /** Copies len bytes at pos into dst[off..]. */

@@ -2,10 +2,7 @@ package io.shmcache;
 
 import java.io.IOException;
 import java.nio.file.FileSystems;
-import java.nio.file.Files;
-import java.nio.file.LinkOption;
 import java.nio.file.Path;
-import java.nio.file.attribute.PosixFileAttributes;
 import java.nio.file.attribute.UserPrincipal;
 import java.nio.file.attribute.UserPrincipalNotFoundException;
 
@@ -64,22 +61,16 @@ public final class Owner {
     }
 
     /**
-     * Throws {@link ShmcacheException.WrongOwner} naming both users unless the file at path
-     * (not followed if a link) belongs to this owner; a reader calls it before it opens the file.
+     * Throws {@link ShmcacheException.WrongOwner} naming both users unless the file whose
+     * lstat is {@code st} (the file at path, opened) belongs to this owner; a reader calls
+     * it before it reads a byte of the file.
      */
-    void check(String cache, Path path, PosixFileAttributes a, String what) {
-        if (a.owner().equals(user)) {
+    void check(String cache, Path path, FileStat st, String what) {
+        if (owns(st)) {
             return;
         }
-        long fileUid = -1;
-        try {
-            fileUid = ((Number) Files.getAttribute(path, "unix:uid", LinkOption.NOFOLLOW_LINKS)).longValue();
-        } catch (IOException | UnsupportedOperationException | IllegalArgumentException e) {
-            // named by its user name only
-        }
-        String name = a.owner().getName();
-        String file = fileUid < 0 ? "user '" + name + "'"
-                : "uid " + fileUid + (name.equals(Long.toString(fileUid)) ? "" : " (" + name + ")");
+        String name = st.owner() == null ? null : st.owner().getName();
+        String file = "uid " + st.uid() + (name == null || name.equals(Integer.toString(st.uid())) ? "" : " (" + name + ")");
         throw new ShmcacheException.WrongOwner(cache, path + what + " belongs to " + file + ", not to " + expectedText()
                 + " as its reader was told (owner=" + spec + "): refusing to read it (any user may create a name in "
                 + "/dev/shm before its supervisor does)");
@@ -91,35 +82,16 @@ public final class Owner {
      * where /etc/passwd does not say. Only for messages.
      */
     private String expectedText() {
-        long u = uid;
-        String name = uid >= 0 ? null : spec;
-        try {
-            for (String line : Files.readAllLines(Path.of("/etc/passwd"))) {
-                String[] f = line.split(":", 4);
-                if (f.length < 3) {
-                    continue;
-                }
-                if (uid < 0 && f[0].equals(spec)) {
-                    u = Long.parseLong(f[2]);
-                    break;
-                }
-                if (uid >= 0 && f[2].equals(Long.toString(uid))) {
-                    name = f[0];
-                    break;
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            // worded with what is known
-        }
+        long u = uid >= 0 ? uid : Users.uidOf(spec);
         if (u < 0) {
-            return "user '" + name + "'";
+            return "user '" + spec + "'";
         }
-        return "uid " + u + (name == null ? "" : " (" + name + ")");
+        return uid >= 0 ? Users.text(u) : "uid " + u + " (" + spec + ")";
     }
 
-    /** Whether the file of these attributes belongs to this owner. */
-    boolean owns(PosixFileAttributes a) {
-        return a.owner().equals(user);
+    /** Whether the file of this lstat belongs to this owner. */
+    boolean owns(FileStat st) {
+        return user.equals(st.owner());
     }
 
     @Override

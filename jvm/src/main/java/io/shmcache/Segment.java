@@ -3,10 +3,10 @@ package io.shmcache;
 import static io.shmcache.Layout.*;
 
 import java.nio.file.Path;
-import java.nio.file.attribute.BasicFileAttributes;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantLock;
 import java.util.regex.Pattern;
 import net.jpountz.xxhash.XXHash64;
 import net.jpountz.xxhash.XXHashFactory;
@@ -18,46 +18,62 @@ import net.jpountz.xxhash.XXHashFactory;
  * companion and no following of a name. Safe for use by many threads; each
  * {@link Call} belongs to one thread.
  *
- * <p>A cache destroyed and created again under its name is another file: a handle
- * attached by name looks at the name every 0.1 s and maps the new file. A file cut short
- * under the mapping makes lookups throw {@link ShmcacheException.Corrupt} ("cut short"),
- * never kill the process. Not guaranteed: the memory of a replaced file stays mapped
- * until the garbage collector drops its buffers (Java cannot unmap a buffer safely).
+ * <p>Guarantees (docs/reader-contract.md; docs/jvm.md "Guarantees"):
+ * <ul>
+ * <li>It never hangs: no open blocks ({@link FileOpener}), and a call waits at most
+ *     STUCK_GIVE_UP in all for buckets held mid-write ({@link Call}).
+ * <li>It never dies: a file cut short under the mapping is {@link ShmcacheException.Corrupt}
+ *     ("cut short") of the call that met it, on the calling thread, never a JVM error
+ *     thrown elsewhere ({@link Faults}).
+ * <li>It refuses what it was not told to trust: with an {@link Owner}, another user's file
+ *     ({@link ShmcacheException.WrongOwner}); owner named or not, a file its group or others
+ *     may write ({@link ShmcacheException.UnsafeMode}); before a byte of it is read.
+ * <li>It serves nothing that is no longer there: a handle attached by name looks at the name
+ *     at least every 0.1 s of use (every call reads the clock), and while the name holds
+ *     anything but the file it maps, its lookups fail with what is there now
+ *     ({@link ShmcacheException.NotFound} for nothing, that file's own error otherwise); a
+ *     new cache at the name is mapped and served. While nothing usable is there, every call
+ *     looks again.
+ * <li>A readers' companion it cannot use (gone, cut short, another user's) turns the shared
+ *     counters off; lookups go on ({@link Companion}).
+ * </ul>
+ * Not guaranteed (format section 17): an entry may be evicted at any time once its bucket
+ * is full; a key set while it is read reads as the old or the new value, never a mix; stats
+ * are a snapshot; a miss falls through to the store of record.
  *
- * <p>Told its cache's {@link Owner} ({@link #attach(String, Owner)}), a handle refuses a
- * file another user owns with {@link ShmcacheException.WrongOwner} naming both users, at
- * attach and at every re-attach to a re-created cache, before reading any byte of it; a
- * readers' companion another user owns is not counted in.
+ * <p>A mapping the handle drops (another file at the name, nothing there, a file cut short,
+ * the handle closed) is unmapped at once, or as soon as the last call still reading it
+ * returns: every call counts itself in and out of the mapping it reads ({@link Mapped#enter}),
+ * so no thread reads an unmapped address.
  */
 public final class Segment implements AutoCloseable {
     private static final Pattern NAME = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._-]{0,199}");
     static final XXHash64 XXH64 = XXHashFactory.fastestJavaInstance().hash64();
     private static final System.Logger LOG = System.getLogger("io.shmcache");
+    private static final long WAIT_POLL_MS = 50; // wait_ready's pace (format section 14)
 
     private final String name;
     private final Path path;
     private final boolean follow;
     private final Owner owner;           // null: any owner
-    private volatile ShmcacheException.WrongOwner refused; // the file at the name is another user's
-    private volatile Mapped cur;        // null: nothing at the name any more
-    private volatile Companion comp;    // null: uncounted in shared memory
+    private volatile State state;
     private volatile boolean closed;
     private volatile long nextCheck;
-    private int untimed; // lookups since the clock was last read (racy across threads: only a pace)
-    private static final int CLOCK_EVERY = 64; // read the clock every this many lookups, not each
+    private final ReentrantLock looking = new ReentrantLock();
     final AtomicLong hits = new AtomicLong(), misses = new AtomicLong();
     final AtomicLong retries = new AtomicLong(), corruptions = new AtomicLong();
     private final Set<Long> warned = ConcurrentHashMap.newKeySet();
 
-    private Segment(String name, Path path, boolean follow, Owner owner, Mapped m) {
+    /** What a handle serves now: a mapping (and its companion), or the error of what is at the name. */
+    private record State(Mapped m, Companion comp, ShmcacheException error) {}
+
+    private Segment(String name, Path path, boolean follow, Owner owner, Mapped m, ShmcacheException error) {
         this.name = name;
         this.path = path;
         this.follow = follow;
         this.owner = owner;
-        this.cur = m;
-        if (follow) {
-            this.comp = Companion.open(name, m.creationId, owner);
-        }
+        this.state = m == null ? new State(null, null, error)
+                : new State(m, follow ? Companion.open(name, m.creationId, owner) : null, null);
         this.nextCheck = System.nanoTime() + FOLLOW_INTERVAL_NS;
     }
 
@@ -72,12 +88,29 @@ public final class Segment implements AutoCloseable {
      * re-attach to a re-created cache checks the owner again.
      */
     public static Segment attach(String name, Owner owner) {
+        Path p = pathOf(name);
+        return new Segment(name, p, true, owner, Mapped.open(name, p, owner), null);
+    }
+
+    /**
+     * A handle that follows cache {@code name} whatever is at the name now, as a long-running
+     * service holds one: it never throws for what is at the name here; its lookups throw what
+     * is there (nothing: {@link ShmcacheException.NotFound}) until a cache is, then serve it.
+     * An invalid name is still {@link ShmcacheException.BadName}.
+     */
+    public static Segment follow(String name, Owner owner) {
+        Path p = pathOf(name);
+        Segment s = new Segment(name, p, true, owner, null, ThreadOpener.notFound(name, p, ""));
+        s.check();
+        return s;
+    }
+
+    private static Path pathOf(String name) {
         if (name == null || !NAME.matcher(name).matches()) {
-            throw new ShmcacheException.NotFound(String.valueOf(name), "not a valid cache name: use 1-200 letters, "
+            throw new ShmcacheException.BadName(String.valueOf(name), "not a valid cache name: use 1-200 letters, "
                     + "digits, '.', '_' or '-', starting with a letter or digit");
         }
-        Path p = Path.of(SHM_DIR, name);
-        return new Segment(name, p, true, owner, Mapped.open(name, p, owner));
+        return Path.of(SHM_DIR, name);
     }
 
     /** Maps a segment's file anywhere: the same checks; no companion, no following. */
@@ -87,7 +120,7 @@ public final class Segment implements AutoCloseable {
 
     /** {@link #attachPath(Path)} of a file that must belong to {@code owner} (null: any user). */
     public static Segment attachPath(Path path, Owner owner) {
-        return new Segment(path.toString(), path, false, owner, Mapped.open(path.toString(), path, owner));
+        return new Segment(path.toString(), path, false, owner, Mapped.open(path.toString(), path, owner), null);
     }
 
     /** The owner this handle insists on, null for any. */
@@ -100,11 +133,15 @@ public final class Segment implements AutoCloseable {
     }
 
     public int keySize() {
-        return acquire().keySize;
+        Mapped m = acquire();
+        release(m);
+        return m.keySize;
     }
 
     public long creationId() {
-        return acquire().creationId;
+        Mapped m = acquire();
+        release(m);
+        return m.creationId;
     }
 
     /** One key's value (a copy), null if not found. */
@@ -147,114 +184,238 @@ public final class Segment implements AutoCloseable {
         return new Call(this);
     }
 
-    /** Stats: the table's entries, this handle's counts and the companion's sums (section 15). */
+    /**
+     * Stats (format section 15): the table's figures summed over buckets and writer rows, every
+     * reader process's counts from the companion, and this handle's own. A snapshot.
+     */
     public Stats stats() {
-        Mapped m = acquire();
-        long entries;
+        State s = live();
+        Mapped m = s.m;
+        long entries, bytesUsed, evictions, takeovers, sets = 0, deletes = 0, writers = 0, writerCorruptions = 0;
+        long createdNs;
         try {
-            entries = m.entries();
+            entries = m.sumMeta(M_LIVE);
+            bytesUsed = m.sumMeta(M_LIVE_BYTES);
+            evictions = m.sumMeta(M_EVICTIONS);
+            takeovers = m.sumMeta(M_TAKEOVERS);
+            for (long i = 0; i < MAX_WRITERS; i++) {
+                long row = WRITERS_OFF + i * ROW_WORDS * WORD;
+                writers += m.map.getLong(row + W_OWNER * WORD) != 0 ? 1 : 0;
+                sets += m.map.getLong(row + W_SETS * WORD);
+                deletes += m.map.getLong(row + W_DELETES * WORD);
+                writerCorruptions += m.map.getLong(row + W_CORRUPTIONS * WORD);
+            }
+            createdNs = m.header(H_CREATED_NS);
+            m.seal(name, path);
         } catch (InternalError e) {
-            m.lost = true;
-            throw Mapped.cutShort(name, path, e);
+            throw cutShort(m, e);
+        } finally {
+            release(m);
         }
-        Companion c = comp;
+        Companion c = s.comp;
         long[] t = c == null ? null : c.totals();
-        long rh = t == null ? hits.get() : t[0], rm = t == null ? misses.get() : t[1];
-        return new Stats(entries, hits.get(), misses.get(), retries.get(), corruptions.get(), rh, rm);
+        long[] shared = t == null ? new long[5] : t;
+        boolean own = c == null || !c.counting(); // this handle's corruptions are not in a row of the companion
+        return new Stats(name, entries, bytesUsed, NBUCKETS * m.ring, NBUCKETS * (m.slots * MAX_LOAD_NUM / MAX_LOAD_DEN),
+                m.map.size, evictions, takeovers, sets, deletes, writers, hits.get(), misses.get(), retries.get(),
+                shared[0], shared[1], shared[2], shared[3], shared[4],
+                writerCorruptions + shared[3] + (own ? corruptions.get() : 0), m.keySize, m.maxValue, NBUCKETS,
+                LAYOUT_VERSION, m.creationId, createdNs / 1e9);
     }
 
-    /** What {@link #stats()} returns; readerHits/readerMisses sum every reader process. */
-    public record Stats(long entries, long hits, long misses, long retries, long corruptions,
-                        long readerHits, long readerMisses) {}
+    /**
+     * What {@link #stats()} returns: the fields of format section 15 and docs/reader-contract.md
+     * ("stats"), in camel case. {@code hits}, {@code misses} and {@code readRetries} are this
+     * handle's own lookups; the {@code reader*} figures sum every reader process's row of the
+     * companion (0 without one); {@code corruptions} counts writers' and readers'.
+     */
+    public record Stats(String name, long entries, long bytesUsed, long capacityBytes, long maxEntries, long memory,
+                        long evictions, long lockTakeovers, long sets, long deletes, long writers, long hits,
+                        long misses, long readRetries, long readerHits, long readerMisses, long readerBatches,
+                        long readerCorruptions, long readers, long corruptions, long keySize, long maxValue,
+                        long buckets, long layoutVersion, long creationId, double createdS) {
+        /** The contract's JSON object (snake-case field names), without the fields named in {@code without}. */
+        public String toJson(String... without) {
+            return Json.write(this, without);
+        }
+    }
 
-    /** Unmaps (when the garbage collector drops the buffers); never destroys. Idempotent. */
+    /**
+     * Readiness and progress from the cache's control area (format section 14), by the rule
+     * and with the fields of docs/reader-contract.md's status table.
+     */
+    public Status status() {
+        Mapped m = acquire();
+        try {
+            Status st = Status.read(name, m);
+            m.seal(name, path);
+            return st;
+        } catch (InternalError e) {
+            throw cutShort(m, e);
+        } finally {
+            release(m);
+        }
+    }
+
+    /**
+     * Waits until the cache is ready (its whole topic applied here), polling its status every
+     * 0.05 s, and returns that status; {@link ShmcacheException.NotReady} saying why not once
+     * {@code timeoutSeconds} have passed (infinite: no bound). While nothing is at the name
+     * (a cache being destroyed and created again) it goes on waiting; any other error ends it.
+     */
+    public Status waitReady(double timeoutSeconds) {
+        long start = System.nanoTime();
+        boolean interrupted = false;
+        try {
+            while (true) {
+                Status st = null;
+                try {
+                    st = status();
+                } catch (ShmcacheException.NotFound e) {
+                    // being re-created: wait on
+                }
+                if (st != null && st.ready()) {
+                    return st;
+                }
+                if (interrupted || (System.nanoTime() - start) / 1e9 >= timeoutSeconds) {
+                    throw new ShmcacheException.NotReady(name, "shmcache: cache '" + name + "' not ready after "
+                            + Status.fixed(timeoutSeconds, 1) + " s: " + (st != null ? st.why()
+                            : "it does not exist (no " + path + ")") + (interrupted ? " (interrupted)" : ""), st);
+                }
+                try {
+                    Thread.sleep(WAIT_POLL_MS);
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /** Unmaps (at once, or when the last call still reading returns); never destroys. Idempotent. */
     @Override
     public void close() {
         closed = true;
-        cur = null;
-        comp = null;
+        State old = state;
+        state = new State(null, null, new ShmcacheException.Closed(name));
+        if (old.m != null) {
+            old.m.retire();
+        }
+    }
+
+    /** The mapping to read now ({@link #live()}), entered: the caller must {@link #release} it. */
+    Mapped acquire() {
+        return live().m;
+    }
+
+    /** A call has done reading m (it was {@link #acquire}d). */
+    void release(Mapped m) {
+        m.exit();
     }
 
     /**
-     * The mapping to read now; every 64th lookup reads the clock, and every 0.1 s one looks
-     * at the file ({@link #check()}). Spark's Lookups also checks at each task's first lookup.
+     * What to serve now, its mapping entered (the caller reads it, then releases it): every
+     * call reads the clock, and at least every 0.1 s one looks at the name ({@link #check()});
+     * while nothing usable is there, every call looks. Throws what is at the name when that is
+     * not a usable cache, and {@link ShmcacheException.Corrupt} for a file cut short under the
+     * mapping.
      */
-    Mapped acquire() {
-        if (closed) {
-            throw new ShmcacheException.Closed(name);
-        }
-        if (++untimed >= CLOCK_EVERY) {
-            untimed = 0;
-            long now = System.nanoTime();
-            if (now - nextCheck >= 0) {
-                nextCheck = now + FOLLOW_INTERVAL_NS;
-                check();
-            }
-        }
-        Mapped m = cur;
-        if (m == null) {
+    private State live() {
+        while (true) {
+            State s = state;
             if (closed) {
                 throw new ShmcacheException.Closed(name);
             }
-            ShmcacheException.WrongOwner r = refused;
-            if (r != null) {
-                throw new ShmcacheException.WrongOwner(r);
+            if (s.m == null || System.nanoTime() - nextCheck >= 0) {
+                check();
+                s = state;
+                if (closed) {
+                    throw new ShmcacheException.Closed(name);
+                }
             }
-            throw new ShmcacheException.NotFound(name, "was destroyed (no " + path
-                    + "); it is mapped again once it is re-created");
+            if (s.m == null) {
+                throw s.error.again();
+            }
+            if (s.m.lost) {
+                throw Mapped.cutShort(name, path, null);
+            }
+            if (s.m.enter()) {
+                return s;
+            }
+            // dropped by another thread's look since: what it put in its place is read next
         }
-        if (m.lost) {
-            throw Mapped.cutShort(name, path, null);
-        }
-        return m;
     }
 
     /**
-     * Looks at the file now (lookups do, at most every 0.1 s): a file cut short
-     * marks the mapping lost (lookups then throw {@link ShmcacheException.Corrupt}) before
-     * a read can fault on it, and for a handle attached by name, another file at the name
-     * (a re-created cache) is mapped, nothing there drops the mapping.
-     *
-     * <p>Why the size is watched: a read of a page the file lost raises SIGBUS, which the
-     * JVM turns into an {@link InternalError}. The reader catches it, but in JIT-compiled
-     * code Java 17 leaves it pending and throws it at the thread's next safepoint, which
-     * may be outside this package; a lookup that races a truncation within 0.1 s of this
-     * check can therefore fail its caller with that InternalError (never a crash; Spark
-     * fails the task, and its retry gets the error naming the cache).
+     * Looks at the name now (lookups do, at least every 0.1 s), unless another thread is
+     * looking already: then it returns at once, and this thread serves what is mapped now
+     * (a look that re-attaches never holds up other threads' lookups). The same file at the
+     * name: a file shorter than its mapping marks it lost (lookups then throw
+     * {@link ShmcacheException.Corrupt}). For a handle attached by name, anything else at the
+     * name drops the mapping at once: nothing there makes lookups throw
+     * {@link ShmcacheException.NotFound}; a new cache is mapped (every check of section 4
+     * again, the owner's too); any other file makes them throw its error while it is there.
      */
-    public synchronized void check() {
-        BasicFileAttributes a = Mapped.at(path);
-        Object there = a == null ? null : a.fileKey();
-        Mapped m = cur;
+    public void check() {
+        if (!looking.tryLock()) {
+            return;
+        }
+        try {
+            look();
+        } finally {
+            looking.unlock();
+        }
+    }
+
+    private void look() {
+        nextCheck = System.nanoTime() + FOLLOW_INTERVAL_NS;
+        State s = state;
         if (closed) {
             return;
         }
-        if (m != null && m.fileKey.equals(there)) {
-            if (a.size() < m.map.size) {
-                m.lost = true;
+        FileStat at = FileStat.identity(path);
+        if (s.m != null && s.m.stat.sameFile(at)) {
+            if (at.size() < s.m.map.size) {
+                s.m.lost = true;
+                s.m.retire();
             }
             return;
         }
-        if (!follow || (m == null && there == null)) {
-            refused = null; // the refused file is gone too: nothing at the name
+        if (!follow && s.m != null) {
+            return; // a file mapped by path is read for as long as the handle lives
+        }
+        if (at == null) {
+            if (s.m != null || !(s.error instanceof ShmcacheException.NotFound)) {
+                replace(s, new State(null, null, follow ? ThreadOpener.notFound(name, path, "")
+                        : new ShmcacheException.NotFound(name, "does not exist (no " + path + ")")));
+            }
             return;
         }
-        Mapped next = null;
-        if (there != null) {
-            try {
-                next = Mapped.open(name, path, owner);
-            } catch (ShmcacheException.WrongOwner e) {
-                refused = e; // another user's file at the name: nothing of it is read, lookups say so
-                cur = null;
-                comp = null;
-                return;
-            } catch (ShmcacheException e) {
-                return; // a damaged or half-gone file: keep what is mapped, look again later
-            }
+        State next;
+        try {
+            Mapped m = Mapped.open(name, path, owner);
+            next = new State(m, follow ? Companion.open(name, m.creationId, owner) : null, null);
+        } catch (ShmcacheException e) {
+            next = new State(null, null, e);
         }
-        refused = null;
-        cur = next;
-        comp = next == null ? null : Companion.open(name, next.creationId, owner);
+        if (closed) {
+            if (next.m != null) {
+                next.m.retire();
+            }
+            return;
+        }
+        replace(s, next);
+    }
+
+    /** The handle serves next from now on; the mapping it served is dropped (unmapped once no call reads it). */
+    private void replace(State old, State next) {
+        state = next;
+        if (old.m != null) {
+            old.m.retire();
+        }
     }
 
     /** Counts a finished call in the handle and in the companion. */
@@ -263,7 +424,7 @@ public final class Segment implements AutoCloseable {
         misses.addAndGet(m);
         retries.addAndGet(r);
         corruptions.addAndGet(c);
-        Companion k = comp;
+        Companion k = state.comp;
         if (k != null) {
             k.add(h, m, r, c);
         }
@@ -275,8 +436,21 @@ public final class Segment implements AutoCloseable {
         }
     }
 
+    /** The end of a call that read m ({@link Mapped#seal}). */
+    void seal(Mapped m) {
+        m.seal(name, path);
+    }
+
+    /**
+     * The error of a call whose read of m faulted: the file was cut short under the mapping
+     * (m is lost from now on). Anything but the JVM's report of a fault is thrown as it is.
+     */
     ShmcacheException cutShort(Mapped m, InternalError e) {
+        if (!Faults.isFault(e)) {
+            throw e;
+        }
         m.lost = true;
+        m.retire();
         return Mapped.cutShort(name, path, e);
     }
 }

@@ -56,6 +56,10 @@ class GoldenTest {
         if (c.field() != null) {
             assertTrue(e.getMessage().contains("header field " + c.field() + " is"), e.getMessage());
             assertEquals(c.field(), ((ShmcacheException.Corrupt) e).field());
+            java.util.regex.Matcher m = java.util.regex.Pattern.compile(" is (-?\\d+); it should be (-?\\d+)[ ,]")
+                    .matcher(e.getMessage());
+            assertFalse(m.find() && m.group(1).equals(m.group(2)), "a value reported as what it should be: "
+                    + e.getMessage());
         }
     }
 

@@ -74,6 +74,28 @@ final class Goldens {
         }
     }
 
+    /** Keys laid end to end, key_size bytes each, as an array of keys (Call.getBatch's input). */
+    static byte[][] split(byte[] flat, int keySize) {
+        byte[][] keys = new byte[flat.length / keySize][];
+        for (int i = 0; i < keys.length; i++) {
+            keys[i] = java.util.Arrays.copyOfRange(flat, i * keySize, (i + 1) * keySize);
+        }
+        return keys;
+    }
+
+    /** An empty readers' companion (format section 13) of the cache whose bytes are data. */
+    static byte[] companion(byte[] data) {
+        byte[] comp = new byte[(int) Layout.COMPANION_BYTES];
+        putWord(comp, 0, Layout.ReaderStats.MAGIC);
+        putWord(comp, Layout.WORD, Layout.ReaderStats.VERSION);
+        putWord(comp, Layout.ReaderStats.H_CREATION_ID * Layout.WORD, word(data, Layout.H_CREATION_ID * Layout.WORD));
+        return comp;
+    }
+
+    static long word(byte[] data, long off) {
+        return ByteBuffer.wrap(data).order(ByteOrder.LITTLE_ENDIAN).getLong((int) off);
+    }
+
     static void putWord(byte[] data, long off, long word) {
         ByteBuffer.wrap(data).order(ByteOrder.LITTLE_ENDIAN).putLong((int) off, word);
     }

@@ -1,0 +1,48 @@
+package io.shmcache;
+
+import java.io.IOException;
+import java.io.RandomAccessFile;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+
+/**
+ * How a reader opens a file at a name in /dev/shm (docs/segment-format.md section 1): never
+ * following a symbolic link, never blocking (a FIFO at the name), keeping only a regular
+ * file, and saying which file it opened. The one place a file is opened: the cache and its
+ * readers' companion both come through here.
+ *
+ * <p>{@link #INSTANCE} is {@link ThreadOpener}: Java 17's NIO cannot open with
+ * {@code O_NONBLOCK}, so each open runs on an opener thread and the caller waits a bounded
+ * time (see there). A JDK 22+ implementation can open with {@code open(2)} and
+ * {@code O_NONBLOCK} through the foreign function API behind this same interface.
+ */
+interface FileOpener {
+    FileOpener INSTANCE = new ThreadOpener();
+
+    /**
+     * Opens path (read-only, or read-write with {@code write}) if a regular file is there.
+     * Throws {@link ShmcacheException.NotFound} if nothing is there,
+     * {@link ShmcacheException.NotACache} naming what is there if it is not a regular file
+     * (or it did not open within the bound), {@link ShmcacheException.Permission} if this
+     * process may not open it. {@code what} follows the path in messages
+     * (" (its readers' companion)").
+     */
+    Opened open(String cache, Path path, boolean write, String what);
+
+    /**
+     * An open file: its channel (opened with O_NOFOLLOW), the same file opened as a
+     * RandomAccessFile for {@link Faults}' size checks (its length() is one native call, with
+     * no Java code of the JDK around it), and what lstat said of the name just after both
+     * were opened (the file both looks before and after saw).
+     */
+    record Opened(FileChannel channel, RandomAccessFile sizer, FileStat stat) {
+        /** Closes both (nothing was read from them, or nothing more will be). */
+        void close() {
+            try (FileChannel c = channel; RandomAccessFile r = sizer) {
+                // closed by the try
+            } catch (IOException ignored) {
+                // nothing more is read from them
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+package io.shmcache;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.attribute.UserPrincipal;
+import java.util.Map;
+
+/**
+ * What {@code lstat(2)} says of a name (no link followed): the file's identity (device,
+ * inode), its type and mode bits, its owner and its size. Java 17 has no {@code fstat} of
+ * an open file, so a reader looks at the name before and after it opens it and keeps the
+ * file only if both looks saw the same regular file ({@link FileOpener}).
+ */
+record FileStat(long dev, long ino, int mode, int uid, UserPrincipal owner, long size) {
+    private static final int S_IFMT = 0170000, S_IFREG = 0100000, S_IFDIR = 0040000, S_IFLNK = 0120000,
+            S_IFIFO = 0010000, S_IFSOCK = 0140000, S_IFCHR = 0020000, S_IFBLK = 0060000;
+
+    /** What is at path now, without following a link; null if nothing is there. */
+    static FileStat of(Path path) throws IOException {
+        Map<String, Object> a;
+        try {
+            a = Files.readAttributes(path, "unix:dev,ino,mode,uid,owner,size", LinkOption.NOFOLLOW_LINKS);
+        } catch (NoSuchFileException e) {
+            return null;
+        }
+        return new FileStat(((Number) a.get("dev")).longValue(), ((Number) a.get("ino")).longValue(),
+                ((Number) a.get("mode")).intValue(), ((Number) a.get("uid")).intValue(), (UserPrincipal) a.get("owner"),
+                ((Number) a.get("size")).longValue());
+    }
+
+    /** Identity and size only, for the look at the name a following handle makes every 0.1 s. */
+    static FileStat identity(Path path) {
+        try {
+            Map<String, Object> a = Files.readAttributes(path, "unix:dev,ino,size", LinkOption.NOFOLLOW_LINKS);
+            return new FileStat(((Number) a.get("dev")).longValue(), ((Number) a.get("ino")).longValue(), S_IFREG, -1,
+                    null, ((Number) a.get("size")).longValue());
+        } catch (IOException e) {
+            return null; // nothing there (or nothing this process may look at: nothing usable)
+        }
+    }
+
+    boolean isRegular() {
+        return (mode & S_IFMT) == S_IFREG;
+    }
+
+    /** The same file (device and inode) as other. */
+    boolean sameFile(FileStat other) {
+        return other != null && dev == other.dev && ino == other.ino;
+    }
+
+    /** The permission bits, 0-0777. */
+    int perms() {
+        return mode & 0777;
+    }
+
+    /** "a FIFO", "a directory", "a symbolic link", ...: what a name that is not a regular file holds. */
+    String type() {
+        return switch (mode & S_IFMT) {
+            case S_IFREG -> "a regular file";
+            case S_IFDIR -> "a directory";
+            case S_IFLNK -> "a symbolic link";
+            case S_IFIFO -> "a FIFO";
+            case S_IFSOCK -> "a socket";
+            case S_IFCHR -> "a character device";
+            case S_IFBLK -> "a block device";
+            default -> "a file of type " + Integer.toOctalString(mode & S_IFMT);
+        };
+    }
+}

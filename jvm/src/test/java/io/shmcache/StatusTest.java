@@ -1,0 +1,317 @@
+package io.shmcache;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.Writer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Pattern;
+import java.util.zip.GZIPInputStream;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Readiness (format section 14, docs/reader-contract.md's status table): the golden control
+ * areas (golden/control/, made by the Python generator) give their expected ready,
+ * caught_up, reason and why, and the same fields as the Python reader's status() of the same
+ * file; a live Python writer (the real engine's ControlArea, this test's supervisor) walks a
+ * cache through the states, and the Java status equals the Python reader's at each.
+ * waitReady waits through a cache not there yet, and says why not at its timeout.
+ */
+class StatusTest {
+    static final Path CONTROL = Goldens.DIR.resolve("control");
+    static final Path PYTHON = Goldens.DIR.resolve("../.venv/bin/python").normalize();
+    static final ObjectMapper JSON = new ObjectMapper();
+    /** The contract's fields (docs/reader-contract.md), compared between the readers; ages compared apart. */
+    static final List<String> FIELDS = List.of("topic", "partitions", "supervisor_pid", "supervisor_alive",
+            "supervisor_stale", "broker", "lookup_error", "assigning", "unassigned", "elsewhere", "shared_group",
+            "group_members", "group_others", "gap_partitions", "gap_offsets", "gaps_accepted", "caught_up", "ready",
+            "reason");
+    static final List<String> PARTITION_FIELDS = List.of("partition", "worker", "applied", "high_watermark", "latest",
+            "lag", "caught_up", "worker_down", "gap");
+    static final List<String> AGES = List.of("supervisor_heartbeat_age_s", "broker_waiting_s", "lookup_failing_s");
+
+    static Process supervisor, worker;
+    final ShmFiles shm = new ShmFiles();
+
+    @BeforeAll
+    static void roles() throws IOException {
+        supervisor = new ProcessBuilder("sleep", "600").start();
+        worker = new ProcessBuilder("sleep", "600").start();
+    }
+
+    @AfterAll
+    static void stopRoles() throws InterruptedException {
+        for (Process p : new Process[] {supervisor, worker}) {
+            p.destroyForcibly();
+            p.waitFor();
+        }
+    }
+
+    @AfterEach
+    void removeWhatWasMade() throws IOException {
+        shm.removeAll();
+    }
+
+    static JsonNode cases() throws IOException {
+        return JSON.readTree(CONTROL.resolve("expect.json").toFile()).get("cases");
+    }
+
+    static byte[] image(JsonNode c) throws IOException {
+        return image(c, supervisor.pid(), worker.pid());
+    }
+
+    /**
+     * A case's segment with its live owner words (the processes of the roles, by pid) and ages
+     * filled (tests/engine/_golden_control.py image()).
+     */
+    static byte[] image(JsonNode c, long supervisorPid, long workerPid) throws IOException {
+        byte[] data;
+        try (InputStream in = new GZIPInputStream(Files.newInputStream(CONTROL.resolve(c.get("file").asText())))) {
+            data = in.readAllBytes();
+        }
+        for (Iterator<Map.Entry<String, JsonNode>> it = c.get("live").fields(); it.hasNext();) {
+            Map.Entry<String, JsonNode> e = it.next();
+            long pid = e.getValue().asText().equals("supervisor") ? supervisorPid : workerPid;
+            Goldens.putWord(data, Long.parseLong(e.getKey()), Liveness.ownerWord(pid));
+        }
+        long now = System.nanoTime(); // CLOCK_MONOTONIC, the cases' age clock
+        for (Iterator<Map.Entry<String, JsonNode>> it = c.get("ages").fields(); it.hasNext();) {
+            Map.Entry<String, JsonNode> e = it.next();
+            Goldens.putWord(data, Long.parseLong(e.getKey()), now - (long) (e.getValue().asDouble() * 1e9));
+        }
+        return data;
+    }
+
+    static String whyPattern(JsonNode c) {
+        String text = c.get("status").get("why").asText().replace("{supervisor_pid}", Long.toString(supervisor.pid()));
+        return "^" + Pattern.quote(text).replace("{s}", "\\E\\d+\\Q") + "$";
+    }
+
+    /** The Python reader's status() of cache name, as JSON, from a Python process that reads a name a line. */
+    static JsonNode pythonStatus(BufferedReader out, Writer in, String name) throws IOException {
+        in.write(name + "\n");
+        in.flush();
+        String line = out.readLine();
+        assertNotNull(line, "the Python reader answered for " + name);
+        return JSON.readTree(line);
+    }
+
+    static final String READER = String.join("\n",
+            "import json, sys, shmcache",
+            "for line in sys.stdin:",
+            "    with shmcache.attach(line.strip()) as r:",
+            "        print(json.dumps(r.status()), flush=True)");
+
+    /**
+     * The contract's fields of two readers' status equal; ages as far apart as the two reads
+     * were (apart seconds) and a little more, why's numbers of seconds as such.
+     */
+    static void assertSameStatus(JsonNode py, JsonNode java, double apart, String what) {
+        for (String f : FIELDS) {
+            assertEquals(py.get(f), java.get(f), what + ": " + f);
+        }
+        assertEquals(py.get("assigned").size(), java.get("assigned").size(), what + ": assigned");
+        for (int i = 0; i < py.get("assigned").size(); i++) {
+            for (String f : PARTITION_FIELDS) {
+                JsonNode a = py.get("assigned").get(i).get(f), b = java.get("assigned").get(i).get(f);
+                if (f.equals("worker_down") && a.isTextual() && b.isTextual()) { // "stale, no heartbeat for N s"
+                    assertEquals(seconds(a.asText()), seconds(b.asText()), what + ": assigned[" + i + "]." + f);
+                } else {
+                    assertEquals(a, b, what + ": assigned[" + i + "]." + f);
+                }
+            }
+        }
+        for (String f : AGES) {
+            JsonNode a = py.get(f), b = java.get(f);
+            assertEquals(a.isNull(), b.isNull(), what + ": " + f);
+            if (!a.isNull()) {
+                assertEquals(a.asDouble(), b.asDouble(), apart + 0.5, what + ": " + f);
+            }
+        }
+        assertEquals(seconds(py.get("why").asText()), seconds(java.get("why").asText()), what + ": why");
+    }
+
+    private static String seconds(String why) {
+        return why.replaceAll("\\d+ s\\b", "N s");
+    }
+
+    @Test
+    void everyGoldenControlAreaGivesItsStatusAndThePythonReaders() throws Exception {
+        Assumptions.assumeTrue(Files.isExecutable(PYTHON), "the Python reader (.venv) is not installed");
+        JsonNode cases = cases();
+        assertTrue(cases.size() >= 15, "the golden control areas are there");
+        Process py = new ProcessBuilder(PYTHON.toString(), "-c", READER).redirectError(ProcessBuilder.Redirect.INHERIT)
+                .start();
+        try (BufferedReader out = new BufferedReader(new InputStreamReader(py.getInputStream(), StandardCharsets.UTF_8));
+             Writer in = new OutputStreamWriter(py.getOutputStream(), StandardCharsets.UTF_8)) {
+            for (Iterator<Map.Entry<String, JsonNode>> it = cases.fields(); it.hasNext();) {
+                Map.Entry<String, JsonNode> e = it.next();
+                JsonNode c = e.getValue();
+                String name = shm.name(e.getKey());
+                Goldens.write(Path.of(Layout.SHM_DIR, name), image(c));
+                Status st;
+                long t0 = System.nanoTime();
+                try (Segment r = Segment.attach(name)) {
+                    st = r.status();
+                }
+                JsonNode want = c.get("status");
+                assertEquals(want.get("ready").asBoolean(), st.ready(), e.getKey() + ": ready; why " + st.why());
+                assertEquals(want.get("caught_up").asBoolean(), st.caughtUp(), e.getKey() + ": caught_up");
+                assertEquals(want.get("reason").asText(), st.reason(), e.getKey() + ": reason; why " + st.why());
+                assertTrue(Pattern.matches(whyPattern(c), st.why()), e.getKey() + ": why " + st.why());
+                JsonNode python = pythonStatus(out, in, name);
+                assertSameStatus(python, JSON.readTree(st.toJson()), (System.nanoTime() - t0) / 1e9, e.getKey());
+            }
+        } finally {
+            py.getOutputStream().close();
+            if (!py.waitFor(60, TimeUnit.SECONDS)) {
+                py.destroyForcibly().waitFor();
+            }
+        }
+    }
+
+    /** The states the live Python writer (status_writer.py below) walks its cache through. */
+    static final List<String> STEPS = List.of("ready", "lagging", "worker-stale", "lookup-error", "shared-group",
+            "broker-waiting", "assigning", "supervisor-stale", "gap", "gap-accepted", "no-supervisor");
+
+    static final String WRITER = String.join("\n",
+            "import json, sys, time",
+            "import shmcache",
+            "from shmcache.engine import control_layout as C",
+            "from shmcache.ipc import liveness",
+            "name = sys.argv[1]",
+            "w = shmcache.create(name, memory='4MiB', max_value=64)",
+            "try:",
+            "    c = w.control",
+            "    assert c.claim_supervisor() == 0",
+            "    c.reset_supervisor(worker_stale_s=5)",
+            "    c.set_topic('txmeta', 3)",
+            "    c.set_word(C.H_BROKER_STATE, C.BROKER_UP)",
+            "    def worker(beat_age=0.0):",
+            "        c.workers[0, C.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age * 1e9)",
+            "        c.workers[0, C.K_OWNER] = liveness.owner_word()",
+            "        c.workers[0, C.K_STARTS] = 1",
+            "        c.set_worker_handle(0, 'up', 0)",
+            "    def assign(p, applied, hw):",
+            "        c.partition_rows.assign(p, applied, hw, -1, 0)",
+            "    worker()",
+            "    for p in range(3):",
+            "        assign(p, 100 + p, 100 + p)",
+            "    c.count(C.H_REBALANCES)",
+            "    print('created', flush=True)",
+            "    for line in sys.stdin:",
+            "        step = line.strip()",
+            "        c.beat()",
+            "        if step == 'lagging':",
+            "            assign(1, 5, 20)",
+            "        elif step == 'worker-stale':",
+            "            assign(1, 101, 101); worker(beat_age=30)",
+            "        elif step == 'lookup-error':",
+            "            worker(); c.partition_rows.unassign(2)",
+            "            c.set_lookup_failure('looking up where partitions [2] start: timed out', time.monotonic_ns() - 30 * 10**9)",
+            "        elif step == 'shared-group':",
+            "            c.set_lookup_failure('', 0)",
+            "            c.set_group(2, [{'client_id': 'shmcache-b', 'host': 'host-b', 'instance_id': 'b-1'}], {2: 0})",
+            "        elif step == 'broker-waiting':",
+            "            assign(2, 102, 102); c.set_group(0, [], {})",
+            "            c.set_word(C.H_BROKER_STATE, C.BROKER_WAITING); c.set_word(C.H_BROKER_SINCE, time.monotonic_ns() - 7 * 10**9)",
+            "        elif step == 'assigning':",
+            "            c.set_word(C.H_BROKER_STATE, C.BROKER_UP); c.set_assigning(True)",
+            "        elif step == 'supervisor-stale':",
+            "            c.set_assigning(False); c.set_word(C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - 30 * 10**9)",
+            "        elif step == 'gap':",
+            "            c.flag_gap(1, 1234)",
+            "        elif step == 'gap-accepted':",
+            "            c.set_word(C.H_ACCEPT_GAPS, 1)",
+            "        elif step == 'no-supervisor':",
+            "            c.release_supervisor()",
+            "        with shmcache.attach(name) as r:",
+            "            print(json.dumps(r.status()), flush=True)",
+            "finally:",
+            "    w.close()",
+            "    shmcache.destroy(name)");
+
+    @Test
+    void aLivePythonWritersControlAreaReadsAsThePythonReaderReadsIt() throws Exception {
+        Assumptions.assumeTrue(Files.isExecutable(PYTHON), "the Python writer (.venv) is not installed");
+        String name = shm.name("live-writer");
+        Process py = new ProcessBuilder(PYTHON.toString(), "-c", WRITER, name).redirectError(ProcessBuilder.Redirect.INHERIT)
+                .start();
+        try (BufferedReader out = new BufferedReader(new InputStreamReader(py.getInputStream(), StandardCharsets.UTF_8));
+             Writer in = new OutputStreamWriter(py.getOutputStream(), StandardCharsets.UTF_8)) {
+            assertEquals("created", out.readLine(), "the Python writer made its cache");
+            List<String> reasons = new ArrayList<>();
+            try (Segment r = Segment.attach(name)) {
+                for (String step : STEPS) {
+                    in.write(step + "\n");
+                    in.flush();
+                    String line = out.readLine();
+                    assertNotNull(line, "the Python writer answered " + step);
+                    JsonNode python = JSON.readTree(line);
+                    Status st = r.status();
+                    assertSameStatus(python, JSON.readTree(st.toJson()), 1.0, step);
+                    reasons.add(st.reason());
+                }
+            }
+            assertEquals(List.of("ready", "lagging", "lagging", "lookup-error", "unassigned", "broker-waiting",
+                    "assigning", "supervisor-stale", "gap", "ready", "no-supervisor"), reasons,
+                    "the steps walk through the reasons");
+        } finally {
+            py.getOutputStream().close();
+            if (!py.waitFor(60, TimeUnit.SECONDS)) {
+                py.destroyForcibly().waitFor();
+            }
+        }
+    }
+
+    @Test
+    void waitReadyWaitsThroughACacheNotThereYetAndSaysWhyNotAtItsTimeout() throws Exception {
+        JsonNode cases = cases();
+        String name = shm.name("wait-ready");
+        Path at = Path.of(Layout.SHM_DIR, name);
+        try (Segment r = Segment.follow(name, null)) {
+            CompletableFuture<Status> ready = CompletableFuture.supplyAsync(() -> r.waitReady(30));
+            Thread.sleep(300); // the wait meets nothing at the name first (NotFound), and goes on
+            assertFalse(ready.isDone(), "nothing at the name yet: still waiting");
+            Path next = Path.of(Layout.SHM_DIR, name + ".next");
+            Goldens.write(next, image(cases.get("control_ready")));
+            Files.move(next, at, java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+            Status st = ready.get(30, TimeUnit.SECONDS);
+            assertTrue(st.ready() && st.reason().equals("ready") && st.why().isEmpty(), st.toString());
+        }
+        Files.delete(at);
+        Goldens.write(at, image(cases.get("control_lagging")));
+        try (Segment r = Segment.attach(name)) {
+            long t0 = System.nanoTime();
+            ShmcacheException.NotReady e = assertThrows(ShmcacheException.NotReady.class, () -> r.waitReady(0.3));
+            assertTrue((System.nanoTime() - t0) / 1e9 >= 0.3, "waited its timeout");
+            assertEquals("not-ready", e.kind());
+            assertTrue(e.getMessage().contains("cache '" + name + "' not ready after 0.3 s: partitions not caught up: "
+                    + "1 (lag 25)"), e.getMessage());
+            assertEquals("lagging", e.status().reason());
+        }
+        Files.delete(at);
+        try (Segment r = Segment.follow(name, null)) {
+            ShmcacheException.NotReady e = assertThrows(ShmcacheException.NotReady.class, () -> r.waitReady(0.2));
+            assertTrue(e.getMessage().contains("it does not exist (no " + at + ")"), e.getMessage());
+        }
+    }
+}

@@ -1,0 +1,54 @@
+package io.shmcache;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import java.nio.file.Path;
+import java.util.HashSet;
+import java.util.Random;
+import java.util.Set;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The stuck bound is per call (format section 7): a call waits at most STUCK_GIVE_UP in all
+ * on buckets held mid-write, so a batch of 1,024 keys in 1,024 such buckets returns after
+ * about 1 s (not 1,024 s), each key a miss and one counted corruption.
+ */
+class StuckTest {
+    @TempDir
+    Path tmp;
+
+    @Test
+    @Timeout(value = 120, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void aBatchInBucketsAllHeldMidWriteByALiveProcessReturnsAfterOneBound() {
+        byte[] data = Goldens.bytes(Goldens.cases().get("base"));
+        long me = Liveness.mine(); // a live holder: this process, as a stopped writer would be
+        for (long b = 0; b < Layout.NBUCKETS; b++) {
+            long row = Layout.META_OFF + b * Layout.ROW_WORDS * Layout.WORD;
+            Goldens.putWord(data, row + Layout.M_VERSION * Layout.WORD,
+                    Goldens.word(data, row + Layout.M_VERSION * Layout.WORD) | 1); // mid-write
+            Goldens.putWord(data, row + Layout.M_LOCK * Layout.WORD, me);
+        }
+        byte[][] keys = new byte[1024][];
+        Set<Long> buckets = new HashSet<>();
+        Random rnd = new Random(7);
+        for (int n = 0; n < keys.length;) {
+            byte[] k = new byte[32];
+            rnd.nextBytes(k);
+            if (buckets.add(Segment.XXH64.hash(k, 0, 32, 0L) & (Layout.NBUCKETS - 1))) {
+                keys[n++] = k;
+            }
+        }
+        try (Segment r = Segment.attachPath(Goldens.write(tmp.resolve("held.shm"), data))) {
+            long t0 = System.nanoTime();
+            byte[][] got = r.getMany(keys);
+            double took = (System.nanoTime() - t0) / 1e9;
+            for (byte[] v : got) {
+                assertNull(v, "a key of a held bucket is a miss");
+            }
+            assertEquals(1024, r.stats().corruptions(), "one corruption a key given up");
+            assertTrue(took >= 0.9 && took < 10, "one bound of about 1 s for the whole call, took " + took + " s");
+        }
+    }
+}
