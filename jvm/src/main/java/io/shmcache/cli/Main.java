@@ -1,0 +1,252 @@
+package io.shmcache.cli;
+
+import io.shmcache.Owner;
+import io.shmcache.Segment;
+import io.shmcache.ShmcacheException;
+import io.shmcache.Status;
+import java.io.PrintStream;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Locale;
+
+/**
+ * {@code shmcache-jvm}: the commands every reader gives in the same words
+ * (docs/reader-contract.md), run as {@code java -jar shmcache-jvm-<version>.jar COMMAND ...}:
+ * <pre>
+ * get [--owner USER] NAME HEXKEY...          a line a key: the value in hex, "-" for a miss; exit 0 all hit, 1 some missed
+ * watch [--owner USER] NAME HEXKEY SECONDS   a line at each change of outcome: ELAPSED hit HEX | miss | error KIND: message
+ * stats [--owner USER] [--json] NAME         the cache's figures, one JSON object
+ * status [--owner USER] [--json] NAME        readiness and progress, one JSON object
+ * wait-ready [--owner USER] [--timeout S] NAME   the status once ready (exit 0); exit 1 not ready by the timeout
+ * </pre>
+ * An error is one line on stderr, {@code shmcache-jvm: KIND: message} (KIND as
+ * {@link ShmcacheException#kind()} names it), and exit status 2. JSON is printed with or
+ * without {@code --json}.
+ */
+public final class Main {
+    private Main() {}
+
+    static final String PROGRAM = "shmcache-jvm";
+    private static final double WATCH_PACE_S = 0.01; // between a watch's lookups
+
+    public static void main(String[] args) {
+        int code;
+        try {
+            code = run(args, System.out);
+        } catch (Usage e) {
+            code = error("bad-argument", e.getMessage());
+        } catch (ShmcacheException e) {
+            code = error(e.kind(), e.getMessage());
+        } catch (IllegalArgumentException e) { // an unknown --owner user
+            code = error("bad-argument", e.getMessage());
+        }
+        System.out.flush();
+        System.exit(code);
+    }
+
+    /** `PROGRAM: KIND: message` on stderr; exit status 2. */
+    private static int error(String kind, String message) {
+        System.err.println(PROGRAM + ": " + kind + ": " + plain(message));
+        return 2;
+    }
+
+    /** The message without this package's "shmcache: " prefix: the program's name stands there. */
+    static String plain(String message) {
+        String m = String.valueOf(message);
+        return m.startsWith("shmcache: ") ? m.substring("shmcache: ".length()) : m;
+    }
+
+    /** A bad argument, worded for the one line of a bad-argument error. */
+    static final class Usage extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        Usage(String message) {
+            super(message);
+        }
+    }
+
+    /** The parsed command line: the command, its options and its positional arguments. */
+    private record Args(String command, String owner, boolean json, String timeout, List<String> rest) {}
+
+    static int run(String[] argv, PrintStream out) {
+        Args a = parse(argv);
+        Owner owner = a.owner == null ? null : Owner.of(a.rest.isEmpty() ? "?" : a.rest.get(0), a.owner);
+        return switch (a.command) {
+            case "get" -> get(a, owner, out);
+            case "watch" -> watch(a, owner, out);
+            case "stats" -> stats(a, owner, out);
+            case "status" -> status(a, owner, out);
+            case "wait-ready" -> waitReady(a, owner, out);
+            default -> throw new Usage(PROGRAM + ": unknown command '" + a.command
+                    + "' (commands: get, watch, stats, status, wait-ready)");
+        };
+    }
+
+    private static Args parse(String[] argv) {
+        if (argv.length == 0) {
+            throw new Usage(PROGRAM + ": a command is needed: get, watch, stats, status or wait-ready");
+        }
+        String command = argv[0], owner = null, timeout = null;
+        boolean json = false, options = true;
+        List<String> rest = new ArrayList<>();
+        for (int i = 1; i < argv.length; i++) {
+            String s = argv[i];
+            if (options && s.equals("--")) {
+                options = false;
+            } else if (options && (s.equals("--owner") || s.equals("--timeout"))) {
+                if (i + 1 >= argv.length) {
+                    throw new Usage(PROGRAM + " " + command + ": " + s + " needs a value");
+                }
+                if (s.equals("--owner")) {
+                    owner = argv[++i];
+                } else {
+                    timeout = argv[++i];
+                }
+            } else if (options && s.startsWith("--owner=")) {
+                owner = s.substring("--owner=".length());
+            } else if (options && s.startsWith("--timeout=")) {
+                timeout = s.substring("--timeout=".length());
+            } else if (options && s.equals("--json")) {
+                json = true;
+            } else if (options && s.startsWith("-") && s.length() > 1) {
+                throw new Usage(PROGRAM + " " + command + ": unknown option " + s);
+            } else {
+                rest.add(s);
+            }
+        }
+        if (timeout != null && !command.equals("wait-ready")) {
+            throw new Usage(PROGRAM + " " + command + ": unknown option --timeout");
+        }
+        if (json && (command.equals("get") || command.equals("watch"))) {
+            throw new Usage(PROGRAM + " " + command + ": unknown option --json");
+        }
+        return new Args(command, owner, json, timeout, rest);
+    }
+
+    private static void need(Args a, int least, int most, String usage) {
+        if (a.rest.size() < least || a.rest.size() > most) {
+            throw new Usage(PROGRAM + " " + a.command + ": expected " + usage + ", got " + a.rest.size()
+                    + " argument(s)");
+        }
+    }
+
+    static byte[] hexKey(int i, String text) {
+        try {
+            return HexFormat.of().parseHex(text);
+        } catch (IllegalArgumentException e) {
+            throw new Usage("key " + i + " '" + text + "' is not hex");
+        }
+    }
+
+    private static double seconds(String what, String text, boolean infinite) {
+        double s;
+        String t = text.trim().toLowerCase(Locale.ROOT);
+        if (t.equals("inf") || t.equals("infinity") || t.equals("+inf")) {
+            s = Double.POSITIVE_INFINITY;
+        } else {
+            try {
+                s = Double.parseDouble(t);
+            } catch (NumberFormatException e) {
+                s = -1;
+            }
+        }
+        if (!(s >= 0) || (!infinite && Double.isInfinite(s))) {
+            throw new Usage(what + " '" + text + "' is not a number of seconds");
+        }
+        return s;
+    }
+
+    /** get: every key in one call; exit 0 if every key hit, 1 if some missed. */
+    private static int get(Args a, Owner owner, PrintStream out) {
+        need(a, 2, Integer.MAX_VALUE, "NAME HEXKEY...");
+        byte[][] keys = new byte[a.rest.size() - 1][];
+        for (int i = 0; i < keys.length; i++) {
+            keys[i] = hexKey(i, a.rest.get(i + 1));
+        }
+        byte[][] values;
+        try (Segment seg = Segment.attach(a.rest.get(0), owner)) {
+            values = seg.getMany(keys);
+        }
+        StringBuilder sb = new StringBuilder();
+        boolean all = true;
+        for (byte[] v : values) {
+            sb.append(v == null ? "-" : HexFormat.of().formatHex(v)).append('\n');
+            all &= v != null;
+        }
+        out.print(sb);
+        return all ? 0 : 1;
+    }
+
+    /**
+     * watch: the key looked up in a loop for SECONDS with a handle that follows the name, 10 ms
+     * apart; a line, flushed, each time the outcome differs from the last (an error by its kind).
+     */
+    private static int watch(Args a, Owner owner, PrintStream out) {
+        need(a, 3, 3, "NAME HEXKEY SECONDS");
+        byte[] key = hexKey(0, a.rest.get(1));
+        double seconds = seconds("SECONDS", a.rest.get(2), false);
+        long start = System.nanoTime();
+        String last = null;
+        try (Segment seg = Segment.follow(a.rest.get(0), owner)) {
+            while (true) {
+                double now = (System.nanoTime() - start) / 1e9;
+                if (now >= seconds) {
+                    return 0;
+                }
+                String what, same;
+                try {
+                    byte[] v = seg.get(key);
+                    what = v == null ? "miss" : "hit " + HexFormat.of().formatHex(v);
+                    same = what;
+                } catch (ShmcacheException e) {
+                    what = "error " + e.kind() + ": " + plain(e.getMessage());
+                    same = "error " + e.kind();
+                }
+                if (!same.equals(last)) {
+                    last = same;
+                    out.println(String.format(Locale.ROOT, "%.3f", now) + " " + what);
+                    out.flush();
+                }
+                try {
+                    Thread.sleep((long) (WATCH_PACE_S * 1000));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return 0;
+                }
+            }
+        }
+    }
+
+    /** stats: the cache's figures (this command's handle looks nothing up). */
+    private static int stats(Args a, Owner owner, PrintStream out) {
+        need(a, 1, 1, "NAME");
+        try (Segment seg = Segment.attach(a.rest.get(0), owner)) {
+            out.println(seg.stats().toJson("hits", "misses", "read_retries")); // as Python's stats command
+        }
+        return 0;
+    }
+
+    /** status: readiness and progress. */
+    private static int status(Args a, Owner owner, PrintStream out) {
+        need(a, 1, 1, "NAME");
+        try (Segment seg = Segment.attach(a.rest.get(0), owner)) {
+            out.println(seg.status().toJson());
+        }
+        return 0;
+    }
+
+    /** wait-ready: the status once ready (0); not ready by the timeout (1, naming why not). */
+    private static int waitReady(Args a, Owner owner, PrintStream out) {
+        need(a, 1, 1, "NAME");
+        double timeout = a.timeout == null ? Double.POSITIVE_INFINITY : seconds("--timeout", a.timeout, true);
+        try (Segment seg = Segment.follow(a.rest.get(0), owner)) {
+            Status st = seg.waitReady(timeout);
+            out.println(st.toJson());
+            return 0;
+        } catch (ShmcacheException.NotReady e) {
+            System.err.println(PROGRAM + ": " + e.kind() + ": " + plain(e.getMessage()));
+            return 1;
+        }
+    }
+}
