@@ -259,6 +259,20 @@ def _gather(offsets, data, valid, parent_offsets, first_vout, fee, size, flags, 
                 | np.int64(data[p + 3])
 
 
+def record(meta: Meta, i: int) -> dict:
+    """Record i as one JSON-ready object, the one `get --decode txmeta` prints in every
+    reader (docs/reader-contract.md) and golden/txmeta/cases.json expects: `{"fee", "size",
+    "flags", "parents": [hex...], "parent_vouts": [[...]...], "block_height": N or None}`,
+    or `{"valid": False}` for a malformed (or absent) record."""
+    if not meta.valid[i]:
+        return {"valid": False}
+    a, b = int(meta.parent_offsets[i]), int(meta.parent_offsets[i + 1])
+    return {"fee": int(meta.fee[i]), "size": int(meta.size[i]), "flags": int(meta.flags[i]),
+            "parents": [bytes(meta.parents[j]).hex() for j in range(a, b)],
+            "parent_vouts": [meta.vouts[meta.vout_offsets[j]:meta.vout_offsets[j + 1]].tolist() for j in range(a, b)],
+            "block_height": None if meta.block_height[i] < 0 else int(meta.block_height[i])}
+
+
 # -- Arrow (the txmeta table) -----------------------------------------------------------------
 #
 # One schema for every table of txmeta rows: the load generator's ground truth, the

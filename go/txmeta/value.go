@@ -27,6 +27,8 @@ package txmeta
 
 import (
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -92,6 +94,33 @@ func (m *Meta) Decode(v []byte) error {
 		return &MalformedError{Len: len(v), Why: why}
 	}
 	return nil
+}
+
+// MarshalJSON gives m as the object every reader's `get --decode txmeta` prints for a
+// value (docs/reader-contract.md): {"fee", "size", "flags", "parents": [hex...],
+// "parent_vouts": [[...]...], "block_height": N or null}, an empty list as [], never null.
+// A value Decode refused prints {"valid": false} instead: m does not know it was refused.
+func (m *Meta) MarshalJSON() ([]byte, error) {
+	parents := make([]string, len(m.Parents))
+	for j := range m.Parents {
+		parents[j] = hex.EncodeToString(m.Parents[j][:])
+	}
+	vouts := make([][]uint32, len(m.ParentVouts))
+	for j, v := range m.ParentVouts {
+		vouts[j] = append(make([]uint32, 0, len(v)), v...)
+	}
+	var height *uint32
+	if m.HasHeight {
+		height = &m.BlockHeight
+	}
+	return json.Marshal(struct {
+		Fee         uint64     `json:"fee"`
+		Size        uint64     `json:"size"`
+		Flags       uint8      `json:"flags"`
+		Parents     []string   `json:"parents"`
+		ParentVouts [][]uint32 `json:"parent_vouts"`
+		BlockHeight *uint32    `json:"block_height"`
+	}{m.Fee, m.Size, m.Flags, parents, vouts, height})
 }
 
 // Decode is m.Decode(v) into a new Meta.

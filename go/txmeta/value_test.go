@@ -179,3 +179,47 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A Meta's JSON is the object every reader's `get --decode txmeta` prints, which each
+// golden case's expect holds: equal as parsed JSON (numbers kept as written), with empty
+// lists as [], for a fresh Meta and for one reused across every value.
+func TestMarshalJSONIsTheGoldenObject(t *testing.T) {
+	raw, err := os.ReadFile(goldenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(b []byte) any {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		return v
+	}
+	var f struct {
+		Cases []struct{ Expect json.RawMessage }
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	cases := goldenCases(t)
+	var reused Meta
+	for i := range cases {
+		if !cases[i].valid() {
+			continue
+		}
+		for _, m := range []*Meta{new(Meta), &reused} {
+			if err := m.Decode(cases[i].value); err != nil {
+				t.Fatalf("%s: %v", cases[i].Name, err)
+			}
+			got, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := f.Cases[i].Expect; !reflect.DeepEqual(parse(got), parse(want)) {
+				t.Errorf("%s: %s, want %s", cases[i].Name, got, want)
+			}
+		}
+	}
+}

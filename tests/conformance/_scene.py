@@ -6,6 +6,7 @@ never sees a state between two steps. Everything made is removed by `clear()`.""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import pwd
@@ -130,6 +131,18 @@ class Scene:
         finally:
             os.close(fd)
 
+    def txmeta_goldens(self, which: str) -> list[tuple[bytes, dict]]:
+        """A cache at the name holding golden txmeta values (`which`: all, valid or malformed),
+        case i at key sha256("conformance txmeta i"): each key with its case (name, value, expect)."""
+        cases = [(i, c) for i, c in enumerate(txmeta_cases())
+                 if which == "all" or (c["expect"] == {"valid": False}) == (which == "malformed")]
+        keys = [hashlib.sha256(b"conformance txmeta %d" % i).digest() for i, _ in cases]
+        values = [bytes.fromhex(c["value"]) for _, c in cases]
+        with shmcache.create(self.name, memory="128MiB", max_value=max(map(len, values))) as w:
+            w.set_many(keys, values)
+            assert w.stats()["entries"] == len(keys), "a golden txmeta value was evicted"
+        return [(k, c) for k, (_, c) in zip(keys, cases)]
+
     # -- changes under live readers ------------------------------------------------------------
 
     def step(self, action: str) -> None:
@@ -251,6 +264,10 @@ class Scene:
 
 def control_cases() -> dict:
     return json.loads((GOLDEN / "control" / "expect.json").read_text())["cases"]
+
+
+def txmeta_cases() -> list[dict]:
+    return json.loads((GOLDEN / "txmeta" / "cases.json").read_text())["cases"]
 
 
 def golden_cases() -> dict:

@@ -1,7 +1,8 @@
 """One conformance suite for the three readers (docs/reader-contract.md): every scenario of
-scenarios.toml, every golden segment (golden/expect.json) and every golden control area
-(golden/control/expect.json) is run against the Python, Go and Java readers through the
-same commands, and each reader must give the outcome written there. A reader whose
+scenarios.toml, every golden segment (golden/expect.json), every golden control area
+(golden/control/expect.json) and the golden txmeta values (golden/txmeta/cases.json, through
+`get --decode txmeta`) is run against the Python, Go and Java readers through the same
+commands, and each reader must give the outcome written there. A reader whose
 outcome differs fails the scenario, naming the reader and what it said.
 
 A reader whose toolchain is not installed (no go, no java) is left out, saying so; CI
@@ -9,6 +10,7 @@ has all three."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -160,6 +162,45 @@ def test_golden_segment(readers, scene, roles, case):
     out = ["-" if k["value"] is None else k["value"] for k in keys]
     results = R.run_all(readers, "get", s.name, *(k["key"] for k in keys))
     _judge(results, readers, {"about": case, "out": out, "exit": 0 if "-" not in out else 1})
+
+
+# -- get --decode txmeta --------------------------------------------------------------------------
+
+DECODES = SCENARIOS["decode"]
+
+
+@pytest.mark.parametrize("case", DECODES, ids=[c["about"][:60] for c in DECODES])
+def test_get_decode_txmeta(readers, scene, case):
+    """Every reader prints each golden txmeta value's expected decode, one JSON object a
+    line, compared as parsed JSON (each reader lays its JSON out its own way)."""
+    s = scene("decode")
+    expect = s.txmeta_goldens(case["cases"])
+    misses = [hashlib.sha256(b"conformance txmeta miss %d" % i).hexdigest() for i in range(case["misses"])]
+    want = [c["expect"] for _, c in expect] + ["-"] * len(misses)
+    names = [c["name"] for _, c in expect] + ["a key never set"] * len(misses)
+    results = R.run_all(readers, "get", "--decode", "txmeta", s.name, *(k.hex() for k, _ in expect), *misses)
+    bad = []
+    for r in readers:
+        p = results[r.name]
+        lines = p.stdout.split("\n")[:-1]
+        wrong = [] if p.returncode == case["exit"] else [f"exit {p.returncode}, not {case['exit']}"]
+        if re.search(rf"^{re.escape(r.program)}: [a-z-]+: ", p.stderr, re.M):
+            wrong.append(f"an error line on stderr: {p.stderr[-300:]!r}")
+        if len(lines) != len(want):
+            wrong.append(f"{len(lines)} lines for {len(want)} keys")
+        else:
+            for i, (line, w) in enumerate(zip(lines, want)):
+                try:
+                    got = line if line == "-" else json.loads(line)
+                except ValueError:
+                    got = line
+                if got != w:
+                    wrong.append(f"line {i} ({names[i]}): {line!r}, not {w if w == '-' else json.dumps(w)}")
+                    if len(wrong) > 5:
+                        break
+        if wrong:
+            bad.append(f"{r}: " + "; ".join(wrong))
+    assert not bad, case["about"] + "\n" + "\n".join(bad)
 
 
 # -- a planted sparse file -------------------------------------------------------------------------

@@ -2,13 +2,15 @@
 // the readers' contract (docs/reader-contract.md), with the same arguments, output and
 // exit statuses as every other reader's:
 //
-//	shmcache-go get [--owner USER] NAME HEXKEY...          a line a key: the value in hex, or -
+//	shmcache-go get [--owner USER] [--decode txmeta] NAME HEXKEY...   a line a key: the value in hex, its decode, or -
 //	shmcache-go watch [--owner USER] NAME HEXKEY SECONDS   a line each time the outcome changes
 //	shmcache-go stats [--owner USER] [--json] NAME         the stats, one JSON object
 //	shmcache-go status [--owner USER] [--json] NAME        readiness, one JSON object
 //	shmcache-go wait-ready [--owner USER] [--timeout S] NAME
 //
-// get exits 0 when every key hit, 1 when some missed; wait-ready exits 1 when the cache
+// get --decode txmeta prints each value found as its txmeta decode, one JSON object
+// (txmeta.Meta's MarshalJSON), or {"valid":false} for a value that is not one. get exits 0
+// when every key hit, 1 when some missed; wait-ready exits 1 when the cache
 // is not ready by the timeout. An error is one line on stderr, `shmcache-go: KIND:
 // message` (KIND as shmcache.Kind gives it), and exit status 2.
 package main
@@ -26,13 +28,15 @@ import (
 	"time"
 
 	shmcache "github.com/shmcache/shmcache/go"
+	"github.com/shmcache/shmcache/go/txmeta"
 )
 
 const (
 	program     = "shmcache-go"
 	watchPace   = 10 * time.Millisecond // between a watch's lookups
 	waitReadyNS = 50 * time.Millisecond // between wait-ready's looks at the status
-	usage       = "usage: shmcache-go get [--owner USER] NAME HEXKEY... | watch [--owner USER] NAME HEXKEY SECONDS | " +
+	usage       = "usage: shmcache-go get [--owner USER] [--decode txmeta] NAME HEXKEY... | " +
+		"watch [--owner USER] NAME HEXKEY SECONDS | " +
 		"stats [--owner USER] [--json] NAME | status [--owner USER] [--json] NAME | " +
 		"wait-ready [--owner USER] [--timeout S] NAME"
 )
@@ -64,12 +68,13 @@ type command struct {
 	owner   *string
 	json    bool
 	timeout *float64
+	decode  string   // get --decode: "txmeta", or "" for the values in hex
 	args    []string // the positional arguments
 }
 
 // options are the options each command takes.
 var options = map[string][]string{
-	"get": {"--owner"}, "watch": {"--owner"}, "stats": {"--owner", "--json"}, "status": {"--owner", "--json"},
+	"get": {"--owner", "--decode"}, "watch": {"--owner"}, "stats": {"--owner", "--json"}, "status": {"--owner", "--json"},
 	"wait-ready": {"--owner", "--timeout"},
 }
 
@@ -118,6 +123,11 @@ func parse(argv []string) (*command, *exit) {
 		switch flag {
 		case "--owner":
 			c.owner = &value
+		case "--decode":
+			if value != "txmeta" {
+				return nil, badArgument("--decode %q: the one decode is txmeta", value)
+			}
+			c.decode = value
 		case "--timeout":
 			s, err := seconds(value)
 			if err != nil {
@@ -161,7 +171,8 @@ func hexKey(i int, text string) ([]byte, *exit) {
 }
 
 // get looks the keys up in one call: a line a key, the value in hex (an empty line for an
-// empty value) or - for a miss; exit 1 if some missed.
+// empty value), or with --decode txmeta its decode (one JSON object, {"valid":false} for a
+// value that is not a txmeta value), or - for a miss; exit 1 if some missed.
 func get(c *command, out io.Writer) *exit {
 	keys := make([][]byte, 0, len(c.args)-1)
 	for i, text := range c.args[1:] {
@@ -181,11 +192,21 @@ func get(c *command, out io.Writer) *exit {
 		return failed(err)
 	}
 	var lines strings.Builder
+	var m txmeta.Meta
 	for i := range b.Len() {
-		if b.Has(i) {
-			lines.WriteString(hex.EncodeToString(b.Value(i)) + "\n")
-		} else {
+		switch {
+		case !b.Has(i):
 			lines.WriteString("-\n")
+		case c.decode == "":
+			lines.WriteString(hex.EncodeToString(b.Value(i)) + "\n")
+		case m.Decode(b.Value(i)) != nil:
+			lines.WriteString(`{"valid":false}` + "\n")
+		default:
+			raw, err := json.Marshal(&m)
+			if err != nil {
+				return failed(err)
+			}
+			lines.Write(append(raw, '\n'))
 		}
 	}
 	io.WriteString(out, lines.String())

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	shmcache "github.com/shmcache/shmcache/go"
+	"github.com/shmcache/shmcache/go/txmeta"
 	"golang.org/x/sys/unix"
 )
 
@@ -142,6 +144,27 @@ func TestGetAnswersEveryGoldenKeyInOneCall(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != len(hits) || strings.Contains(out, "-") {
 		t.Fatalf("every key hit: exit %d (want 0), stderr %q\n%s", code, errs, out)
 	}
+	// --decode txmeta: the same keys, the same exit; a value found is its decode, or not a
+	// txmeta value (the golden's values are not), a miss is still "-"
+	var decoded []string
+	for _, w := range want {
+		v, _ := hex.DecodeString(w)
+		var m txmeta.Meta
+		switch {
+		case w == "-":
+			decoded = append(decoded, "-")
+		case m.Decode(v) != nil:
+			decoded = append(decoded, `{"valid":false}`)
+		default:
+			raw, _ := json.Marshal(&m)
+			decoded = append(decoded, string(raw))
+		}
+	}
+	out, errs, code = shmcacheGo(t, append([]string{"get", "--decode", "txmeta"}, args[1:]...)...)
+	if code != 1 || strings.Join(decoded, "\n")+"\n" != out || errs != "" {
+		t.Fatalf("--decode txmeta: exit %d (want 1), stderr %q; got\n%s\nwant\n%s", code, errs, out,
+			strings.Join(decoded, "\n"))
+	}
 }
 
 // stats and status print one JSON object with the contract's fields, --json or not.
@@ -213,6 +236,9 @@ func TestErrorsAreOneLineWithTheirKind(t *testing.T) {
 		{"bad-argument", []string{"get", "../etc/passwd", key}},
 		{"bad-argument", []string{"get", "--owner", "no-such-user-here", base, key}},
 		{"bad-argument", []string{"get", "--json", base, key}},
+		{"bad-argument", []string{"get", "--decode", "hex", base, key}},
+		{"bad-argument", []string{"get", "--decode"}},
+		{"bad-argument", []string{"stats", "--decode", "txmeta", base}},
 		{"bad-argument", []string{"stats", base, "extra"}},
 		{"bad-argument", []string{"watch", base, key, "soon"}},
 		{"bad-argument", []string{"watch", base, "zz", "1"}},
