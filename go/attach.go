@@ -172,15 +172,17 @@ type Cache struct {
 
 // Attach maps cache name (/dev/shm/NAME) read-only, after every check of the
 // specification, and joins its readers' companion to count hits and misses. The handle
-// follows the name (docs/segment-format.md, section 1): it looks at the name at least
+// follows the name ([format section 1]): it looks at the name at least
 // every 0.1 s while it is used, and once the name holds another file or nothing, it drops
 // its mapping at once; its calls then fail with ErrNotFound (nothing there) or with the
 // error of what is there (not a cache, another user's, ...) for as long as it is there,
 // looking again at every call, and a new cache there is mapped and served. So a destroyed
 // cache answers for at most 0.1 s more, and a cache created again is read within 0.1 s.
 //
-// Options: WithOwner. An invalid name (1-200 of [A-Za-z0-9._-], starting with a letter
-// or digit) is ErrBadArgument.
+// Options: WithOwner. An invalid name (1-200 of A-Z, a-z, 0-9, '.', '_' and '-', starting
+// with a letter or digit) is ErrBadArgument.
+//
+// [format section 1]: https://github.com/shmcache/shmcache/blob/main/docs/segment-format.md#1-files-and-names
 func Attach(name string, opts ...Option) (*Cache, error) {
 	if !nameRE.MatchString(name) {
 		return nil, newErr(name, ErrBadArgument, "not a valid cache name: use 1-200 letters, digits, '.', '_' or "+

@@ -48,10 +48,12 @@ func (e *Error) Unwrap() error { return e.Kind }
 // context.DeadlineExceeded (or context.Canceled) at once.
 func (e *Error) Is(target error) bool { return e.Err != nil && errors.Is(e.Err, target) }
 
-// Kind is the word the readers' contract gives err (docs/reader-contract.md): not-found,
-// not-a-cache, corrupt, unknown-version, wrong-owner, unsafe-mode, permission,
-// bad-argument or not-ready, the same word every reader (and its command) gives for the
-// same case; "" for an error that is none of this package's.
+// Kind is the word [the readers' contract] gives err: not-found, not-a-cache, corrupt,
+// unknown-version, wrong-owner, unsafe-mode, permission, bad-argument or not-ready, the
+// same word every reader (and its command) gives for the same case; "" for an error that
+// is none of this package's.
+//
+// [the readers' contract]: https://github.com/shmcache/shmcache/blob/main/docs/reader-contract.md#errors
 func Kind(err error) string {
 	var k *kind
 	if errors.As(err, &k) {

@@ -2,8 +2,10 @@ package shmcache
 
 import "sync/atomic"
 
-// Stats is a snapshot of a cache's figures, read without locks (docs/segment-format.md,
-// section 15); the JSON names are those of the Python reader's stats().
+// Stats is a snapshot of a cache's figures, read without locks ([format section 15]); the
+// JSON names are those of the Python reader's stats() and of every reader's `stats`.
+//
+// [format section 15]: https://github.com/shmcache/shmcache/blob/main/docs/segment-format.md#15-stats
 type Stats struct {
 	Name          string  `json:"name"`
 	Entries       int64   `json:"entries"`

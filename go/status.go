@@ -40,8 +40,12 @@ type GroupMember struct {
 }
 
 // Status says whether the cache is ready (every partition of its topic assigned here by
-// the supervisor alive now and applied up to its target) and, when not, why. Its JSON is
-// the readers' contract's (docs/reader-contract.md); a nil pointer is JSON's null.
+// the supervisor alive now and applied up to its target) and, when not, why, by the rule
+// of [format section 14]. Its JSON is [the readers' contract]'s; a nil pointer is JSON's
+// null.
+//
+// [format section 14]: https://github.com/shmcache/shmcache/blob/main/docs/segment-format.md#14-readiness-the-control-area
+// [the readers' contract]: https://github.com/shmcache/shmcache/blob/main/docs/reader-contract.md#status-and-wait-ready
 type Status struct {
 	Name                    string            `json:"name"`
 	Topic                   string            `json:"topic"`

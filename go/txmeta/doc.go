@@ -18,5 +18,9 @@
 // Not guaranteed (as for every shmcache reader): an entry may be evicted at any time, so
 // a miss falls through to the store of record; a key written while it is read reads as
 // the old or the new value; stats are a snapshot. The mapping of each txmetacache method
-// subtree validation calls to this package is in the repository's docs/teranode.md.
+// subtree validation calls to this package, with a worked adapter, is [Teranode's txmeta
+// cache]; the reader underneath is [the Go guide]'s.
+//
+// [Teranode's txmeta cache]: https://github.com/shmcache/shmcache/blob/main/docs/teranode.md
+// [the Go guide]: https://github.com/shmcache/shmcache/blob/main/docs/go.md
 package txmeta

@@ -6,11 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	shmcache "github.com/shmcache/shmcache/go"
 	"github.com/shmcache/shmcache/go/txmeta"
 )
+
+// cacheName is the cache the examples read: "txmeta" on a Teranode host. `go test` points
+// it at a copy of golden/base.shm.gz (example_main_test.go), a cache no supervisor fills.
+var cacheName = "txmeta"
 
 // Attach the machine's txmeta cache, refusing one the shmcache user does not own, and wait
 // until it holds the whole topic. The horizon keeps a tenth of Teranode's
@@ -70,13 +75,18 @@ func ExampleMeta_Decode() {
 }
 
 // Answer a load balancer's probes: liveness while the cache is readable, readiness once
-// it is ready, with the reason when it is not.
+// it is ready, with the reason when it is not (here: a cache no supervisor fills).
 func ExampleCache_Health() {
-	c, err := txmeta.Attach("txmeta", txmeta.Config{})
+	c, err := txmeta.Attach(cacheName, txmeta.Config{GlobalBlockHeightRetention: 288})
 	if err != nil {
-		return
+		log.Fatal(err)
 	}
 	defer c.Close()
-	code, msg, _ := c.Health(context.Background(), false)
-	fmt.Println(code, msg) // 200 "txmeta cache 'txmeta': ready", or 503 "...: not ready (no-supervisor): no live supervisor"
+	for _, liveness := range []bool{true, false} {
+		code, msg, _ := c.Health(context.Background(), liveness)
+		fmt.Println(code, strings.TrimPrefix(msg, "txmeta cache '"+c.Name()+"': "))
+	}
+	// Output:
+	// 200 attached
+	// 503 not ready (no-supervisor): no live supervisor
 }

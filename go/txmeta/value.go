@@ -97,9 +97,11 @@ func (m *Meta) Decode(v []byte) error {
 }
 
 // MarshalJSON gives m as the object every reader's `get --decode txmeta` prints for a
-// value (docs/reader-contract.md): {"fee", "size", "flags", "parents": [hex...],
+// value ([the readers' contract]): {"fee", "size", "flags", "parents": [hex...],
 // "parent_vouts": [[...]...], "block_height": N or null}, an empty list as [], never null.
 // A value Decode refused prints {"valid": false} instead: m does not know it was refused.
+//
+// [the readers' contract]: https://github.com/shmcache/shmcache/blob/main/docs/reader-contract.md#get---decode-txmeta
 func (m *Meta) MarshalJSON() ([]byte, error) {
 	parents := make([]string, len(m.Parents))
 	for j := range m.Parents {

@@ -1,6 +1,6 @@
 // Command shmcache-go reads a shmcache cache with the Go reader. It gives the commands of
-// the readers' contract (docs/reader-contract.md), with the same arguments, output and
-// exit statuses as every other reader's:
+// [the readers' contract], with the same arguments, output and exit statuses as every
+// other reader's:
 //
 //	shmcache-go get [--owner USER] [--decode txmeta] NAME HEXKEY...   a line a key: the value in hex, its decode, or -
 //	shmcache-go watch [--owner USER] NAME HEXKEY SECONDS   a line each time the outcome changes
@@ -13,6 +13,8 @@
 // when every key hit, 1 when some missed; wait-ready exits 1 when the cache
 // is not ready by the timeout. An error is one line on stderr, `shmcache-go: KIND:
 // message` (KIND as shmcache.Kind gives it), and exit status 2.
+//
+// [the readers' contract]: https://github.com/shmcache/shmcache/blob/main/docs/reader-contract.md#the-commands
 package main
 
 import (
