@@ -36,17 +36,27 @@ func ExampleAttach() {
 	c.SetBlockHeight(870_000) // the chain's tip; call it again on each new block
 }
 
-// Look a batch of tx hashes up, as subtree validation's processTxMetaUsingCache does, into
-// a Batch reused from call to call. hashes may be a []chainhash.Hash as it is.
+// A service's start and its lookups, as subtree validation's processTxMetaUsingCache
+// makes them: attach, wait until the cache holds the whole topic, set the horizon's tip,
+// then a batch of tx hashes a call into a Batch reused from call to call. hashes may be a
+// []chainhash.Hash as it is.
 func ExampleGetMetaCachedBatch() {
 	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288})
-	if err != nil {
-		return
+	if errors.Is(err, shmcache.ErrNotFound) {
+		return // no cache of that name on this machine
+	} else if err != nil {
+		log.Fatal(err)
 	}
 	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		log.Fatal(err) // not ready in 30 s: the error says why
+	}
+	c.SetBlockHeight(870_000)                    // the tip; again on each new block
 	hashes := make([][32]byte, txmeta.BatchSize) // the subtree's tx hashes
-	var b txmeta.Batch
-	if err := txmeta.GetMetaCachedBatch(context.Background(), c, hashes, &b); err != nil {
+	var b txmeta.Batch                           // one a goroutine, reused: no allocation a batch
+	if err := txmeta.GetMetaCachedBatch(ctx, c, hashes, &b); err != nil {
 		log.Fatal(err) // for the whole call: the cache destroyed, the handle closed, ctx done
 	}
 	for i := range b.Len() {
