@@ -19,7 +19,7 @@ import java.lang.invoke.VarHandle;
  * call of any number of keys waits at most about 1 s in all. A call is what lies between
  * two {@link #flush()}es: the deadline is set again after each.
  *
- * <p>Every public method ends, inside its own {@code try}, with the mapping's seal
+ * <p>Every public method ends, inside its own {@code try}, with {@link Faults#seal()}
  * ({@link Faults}): a file cut short under the mapping is {@link ShmcacheException.Corrupt}
  * of the method that met it, never a JVM error thrown later elsewhere.
  *
@@ -97,7 +97,7 @@ public final class Call implements AutoCloseable {
             }
             try {
                 boolean found = find(m, Segment.XXH64.hash(key, off, len, 0L), key, off, want);
-                seg.seal(m);
+                Faults.seal();
                 return found;
             } catch (InternalError e) {
                 throw seg.cutShort(m, e);
@@ -238,7 +238,7 @@ public final class Call implements AutoCloseable {
 
     /**
      * Hashes keys[0 .. n * key_size) and looks them up, a stage of keys at a time; the call's
-     * end is the mapping's seal, inside the same {@code try} as every read.
+     * end is {@link Faults#seal()}, inside the same {@code try} as every read.
      */
     private void run(Mapped m, byte[] keys, boolean[] isNull, int n, byte[][] vals, boolean[] has) {
         int ks = m.keySize;
@@ -253,7 +253,7 @@ public final class Call implements AutoCloseable {
             for (int lo = 0; lo < n; lo += Stages.STAGE) { // a stage's lines must still be in cache when its keys are read
                 stages(m, keys, isNull, lo, Math.min(n, lo + Stages.STAGE), vals, has);
             }
-            seg.seal(m);
+            Faults.seal();
         } catch (InternalError e) {
             throw seg.cutShort(m, e);
         }

@@ -3,7 +3,6 @@ package io.shmcache;
 import static io.shmcache.Layout.*;
 
 import java.io.IOException;
-import java.io.RandomAccessFile;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
@@ -23,9 +22,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * short read or a size, never as a fault; a companion found shorter than its size turns the
  * counters off and nothing else. The one step a positional write cannot make is the claim
  * of a row, a compare-and-swap of its owner word against other processes: that is made on a
- * mapping of the rows, once per process and companion, and guarded as a lookup is (the
- * mapped file's size looked at after it, and a fault thrown there: {@link Faults}), so a
- * companion cut short during the claim too only turns the counters off.
+ * mapping of the rows, once per process and companion, unmapped right after, and guarded as
+ * a lookup is (a fault thrown inside the claim's own try: {@link Faults}), so a companion cut
+ * short during the claim too only turns the counters off.
  *
  * <p>A process has one row per companion, shared by its handles ({@link Row}): its counts
  * are kept in memory, added under the row's lock and written whole (words R_HITS..R_CORRUPTIONS),
@@ -39,7 +38,6 @@ final class Companion {
     private final String cache;
     private final Path path;
     private final FileChannel ch;
-    private final RandomAccessFile sizer; // the companion's size after a claim (Faults)
     private final boolean writable;
     private final String key; // the companion file and the cache's creation id
     private volatile Row row;  // this process's row, claimed at the first count; null not yet
@@ -49,7 +47,6 @@ final class Companion {
         this.cache = cache;
         this.path = path;
         this.ch = o.channel();
-        this.sizer = o.sizer();
         this.writable = writable;
         this.key = key;
     }
@@ -208,9 +205,7 @@ final class Companion {
                         start[i] = m.getLong(at + (ReaderStats.R_HITS + i) * WORD);
                     }
                 }
-                if (!sealClaim()) {
-                    return null;
-                }
+                Faults.seal(); // a fault of the claim is thrown here, inside this try
                 return at < 0 ? null : new Row(PAGE + at, start);
             } catch (InternalError e) {
                 if (!Faults.isFault(e)) {
@@ -223,28 +218,6 @@ final class Companion {
         } catch (IOException e) {
             return null;
         }
-    }
-
-    /**
-     * The claim's end: a fault pending from it thrown here (caught by the claim), a companion
-     * cut short found (false: no row).
-     */
-    private boolean sealClaim() {
-        if (Faults.AT_TRANSITION) {
-            Faults.transition();
-            return true;
-        }
-        long size;
-        try {
-            size = sizer.length();
-        } catch (IOException e) {
-            size = -1;
-        }
-        if (size != COMPANION_BYTES) {
-            Faults.drain();
-            return false;
-        }
-        return true;
     }
 
     private static long find(Mapping m, long me) {

@@ -1,7 +1,6 @@
 package io.shmcache;
 
 import java.io.IOException;
-import java.io.RandomAccessFile;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 
@@ -29,19 +28,14 @@ interface FileOpener {
      */
     Opened open(String cache, Path path, boolean write, String what);
 
-    /**
-     * An open file: its channel (opened with O_NOFOLLOW), the same file opened as a
-     * RandomAccessFile for {@link Faults}' size checks (its length() is one native call, with
-     * no Java code of the JDK around it), and what lstat said of the name just after both
-     * were opened (the file both looks before and after saw).
-     */
-    record Opened(FileChannel channel, RandomAccessFile sizer, FileStat stat) {
-        /** Closes both (nothing was read from them, or nothing more will be). */
+    /** An open file (its channel, opened with O_NOFOLLOW) and what lstat said of the name just after. */
+    record Opened(FileChannel channel, FileStat stat) {
+        /** Closes it (nothing was read from it, or nothing more will be). */
         void close() {
-            try (FileChannel c = channel; RandomAccessFile r = sizer) {
-                // closed by the try
+            try {
+                channel.close();
             } catch (IOException ignored) {
-                // nothing more is read from them
+                // nothing more is read from it
             }
         }
     }

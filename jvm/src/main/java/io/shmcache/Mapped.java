@@ -3,7 +3,6 @@ package io.shmcache;
 import static io.shmcache.Layout.*;
 
 import java.io.IOException;
-import java.io.RandomAccessFile;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
@@ -21,8 +20,7 @@ import java.util.function.IntToLongFunction;
  * header read with a positional read before anything is mapped (a stranger's file at the
  * name costs one page read), then mapped read-only and never populated: Java maps without
  * {@code MAP_POPULATE}, so a sparse file planted at the name costs only the pages lookups
- * touch (format section 1). The channel stays open: {@link #seal} asks it the file's size
- * at the end of each call (JDK 17, see {@link Faults}).
+ * touch (format section 1). The channel is closed once mapped: the mapping keeps the file.
  */
 final class Mapped {
     final Mapping map;
@@ -33,15 +31,13 @@ final class Mapped {
     final long slots;
     final long ring;
     final long ringOff;
-    private final RandomAccessFile sizer; // the file's size, for seal (Faults)
     volatile boolean lost;    // the file was cut short under the mapping: never read again
     /** Calls reading the mapping now (low bits), RETIRED once its handle dropped it, UNMAPPED once unmapped. */
     private final AtomicLong uses = new AtomicLong();
     private static final long RETIRED = 1L << 62, UNMAPPED = 1L << 61;
 
-    private Mapped(Mapping map, RandomAccessFile sizer, FileStat stat, long[] geo) {
+    private Mapped(Mapping map, FileStat stat, long[] geo) {
         this.map = map;
-        this.sizer = sizer;
         this.stat = stat;
         this.keySize = (int) geo[0];
         this.maxValue = geo[1];
@@ -61,7 +57,6 @@ final class Mapped {
     static Mapped open(String cache, Path path, Owner owner) {
         FileOpener.Opened o = FileOpener.INSTANCE.open(cache, path, false, "");
         FileChannel ch = o.channel();
-        boolean ok = false;
         try {
             FileStat st = o.stat();
             if (owner != null) {
@@ -87,11 +82,12 @@ final class Mapped {
             }
             check(cache, path, size, i -> head.getLong(i * (int) WORD), head.getLong(0));
             Mapping m = Mapping.map(ch, size, false);
+            boolean ok = false;
             long[] geo; // checked again on the mapping: the file may have changed since
             try {
                 geo = check(cache, path, size, i -> m.getLong(i * WORD), m.getLongAcquire(H_MAGIC * WORD));
-                Mapped mapped = new Mapped(m, o.sizer(), st, geo);
-                mapped.seal(cache, path);
+                Mapped mapped = new Mapped(m, st, geo);
+                Faults.seal();
                 ok = true;
                 return mapped;
             } catch (InternalError e) {
@@ -107,14 +103,10 @@ final class Mapped {
         } catch (IOException e) {
             throw new ShmcacheException.NotACache(cache, "cannot read " + path + ": " + e, e);
         } finally {
-            if (!ok) {
-                o.close();
-            } else {
-                try {
-                    ch.close(); // mapped: the mapping keeps the file; the sizer stays for seal
-                } catch (IOException ignored) {
-                    // nothing more is read from it
-                }
+            try {
+                ch.close(); // mapped or refused: a mapping keeps its file
+            } catch (IOException ignored) {
+                // nothing more is read from it
             }
         }
     }
@@ -160,38 +152,6 @@ final class Mapped {
     private void unmapNow() {
         if (uses.compareAndSet(RETIRED, RETIRED | UNMAPPED)) {
             map.unmap();
-            try {
-                sizer.close();
-            } catch (IOException ignored) {
-                // nothing more is asked of it
-            }
-        }
-    }
-
-    /**
-     * The end of every call that read this mapping, inside the call's {@code try} (see
-     * {@link Faults}): on JDK 21+ a native call, which throws a pending unsafe-access error
-     * here; on JDK 17 the file's size ({@code fstat}, one native call with no Java code of the
-     * JDK around it), and a file shorter than its mapping marks the mapping lost, makes the
-     * pending error be thrown here ({@link Faults#drain}) and throws
-     * {@link ShmcacheException.Corrupt}.
-     */
-    void seal(String cache, Path path) {
-        if (Faults.AT_TRANSITION) {
-            Faults.transition();
-            return;
-        }
-        long size;
-        try {
-            size = sizer.length();
-        } catch (IOException e) { // cannot be (never closed): say so, the error of the call
-            throw new ShmcacheException.NotACache(cache, "cannot look at the size of " + path + ": " + e, e);
-        }
-        if (size < map.size) {
-            lost = true;
-            retire(); // unmapped once this call is out
-            Faults.drain();
-            throw cutShort(cache, path, null);
         }
     }
 

@@ -206,7 +206,7 @@ public final class Segment implements AutoCloseable {
                 writerCorruptions += m.map.getLong(row + W_CORRUPTIONS * WORD);
             }
             createdNs = m.header(H_CREATED_NS);
-            m.seal(name, path);
+            Faults.seal();
         } catch (InternalError e) {
             throw cutShort(m, e);
         } finally {
@@ -248,7 +248,7 @@ public final class Segment implements AutoCloseable {
         Mapped m = acquire();
         try {
             Status st = Status.read(name, m);
-            m.seal(name, path);
+            Faults.seal();
             return st;
         } catch (InternalError e) {
             throw cutShort(m, e);
@@ -434,11 +434,6 @@ public final class Segment implements AutoCloseable {
         if (warned.add(bucket)) {
             LOG.log(System.Logger.Level.WARNING, "shmcache: cache ''{0}'': bucket {1} {2}", name, Long.toString(bucket), what);
         }
-    }
-
-    /** The end of a call that read m ({@link Mapped#seal}). */
-    void seal(Mapped m) {
-        m.seal(name, path);
     }
 
     /**

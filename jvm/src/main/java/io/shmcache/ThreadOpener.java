@@ -1,7 +1,6 @@
 package io.shmcache;
 
 import java.io.IOException;
-import java.io.RandomAccessFile;
 import java.nio.channels.FileChannel;
 import java.nio.file.AccessDeniedException;
 import java.nio.file.FileSystemException;
@@ -24,8 +23,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * thread and the caller waits for it at most {@link #WAIT_NS}:
  * <ul>
  * <li>the opener looks at the name first ({@code lstat}) and opens only a regular file, with
- *     {@code O_NOFOLLOW} (and again as a RandomAccessFile, for {@link Faults}' size checks);
- *     then looks again and keeps the file only if the name still holds the same regular file
+ *     {@code O_NOFOLLOW}; then looks again and keeps the file only if the name still holds the same regular file
  *     (the stand-in for the {@code fstat} Java 17 lacks: a file swapped out and back between
  *     the two looks goes unseen);
  * <li>a FIFO swapped in between the look and the open blocks the opener, not the caller:
@@ -129,7 +127,6 @@ final class ThreadOpener implements FileOpener {
                     + ", not a shmcache file");
         }
         FileChannel ch;
-        RandomAccessFile sizer;
         try {
             ch = write ? FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)
                     : FileChannel.open(path, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
@@ -143,21 +140,7 @@ final class ThreadOpener implements FileOpener {
         } catch (IOException e) {
             throw new ShmcacheException.NotACache(cache, "cannot open " + path + what + ": " + e, e);
         }
-        try {
-            sizer = new RandomAccessFile(path.toFile(), write ? "rw" : "r");
-        } catch (IOException e) {
-            try {
-                ch.close();
-            } catch (IOException ignored) {
-                // nothing was read from it
-            }
-            if (e.getMessage() != null && e.getMessage().contains("Permission denied")) {
-                throw denied(cache, path, what, write, before, e);
-            }
-            throw new ShmcacheException.NotACache(cache, path + what + " was replaced while it was being opened ("
-                    + e.getMessage() + "): not read; now " + describe(path), e);
-        }
-        Opened o = new Opened(ch, sizer, before);
+        Opened o = new Opened(ch, before);
         FileStat after;
         try {
             after = stat(cache, path, what);
@@ -169,7 +152,7 @@ final class ThreadOpener implements FileOpener {
             throw new ShmcacheException.NotACache(cache, path + what + " was replaced while it was being opened: not "
                     + "read; now " + describe(path));
         }
-        return new Opened(ch, sizer, after);
+        return new Opened(ch, after);
     }
 
     private static ShmcacheException.Permission denied(String cache, Path path, String what, boolean write,

@@ -10,7 +10,9 @@ import java.util.List;
  * (raw keys, key_size bytes each, in lookup order) up in a cache, a row at a time
  * ({@link Call#get}), in chunks ({@link Call#getBatch}) of the sizes given and, for a
  * negative size, in chunks of its magnitude into one buffer ({@link Call#getPacked}), rounds
- * alternating the ways, and prints each way's rows/s per round and its median.
+ * alternating the ways, and prints each way's rows/s per round and its median, by the wall
+ * clock and by the thread's CPU time (the second is what a shared host's other load leaves
+ * least changed: it counts only this thread's time on a core, misses included).
  *
  * <pre>java -cp target/classes:target/test-classes:LZ4_JAR io.shmcache.BatchBench CACHE KEYS_FILE ROUNDS 256,-256</pre>
  */
@@ -31,14 +33,16 @@ public final class BatchBench {
             ways.add(Integer.parseInt(c));
         }
         double[][] rate = new double[ways.size()][rounds];
+        double[][] cpuRate = new double[ways.size()][rounds];
+        java.lang.management.ThreadMXBean tm = java.lang.management.ManagementFactory.getThreadMXBean();
         long expect = -1;
         for (int r = -1; r < rounds; r++) { // round -1: warm-up
             for (int w0 = 0; w0 < ways.size(); w0++) {
                 int w = (w0 + Math.max(r, 0)) % ways.size();
                 int chunk = ways.get(w);
-                long t0 = System.nanoTime();
+                long t0 = System.nanoTime(), c0 = tm.getCurrentThreadCpuTime();
                 long bytes = run(seg, keys, raw, chunk);
-                double dt = (System.nanoTime() - t0) / 1e9;
+                double dt = (System.nanoTime() - t0) / 1e9, cpu = (tm.getCurrentThreadCpuTime() - c0) / 1e9;
                 if (expect < 0) {
                     expect = bytes;
                 } else if (bytes != expect) {
@@ -46,6 +50,7 @@ public final class BatchBench {
                 }
                 if (r >= 0) {
                     rate[w][r] = n / dt;
+                    cpuRate[w][r] = n / cpu;
                 }
             }
         }
@@ -58,8 +63,9 @@ public final class BatchBench {
             for (double x : rate[w]) {
                 sb.append(String.format(" %.2f", x / 1e6));
             }
-            System.out.printf("  %-14s %6.2f M/s %6.0f ns/key %5.2fx row  runs%s%n",
-                    ways.get(w) == 0 ? "row at a time" : ways.get(w) > 0 ? "chunk " + ways.get(w) : "packed " + -ways.get(w), med / 1e6, 1e9 / med, med / row, sb);
+            double cpuMed = median(cpuRate[w]);
+            System.out.printf("  %-14s %6.2f M/s %6.0f ns/key %5.2fx row  runs%s | CPU %6.0f ns/key%n",
+                    ways.get(w) == 0 ? "row at a time" : ways.get(w) > 0 ? "chunk " + ways.get(w) : "packed " + -ways.get(w), med / 1e6, 1e9 / med, med / row, sb, 1e9 / cpuMed);
         }
     }
 
