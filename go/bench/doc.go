@@ -3,9 +3,9 @@
 // a program that imports the reader: github.com/shmcache/shmcache/go requires only
 // xxhash and x/sys. It reads the reader of this checkout (a replace to ../).
 //
-//	go test -run '^$' -bench . -benchmem -cpu 1           GetMany, get_many_packed and fastcache's Get
-//	python3 readerspeed/compare.py [--before REV]         GetMany against get_many_packed, rounds taken in turn
-//	teranodebench                                         the Go side of bench/test_teranode.py
+//	go test -run '^$' -bench . -benchmem -cpu 1                  GetMany, get_many_packed and fastcache's Get
+//	.venv/bin/python go/bench/readerspeed/compare.py [--before REV]   GetMany against get_many_packed, in turn
+//	teranodebench                                                the Go side of bench/test_teranode.py
 //
 // The caches are filled by a Python writer (testdata/bench.py, the repository's
 // virtualenv); without it the benchmarks skip, saying so.
