@@ -60,7 +60,7 @@ def test_the_runnable_jar_reads_a_python_writers_cache_with_java_dash_jar():
     assert p.returncode == 0, f"mvn package failed in jvm/:\n{p.stdout}\n{p.stderr}"
     jar = JVM_DIR / "target" / f"shmcache-jvm-{_version()}.jar"
     with zipfile.ZipFile(jar) as z:
-        manifest = z.read("META-INF/MANIFEST.MF").decode()
+        manifest = z.read("META-INF/MANIFEST.MF").decode().replace("\r\n", "\n")
         classes = z.namelist()
     assert "Main-Class: io.shmcache.cli.Main" in manifest
     # lz4-java and Jackson are Spark's: named by the manifest (copied to target/lib/), never a second copy inside
