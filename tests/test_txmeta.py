@@ -185,24 +185,15 @@ def test_committed_golden_values_are_what_the_generator_makes():
         "golden/txmeta/cases.json is stale: rerun .venv/bin/python tests/_txmeta_golden.py"
 
 
-def _expect_of(m: txmeta.Meta, i: int) -> dict:
-    """Record i of a decoded batch as a golden case's `expect` object."""
-    if not m.valid[i]:
-        return {"valid": False}
-    a, b = int(m.parent_offsets[i]), int(m.parent_offsets[i + 1])
-    return {"fee": int(m.fee[i]), "size": int(m.size[i]), "flags": int(m.flags[i]),
-            "parents": [bytes(m.parents[j]).hex() for j in range(a, b)],
-            "parent_vouts": [m.vouts[m.vout_offsets[j]:m.vout_offsets[j + 1]].tolist() for j in range(a, b)],
-            "block_height": None if m.block_height[i] < 0 else int(m.block_height[i])}
-
-
 def test_the_decoder_gives_every_golden_decode():
+    """formats/txmeta.decode, and record (the object `get --decode txmeta` prints), give every
+    golden case's expected decode."""
     cases = json.loads(golden.PATH.read_text())["cases"]
     assert sum(c["expect"] == {"valid": False} for c in cases) >= 400
     values = [bytes.fromhex(c["value"]) for c in cases]
     offsets = np.cumsum([0] + [len(v) for v in values])
     m = txmeta.decode(offsets, np.frombuffer(b"".join(values), np.uint8))
-    wrong = [(c["name"], c["value"], got) for i, c in enumerate(cases) if (got := _expect_of(m, i)) != c["expect"]]
+    wrong = [(c["name"], c["value"], got) for i, c in enumerate(cases) if (got := txmeta.record(m, i)) != c["expect"]]
     assert not wrong, f"{len(wrong)} golden txmeta values decoded otherwise; the first: {wrong[:3]}"
     for i, c in enumerate(cases):  # and each record valid alone re-encodes to its bytes
         if m.valid[i]:
