@@ -96,7 +96,7 @@ public final class Call implements AutoCloseable {
                         + m.keySize + " bytes");
             }
             try {
-                boolean found = find(m, Segment.XXH64.hash(key, off, len, 0L), key, off, want);
+                boolean found = find(m, XXH64.hash(key, off, len, 0L), key, off, want);
                 Faults.seal();
                 return found;
             } catch (InternalError e) {
@@ -247,7 +247,7 @@ public final class Call implements AutoCloseable {
         }
         long[] hs = hashes;
         for (int i = 0; i < n; i++) {
-            hs[i] = isNull != null && isNull[i] ? 0 : Segment.XXH64.hash(keys, i * ks, ks, 0L);
+            hs[i] = isNull != null && isNull[i] ? 0 : XXH64.hash(keys, i * ks, ks, 0L);
         }
         try {
             for (int lo = 0; lo < n; lo += Stages.STAGE) { // a stage's lines must still be in cache when its keys are read

@@ -8,8 +8,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.regex.Pattern;
-import net.jpountz.xxhash.XXHash64;
-import net.jpountz.xxhash.XXHashFactory;
 
 /**
  * A read-only handle on one cache (docs/segment-format.md): {@link #attach(String)} maps
@@ -48,7 +46,6 @@ import net.jpountz.xxhash.XXHashFactory;
  */
 public final class Segment implements AutoCloseable {
     private static final Pattern NAME = Pattern.compile("[A-Za-z0-9][A-Za-z0-9._-]{0,199}");
-    static final XXHash64 XXH64 = XXHashFactory.fastestJavaInstance().hash64();
     private static final System.Logger LOG = System.getLogger("io.shmcache");
     private static final long WAIT_POLL_MS = 50; // wait_ready's pace (format section 14)
 

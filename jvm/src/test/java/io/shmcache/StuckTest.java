@@ -36,7 +36,7 @@ class StuckTest {
         for (int n = 0; n < keys.length;) {
             byte[] k = new byte[32];
             rnd.nextBytes(k);
-            if (buckets.add(Segment.XXH64.hash(k, 0, 32, 0L) & (Layout.NBUCKETS - 1))) {
+            if (buckets.add(XXH64.hash(k, 0, 32, 0L) & (Layout.NBUCKETS - 1))) {
                 keys[n++] = k;
             }
         }
