@@ -196,7 +196,7 @@ final class Companion {
             if (ch.size() != COMPANION_BYTES) { // cut short (a read-write map would grow it back): no row
                 return null;
             }
-            Mapping m = Mapping.mapRange(ch, PAGE, COMPANION_BYTES - PAGE, true);
+            Mapping m = Mapping.map(ch, PAGE, COMPANION_BYTES - PAGE, true);
             try {
                 long at = find(m, me);
                 long[] start = new long[5];

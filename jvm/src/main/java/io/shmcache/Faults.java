@@ -5,10 +5,16 @@ package io.shmcache;
  * reader turns it into an error of the call that met it, and never dies of it).
  *
  * <p>A load from a page the file lost raises SIGBUS. HotSpot's handler sees that the
- * faulting instruction is an unsafe access (an {@code Unsafe} load in compiled code, or one
- * the VM made for a native method), skips it (the load returns garbage) and asks for an
- * asynchronous {@link InternalError} ("a fault occurred in a (recent) unsafe memory access
- * operation"), which the thread throws later, at a point that depends on the JDK:
+ * faulting instruction is an unsafe access (an {@code Unsafe} load in compiled code, one the
+ * VM made for a native method, or one of its unsafe copy stubs), skips it (the load returns
+ * garbage) and asks for an asynchronous {@link InternalError} ("a fault occurred in a
+ * (recent) unsafe memory access operation"), which the thread throws later, at a point that
+ * depends on the JDK. A {@code MemorySegment} access (the JDK 22+ mapping,
+ * {@code SegmentMapping}) is one of these too: the JDK makes it through
+ * {@code jdk.internal.misc.ScopedMemoryAccess}, whose loads are the same Unsafe intrinsics in
+ * compiled code (the compiled method is marked as making unsafe accesses, which is what the
+ * handler looks for) and whose bulk copy is the same stub; the JDK catches nothing on the way
+ * but its own closed-scope error, so the InternalError is the same, thrown the same way:
  * <ul>
  * <li>JDK 17: the request is a flag of the thread ({@code set_pending_unsafe_access_error}),
  *     thrown at the thread's next return from the VM's runtime to Java code with asynchronous

@@ -10,13 +10,16 @@ import java.nio.file.Path;
  * file, and saying which file it opened. The one place a file is opened: the cache and its
  * readers' companion both come through here.
  *
- * <p>{@link #INSTANCE} is {@link ThreadOpener}: Java 17's NIO cannot open with
- * {@code O_NONBLOCK}, so each open runs on an opener thread and the caller waits a bounded
- * time (see there). A JDK 22+ implementation can open with {@code open(2)} and
- * {@code O_NONBLOCK} through the foreign function API behind this same interface.
+ * <p>{@link #INSTANCE} is what {@link Jdk} picks. On JDK 17-21 it is {@link ThreadOpener}:
+ * Java 17's NIO cannot open with {@code O_NONBLOCK}, so each open runs on an opener thread
+ * and the caller waits a bounded time (see there). On JDK 22+ it is {@code NativeOpener}
+ * (src/main/java22), which calls {@code open(2)} with {@code O_NONBLOCK | O_NOFOLLOW |
+ * O_CLOEXEC} through the foreign function API on the caller's thread, where this class's
+ * module may call native code ({@code --enable-native-access}, which Spark passes and the
+ * runnable jar's manifest sets); elsewhere, ThreadOpener again.
  */
 interface FileOpener {
-    FileOpener INSTANCE = new ThreadOpener();
+    FileOpener INSTANCE = Jdk.opener();
 
     /**
      * Opens path (read-only, or read-write with {@code write}) if a regular file is there.

@@ -11,8 +11,9 @@ import java.util.Map;
 /**
  * What {@code lstat(2)} says of a name (no link followed): the file's identity (device,
  * inode), its type and mode bits, its owner and its size. Java 17 has no {@code fstat} of
- * an open file, so a reader looks at the name before and after it opens it and keeps the
- * file only if both looks saw the same regular file ({@link FileOpener}).
+ * an open file, so its reader looks at the name before and after it opens it and keeps the
+ * file only if both looks saw the same regular file ({@link ThreadOpener}); on JDK 22+ the
+ * opened descriptor is looked at ({@link #ofOpen}).
  */
 record FileStat(long dev, long ino, int mode, int uid, UserPrincipal owner, long size) {
     private static final int S_IFMT = 0170000, S_IFREG = 0100000, S_IFDIR = 0040000, S_IFLNK = 0120000,
@@ -22,10 +23,24 @@ record FileStat(long dev, long ino, int mode, int uid, UserPrincipal owner, long
     static FileStat of(Path path) throws IOException {
         Map<String, Object> a;
         try {
-            a = Files.readAttributes(path, "unix:dev,ino,mode,uid,owner,size", LinkOption.NOFOLLOW_LINKS);
+            a = Files.readAttributes(path, ATTRIBUTES, LinkOption.NOFOLLOW_LINKS);
         } catch (NoSuchFileException e) {
             return null;
         }
+        return of(a);
+    }
+
+    /**
+     * The file a descriptor holds open, by its name in /proc/self/fd: that name is a link to
+     * the open file itself (not to a path), so this is the descriptor's fstat.
+     */
+    static FileStat ofOpen(Path fd) throws IOException {
+        return of(Files.readAttributes(fd, ATTRIBUTES));
+    }
+
+    private static final String ATTRIBUTES = "unix:dev,ino,mode,uid,owner,size";
+
+    private static FileStat of(Map<String, Object> a) {
         return new FileStat(((Number) a.get("dev")).longValue(), ((Number) a.get("ino")).longValue(),
                 ((Number) a.get("mode")).intValue(), ((Number) a.get("uid")).intValue(), (UserPrincipal) a.get("owner"),
                 ((Number) a.get("size")).longValue());

@@ -81,7 +81,7 @@ final class Mapped {
                         + "segment");
             }
             check(cache, path, size, i -> head.getLong(i * (int) WORD), head.getLong(0));
-            Mapping m = Mapping.map(ch, size, false);
+            Mapping m = Mapping.map(ch, 0, size, false);
             boolean ok = false;
             long[] geo; // checked again on the mapping: the file may have changed since
             try {

@@ -1,182 +1,82 @@
 package io.shmcache;
 
 import java.io.IOException;
-import java.lang.invoke.MethodHandles;
-import java.lang.reflect.Field;
 import java.lang.invoke.VarHandle;
-import java.nio.Buffer;
-import java.nio.ByteOrder;
-import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
-import sun.misc.Unsafe;
 
 /**
  * The one place this package reads shared memory: every load of a mapped file goes through
- * these methods (a JDK 22+ foreign-memory implementation can take its place behind them).
+ * these methods, so that the lookups ({@link Call}), the batch stages ({@link Stages}), the
+ * companion's claim and the Spark functions are written once for every JDK.
  *
- * <p>A whole file mapped as consecutive windows of {@code CHUNK} bytes (a MappedByteBuffer
- * holds at most 2 GiB; Java 17 has no final foreign-memory API). Every shared word is
- * 8-aligned and CHUNK is a multiple of 8, so no word straddles two windows; byte runs
- * (keys, values) are split where they cross one.
+ * <p>Two implementations, one per JVM, as {@link Jdk} picks: {@link UnsafeMapping} on JDK
+ * 17-21 (loads at the mapped address through {@code sun.misc.Unsafe}) and, from the jar's
+ * {@code META-INF/versions/22}, {@code SegmentMapping} on JDK 22+ (a {@code MemorySegment}
+ * of the file mapped in a shared arena, read with {@code ValueLayout} accesses; no
+ * {@code sun.misc.Unsafe}, so JDK 24+ prints no warning and {@code
+ * --sun-misc-unsafe-memory-access=deny} changes nothing). A JVM loads one of them only, so
+ * every call here is monomorphic and compiled inline.
  *
- * <p>{@link #unmap()} unmaps the windows at once (format section 1: a handle drops the
- * mapping of a file that is no longer at its name); its owner ({@link Mapped}) calls it only
- * once no call reads the mapping any more, so no thread touches an unmapped address. A fault
- * in a window (the file cut short under it) does not surface from these methods: the JVM
- * throws its {@link InternalError} later, and every call of this package ends with
- * {@link Mapped#seal}, which makes it be thrown inside the call ({@link Faults}).
+ * <p>Positions count bytes from the start of what was mapped. A position outside the
+ * mapping is an {@link IndexOutOfBoundsException}, never a read of memory that is not the
+ * file's. A fault in a load (the file cut short under the mapping) does not surface from
+ * these methods: the JVM throws its {@link InternalError} later, and every call of this
+ * package ends with {@link Faults#seal()}, which makes it be thrown inside the call.
  */
-final class Mapping {
-    static final int CHUNK_BITS = 30;
-    static final long CHUNK = 1L << CHUNK_BITS;
-    private static final long IN_CHUNK = CHUNK - 1;
-    private static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
-    private static final boolean LITTLE = ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN;
-    private static final VarHandle KEY_LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
-
-    private static final Unsafe U;
-    private static final long ADDRESS; // java.nio.Buffer.address: where a direct buffer's memory starts
-    private static final long BYTES = Unsafe.ARRAY_BYTE_BASE_OFFSET;
-
-    static {
-        try {
-            Field f = Unsafe.class.getDeclaredField("theUnsafe");
-            f.setAccessible(true);
-            U = (Unsafe) f.get(null);
-            ADDRESS = U.objectFieldOffset(Buffer.class.getDeclaredField("address"));
-        } catch (ReflectiveOperationException e) {
-            throw new ExceptionInInitializerError(e);
-        }
+interface Mapping {
+    /**
+     * Maps {@code size} bytes of ch from file offset {@code from} (a multiple of the page
+     * size), read-only or read-write (MAP_SHARED either way), never populated: pages are
+     * filled as they are touched.
+     */
+    static Mapping map(FileChannel ch, long from, long size, boolean write) throws IOException {
+        return Jdk.map(ch, from, size, write);
     }
 
-    final long size;
-    private final MappedByteBuffer[] chunks; // kept reachable: the mapping lives as long as this object
-    private final long[] base;               // each window's address
-
-    private Mapping(long size, MappedByteBuffer[] chunks) {
-        this.size = size;
-        this.chunks = chunks;
-        this.base = new long[chunks.length];
-        for (int i = 0; i < chunks.length; i++) {
-            base[i] = U.getLong(chunks[i], ADDRESS);
-        }
-    }
-
-    /** Maps {@code size} bytes of ch from 0, read-only or read-write (MAP_SHARED either way). */
-    static Mapping map(FileChannel ch, long size, boolean write) throws IOException {
-        return mapRange(ch, 0, size, write);
-    }
+    /** How many bytes are mapped. */
+    long size();
 
     /**
-     * Maps the {@code size} bytes of ch from file offset {@code from} (a multiple of the page
-     * size); positions of the mapping count from there. Never populated: pages are filled as
-     * they are touched.
+     * Unmaps now. The caller guarantees that no thread reads this mapping from now on
+     * ({@link Mapped} counts its calls in and out): a read after it would touch memory that
+     * is no longer the file's.
      */
-    static Mapping mapRange(FileChannel ch, long from, long size, boolean write) throws IOException {
-        int n = (int) ((size + CHUNK - 1) >>> CHUNK_BITS);
-        MappedByteBuffer[] chunks = new MappedByteBuffer[n];
-        FileChannel.MapMode mode = write ? FileChannel.MapMode.READ_WRITE : FileChannel.MapMode.READ_ONLY;
-        for (int i = 0; i < n; i++) {
-            long at = (long) i << CHUNK_BITS;
-            chunks[i] = ch.map(mode, from + at, Math.min(CHUNK, size - at));
-            chunks[i].order(ByteOrder.LITTLE_ENDIAN);
-        }
-        return new Mapping(size, chunks);
-    }
+    void unmap();
 
-    /**
-     * Unmaps every window now (the buffers' cleaners). The caller guarantees that no thread
-     * reads this mapping from now on: a read after it would touch an unmapped address.
-     */
-    void unmap() {
-        for (MappedByteBuffer c : chunks) {
-            U.invokeCleaner(c);
-        }
-    }
-
-    /**
-     * The address of the n bytes at pos, which must lie in the mapping: a position outside it
-     * is an IndexOutOfBoundsException, never a read of memory that is not the file's.
-     */
-    private long address(long pos, long n) {
-        if (pos < 0 || pos > size - n) {
-            throw new IndexOutOfBoundsException("position " + pos + " (+" + n + ") of a mapping of " + size + " bytes");
-        }
-        return base[(int) (pos >>> CHUNK_BITS)] + (pos & IN_CHUNK);
-    }
-
-    /** The address of the word at pos (checked as every read is), for {@link #touch}. */
-    long wordAddress(long pos) {
-        return address(pos, Layout.WORD);
-    }
-
-    /**
-     * Loads the words at addrs[0..n) (addresses of this mapping's words, from
-     * {@link #wordAddress}) and returns their sum, which the caller keeps so that the loads
-     * are made: a loop of nothing but independent loads, so that the CPU keeps as many of
-     * their cache misses in flight as it can (Java has no prefetch instruction).
-     */
-    long touch(long[] addrs, int n) {
-        long s = 0;
-        for (int i = 0; i < n; i++) {
-            s += U.getLong(addrs[i]);
-        }
-        return s;
-    }
-
-    /**
-     * The little-endian word at pos: a raw load at the window's address (the buffer's own
-     * getLong costs a dozen instructions of checks a load, which keeps fewer of a batch's
-     * cache misses in flight together; bench/README.md "The JVM lookup"). A fault (the file
-     * cut short) is reported as a read of the buffer's would be (see above).
-     */
-    long getLong(long pos) {
-        long v = U.getLong(address(pos, Layout.WORD));
-        return LITTLE ? v : Long.reverseBytes(v);
-    }
+    /** The little-endian word at pos. */
+    long getLong(long pos);
 
     /**
      * An acquire load: the load, then an acquire fence (no later load or store moves above
-     * it). The same ordering as VarHandle.getAcquire (on x86-64 both are a plain load the
+     * it). The ordering of VarHandle.getAcquire (on x86-64 both are a plain load the
      * compiler may not reorder).
      */
-    long getLongAcquire(long pos) {
+    default long getLongAcquire(long pos) {
         long v = getLong(pos);
         VarHandle.acquireFence();
         return v;
     }
 
-    boolean compareAndSet(long pos, long expect, long value) {
-        return LONGS.compareAndSet(chunks[(int) (pos >>> CHUNK_BITS)], (int) (pos & IN_CHUNK), expect, value);
-    }
+    /** A compare-and-swap of the (8-aligned) word at pos, of a read-write mapping. */
+    boolean compareAndSet(long pos, long expect, long value);
 
     /** Copies len bytes at pos into dst[off..]. */
-    void copy(long pos, byte[] dst, int off, int len) {
-        java.util.Objects.checkFromIndexSize(off, len, dst.length);
-        while (len > 0) {
-            int in = (int) (pos & IN_CHUNK);
-            int n = (int) Math.min(len, CHUNK - in);
-            U.copyMemory(null, address(pos, n), dst, BYTES + off, n);
-            pos += n;
-            off += n;
-            len -= n;
-        }
-    }
+    void copy(long pos, byte[] dst, int off, int len);
 
     /** Whether the len bytes at pos (8-aligned) equal key[off..off+len]. */
-    boolean equalsAt(long pos, byte[] key, int off, int len) {
-        java.util.Objects.checkFromIndexSize(off, len, key.length);
-        int i = 0;
-        for (; i + 8 <= len; i += 8) { // 8-aligned words never straddle a window
-            if (getLong(pos + i) != (long) KEY_LONGS.get(key, off + i)) {
-                return false;
-            }
-        }
-        for (; i < len; i++) {
-            if (U.getByte(address(pos + i, 1)) != key[off + i]) {
-                return false;
-            }
-        }
-        return true;
-    }
+    boolean equalsAt(long pos, byte[] key, int off, int len);
+
+    /**
+     * What {@link #touch} takes for the word at pos: the position checked as every read is
+     * (an address on the Unsafe path, the position itself on the segment path).
+     */
+    long wordAt(long pos);
+
+    /**
+     * Loads the words at[0..n) (each from {@link #wordAt}) and returns their sum, which the
+     * caller keeps so that the loads are made: a loop of nothing but independent loads, so
+     * that the CPU keeps as many of their cache misses in flight as it can (Java has no
+     * prefetch instruction).
+     */
+    long touch(long[] at, int n);
 }

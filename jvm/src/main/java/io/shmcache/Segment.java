@@ -120,6 +120,16 @@ public final class Segment implements AutoCloseable {
         return new Segment(path.toString(), path, false, owner, Mapped.open(path.toString(), path, owner), null);
     }
 
+    /**
+     * How this JVM reads caches: its memory access, "unsafe" (JDK 17-21) or "memory-segment"
+     * (JDK 22+), and its open, "open-nonblock" ({@code open(2)} with {@code O_NONBLOCK}, JDK
+     * 22+ where native access is enabled) or "opener-thread"; e.g. "memory-segment
+     * open-nonblock".
+     */
+    public static String access() {
+        return Jdk.memory() + " " + (FileOpener.INSTANCE instanceof ThreadOpener ? "opener-thread" : "open-nonblock");
+    }
+
     /** The owner this handle insists on, null for any. */
     public Owner owner() {
         return owner;
@@ -214,7 +224,7 @@ public final class Segment implements AutoCloseable {
         long[] shared = t == null ? new long[5] : t;
         boolean own = c == null || !c.counting(); // this handle's corruptions are not in a row of the companion
         return new Stats(name, entries, bytesUsed, NBUCKETS * m.ring, NBUCKETS * (m.slots * MAX_LOAD_NUM / MAX_LOAD_DEN),
-                m.map.size, evictions, takeovers, sets, deletes, writers, hits.get(), misses.get(), retries.get(),
+                m.map.size(), evictions, takeovers, sets, deletes, writers, hits.get(), misses.get(), retries.get(),
                 shared[0], shared[1], shared[2], shared[3], shared[4],
                 writerCorruptions + shared[3] + (own ? corruptions.get() : 0), m.keySize, m.maxValue, NBUCKETS,
                 LAYOUT_VERSION, m.creationId, createdNs / 1e9);
@@ -375,7 +385,7 @@ public final class Segment implements AutoCloseable {
         }
         FileStat at = FileStat.identity(path);
         if (s.m != null && s.m.stat.sameFile(at)) {
-            if (at.size() < s.m.map.size) {
+            if (at.size() < s.m.map.size()) {
                 s.m.lost = true;
                 s.m.retire();
             }

@@ -40,8 +40,8 @@ final class Stages {
         int na = 0;
         for (int i = lo; i < hi; i++) { // stage 1: every bucket's version and home slot
             long h = hs[i], b = h & (NBUCKETS - 1);
-            at[na++] = m.map.wordAddress(m.metaWord(b, M_VERSION));
-            at[na++] = m.map.wordAddress(FIXED_BYTES + (b * slots + ((h >>> BUCKET_BITS) & mask)) * WORD);
+            at[na++] = m.map.wordAt(m.metaWord(b, M_VERSION));
+            at[na++] = m.map.wordAt(FIXED_BYTES + (b * slots + ((h >>> BUCKET_BITS) & mask)) * WORD);
         }
         s += m.map.touch(at, na);
         na = 0;
@@ -60,7 +60,7 @@ final class Stages {
                         long r = m.ringOff + b * ring + (o & ~(RECORD_ALIGN - 1));
                         long end = m.ringOff + b * ring + ring - WORD;
                         for (long p = r & ~63L; p < r + span; p += 64) { // every line the span is in
-                            at[na++] = m.map.wordAddress(Math.min(p, end) & ~7L);
+                            at[na++] = m.map.wordAt(Math.min(p, end) & ~7L);
                         }
                     }
                     break;

@@ -155,7 +155,7 @@ final class ThreadOpener implements FileOpener {
         return new Opened(ch, after);
     }
 
-    private static ShmcacheException.Permission denied(String cache, Path path, String what, boolean write,
+    static ShmcacheException.Permission denied(String cache, Path path, String what, boolean write,
                                                        FileStat before, Exception e) {
         return new ShmcacheException.Permission(cache, "permission denied opening " + path + what + " for "
                 + (write ? "reading and writing" : "reading") + " (mode " + String.format("%04o", before.perms())

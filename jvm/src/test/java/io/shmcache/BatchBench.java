@@ -14,7 +14,11 @@ import java.util.List;
  * clock and by the thread's CPU time (the second is what a shared host's other load leaves
  * least changed: it counts only this thread's time on a core, misses included).
  *
- * <pre>java -cp target/classes:target/test-classes:LZ4_JAR io.shmcache.BatchBench CACHE KEYS_FILE ROUNDS 256,-256</pre>
+ * <pre>java -cp target/test-classes:target/shmcache-jvm-VERSION.jar io.shmcache.BatchBench CACHE KEYS_FILE ROUNDS 256,-256</pre>
+ *
+ * It prints the path this JVM reads by ({@link Segment#access()}: the jar is multi-release,
+ * so run it on the jar) and the value bytes every way read (each way must read the same).
+ * bench/test_jvm_paths.py runs it on JDK 17 and 25, each path, process after process.
  */
 public final class BatchBench {
     public static void main(String[] a) throws Exception {
@@ -56,6 +60,7 @@ public final class BatchBench {
         }
         System.out.printf("%,d lookups, 1 thread, %d rounds (load average %.1f)%n", n, rounds,
                 java.lang.management.ManagementFactory.getOperatingSystemMXBean().getSystemLoadAverage());
+        System.out.printf("java %s, access %s, bytes %d%n", Runtime.version(), Segment.access(), expect);
         double row = median(rate[0]);
         for (int w = 0; w < ways.size(); w++) {
             double med = median(rate[w]);

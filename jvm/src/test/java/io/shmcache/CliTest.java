@@ -122,7 +122,7 @@ class CliTest {
     /** Lines of a running process's stdout, as they come. */
     static LinkedBlockingQueue<String> lines(Process p) {
         LinkedBlockingQueue<String> q = new LinkedBlockingQueue<>();
-        CompletableFuture.runAsync(() -> {
+        Child.asyncRun(() -> {
             try (BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
                 for (String l; (l = in.readLine()) != null;) {
                     q.add(l);
@@ -159,7 +159,7 @@ class CliTest {
         Goldens.Key hit = BASE.keys().stream().filter(k -> java.util.Arrays.equals(k.key(), key)).findFirst()
                 .orElseThrow();
         Process p = new ProcessBuilder(Child.command(List.of(), "watch", name, hex(hit.key()), "120")).start();
-        CompletableFuture<String> err = CompletableFuture.supplyAsync(() -> Child.read(p.getErrorStream()));
+        CompletableFuture<String> err = Child.async(() -> Child.read(p.getErrorStream()));
         try {
             LinkedBlockingQueue<String> q = lines(p);
             assertTrue(next(q, "error not-found: ").contains(at.toString()), "nothing at the name yet");
@@ -231,7 +231,7 @@ class CliTest {
         Process sup = new ProcessBuilder("sleep", "600").start(), work = new ProcessBuilder("sleep", "600").start();
         try {
             Process w = new ProcessBuilder(Child.command(List.of(), "wait-ready", "--timeout", "60", later)).start();
-            CompletableFuture<String> out = CompletableFuture.supplyAsync(() -> Child.read(w.getInputStream()));
+            CompletableFuture<String> out = Child.async(() -> Child.read(w.getInputStream()));
             Thread.sleep(500);
             assertTrue(w.isAlive(), "still waiting while nothing is at the name");
             JsonNode ready = StatusTest.cases().get("control_ready");

@@ -288,7 +288,7 @@ class StatusTest {
         String name = shm.name("wait-ready");
         Path at = Path.of(Layout.SHM_DIR, name);
         try (Segment r = Segment.follow(name, null)) {
-            CompletableFuture<Status> ready = CompletableFuture.supplyAsync(() -> r.waitReady(30));
+            CompletableFuture<Status> ready = Child.async(() -> r.waitReady(30));
             Thread.sleep(300); // the wait meets nothing at the name first (NotFound), and goes on
             assertFalse(ready.isDone(), "nothing at the name yet: still waiting");
             Path next = Path.of(Layout.SHM_DIR, name + ".next");
