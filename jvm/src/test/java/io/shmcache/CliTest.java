@@ -82,6 +82,14 @@ class CliTest {
         assertError(Child.run("get", name), "bad-argument");
         assertError(Child.run("get", "--frobnicate", name, hex(hit.key())), "bad-argument");
         assertError(Child.run("get", name + "-none", hex(hit.key())), "not-found");
+        // --decode txmeta: each value found as its decode (TxMetaTest holds the objects to the golden ones)
+        r = Child.run("get", "--decode", "txmeta", name, hex(hit.key()), hex(miss.key()));
+        assertEquals(1, r.exit(), r.toString());
+        assertEquals(TxMetaValue.json(TxMetaValue.parse(hit.value())) + "\n-\n", r.out());
+        assertEquals("", r.err());
+        assertError(Child.run("get", "--decode", "hex", name, hex(hit.key())), "bad-argument");
+        assertError(Child.run("get", "--decode", name, hex(hit.key())), "bad-argument"); // the name taken as the format
+        assertError(Child.run("watch", "--decode", "txmeta", name, hex(hit.key()), "1"), "bad-argument");
     }
 
     @Test

@@ -4,6 +4,7 @@ import io.shmcache.Owner;
 import io.shmcache.Segment;
 import io.shmcache.ShmcacheException;
 import io.shmcache.Status;
+import io.shmcache.TxMetaValue;
 import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.HexFormat;
@@ -15,6 +16,7 @@ import java.util.Locale;
  * (docs/reader-contract.md), run as {@code java -jar shmcache-jvm-<version>.jar COMMAND ...}:
  * <pre>
  * get [--owner USER] NAME HEXKEY...          a line a key: the value in hex, "-" for a miss; exit 0 all hit, 1 some missed
+ * get [--owner USER] --decode txmeta NAME HEXKEY...   the same, each value as its txmeta decode, one JSON object
  * watch [--owner USER] NAME HEXKEY SECONDS   a line at each change of outcome: ELAPSED hit HEX | miss | error KIND: message
  * stats [--owner USER] [--json] NAME         the cache's figures, one JSON object
  * status [--owner USER] [--json] NAME        readiness and progress, one JSON object
@@ -67,7 +69,7 @@ public final class Main {
     }
 
     /** The parsed command line: the command, its options and its positional arguments. */
-    private record Args(String command, String owner, boolean json, String timeout, List<String> rest) {}
+    private record Args(String command, String owner, boolean json, String timeout, String decode, List<String> rest) {}
 
     static int run(String[] argv, PrintStream out) {
         Args a = parse(argv);
@@ -87,26 +89,30 @@ public final class Main {
         if (argv.length == 0) {
             throw new Usage(PROGRAM + ": a command is needed: get, watch, stats, status or wait-ready");
         }
-        String command = argv[0], owner = null, timeout = null;
+        String command = argv[0], owner = null, timeout = null, decode = null;
         boolean json = false, options = true;
         List<String> rest = new ArrayList<>();
         for (int i = 1; i < argv.length; i++) {
             String s = argv[i];
             if (options && s.equals("--")) {
                 options = false;
-            } else if (options && (s.equals("--owner") || s.equals("--timeout"))) {
+            } else if (options && (s.equals("--owner") || s.equals("--timeout") || s.equals("--decode"))) {
                 if (i + 1 >= argv.length) {
                     throw new Usage(PROGRAM + " " + command + ": " + s + " needs a value");
                 }
                 if (s.equals("--owner")) {
                     owner = argv[++i];
-                } else {
+                } else if (s.equals("--timeout")) {
                     timeout = argv[++i];
+                } else {
+                    decode = argv[++i];
                 }
             } else if (options && s.startsWith("--owner=")) {
                 owner = s.substring("--owner=".length());
             } else if (options && s.startsWith("--timeout=")) {
                 timeout = s.substring("--timeout=".length());
+            } else if (options && s.startsWith("--decode=")) {
+                decode = s.substring("--decode=".length());
             } else if (options && s.equals("--json")) {
                 json = true;
             } else if (options && s.startsWith("-") && s.length() > 1) {
@@ -121,7 +127,13 @@ public final class Main {
         if (json && (command.equals("get") || command.equals("watch"))) {
             throw new Usage(PROGRAM + " " + command + ": unknown option --json");
         }
-        return new Args(command, owner, json, timeout, rest);
+        if (decode != null && !command.equals("get")) {
+            throw new Usage(PROGRAM + " " + command + ": unknown option --decode");
+        }
+        if (decode != null && !decode.equals("txmeta")) {
+            throw new Usage(PROGRAM + " get: --decode '" + decode + "': the one format it decodes is txmeta");
+        }
+        return new Args(command, owner, json, timeout, decode, rest);
     }
 
     private static void need(Args a, int least, int most, String usage) {
@@ -157,7 +169,11 @@ public final class Main {
         return s;
     }
 
-    /** get: every key in one call; exit 0 if every key hit, 1 if some missed. */
+    /**
+     * get: every key in one call; exit 0 if every key hit, 1 if some missed. With
+     * {@code --decode txmeta}, a value found prints as its decode's JSON object
+     * ({@link TxMetaValue#json}; {@code {"valid":false}} for one that is not a txmeta value).
+     */
     private static int get(Args a, Owner owner, PrintStream out) {
         need(a, 2, Integer.MAX_VALUE, "NAME HEXKEY...");
         byte[][] keys = new byte[a.rest.size() - 1][];
@@ -171,7 +187,8 @@ public final class Main {
         StringBuilder sb = new StringBuilder();
         boolean all = true;
         for (byte[] v : values) {
-            sb.append(v == null ? "-" : HexFormat.of().formatHex(v)).append('\n');
+            sb.append(v == null ? "-" : a.decode != null ? TxMetaValue.json(TxMetaValue.parse(v))
+                    : HexFormat.of().formatHex(v)).append('\n');
             all &= v != null;
         }
         out.print(sb);

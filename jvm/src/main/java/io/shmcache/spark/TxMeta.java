@@ -1,6 +1,6 @@
 package io.shmcache.spark;
 
-import java.util.Arrays;
+import io.shmcache.TxMetaValue;
 import java.util.List;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Expression;
@@ -23,26 +23,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * Teranode's txmeta value (MetaBytes), decoded in the executor's JVM: the Spark SQL
  * function {@code shmcache_txmeta(value)}, a struct of the columns the Python decoder
  * gives (shmcache/formats/txmeta.py: decode() and arrow_fields()), field for field and
- * null for null:
- *
- * <pre>
- * fee u64 LE | size u64 LE | flags u8 | parentCount u32 LE     8 + 8 + 1 + 4 = 21 B
- * parentCount x 32 B parent tx hashes
- * per parent: voutCount u32 LE, voutCount x u32 LE vout
- * [block height u32 BE]                                        present iff 4 bytes remain
- * </pre>
- *
- * The checks are the Python decoder's, in its order: the fixed part fits; the parent
- * count fits in what is left (each parent needs its hash and a vout count, so a hostile
- * count sizes nothing); every vout list fits; what remains after the last list is 0 or 4
- * bytes. A value that fails, like a null value, is a null struct (every column null);
- * block_height is null where the value carries none. fee and size are the u64 as a signed
- * long (as numpy's astype(int64)), flags 0..255 as an int. Never throws on bad bytes.
+ * null for null. The parse and its checks are {@link TxMetaValue}'s (shared with
+ * {@code shmcache-jvm get --decode txmeta}); a value that fails them, like a null value, is
+ * a null struct (every column null); block_height is null where the value carries none.
+ * fee and size are the u64 as a signed long (as numpy's astype(int64)), flags 0..255 as an
+ * int. Never throws on bad bytes.
  */
 public final class TxMeta {
     private TxMeta() {}
-
-    static final int HASH = 32, FIXED = 8 + 8 + 1 + 4, HEIGHT = 4;
 
     /**
      * The struct's type: the fields of txmeta.arrow_fields() as Spark types (made at plan
@@ -75,62 +63,20 @@ public final class TxMeta {
                 CollectionConverters.asScala(types).toList(), true, true, true, Option.empty());
     }
 
-    private static long u32(byte[] d, int p) {
-        return (d[p] & 0xFFL) | (d[p + 1] & 0xFFL) << 8 | (d[p + 2] & 0xFFL) << 16 | (d[p + 3] & 0xFFL) << 24;
-    }
-
-    private static long u64(byte[] d, int p) {
-        return u32(d, p) | u32(d, p + 4) << 32;
-    }
-
     /** The fields of one value, or null if it is null or does not parse (see the class comment). */
     public static InternalRow decode(byte[] v) {
-        if (v == null) {
+        TxMetaValue m = TxMetaValue.parse(v);
+        if (m == null) {
             return null;
         }
-        final int end = v.length;
-        if (end < FIXED) {
-            return null;
-        }
-        long pc = u32(v, 17);
-        int p = FIXED;
-        if (pc > (end - p) / (HASH + 4)) {
-            return null;
-        }
-        int n = (int) pc; // < 2**31 / 36: fits
-        int hashes = p;
-        p += n * HASH;
-        int[] vstart = new int[n], vcount = new int[n];
-        for (int j = 0; j < n; j++) {
-            if (end - p < 4) {
-                return null;
-            }
-            long vc = u32(v, p);
-            p += 4;
-            if (vc > (end - p) / 4) {
-                return null;
-            }
-            vstart[j] = p;
-            vcount[j] = (int) vc;
-            p += (int) vc * 4;
-        }
-        if (end - p != 0 && end - p != HEIGHT) {
-            return null;
-        }
+        int n = m.parents();
         Object[] parents = new Object[n], vouts = new Object[n];
         for (int j = 0; j < n; j++) {
-            parents[j] = Arrays.copyOfRange(v, hashes + j * HASH, hashes + (j + 1) * HASH);
-            long[] vs = new long[vcount[j]];
-            for (int k = 0; k < vs.length; k++) {
-                vs[k] = u32(v, vstart[j] + 4 * k);
-            }
-            vouts[j] = UnsafeArrayData.fromPrimitiveArray(vs);
+            parents[j] = m.parent(j);
+            vouts[j] = UnsafeArrayData.fromPrimitiveArray(m.vouts(j));
         }
-        Object height = null;
-        if (end - p == HEIGHT) {
-            height = (v[p] & 0xFFL) << 24 | (v[p + 1] & 0xFFL) << 16 | (v[p + 2] & 0xFFL) << 8 | (v[p + 3] & 0xFFL);
-        }
-        return new GenericInternalRow(new Object[] {u64(v, 0), u64(v, 8), v[16] & 0xFF,
-            new GenericArrayData(parents), new GenericArrayData(vouts), height});
+        Object height = m.blockHeight() < 0 ? null : (Object) m.blockHeight();
+        return new GenericInternalRow(new Object[] {m.fee(), m.size(), m.flags(), new GenericArrayData(parents),
+            new GenericArrayData(vouts), height});
     }
 }

@@ -3,6 +3,7 @@ package io.shmcache.spark;
 import static org.junit.jupiter.api.Assertions.*;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import io.shmcache.TxMetaValue;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -23,7 +24,8 @@ import org.junit.jupiter.api.Test;
  * shmcache_txmeta's decoder on the golden txmeta values that the Python and Go decoders
  * are held to as well (golden/txmeta/cases.json, made by tests/_txmeta_golden.py), and on
  * hand-made values: the fields of a record, a missing height, no parents, and every
- * malformed shape a null, never an exception.
+ * malformed shape a null, never an exception; and the JSON object {@code get --decode
+ * txmeta} prints (TxMetaValue.json, the same parse) for every golden value.
  */
 class TxMetaTest {
     static final Path CASES = Path.of(System.getProperty("shmcache.golden", "../golden"), "txmeta", "cases.json");
@@ -75,6 +77,20 @@ class TxMetaTest {
         }
         assertTrue(malformed >= 400, malformed + " malformed golden values");
         assertEquals(List.of(), wrong.subList(0, Math.min(5, wrong.size())), wrong.size() + " golden values decoded otherwise");
+    }
+
+    @Test
+    void everyGoldenValuePrintsItsExpectedObjectForGetDecodeTxmeta() throws IOException {
+        ObjectMapper json = new ObjectMapper();
+        List<String> wrong = new ArrayList<>();
+        for (JsonNode c : json.readTree(CASES.toFile()).get("cases")) {
+            String line = TxMetaValue.json(TxMetaValue.parse(HexFormat.of().parseHex(c.get("value").asText())));
+            // both parsed from text by one mapper: 2**64-1 is a BigInteger node in each
+            if (line.contains("\n") || !json.readTree(line).equals(json.readTree(c.get("expect").toString()))) {
+                wrong.add(c.get("name").asText() + ": " + line);
+            }
+        }
+        assertEquals(List.of(), wrong.subList(0, Math.min(5, wrong.size())), wrong.size() + " golden values printed otherwise");
     }
 
     /** A MetaBytes record: parents i of 32 bytes (i + 1), vout lists as given, height or -1. */
