@@ -1,6 +1,10 @@
 """The three readers as programs of the command contract (docs/reader-contract.md):
 Python (`python -m shmcache`), Go (`shmcache-go`, built here from go/cmd/shmcache-go) and
-Java (`java -jar jvm/target/shmcache-jvm-<version>.jar`, built by scripts/setup).
+Java (`java -jar jvm/target/shmcache-jvm-<version>.jar`, built by scripts/setup), the Java
+reader twice: `java` on the default JDK (17: the Unsafe path) and `java25`, the same jar on a
+JDK 25 with sun.misc.Unsafe's memory access denied (its META-INF/versions/22 classes: a
+MemorySegment, open(2) with O_NONBLOCK). A JVM reader must print nothing of the JVM's own on
+stderr (a deprecation or restricted-method warning): `run` and `run_all` fail if it does.
 
 `run(reader, *args)` runs one command to its end; `start(reader, *args)` starts one
 (a watch) whose stdout lines are read as they come, each with the time it arrived."""
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -24,11 +29,16 @@ BIN = REPO / ".cache" / "bin"
 NO_DAC = ["setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
 
 
+# the JVM's own warnings (sun.misc.Unsafe's deprecation, a restricted method), never the reader's log
+JVM_WARNING = re.compile(r"^WARNING: (?!shmcache: )|VM warning", re.M)
+
+
 @dataclass(frozen=True)
 class Reader:
-    name: str      # python | go | java
+    name: str      # python | go | java | java25
     program: str   # the PROGRAM of its error lines
     argv: tuple[str, ...]
+    jvm: bool = False  # its stderr must hold none of the JVM's own warnings
 
     def __str__(self) -> str:
         return self.name
@@ -52,14 +62,33 @@ def go_reader() -> Reader | str:
     return Reader("go", "shmcache-go", (str(out),))
 
 
+def _jar() -> str:
+    jars = sorted(p for p in (REPO / "jvm" / "target").glob("shmcache-jvm-*.jar") if "sources" not in p.name)
+    if not jars:
+        raise AssertionError("no jvm/target/shmcache-jvm-*.jar: scripts/setup builds it")
+    return str(jars[-1])
+
+
 def java_reader() -> Reader | str:
     java = shutil.which("java")
     if java is None:
         return "java is not installed"
-    jars = sorted(p for p in (REPO / "jvm" / "target").glob("shmcache-jvm-*.jar") if "sources" not in p.name)
-    if not jars:
-        raise AssertionError("no jvm/target/shmcache-jvm-*.jar: scripts/setup builds it")
-    return Reader("java", "shmcache-jvm", (java, "-jar", str(jars[-1])))
+    return Reader("java", "shmcache-jvm", (java, "-jar", _jar()), jvm=True)
+
+
+def java25_reader() -> Reader | str:
+    """The jar on a JDK 25 (jvm/find-jdk 25), as a user runs it there, Unsafe's memory access denied."""
+    p = subprocess.run([str(REPO / "jvm" / "find-jdk"), "25"], capture_output=True, text=True)
+    if not p.stdout.strip():
+        return "no JDK 25 is installed (jvm/find-jdk 25)"
+    java = f"{p.stdout.strip()}/bin/java"
+    return Reader("java25", "shmcache-jvm", (java, "--sun-misc-unsafe-memory-access=deny", "-jar", _jar()), jvm=True)
+
+
+def _quiet(reader: Reader, p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    if reader.jvm and JVM_WARNING.search(p.stderr):
+        raise AssertionError(f"{reader}: the JVM printed a warning of its own: {p.args}\n{p.stderr[-1000:]}")
+    return p
 
 
 def _env() -> dict[str, str]:
@@ -68,7 +97,7 @@ def _env() -> dict[str, str]:
 
 def run(reader: Reader, *args: str, no_dac: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
     argv = [*(NO_DAC if no_dac else []), *reader.argv, *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+    return _quiet(reader, subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO))
 
 
 def run_all(readers: list[Reader], *args: str, no_dac: bool = False,
@@ -86,6 +115,8 @@ def run_all(readers: list[Reader], *args: str, no_dac: bool = False,
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    for r in readers:
+        _quiet(r, out[r.name])
     return out
 
 

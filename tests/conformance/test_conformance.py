@@ -35,11 +35,13 @@ WATCH_SECONDS = 60.0
 
 @pytest.fixture(scope="session")
 def readers() -> list[R.Reader]:
-    """The readers to hold to the contract: all three, less one whose toolchain is missing;
-    SHMCACHE_CONFORMANCE_READERS=python,go narrows them (while one is being worked on)."""
+    """The readers to hold to the contract: all three (Java on JDK 17 and on JDK 25), less one
+    whose toolchain is missing; SHMCACHE_CONFORMANCE_READERS=python,go narrows them (while one
+    is being worked on)."""
     only = [n for n in os.environ.get("SHMCACHE_CONFORMANCE_READERS", "").split(",") if n]
     found, missing = [], []
-    for name, make in (("python", R.python_reader), ("go", R.go_reader), ("java", R.java_reader)):
+    for name, make in (("python", R.python_reader), ("go", R.go_reader), ("java", R.java_reader),
+                       ("java25", R.java25_reader)):
         if only and name not in only:
             continue
         r = make()
