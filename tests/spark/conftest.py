@@ -4,6 +4,7 @@ run` supervisors, cleaned up by pid, segments destroyed). The Kafka broker is th
 session's one, from tests/conftest.py.
 """
 
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -22,7 +23,9 @@ from _supervisors import harness  # noqa: E402,F401  (a fixture: supervisors, re
 
 @pytest.fixture(scope="session")
 def spark():
-    """A local[2] session shared by every Spark test; stopped at the end."""
+    """A local[2] session shared by every Spark test; stopped at the end. With
+    SHMCACHE_TEST_SPARK_JAVA=25 (test_java25.py's run), its JVM must be that JDK's, taking the
+    jar's JDK 22+ path."""
     pytest.importorskip("pyspark")
     from shmcache.spark import _session
 
@@ -30,6 +33,11 @@ def spark():
                          conf={"spark.sql.shuffle.partitions": "2",
                                "spark.sql.execution.arrow.maxRecordsPerBatch": "1000"})
     try:
+        want = os.environ.get("SHMCACHE_TEST_SPARK_JAVA")
+        if want:
+            jvm = s.sparkContext._jvm
+            assert jvm.java.lang.Runtime.version().feature() == int(want), jvm.System.getProperty("java.version")
+            assert jvm.io.shmcache.Segment.access() == "memory-segment open-nonblock", jvm.io.shmcache.Segment.access()
         yield s
     finally:
         s.stop()
