@@ -17,7 +17,7 @@ from rich.text import Text
 
 from shmcache.cli.args import attach, cache_arguments
 from shmcache.consumer import snapshot_policy
-from shmcache.engine.control_status import why
+from shmcache.engine.control.status import why
 
 HELP = "per-partition progress and readiness of a cache"
 SLOW_COMMIT_S = 5.0  # a commit in flight longer than this is shown

@@ -5,7 +5,7 @@ action (and messages, malformed messages), per-partition applied offset, lag,
 committed offset and caught-up flag, the table's entries, memory used and
 evictions, every reader process's hits and misses, the workers' pids, restarts
 and heartbeats, and the supervisor's commits and rebalances (and its heartbeat's
-age, when it is stale: engine/control.py STALE_HEARTBEAT_S). Rates are the
+age, when it is stale: engine/control/area.py STALE_HEARTBEAT_S). Rates are the
 difference of the shared counters between two refreshes, divided by the time
 between them; it keeps no counters of its own and is invisible to the cache
 (it looks nothing up, so it adds no reader hits or misses).

@@ -13,7 +13,7 @@ import sys
 import time
 
 from shmcache.cli.args import cache_arguments, contract_error
-from shmcache.engine.control_status import why
+from shmcache.engine.control.status import why
 from shmcache.engine.reattach import follow
 from shmcache.errors import CacheNotFoundError
 from shmcache.ipc.segment import path_of

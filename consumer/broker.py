@@ -5,7 +5,7 @@ librdkafka reports an unreachable broker by logging every failed connect (about
 ours routes librdkafka's log to the `shmcache.kafka` logger at `log_level` 2
 (critical only; `--set log_level=7` shows everything for debugging) and its
 errors to `error_cb`; the supervisor turns them into one state, in two header
-words it alone writes (through the cache's engine/control.py ControlArea):
+words it alone writes (through the cache's engine/control/area.py ControlArea):
 
     H_BROKER_STATE    BROKER_UNKNOWN (no answer yet), BROKER_UP, BROKER_WAITING
     H_BROKER_SINCE    time.monotonic_ns() the current wait started (0 when up)
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 kafka_log = logging.getLogger("shmcache.kafka")
@@ -114,15 +114,15 @@ class BrokerWatch:
     """The supervisor's record of the broker's state: its header words, backoff and log."""
 
     def __init__(self, control, bootstrap: str, wait_limit: float):
-        self.control = control  # the cache's ControlArea (engine/control.py)
+        self.control = control  # the cache's ControlArea (engine/control/area.py)
         self.bootstrap = bootstrap
         self.wait_limit = wait_limit  # seconds; 0 = wait for ever
         self.since = 0.0  # time.monotonic() the current wait began; 0 while up
         self.delay = RETRY_FIRST_S
         self.next_try = 0.0
         self.last_error = ""
-        self.control.set_word(C.H_BROKER_STATE, C.BROKER_UNKNOWN)
-        self.control.set_word(C.H_BROKER_SINCE, 0)
+        self.since_ns = 0  # the same start, on the segment's age clock (time.monotonic_ns())
+        self.control.broker_connecting()
 
     @property
     def down(self) -> bool:
@@ -143,13 +143,13 @@ class BrokerWatch:
         now = time.monotonic()
         if not self.since:
             self.since = now
+            self.since_ns = time.monotonic_ns()
             self.delay = RETRY_FIRST_S
             self.next_try = now + self.delay
-            self.control.set_word(C.H_BROKER_SINCE, time.monotonic_ns())
-            self.control.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
+            self.control.broker_waiting(self.since_ns)
             log.warning("the Kafka broker at %s does not answer (%s); waiting for it", self.bootstrap, why)
             return
-        self.control.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
+        self.control.broker_waiting(self.since_ns)
         waited = now - self.since
         self.delay = min(self.delay * 2, RETRY_MAX_S)
         self.next_try = now + self.delay
@@ -161,8 +161,8 @@ class BrokerWatch:
             log.info("the Kafka broker at %s answers again after %.1f s", self.bootstrap, time.monotonic() - self.since)
         self.since = 0.0
         self.next_try = 0.0
-        self.control.set_word(C.H_BROKER_SINCE, 0)
-        self.control.set_word(C.H_BROKER_STATE, C.BROKER_UP)
+        self.since_ns = 0
+        self.control.broker_up()
 
     def due(self) -> bool:
         """Time to ask the broker: librdkafka said it is down, the wait's next retry, or the

@@ -29,7 +29,6 @@ import logging
 import math
 import time
 
-from shmcache.engine import control_layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -42,7 +41,7 @@ class Committer:
     """The supervisor's commits of one consumer: what is due, what is in flight, the holds."""
 
     def __init__(self, control, topic: str, broker):
-        self.control = control  # the cache's ControlArea (engine/control.py)
+        self.control = control  # the cache's ControlArea (engine/control/area.py)
         self.topic = topic
         self.broker = broker  # consumer/broker.py BrokerWatch: no commit while it is down
         self.consumer = None  # set once made: its settings carry on_commit=self.on_commit
@@ -136,14 +135,14 @@ class Committer:
             name = err.name() if hasattr(err, "name") else ""
             if not final and name in _REBALANCE_ERRORS:
                 # the group is moving to a new generation: this commit went with the old one.
-                self.control.count(C.H_COMMITS_DEFERRED)
+                self.control.count("commits_deferred")
                 self.hold(time.monotonic())
                 log.info("commit of %s deferred: the group is rebalancing (%s)", dict(todo), name)
                 return
-            self.control.count(C.H_COMMIT_FAILURES)
+            self.control.count("commit_failures")
             log.warning("commit of %s failed: %s", dict(todo), err)
             return
-        self.control.count(C.H_COMMITS)
+        self.control.count("commits")
         for p, o in todo:
             self.control.partition_rows.record_commit(p, o)
         (log.info if final else log.debug)("committed %s", dict(todo))

@@ -19,7 +19,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.ipc.machine import machine

@@ -8,7 +8,7 @@ rest. `GroupWatch` asks the broker (AdminClient.describe_consumer_groups) who th
 members are and what each holds, every few seconds and soon after each rebalance,
 without blocking the supervisor's loop (consumer/admin_poll.py: the answer is a
 future, looked at on a later tick). It publishes them in the segment
-(engine/control.py set_group: status, `top`, `shmcache status`, the metrics) and logs
+(engine/control/area.py set_group: status, `top`, `shmcache status`, the metrics) and logs
 a warning when another member appears, changes or stays (once a minute), and a line
 when the group is this supervisor's alone again.
 """

@@ -41,7 +41,7 @@ class LockWait:
 
     def __init__(self, index: int, row, parent: int):
         self.index = index
-        self.row = row  # the worker's row (engine/control_rows.py WorkerRow)
+        self.row = row  # the worker's row (engine/control/rows.py WorkerRow)
         self.parent = parent  # the fork server's pid: gone with the supervisor
         self.last = 0.0  # the wait's length at the last look: a shorter one is a new wait
         self.report_at = WARN_S

@@ -93,7 +93,7 @@ def start_over(consumer, topic: str, rows, p: int, offset: int, was: int, curren
                index: int) -> int:
     """Start partition `p` over at the new log's low watermark (`offset`, the first message
     seen from it, if the watermark is unknown); its row in `rows` (the cache's
-    engine/control_rows.py PartitionRows) says so when `current` (still this worker's
+    engine/control/rows.py PartitionRows) says so when `current` (still this worker's
     generation). Returns the offset it starts at."""
     from confluent_kafka import KafkaException, TopicPartition
 

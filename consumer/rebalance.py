@@ -6,7 +6,7 @@ An assigned partition starts where the table's content ends (the segment's appli
 offset), or at the group's committed offset if that is lower; at the low watermark on
 a new segment or when older data is gone from the topic. Re-applying is safe (apply is
 idempotent); skipping is not. It goes to the worker with the fewest partitions, and its
-row (engine/control_rows.py PartitionRows.assign) is published before the worker is told, with a new
+row (engine/control/rows.py PartitionRows.assign) is published before the worker is told, with a new
 generation, so a reader never calls a half-published assignment ready (H_ASSIGNING).
 The worker is told without waiting for an answer (consumer/worker.py): one still starting
 (a restart, `reassign`) or hung reads it once up, and the supervisor's loop goes on.
@@ -48,7 +48,7 @@ from shmcache.consumer import snapshot_policy
 from shmcache.consumer.start_offsets import LookUp
 from shmcache.consumer.topic_id import TopicIdentity
 from shmcache.consumer.worker_handle import request_all
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
 
@@ -76,7 +76,7 @@ class Assignment:
 
     def on_assign(self, consumer, tps) -> None:
         """New partitions: start them where the table's content ends; pause them here."""
-        self.cache.control.count(C.H_REBALANCES)  # called once per completed rebalance, even with no partitions
+        self.cache.control.count("rebalances")  # called once per completed rebalance, even with no partitions
         self.cache.control.set_assigning(True)  # readers must not call a half-published assignment ready
         try:
             self._assign(consumer, tps)
@@ -255,7 +255,7 @@ class Assignment:
         log.warning("lost %s (no commit)", sorted(tp.partition for tp in tps))
         self.pending.difference_update(tp.partition for tp in tps)
         self.commits.hold(time.monotonic())
-        self.cache.control.count(C.H_PARTITIONS_LOST, len(tps))
+        self.cache.control.count("partitions_lost", len(tps))
         self.release(tps, commit=False)
         self._unassign(consumer, tps)
 

@@ -58,7 +58,7 @@ import time
 from pathlib import Path
 
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 
 from shmcache.engine import layout as L
@@ -229,9 +229,9 @@ class SnapshotPolicy:
         """The supervisor has its cache: note the wire format and how the table began."""
         self.cache = cache
         ctl = cache.control
-        ctl.set_word(C.H_WIRE_FORMAT, C.WIRE_FORMATS.index(self.cfg.format) + 1)
+        ctl.set_wire_format(self.cfg.format)
         if self.dir and not restored and ctl.word(C.H_RESTORE_STATE) == C.RESTORE_NONE and not _entries(cache):
-            ctl.set_word(C.H_RESTORE_STATE, C.RESTORE_NONE_VALID)
+            ctl.no_valid_snapshot()
         self._next = time.monotonic() + self.cfg.snapshot_interval
         if self.dir:  # what a killed snapshot of this cache left (never read); none still being written
             for tmp in unfinished(self.dir, self.cfg.name):
@@ -305,23 +305,21 @@ class SnapshotPolicy:
                      "file removed; the previous snapshots stay)", self.cfg.name, path)
             return None
         except (OSError, SnapshotError) as e:
-            ctl.count(C.H_SNAPSHOT_FAILURES)
+            ctl.snapshot_failed()
             log.error("cache %r: snapshot to %s failed: %s (the previous snapshots stay)", self.cfg.name, path, e)
             return None
         except Exception:  # noqa: BLE001 - a bug's error: counted and shown whole; the supervisor goes on
-            ctl.count(C.H_SNAPSHOT_FAILURES)
+            ctl.snapshot_failed()
             log.exception("cache %r: snapshot to %s failed (the previous snapshots stay)", self.cfg.name, path)
             return None
-        ctl.set_word(C.H_SNAPSHOT_TAKEN_NS, info.taken_ns)
-        ctl.set_word(C.H_SNAPSHOT_BYTES, info.bytes)
-        ctl.set_word(C.H_SNAPSHOT_NS, int((time.monotonic() - t0) * 1e9))
+        took_ns = int((time.monotonic() - t0) * 1e9)
         for old in files(self.dir, self.cfg.name)[max(1, self.cfg.snapshot_keep):]:
             try:
                 old.unlink()
                 log.info("removed old snapshot %s (keeping %d)", old, self.cfg.snapshot_keep)
             except OSError as e:
                 log.warning("could not remove old snapshot %s: %s", old, e)
-        ctl.count(C.H_SNAPSHOTS)  # last: a status that counts this snapshot finds the old ones gone
+        ctl.record_snapshot(info.taken_ns, info.bytes, took_ns)  # after: a status that counts it finds the old ones gone
         return path
 
 

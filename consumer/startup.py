@@ -29,7 +29,7 @@ import signal
 import time
 
 from shmcache.consumer import broker as broker_mod
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.errors import BrokerUnavailableError, ShmcacheError
@@ -156,7 +156,7 @@ def serve_metrics(cfg, control):
     from shmcache.consumer.metrics import MetricsServer
 
     metrics = MetricsServer(cfg.name, cfg.metrics_port, cfg.metrics_host, owner=os.geteuid())  # its own cache's user
-    control.set_word(C.H_METRICS_PORT, metrics.port)
+    control.set_metrics_port(metrics.port)
     log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
     return metrics
 

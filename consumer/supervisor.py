@@ -34,7 +34,7 @@ snapshot) has one budget, stop_timeout, each phase given what is left
 (consumer/snapshot_policy.py stopping).
 
 What it publishes besides: its commits, commit failures, rebalances and lost
-partitions in header words (engine/control.py SUPERVISOR_COUNTERS), and with
+partitions in header words (engine/control/area.py SUPERVISOR_COUNTERS), and with
 `metrics_port` a Prometheus endpoint (consumer/metrics.py) that reads all of
 the segment's counters at scrape time.
 """
@@ -57,7 +57,6 @@ from shmcache.consumer.config import RunConfig
 from shmcache.consumer.rebalance import Assignment
 from shmcache.consumer.watermarks import WatermarkWatch
 from shmcache.consumer.worker_handle import WorkerHandle, stop_all
-from shmcache.engine import control_layout as C
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
 
@@ -257,7 +256,7 @@ class Supervisor:
             # a clean stop: workers drained, offsets final. False: the periodic snapshot's thread
             # still reads the cache, which stays mapped until the process exits
             closable = self.snapshots.at_stop(clean, budget.snapshot())
-            self.cache.control.set_word(C.H_METRICS_PORT, 0)
+            self.cache.control.set_metrics_port(0)
             self.cache.control.release_supervisor()
             if self.assignment is not None:
                 self.assignment.clear_rows()

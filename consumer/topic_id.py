@@ -32,7 +32,7 @@ import time
 
 from shmcache.consumer import broker as broker_mod
 from shmcache.consumer.admin_poll import AdminLook
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -58,7 +58,7 @@ class TopicIdentity:
 
     def __init__(self, cfg, control, on_replaced):
         self.cfg = cfg
-        self.control = control  # the cache's ControlArea (engine/control.py)
+        self.control = control  # the cache's ControlArea (engine/control/area.py)
         self.on_replaced = on_replaced
         self.look = AdminLook(cfg, TIMEOUT_S)  # the periodic look's (the look-up's client is dropped with its failures)
         self.unsupported = False  # the broker has no topic ids: nothing to compare

@@ -20,14 +20,14 @@ PREFIX = "shmcache-warm-"  # + pid + "-" + random: the warm-up's private cache
 
 
 def package_stamp() -> str:
-    """sha256 over every source file of the package (as ipc/_jitcache.py walks them), and
+    """sha256 over every source file of the package (as ipc/jitcache.py walks them), and
     the Python and numba versions: what a warm-up warmed the kernel cache for. Any edit to
     the package, or an upgrade, gives another stamp."""
     import numba
 
-    from shmcache.ipc import _jitcache
+    from shmcache.ipc import jitcache
 
-    return _jitcache.files_stamp(_jitcache.package_sources(), f"{sys.version}\0{numba.__version__}\0".encode())
+    return jitcache.files_stamp(jitcache.package_sources(), f"{sys.version}\0{numba.__version__}\0".encode())
 
 
 MARKER = "shmcache-warmed-"  # + the package stamp: a file beside the apply kernel's cache entries

@@ -1,5 +1,5 @@
 """The warm-up: every numba kernel a worker, a reader and the load generator use, run once
-so numba compiles it into its on-disk cache (ipc/_jitcache.py says where that lives and
+so numba compiles it into its on-disk cache (ipc/jitcache.py says where that lives and
 how it stays fresh); `shmcache warm` and a supervisor's child (consumer/warm.py start())
 run it as `python -m shmcache.consumer.warmup`.
 

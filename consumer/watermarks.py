@@ -44,7 +44,7 @@ TIMEOUT_S = 10.0  # a look's request timeout; one unanswered for twice this is d
 class WatermarkWatch:
     def __init__(self, cfg, control):
         self.cfg = cfg
-        self.control = control  # the cache's ControlArea (engine/control.py)
+        self.control = control  # the cache's ControlArea (engine/control/area.py)
         self.look = AdminLook(cfg, TIMEOUT_S)  # {partition: future} while a look is out
         self.next = 0.0  # monotonic time of the next look
         self.restarted: dict[int, float] = {}  # partition -> monotonic time of its worker's restart

@@ -51,7 +51,7 @@ import psutil
 from shmcache.consumer import forkserver
 from shmcache.consumer.backoff import RestartBackoff
 from shmcache.consumer import worker as worker_mod
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.ipc import liveness
 
 log = logging.getLogger("shmcache.supervisor")
@@ -183,10 +183,10 @@ class WorkerHandle:
     def _check_heartbeat(self) -> None:
         """An up worker whose heartbeat is older than the bound is hung or stopped: kill it
         (by pid), and let check() see it die. Its partitions are not caught up from the moment
-        the bound passed (engine/control_status.py reads the same words)."""
+        the bound passed (engine/control/status.py reads the same words)."""
         age = self.heartbeat_age()
         if age > self.sup.cfg.worker_heartbeat_timeout:
-            self._kill_hung(C.H_STALE_KILLS, f"was stale (no heartbeat for {age:.1f} s, worker_heartbeat_timeout "
+            self._kill_hung("stale_worker_kills", f"was stale (no heartbeat for {age:.1f} s, worker_heartbeat_timeout "
                                              f"{self.sup.cfg.worker_heartbeat_timeout:g} s: hung or stopped)")
 
     def _check_start(self) -> None:
@@ -194,10 +194,10 @@ class WorkerHandle:
         hung or stopped before it came up: kill it (by pid), and let check() see it die."""
         bound = self.sup.cfg.worker_start_timeout
         if time.monotonic() - self.started_at > bound:
-            self._kill_hung(C.H_START_KILLS, f"did not come up within {bound:g} s (worker_start_timeout: hung or "
+            self._kill_hung("start_timeout_kills", f"did not come up within {bound:g} s (worker_start_timeout: hung or "
                                              f"stopped before it opened the cache and loaded its kernels)")
 
-    def _kill_hung(self, counter: int, why: str) -> None:
+    def _kill_hung(self, counter: str, why: str) -> None:
         """Kill the running instance (by pid), said and counted once; check() then sees it die."""
         if not self.alive():
             return

@@ -267,7 +267,7 @@ class Demo:
                            f"{'at the end of every partition' if not short else 'SHORT'}")
 
     def _committed(self) -> dict[int, int]:
-        from shmcache.engine import control_layout as C
+        from shmcache.engine.control import layout as C
 
         rows = self.reader.control.partitions
         return {p: int(rows[p, C.P_COMMITTED]) for p in range(self.partitions)}

@@ -1,5 +1,5 @@
 """The table: the segment layout contract, compiled kernels and the Reader/Writer handles."""
 
-from shmcache.ipc import _jitcache
+from shmcache.ipc import jitcache
 
-_jitcache.install()  # before any kernel is decorated: numba's cache stamped with the sources each kernel imports
+jitcache.install()  # before any kernel is decorated: numba's cache stamped with the sources each kernel imports

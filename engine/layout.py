@@ -28,7 +28,7 @@ bucket when its ring or its index is full); evictions are counted.
 
 The control area (the header's words 10, 11, 14, 15 and from 48 on, and the workers'
 and partitions' rows: how the cache is kept filled from Kafka) is named in
-engine/control_layout.py; this module gives only where its sections lie.
+engine/control/layout.py; this module gives only where its sections lie.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ H_RING = 6  # ring bytes per bucket (a multiple of RECORD_ALIGN)
 H_SIZE = 7  # total segment bytes
 H_CREATION_ID = 8  # random, tells a re-created segment from the old one
 H_CREATED_NS = 9  # time.time_ns() at creation (stats: created_s)
-# words 10, 11, 14, 15 and 48.. are the control area's (engine/control_layout.py)
+# words 10, 11, 14, 15 and 48.. are the control area's (engine/control/layout.py)
 H_TOPIC_LEN = 12  # bytes of the topic name in H_TOPIC
 H_PARTITIONS = 13  # partitions of the topic (0 until a supervisor has seen it)
 H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8
@@ -84,8 +84,8 @@ W_WAIT = 5
 W_UNKNOWN = 6  # entries of an unknown action, skipped
 W_CORRUPTIONS = 7  # damaged bucket states this writer met (each one repaired, see _repair.py)
 
-MAX_WORKERS = 64  # consumer worker processes, one row each (K_*: engine/control_layout.py)
-MAX_PARTITIONS = 1024  # partitions of the cache's topic, row = partition number (P_*: engine/control_layout.py)
+MAX_WORKERS = 64  # consumer worker processes, one row each (K_*: engine/control/layout.py)
+MAX_PARTITIONS = 1024  # partitions of the cache's topic, row = partition number (P_*: engine/control/layout.py)
 
 # -- bucket meta: int64 word offsets within a bucket's row ---------------------------
 M_LOCK = 0  # 0 free, else owner word of the writer holding it

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 from shmcache.errors import CacheInUseError, CacheNotFoundError, CachePermissionError, NotACacheError

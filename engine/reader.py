@@ -29,7 +29,7 @@ from shmcache.engine import attach_checks as checks
 from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.engine import reader_stats
-from shmcache.engine.control import ControlView
+from shmcache.engine.control.area import ControlView
 from shmcache.engine.packed import Packed
 from shmcache.errors import ClosedError
 from shmcache.ipc import liveness
@@ -130,7 +130,7 @@ class Reader:
         self._ring64 = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.ring // L.WORD, geo.ring_off)
         self._kstride = L.align(geo.key_size, 8)
         self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
-        # the control area's public model (engine/control.py): read-only on a Reader
+        # the control area's public model (engine/control/area.py): read-only on a Reader
         self.control = self._control_class(self.name, self._header, self._workers, self._partitions,
                                            self._writers, intact=functools.partial(checks.raise_if_lost, self.name, seg))
 
@@ -340,7 +340,7 @@ class Reader:
         self.raise_if_lost()
         return st
 
-    # -- readiness (filled by a supervisor; see engine/control.py) -------------------------------
+    # -- readiness (filled by a supervisor; see engine/control/area.py) -------------------------------
 
     def status(self) -> dict:
         """Topic, supervisor, per-partition progress (applied, watermark, lag, caught up), workers."""

@@ -42,7 +42,7 @@ import xxhash
 
 from shmcache.engine import _repair
 from shmcache.engine import _snapshot_kernels as SK
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.engine._snapshot_io import TMP_SUFFIX, SnapshotOut, cancelled, fsync_dir, remove_abandoned
@@ -271,7 +271,7 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
                                         f"{e}") from None
         try:
             ctl = w.control
-            ctl.set_word(C.H_RESTORE_STATE, C.RESTORE_RUNNING)
+            ctl.restore_started()
             nb = buckets_per_chunk(src)
             buf = Buffers(src, nb, allocate=False)
             dropped = 0
@@ -285,11 +285,8 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
                     progress(b0 + nb, L.NBUCKETS, f.tell())
             _publish(w, info)
             st = w.stats()
-            ctl.set_word(C.H_RESTORE_ENTRIES, st["entries"])
-            ctl.set_word(C.H_RESTORE_EVICTIONS, (st["evictions"] + dropped) if not same else 0)
-            ctl.set_word(C.H_RESTORE_NS, int((time.monotonic() - t0) * 1e9))
-            ctl.set_word(C.H_RESTORE_TAKEN_NS, info.taken_ns)
-            ctl.set_word(C.H_RESTORE_STATE, C.RESTORE_DONE)
+            ctl.restore_done(st["entries"], (st["evictions"] + dropped) if not same else 0,
+                             int((time.monotonic() - t0) * 1e9), info.taken_ns)
         except BaseException:
             w.close()
             destroy(name, force=True)
@@ -346,4 +343,4 @@ def _publish(w, info: SnapshotInfo) -> None:
     ctl.partition_rows.restore_applied(info.offsets)
     ctl.set_topic(info.topic, len(info.offsets))
     ctl.set_topic_id(info.topic_id)  # the supervisor checks it against the topic's id now
-    ctl.set_word(C.H_WIRE_FORMAT, C.WIRE_FORMATS.index(info.wire_format) + 1 if info.wire_format in C.WIRE_FORMATS else 0)
+    ctl.set_wire_format(info.wire_format)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.errors import SnapshotCorruptError, SnapshotError, SnapshotMismatchError
 from shmcache.ipc.segment import kind_of
@@ -67,7 +67,7 @@ class SnapshotInfo:
     entries: int
     name: str
     bytes: int = 0  # the file's size
-    topic_id: str = ""  # the Kafka topic id its offsets belong to (control_layout.topic_id_text), "" unknown
+    topic_id: str = ""  # the Kafka topic id its offsets belong to (engine/control/layout.py topic_id_text), "" unknown
 
     def to_dict(self) -> dict:
         return {"path": self.path, "topic": self.topic, "wire_format": self.wire_format,

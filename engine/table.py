@@ -3,7 +3,7 @@
 
 The handles live beside this module: engine/reader.py (Reader: lookups,
 stats, status), engine/packed.py (Packed: batch results), engine/writer.py
-(Writer: apply and its forms), engine/_input.py (checking what callers hand in), engine/control.py (the control area's model),
+(Writer: apply and its forms), engine/_input.py (checking what callers hand in), engine/control/area.py (the control area's model),
 engine/lifecycle.py (opening a name, exists, list_caches, destroy).
 
 Guaranteed: a created cache is fully initialised before anyone can map it (it is
@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.engine import reader_stats

@@ -4,7 +4,7 @@ A Writer is a Reader (engine/reader.py) that also writes: it maps the segment
 read-write, holds a writer slot (its row of counters in the segment's writer
 table) and applies batches under per-bucket locks; when a lock stays held by a
 process that no longer lives, it takes the lock over and rebuilds that bucket.
-Its `control` is the control area's write model (engine/control.py) that the
+Its `control` is the control area's write model (engine/control/area.py) that the
 supervisor and the workers publish through.
 
 One entry point writes: `apply(keys, actions, values, hashes=None)`; set_many,
@@ -31,7 +31,7 @@ from shmcache.engine import _input
 from shmcache.engine import _kernels as K
 from shmcache.engine import _repair
 from shmcache.engine import layout as L
-from shmcache.engine.control import ControlArea
+from shmcache.engine.control.area import ControlArea
 from shmcache.engine.reader import SPIN_LIMIT, Reader, log
 from shmcache.errors import TooManyWritersError
 from shmcache.ipc import liveness

@@ -23,9 +23,9 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from shmcache.ipc import _jitcache
+from shmcache.ipc import jitcache
 
-_jitcache.install()  # before this module's kernels are decorated: it may be the first of the package imported
+jitcache.install()  # before this module's kernels are decorated: it may be the first of the package imported
 
 
 def _check_array(arr, *, writable: bool, who: str) -> None:

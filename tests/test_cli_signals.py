@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import snapshot as S
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 import shmcache
-from shmcache.engine import control_layout as C
-from shmcache.ipc import liveness
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "COLUMNS": "300"}
@@ -43,7 +41,7 @@ def names():
 def test_status_prints_group_members_and_topic_as_text(names):
     name = names("status")
     with shmcache.create(name, memory="64MiB") as w:
-        w.control.set_word(C.H_SUPERVISOR, liveness.owner_word())  # this process publishes as a supervisor
+        assert w.control.claim_supervisor() == 0  # this process publishes as a supervisor
         w.control.set_topic("tx[/]", 4)
         others = [{"client_id": EVIL[i], "host": EVIL[(i + 1) % 4], "instance_id": EVIL[(i + 2) % 4]}
                   for i in range(4)]

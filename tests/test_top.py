@@ -19,6 +19,13 @@ from rich.console import Console
 import shmcache
 from shmcache.cli import top_view
 
+
+def poke(w, word: int, value: int) -> None:
+    """Header word `word` of Writer w's segment, written by hand: a state the test plants
+    (damage, a supervisor between two of its stores, words an earlier shmcache left) that
+    no named write of ControlArea makes."""
+    w.segment_arrays().header[word] = value
+
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "CI": "true"}
 
@@ -124,11 +131,11 @@ def test_a_missing_cache_is_an_error_naming_it():
 def test_a_stale_supervisor_heartbeat_is_shown(cache):
     """A live supervisor (this process, by its owner word) whose heartbeat stopped a minute
     ago: the header line says how long ago, and that it is stale; a fresh one says nothing."""
-    from shmcache.engine import control_layout as C
+    from shmcache.engine.control import layout as C
     from shmcache.ipc import liveness
 
     name, w, _ = cache
-    w.control.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
     w.control.beat()
 
     def header() -> str:
@@ -138,7 +145,7 @@ def test_a_stale_supervisor_heartbeat_is_shown(cache):
         return buf.getvalue().splitlines()[0]
 
     assert "stale" not in header()
-    w.control.set_word(C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - 60 * 10**9)
+    poke(w, C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - 60 * 10**9)
     line = header()
     assert f"supervisor pid {os.getpid()}" in line and "heartbeat 60 s ago (stale)" in line, line
-    w.control.set_word(C.H_SUPERVISOR, 0)
+    poke(w, C.H_SUPERVISOR, 0)

@@ -204,11 +204,11 @@ def test_a_finished_warm_up_marks_the_install_warm_and_only_for_its_sources(tmp_
         os.rename(marker + ".away", marker)
     assert warm.is_warm()
 
-    from shmcache.ipc import _jitcache
+    from shmcache.ipc import jitcache
 
     root = os.path.dirname(os.path.abspath(shmcache.__file__))
     pkg = tmp_path / "src" / "shmcache"
-    for path in _jitcache._sources(root):
+    for path in jitcache._sources(root):
         dest = pkg / os.path.relpath(path, root)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)

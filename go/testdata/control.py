@@ -4,7 +4,7 @@ Python reader's, field by field.
 
     control.py NAME     creates cache NAME (a Writer), prints "ready", then answers lines:
       scenario S        sets the control words as scenario S says (each from a clean
-                        state, as tests/engine/test_control.py sets them) and prints the
+                        state, as tests/engine/control/test_area.py sets them) and prints the
                         Python reader's status() of NAME as one JSON line
       status OTHER      prints the Python reader's status() of cache OTHER as one JSON line
     At end of input it stops the processes it started and destroys NAME.
@@ -19,7 +19,7 @@ import sys
 import time
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
 
@@ -54,7 +54,7 @@ def clean(w, nparts: int, **supervisor) -> None:
     h[C.H_BROKER_STATE] = C.BROKER_UP
     h[C.H_BROKER_SINCE] = 0
     w.control.writers[:, L.W_WAIT] = 0
-    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    c._h[C.H_SUPERVISOR] = liveness.owner_word()
     c.set_topic("txmeta-go", nparts)
 
 
@@ -86,9 +86,9 @@ def scenario(w, s: str, workers: list[int]) -> None:
         worker(w, 0, workers[0])
         assign(w, 0, 5, 9, False)
         c.set_lookup_failure("not read without a live supervisor", time.monotonic_ns())
-        c.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
-        c.set_word(C.H_ACCEPT_GAPS, 1)
-        c.set_word(C.H_SUPERVISOR, 0)
+        c._h[C.H_BROKER_STATE] = C.BROKER_WAITING
+        c._h[C.H_ACCEPT_GAPS] = 1
+        c._h[C.H_SUPERVISOR] = 0
     elif s == "dead-supervisor":
         clean(w, 2)
         worker(w, 0, dead_word())
@@ -96,22 +96,22 @@ def scenario(w, s: str, workers: list[int]) -> None:
         assign(w, 0, 5, 9, False)
         assign(w, 1, 9, 9, True, owner=2)
         c.set_group(2, [{"client_id": "b", "host": "hb", "instance_id": ""}], {1: 0})
-        c.set_word(C.H_SUPERVISOR, dead_word())
+        c._h[C.H_SUPERVISOR] = dead_word()
     elif s == "stale-supervisor":
         clean(w, 1)
         worker(w, 0, workers[0])
         assign(w, 0, 1, 1, True)
-        c.set_word(C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - 25 * 10**9)
+        c._h[C.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns() - 25 * 10**9
     elif s == "broker-waiting":
         clean(w, 1)
-        c.set_word(C.H_BROKER_SINCE, time.monotonic_ns() - 3 * 10**9)
-        c.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
+        c._h[C.H_BROKER_SINCE] = time.monotonic_ns() - 3 * 10**9
+        c._h[C.H_BROKER_STATE] = C.BROKER_WAITING
     elif s == "broker-waiting-no-start":
         clean(w, 1)
-        c.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
+        c._h[C.H_BROKER_STATE] = C.BROKER_WAITING
     elif s == "broker-unknown-state":
         clean(w, 1)
-        c.set_word(C.H_BROKER_STATE, 7)
+        c._h[C.H_BROKER_STATE] = 7
         worker(w, 0, workers[0])
         assign(w, 0, 3, 3, True)
     elif s == "lookup-error":
@@ -123,7 +123,7 @@ def scenario(w, s: str, workers: list[int]) -> None:
     elif s == "lookup-empty-text":  # a failing look-up with no text: not the lookup-error row
         clean(w, 1)
         c.set_lookup_failure("", 0)
-        c.set_word(C.H_LOOKUP_FAILING_SINCE, time.monotonic_ns())
+        c._h[C.H_LOOKUP_FAILING_SINCE] = time.monotonic_ns()
     elif s == "no-partitions":
         clean(w, 4)
     elif s == "assigning":
@@ -198,8 +198,8 @@ def scenario(w, s: str, workers: list[int]) -> None:
         worker(w, 1, workers[1])
         assign(w, 0, 1, 1, True)
         assign(w, 1, 1, 1, True, owner=2)
-        c.set_word(C.H_AGE_CLOCK, C.AGE_CLOCK_WALL)
-        c.set_word(C.H_SUPERVISOR_HEARTBEAT, time.time_ns())
+        c._h[C.H_AGE_CLOCK] = C.AGE_CLOCK_WALL
+        c._h[C.H_SUPERVISOR_HEARTBEAT] = time.time_ns()
         c.workers[0:2, C.K_HEARTBEAT] = [time.time_ns(), time.time_ns() - 5 * 10**9]
     elif s == "stopped":  # no supervisor: every worker not alive is stopped
         clean(w, 2)
@@ -207,7 +207,7 @@ def scenario(w, s: str, workers: list[int]) -> None:
         worker(w, 1, workers[0])
         assign(w, 0, 1, 2, True)
         assign(w, 1, 1, 2, True, owner=2)
-        c.set_word(C.H_SUPERVISOR, 0)
+        c._h[C.H_SUPERVISOR] = 0
     else:
         raise SystemExit(f"unknown scenario {s!r}")
 

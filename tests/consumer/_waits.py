@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 if TYPE_CHECKING:
     from _supervisors import SupervisorProc

@@ -35,7 +35,7 @@ from datetime import datetime
 
 from shmcache.consumer.broker import PROBE_TIMEOUT_S
 from shmcache.consumer.start_offsets import LOOKUP_TIMEOUT_S, ROLE
-from shmcache.engine.control_status import why
+from shmcache.engine.control.status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, SUPERVISOR_CLIENT  # noqa: E402

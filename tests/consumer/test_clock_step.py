@@ -34,7 +34,7 @@ from _supervisors import harness  # noqa: E402,F401
 from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
 from _waits import poll_until, running  # noqa: E402
 
-from shmcache.engine import control_layout as C  # noqa: E402
+from shmcache.engine.control import layout as C  # noqa: E402
 
 PARTITIONS = 2
 STALE_S = 6.0  # worker_heartbeat_timeout here

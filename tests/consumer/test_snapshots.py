@@ -20,7 +20,7 @@ import xxhash
 import shmcache
 from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import _snapshot_io as engine_io
 from shmcache.engine import snapshot as S
 from shmcache.errors import SnapshotCorruptError

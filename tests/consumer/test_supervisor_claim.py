@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _waits import poll_until, stop_popen  # noqa: E402
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 _ORPHAN = """
 import sys
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.ipc import liveness
 w = shmcache.open(sys.argv[1])
 w.control.workers[0, C.K_OWNER] = liveness.owner_word()

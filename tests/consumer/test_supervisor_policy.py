@@ -20,7 +20,7 @@ import pytest
 import shmcache
 from shmcache.consumer.commits import REBALANCE_HOLD_S
 from shmcache.consumer.backoff import BACKOFF_FIRST_S, BACKOFF_MAX_S, BACKOFF_RESET_S, RestartBackoff, backoff_s
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 
 def test_the_backoff_constants():

@@ -50,8 +50,8 @@ LONG = 150  # messages per partition of a new topic longer than the table applie
 
 
 def _topic_id(admin, topic: str) -> str:
-    """The topic's id as the broker says it, in the form status() shows (control_layout.topic_id_text)."""
-    from shmcache.engine import control_layout as C
+    """The topic's id as the broker says it, in the form status() shows (engine/control/layout.py topic_id_text)."""
+    from shmcache.engine.control import layout as C
 
     u = admin.describe_topics(TopicCollection([topic]), request_timeout=30)[topic].result(60).topic_id
     return C.topic_id_text(u.get_most_significant_bits(), u.get_least_significant_bits())

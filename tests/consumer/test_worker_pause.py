@@ -21,7 +21,7 @@ import shmcache
 from shmcache.formats import wire
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker_handle import WorkerHandle, request_all
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _waits import poll_until  # noqa: E402

@@ -26,7 +26,7 @@ from _topic_model import KafkaProbe, Model, check_table, produce_and_wait  # noq
 from _waits import poll_until, wait_applied  # noqa: E402
 
 import shmcache  # noqa: E402
-from shmcache.engine import control_layout as C  # noqa: E402
+from shmcache.engine.control import layout as C  # noqa: E402
 
 PARTITIONS = 4
 STALE_S = 6.0  # worker_heartbeat_timeout here: the default (10 s) would only make the test slower

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from shmcache.engine.control_status import why
+from shmcache.engine.control.status import why
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import harness  # noqa: E402,F401

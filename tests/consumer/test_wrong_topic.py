@@ -17,7 +17,7 @@ from _topic_model import Model, check_table, produce_and_wait  # noqa: E402
 from _waits import applied, poll_until, wait_applied  # noqa: E402
 
 import shmcache  # noqa: E402
-from shmcache.engine import control_layout as C  # noqa: E402
+from shmcache.engine.control import layout as C  # noqa: E402
 
 PARTS = 3
 

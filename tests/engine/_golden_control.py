@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _golden import CREATED_NS, DEAD_OWNER, GOLDEN, Segment  # noqa: E402
 
-from shmcache.engine import control_layout as C  # noqa: E402
+from shmcache.engine.control import layout as C  # noqa: E402
 from shmcache.engine import layout as L  # noqa: E402
 
 CONTROL = GOLDEN / "control"

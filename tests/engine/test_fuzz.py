@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import xxhash
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import units
 

@@ -20,7 +20,7 @@ import pytest
 import shmcache
 from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import snapshot as S
 from shmcache.engine._snapshot_io import SnapshotOut
 from shmcache.errors import SnapshotCancelled, SnapshotCorruptError, SnapshotError

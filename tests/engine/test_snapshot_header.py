@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import shmcache
 from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import snapshot as S
 from shmcache.engine.snapshot_format import HEAD

@@ -14,7 +14,7 @@ import pytest
 import xxhash
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import snapshot as S
 from shmcache.engine.snapshot_format import HEAD
 from shmcache.engine.table import open_writer
@@ -46,7 +46,7 @@ def _snapshot_of(name: str, path: Path, code: int) -> S.SnapshotInfo:
     with shmcache.create(name, memory="40MiB") as w:
         w.set_many([i.to_bytes(32, "big") for i in range(500)], [b"v" * 70] * 500)
         w.control.set_topic("txmeta-wfmt", 2)
-        w.control.set_word(C.H_WIRE_FORMAT, code)
+        w.segment_arrays().header[C.H_WIRE_FORMAT] = code  # the word as a shmcache of that format left it
         return S.write(w, path)
 
 

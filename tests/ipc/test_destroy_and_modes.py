@@ -28,7 +28,7 @@ TIMEOUT = 90.0
 _USER = """
     import sys
     import shmcache
-    from shmcache.engine import control_layout as C
+    from shmcache.engine.control import layout as C
     from shmcache.ipc import liveness
     from shmcache.ipc.atomics import store_word
     name, role = sys.argv[1], sys.argv[2]

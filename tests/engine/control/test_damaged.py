@@ -1,4 +1,4 @@
-"""status() (engine/control.py) reads the segment as untrusted (DESIGN invariant 8): damaged control
+"""status() (engine/control/area.py) reads the segment as untrusted (DESIGN invariant 8): damaged control
 words are named in status()["damaged"] and read as nothing, never raised on, and never
 make a cache ready. No broker: the words are written into a real segment by hand."""
 
@@ -7,9 +7,16 @@ import uuid
 import pytest
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.ipc import liveness
+
+
+def poke(w, word: int, value: int) -> None:
+    """Header word `word` of Writer w's segment, written by hand: a state the test plants
+    (damage, a supervisor between two of its stores, words an earlier shmcache left) that
+    no named write of ControlArea makes."""
+    w.segment_arrays().header[word] = value
 
 
 @pytest.fixture
@@ -30,7 +37,7 @@ def _looks_ready(w, nparts: int = 2) -> None:
     for p in range(nparts):
         rows[p, [C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_OWNER, C.P_CAUGHT_UP, C.P_ASSIGNED]] = [5, 5, 1, 1, 1]
     w.control.workers[0, C.K_OWNER] = liveness.owner_word()
-    w.control.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
 
 
 def test_a_consistent_segment_is_ready(cache):
@@ -51,7 +58,7 @@ def test_owner_index_out_of_range(cache, owner):
 @pytest.mark.parametrize("count", [L.MAX_PARTITIONS + 1, 1 << 62, -1])
 def test_partition_count_out_of_range(cache, count):
     _looks_ready(cache)
-    cache.control.set_word(L.H_PARTITIONS, count)  # damage, by hand
+    poke(cache, L.H_PARTITIONS, count)  # damage, by hand
     st = cache.status()
     assert any("partition count" in d for d in st["damaged"]), st["damaged"]
     assert st["partitions"] == 0 and st["assigned"] == [] and not st["ready"]
@@ -62,7 +69,7 @@ def test_partition_count_out_of_range(cache, count):
 @pytest.mark.parametrize("length", [L.TOPIC_MAX + 1, 1 << 50, -3])
 def test_topic_length_out_of_range(cache, length):
     _looks_ready(cache)
-    cache.control.set_word(L.H_TOPIC_LEN, length)  # damage, by hand
+    poke(cache, L.H_TOPIC_LEN, length)  # damage, by hand
     st = cache.status()
     assert any("topic length" in d for d in st["damaged"]), st["damaged"]
     assert isinstance(st["topic"], str) and len(st["topic"].encode()) <= L.TOPIC_MAX
@@ -73,13 +80,13 @@ def test_garbage_group_words(cache):
     cache.control.set_group(2, [{"client_id": "other", "host": "10.0.0.9", "instance_id": ""}], {1: 0})
     st = cache.status()
     assert st["shared_group"] and st["elsewhere"] == [] and st["group_others"][0]["partitions"] == [1]
-    ctl = cache.control  # damage, by hand
-    ctl.set_word(C.H_GROUP_TEXT_LEN, -7)
-    ctl.set_word(C.H_GROUP_TEXT, 0x7B7B7B7B)  # "{{{{"
-    ctl.set_word(C.H_GROUP_TEXT_LEN, 4)
+    # damage, by hand
+    poke(cache, C.H_GROUP_TEXT_LEN, -7)
+    poke(cache, C.H_GROUP_TEXT, 0x7B7B7B7B)  # "{{{{"
+    poke(cache, C.H_GROUP_TEXT_LEN, 4)
     st = cache.status()
     assert any("group members text" in d for d in st["damaged"]), st["damaged"]
-    ctl.set_word(C.H_GROUP_TEXT_LEN, 1 << 40)
+    poke(cache, C.H_GROUP_TEXT_LEN, 1 << 40)
     st = cache.status()
     assert any("group text length" in d for d in st["damaged"]), st["damaged"]
     assert st["ready"] is True  # the group words name no partition of this cache's: nothing else changed
@@ -89,12 +96,12 @@ def test_rows_of_a_dead_supervisor_are_never_ready(cache):
     """Rows left by a supervisor that died are not ready, and a starting supervisor disowns
     them (keeping the applied offsets) before its own pid makes them count."""
     _looks_ready(cache)
-    cache.control.set_word(C.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process
+    poke(cache, C.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process
     assert not cache.status()["ready"]
     rows = cache.control.partitions
     gen = rows[:2, C.P_GENERATION].copy()
     cache.control.disown_partitions()
-    cache.control.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(cache, C.H_SUPERVISOR, liveness.owner_word())
     st = cache.status()
     assert not st["ready"] and st["assigned"] == [] and st["unassigned"] == [0, 1]
     assert rows[:2, C.P_APPLIED].tolist() == [5, 5]
@@ -107,13 +114,13 @@ def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
     cache is not ready (it restarts no worker, sees no new partition)."""
     import time
 
-    from shmcache.engine.control import STALE_HEARTBEAT_S
+    from shmcache.engine.control.status import STALE_HEARTBEAT_S
 
     _looks_ready(cache)
     cache.control.beat()
     st = cache.status()
     assert st["supervisor_heartbeat_age_s"] < STALE_HEARTBEAT_S and not st["supervisor_stale"]
-    cache.control.set_word(C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
+    poke(cache, C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
     st = cache.status()
     assert st["supervisor_stale"] and st["supervisor_heartbeat_age_s"] >= STALE_HEARTBEAT_S + 50
     assert not st["ready"]
@@ -121,7 +128,7 @@ def test_a_live_supervisor_whose_heartbeat_stopped_is_shown_stale(cache):
         cache.wait_ready(timeout=0)
     cache.control.beat()
     assert cache.status()["ready"]
-    cache.control.set_word(C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
-    cache.control.set_word(C.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process: no age to show
+    poke(cache, C.H_SUPERVISOR_HEARTBEAT, time.monotonic_ns() - int((STALE_HEARTBEAT_S + 50) * 1e9))
+    poke(cache, C.H_SUPERVISOR, (2 ** 22 + 1) << 32 | 1)  # no such process: no age to show
     st = cache.status()
     assert st["supervisor_heartbeat_age_s"] is None and not st["supervisor_stale"]

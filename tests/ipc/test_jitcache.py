@@ -1,4 +1,4 @@
-"""numba's on-disk kernel cache (ipc/_jitcache.py, consumer/warm.py): compiled once, kept
+"""numba's on-disk kernel cache (ipc/jitcache.py, consumer/warm.py): compiled once, kept
 correct after a source change anywhere in the package, nothing deleted at import.
 
 The first two tests run a copy of the package's sources from a temporary directory
@@ -14,15 +14,15 @@ import sys
 import textwrap
 
 import shmcache
-from shmcache.ipc import _jitcache
+from shmcache.ipc import jitcache
 
 ROOT = os.path.dirname(os.path.abspath(shmcache.__file__))
 
 
 def _copy_package(dest) -> str:
-    """The package's .py files (as _jitcache walks them) under dest/shmcache; returns that dir."""
+    """The package's .py files (as jitcache walks them) under dest/shmcache; returns that dir."""
     pkg = os.path.join(dest, "shmcache")
-    for path in _jitcache._sources(ROOT):
+    for path in jitcache._sources(ROOT):
         rel = os.path.relpath(path, ROOT)
         os.makedirs(os.path.dirname(os.path.join(pkg, rel)), exist_ok=True)
         shutil.copyfile(path, os.path.join(pkg, rel))
@@ -109,9 +109,9 @@ def test_a_kernels_stamp_covers_what_it_imports_and_nothing_else(tmp_path):
     pkg = _copy_package(tmp_path)
     code = """
         import os, shmcache
-        from shmcache.ipc import _jitcache
+        from shmcache.ipc import jitcache
         root = os.path.dirname(shmcache.__file__)
-        print(_jitcache.source_stamp(os.path.join(root, "engine", "_lookup.py")))
+        print(jitcache.source_stamp(os.path.join(root, "engine", "_lookup.py")))
     """
     env = _env(str(tmp_path))
     first = _run(code, env)
@@ -132,9 +132,9 @@ def test_a_kernels_stamp_covers_what_it_imports_and_nothing_else(tmp_path):
 def _kernel_modules() -> list[str]:
     """Every module of the package that decorates a kernel for numba's cache."""
     mods = []
-    for path in _jitcache._sources(ROOT):
+    for path in jitcache._sources(ROOT):
         with open(path) as f:
-            if "cache=True" in f.read() and not path.endswith("_jitcache.py"):
+            if "cache=True" in f.read() and not path.endswith("jitcache.py"):
                 rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
                 mods.append("shmcache." + rel.removesuffix(".__init__"))
     return sorted(mods)

@@ -1,25 +1,28 @@
-"""The segment's control area, as a public model: how a cache is being kept filled.
+"""The control area as a model: its words read (ControlView) and written (ControlArea).
 
-The words are engine/control_layout.py's (and the topic's, engine/layout.py's): header
+The words are engine/control/layout.py's (and the topic's, engine/layout.py's): header
 words H_* (topic, supervisor, its counters, the broker's state, the consumer group), a
 row per worker (K_*) and a row per partition (P_*). Every handle has one:
 `handle.control`, a ControlView (read-only on a Reader's PROT_READ mapping) or, on a
 Writer, a ControlArea, which adds the writes the supervisor and the workers make.
-Nothing else writes these words.
+Nothing else writes these words, and nothing writes one by its index: each write is a
+method named for the fact it publishes.
 
     view.partitions    (MAX_PARTITIONS, ROW_WORDS) int64 rows, word P_* of partition p
     view.workers       (MAX_WORKERS, ROW_WORDS) int64 rows, word K_* of worker i
     view.topic, view.npartitions, view.supervisor, view.broker_state, view.counters()
     view.status(), view.wait_ready(timeout)
-    area.partition_rows, area.worker_row(i)   the rows' writes (engine/control_rows.py)
+    area.partition_rows, area.worker_row(i)   the rows' writes (engine/control/rows.py)
 
 Who writes what (one writer per word, so no locks are needed):
 - the supervisor: topic and partition count, its own counters (commits, commit
   failures, rebalances, lost partitions, stale workers killed), start time,
-  heartbeat, metrics port, the bound on a worker's heartbeat, the broker's state, the
-  group words and its handles on the workers; its writes to the rows are
-  engine/control_rows.py's;
-- the workers: their rows and their partitions' progress (engine/control_rows.py);
+  heartbeat, metrics port, wire format, the bound on a worker's heartbeat, the
+  broker's state, the group words, its handles on the workers and its snapshots;
+  its writes to the rows are engine/control/rows.py's;
+- a restore (snapshots/restoring.py), on the cache it just created: the restore words,
+  the topic, its id, the format and the applied offsets;
+- the workers: their rows and their partitions' progress (engine/control/rows.py);
 - both, by compare-and-swap: the retention-gap words (H_GAP_BITS, H_GAP_OFFSETS), set by
   the supervisor at assignment and by a worker whose fetch jumped past the log start.
 Readers (status, wait_ready, metrics, top) only read. Values are published with
@@ -27,7 +30,7 @@ plain 8-byte stores, which x86 makes atomic for aligned words; a reader may see
 one partition's row a moment older than another's. The segment is untrusted
 (docs/design.md, invariant 8): a word out of its range is named in status's "damaged"
 and read as nothing, never raised on. This module reads and writes the words;
-engine/control_status.py assembles status() and wait_ready() from its readers.
+engine/control/status.py assembles status() and wait_ready() from its readers.
 """
 
 from __future__ import annotations
@@ -37,11 +40,11 @@ import time
 
 import numpy as np
 
-from shmcache.engine import control_layout as C
-from shmcache.engine import control_status
 from shmcache.engine import layout as L
-from shmcache.engine.control_rows import PartitionRows, WorkerRow
-from shmcache.engine.control_status import NO_GROUP, STALE_HEARTBEAT_S
+from shmcache.engine.control import layout as C
+from shmcache.engine.control import status as control_status
+from shmcache.engine.control.rows import PartitionRows, WorkerRow
+from shmcache.engine.control.status import NO_GROUP, STALE_HEARTBEAT_S
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word
 
@@ -78,7 +81,7 @@ class ControlView:
         self._h = self.workers = self.partitions = self.writers = self._intact = None
 
     def word(self, h: int) -> int:
-        """Header word h (a control_layout or layout H_* index) as it stands."""
+        """Header word h (an H_* index of engine/control/layout.py or engine/layout.py) as it stands."""
         return int(self._h[h])
 
     def _bytes(self, word: int, n: int) -> np.ndarray:
@@ -207,7 +210,7 @@ class ControlView:
 
     def status(self) -> dict:
         """Readiness and progress, from shared memory alone (no broker round trip;
-        engine/control_status.py assembles it)."""
+        engine/control/status.py assembles it)."""
         st = control_status.status(self)
         if self._intact is not None:
             self._intact()
@@ -222,8 +225,9 @@ class ControlView:
 
 class ControlArea(ControlView):
     """The control area of a Writer's mapping: the view plus the writes of the supervisor
-    and the workers; the rows' writes are `partition_rows` and `worker_row(i)`
-    (engine/control_rows.py). Each word has one writer: see the module's docstring."""
+    and the workers, each named for what it publishes; the rows' writes are
+    `partition_rows` and `worker_row(i)` (engine/control/rows.py). Each word has one
+    writer: see the module's docstring."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -241,19 +245,76 @@ class ControlArea(ControlView):
         """A supervisor starts: no worker rows (owners, heartbeats, counters) from the last one."""
         self.workers[:] = 0
 
-    def set_word(self, h: int, value: int) -> None:
-        """Set header word h (a C.H_* index the supervisor owns: H_SUPERVISOR, H_METRICS_PORT,
-        H_BROKER_STATE, H_BROKER_SINCE, H_WIRE_FORMAT, the H_RESTORE_* and H_SNAPSHOT_* words;
-        H_ASSIGNING and H_COMMIT_PENDING_SINCE through set_assigning and set_commit_pending)."""
-        self._h[h] = value
-
     def beat(self) -> None:
         """The supervisor went round its loop (H_SUPERVISOR_HEARTBEAT)."""
         self._h[C.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()
 
-    def count(self, word: int, n: int = 1) -> None:
-        """Add to one of the supervisor's header counters (the supervisor is their only writer)."""
-        self._h[word] += n
+    def count(self, counter: str, n: int = 1) -> None:
+        """Add `n` to one of the supervisor's counters, by its name in status()
+        (SUPERVISOR_COUNTERS: "commits", "rebalances", ...; the supervisor is their only writer).
+        KeyError for a name that is none of them."""
+        self._h[SUPERVISOR_COUNTERS[counter]] += n
+
+    def set_metrics_port(self, port: int) -> None:
+        """The TCP port the supervisor's metrics endpoint serves on; 0: none (it stopped)."""
+        self._h[C.H_METRICS_PORT] = port
+
+    def set_wire_format(self, name: str) -> None:
+        """The format of the topic the table is filled from (one of C.WIRE_FORMATS); "" or a
+        name this shmcache does not know: unknown (0)."""
+        self._h[C.H_WIRE_FORMAT] = C.WIRE_FORMATS.index(name) + 1 if name in C.WIRE_FORMATS else 0
+
+    # -- the broker's state, as the supervisor sees it (kafka/broker.py) -------------------
+
+    def broker_connecting(self) -> None:
+        """No answer from the broker yet (a supervisor starts)."""
+        self._h[C.H_BROKER_STATE] = C.BROKER_UNKNOWN
+        self._h[C.H_BROKER_SINCE] = 0
+
+    def broker_waiting(self, since_ns: int) -> None:
+        """The broker does not answer, since `since_ns` (time.monotonic_ns(), the age clock):
+        the start first, so a reader that sees the state waiting finds when it began."""
+        self._h[C.H_BROKER_SINCE] = since_ns
+        self._h[C.H_BROKER_STATE] = C.BROKER_WAITING
+
+    def broker_up(self) -> None:
+        """The broker answers."""
+        self._h[C.H_BROKER_SINCE] = 0
+        self._h[C.H_BROKER_STATE] = C.BROKER_UP
+
+    # -- restores and snapshots (snapshots/, consumer/supervisor/snapshot_policy.py) -------
+
+    def restore_started(self) -> None:
+        """A restore fills this (new) cache from a snapshot: status says "restoring"."""
+        self._h[C.H_RESTORE_STATE] = C.RESTORE_RUNNING
+
+    def restore_done(self, entries: int, evictions: int, took_ns: int, taken_ns: int) -> None:
+        """The restore put `entries` in the table (`evictions`: those a smaller table dropped),
+        in `took_ns`, from a snapshot taken at `taken_ns` (time.time_ns()); the state last."""
+        h = self._h
+        h[C.H_RESTORE_ENTRIES] = entries
+        h[C.H_RESTORE_EVICTIONS] = evictions
+        h[C.H_RESTORE_NS] = took_ns
+        h[C.H_RESTORE_TAKEN_NS] = taken_ns
+        h[C.H_RESTORE_STATE] = C.RESTORE_DONE
+
+    def no_valid_snapshot(self) -> None:
+        """A supervisor with a snapshot directory found no snapshot it could restore: the
+        table is filled from the topic's start (status: "no valid snapshot")."""
+        self._h[C.H_RESTORE_STATE] = C.RESTORE_NONE_VALID
+
+    def record_snapshot(self, taken_ns: int, nbytes: int, took_ns: int) -> None:
+        """A snapshot of this cache was written: taken at `taken_ns` (time.time_ns()), `nbytes`
+        long, in `took_ns`. The count last: a status that counts it finds its figures."""
+        h = self._h
+        h[C.H_SNAPSHOT_TAKEN_NS] = taken_ns
+        h[C.H_SNAPSHOT_BYTES] = nbytes
+        h[C.H_SNAPSHOT_NS] = took_ns
+        h[C.H_SNAPSHOTS] += 1
+
+    def snapshot_failed(self) -> None:
+        """A snapshot of this cache could not be written (a full disk, ...)."""
+        self._h[C.H_SNAPSHOT_FAILURES] += 1
 
     def claim_supervisor(self) -> int:
         """Make this process the cache's supervisor by compare-and-swap on the supervisor word,

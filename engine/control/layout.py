@@ -3,9 +3,9 @@
 engine/layout.py is the table's contract (geometry, the writers' rows, buckets, records,
 and the topic name and partition count that an attach checks). This module names the
 rest of the segment's shared words, which the supervisor and its workers write through
-engine/control.py and engine/control_rows.py alone (and a restore, engine/snapshot.py,
-its offsets and the restore words), and which status(), `shmcache top`, the metrics
-endpoint and the Go and Java readers read:
+engine/control/area.py and engine/control/rows.py alone (and a restore,
+snapshots/restoring.py, its offsets and the restore words, through the same), and which
+status(), `shmcache top`, the metrics endpoint and the Go and Java readers read:
 
 - header words H_* (indices into the header's int64 words, in index order below);
 - a row per worker, K_* (word index within the row of worker i, in layout's workers
@@ -89,7 +89,7 @@ H_WORKER_HANDLES = 192  # words 192..255
 WORKER_STATES = ("stopped", "starting", "up", "stopping", "backing-off")
 H_ELSEWHERE = 256  # words 256..383: a byte per partition, i + 1 for the i-th other member holding it
 assert H_WORKER_HANDLES + MAX_WORKERS <= H_ELSEWHERE
-# Restores and snapshots (engine/snapshot.py, consumer/snapshot_policy.py). These describe the
+# Restores and snapshots (snapshots/restoring.py, consumer/supervisor/snapshot_policy.py). These describe the
 # table's content, so they live as long as the segment (a supervisor's start does not zero them).
 H_RESTORE_STATE = 400  # RESTORE_* below
 RESTORE_NONE, RESTORE_RUNNING, RESTORE_DONE, RESTORE_NONE_VALID = 0, 1, 2, 3

@@ -1,4 +1,4 @@
-"""status() and wait_ready() of a control area (engine/control.py), assembled from the
+"""status() and wait_ready() of a control area (engine/control/area.py), assembled from the
 view's public readers: the header words (`view.word`), the partition and worker rows,
 the group, the broker's state and the supervisor's counters.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness

@@ -1,7 +1,7 @@
 """The control area's rows, written through their owners: a worker's row (WorkerRow) and
-the partition rows (PartitionRows) of a Writer's mapping (engine/control.py ControlArea:
+the partition rows (PartitionRows) of a Writer's mapping (engine/control/area.py ControlArea:
 `control.worker_row(i)`, `control.partition_rows`). Nothing outside engine/ writes the
-K_* and P_* words (engine/control_layout.py) but through these methods.
+K_* and P_* words (engine/control/layout.py) but through these methods.
 
 Who writes which word (one writer per word at a time, so no locks are needed):
 - a worker's row: that worker (its claim, heartbeat and counters); the supervisor its
@@ -15,7 +15,7 @@ Who writes which word (one writer per word at a time, so no locks are needed):
   and starts the partition over when its log was replaced (consumer/log_replaced.py).
 
 Values are published with plain aligned 8-byte stores, which x86 makes atomic, in the
-order each method gives; readers (engine/control_status.py) read the partition rows
+order each method gives; readers (engine/control/status.py) read the partition rows
 before the worker rows, so a worker counts a batch's entries before it publishes the
 offsets after it. A method call costs the same stores the words did: the worker makes
 a few per batch, none per entry.
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 
 
 class WorkerRow:

@@ -1,4 +1,4 @@
-"""The control area's public model (engine/control.py) on a real segment: a Writer's
+"""The control area's public model (engine/control/area.py) on a real segment: a Writer's
 `.control` (ControlArea) writes, a Reader's `.control` (ControlView, on a PROT_READ
 mapping) reads what they wrote.
 
@@ -28,11 +28,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
-from shmcache.engine.control import SUPERVISOR_COUNTERS, ControlArea, ControlView
+from shmcache.engine.control.area import SUPERVISOR_COUNTERS, ControlArea, ControlView
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness
+
+
+def poke(w, word: int, value: int) -> None:
+    """Header word `word` of Writer w's segment, written by hand: a state the test plants
+    (damage, a supervisor between two of its stores, words an earlier shmcache left) that
+    no named write of ControlArea makes."""
+    w.segment_arrays().header[word] = value
+
 
 PROPERTY = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -54,6 +62,69 @@ def handles():
         shmcache.destroy(name)
 
 
+# -- named writes ------------------------------------------------------------------------------------
+
+
+def test_no_control_word_is_written_by_its_index():
+    """The area has a method per fact it publishes and none that takes a word's index: a
+    write from outside the engine cannot land in a word it does not mean."""
+    assert not hasattr(ControlArea, "set_word")
+
+
+def test_each_named_write_shows_in_status(handles):
+    """What each of the supervisor's and a restore's named writes publishes, as a reader's
+    status() shows it (a live supervisor: this process)."""
+    w, r = handles
+    c = w.control
+    assert c.claim_supervisor() == 0
+    c.reset_supervisor()
+    st = r.status()
+    assert st["broker"] == "connecting" and st["metrics_port"] is None
+
+    c.set_metrics_port(9123)
+    with pytest.raises(KeyError):
+        c.count("no such counter")  # a counter is named by its status() key
+    for i, name in enumerate(SUPERVISOR_COUNTERS):
+        c.count(name)
+        c.count(name, i)
+    since = time.monotonic_ns() - 4 * 10**9
+    c.broker_waiting(since)
+    st = r.status()
+    assert st["metrics_port"] == 9123
+    assert {k: st[k] for k in SUPERVISOR_COUNTERS} == {k: 1 + i for i, k in enumerate(SUPERVISOR_COUNTERS)}
+    assert st["broker"] == "waiting for the broker" and st["broker_waiting_s"] >= 4
+    assert st["reason"] == "broker-waiting"
+    c.broker_up()
+    assert r.status()["broker"] == "up" and r.status()["broker_waiting_s"] is None
+    c.broker_connecting()
+    assert r.status()["broker"] == "connecting"
+    c.set_metrics_port(0)
+    assert r.status()["metrics_port"] is None
+
+    for name in (*C.WIRE_FORMATS, "", "no-such-format"):
+        c.set_wire_format(name)
+        code = r.control.word(C.H_WIRE_FORMAT)
+        assert (C.WIRE_FORMATS[code - 1] if code else "") == (name if name in C.WIRE_FORMATS else "")
+
+    assert r.status()["restore"]["state"] == "none"
+    c.no_valid_snapshot()
+    assert r.status()["restore"]["state"] == "no valid snapshot"
+    c.restore_started()
+    assert r.status()["restore"]["state"] == "restoring"
+    taken = time.time_ns() - 60 * 10**9
+    c.restore_done(1234, 5, 2_500_000_000, taken)
+    restore = r.status()["restore"]
+    assert restore["state"] == "restored" and (restore["entries"], restore["evictions"]) == (1234, 5)
+    assert restore["seconds"] == 2.5 and restore["snapshot_age_s"] == pytest.approx(60, abs=5)
+
+    c.snapshot_failed()
+    c.record_snapshot(time.time_ns() - 10**9, 4096, 300_000_000)
+    c.record_snapshot(time.time_ns(), 8192, 200_000_000)
+    snap = r.status()["snapshot"]
+    assert (snap["count"], snap["failures"], snap["bytes"], snap["seconds"]) == (2, 1, 8192, 0.2)
+    assert snap["age_s"] < 5
+
+
 # -- reset_supervisor ----------------------------------------------------------------------------
 
 SEGMENT_WORDS = {  # what a new supervisor must keep: they describe the table, not a run
@@ -70,17 +141,17 @@ def test_reset_supervisor_zeroes_a_runs_words_and_keeps_the_segments(handles):
     c.set_topic("the-topic", 4)
     c.partitions[2, [C.P_APPLIED, C.P_COMMITTED]] = [99, 90]
     for word, v in SEGMENT_WORDS.items():
-        c.set_word(word, v)
+        poke(w, word, v)
     assert c.flag_gap(3, 50) and c.flag_gap(64, 5)
-    for i, word in enumerate(SUPERVISOR_COUNTERS.values()):
-        c.count(word, 10 + i)
-    c.set_word(C.H_ASSIGNING, 1)
-    c.set_word(C.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
+    for i, name in enumerate(SUPERVISOR_COUNTERS):
+        c.count(name, 10 + i)
+    poke(w, C.H_ASSIGNING, 1)
+    poke(w, C.H_COMMIT_PENDING_SINCE, time.monotonic_ns())
     c.set_group(3, [{"client_id": "other", "host": "h", "instance_id": ""}], {1: 0})
     c.set_worker_handle(5, "backing-off", 4, time.time_ns() + 10**9)
-    c.set_word(C.H_METRICS_PORT, 9999)
+    poke(w, C.H_METRICS_PORT, 9999)
     before, before_mono = time.time_ns(), time.monotonic_ns()
-    c.set_word(C.H_AGE_CLOCK, C.AGE_CLOCK_WALL)  # as an earlier shmcache left it
+    poke(w, C.H_AGE_CLOCK, C.AGE_CLOCK_WALL)  # as an earlier shmcache left it
 
     c.reset_supervisor(metrics_port=8080)
 
@@ -125,7 +196,7 @@ def test_a_worker_handle_round_trips(handles, i, state, failures, restart_at_ns)
 
 def test_a_backing_off_handle_shows_in_status(handles):
     w, r = handles
-    w.control.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
     w.control.workers[3, C.K_STARTS] = 2  # the supervisor started it (no process claimed the row)
     due = time.time_ns() + 5 * 10**9
     w.control.set_worker_handle(3, "backing-off", 2, due)
@@ -147,8 +218,8 @@ def test_flag_gap_sets_one_bit_per_partition(handles, flags):
     w, r = handles
     c = w.control
     for word in range(C.H_GAP_BITS, C.H_GAP_BITS + L.MAX_PARTITIONS // 64):  # a fresh start per example
-        c.set_word(word, 0)
-    c.set_word(C.H_GAP_OFFSETS, 0)
+        poke(w, word, 0)
+    poke(w, C.H_GAP_OFFSETS, 0)
     c.set_topic("t", L.MAX_PARTITIONS)
     header = [r.control.word(h) for h in range(L.HEADER_WORDS)]
     flagged: set[int] = set()
@@ -252,10 +323,10 @@ def test_a_failing_lookup_reads_back_whole_or_not_at_all(handles):
     c.set_lookup_failure(long, time.monotonic_ns())
     text = r.control.lookup_failure()["lookup_error"]
     assert text == "a" + "é" * (C.LOOKUP_TEXT_MAX // 2 - 1) and len(text.encode()) == C.LOOKUP_TEXT_MAX - 1
-    c.set_word(C.H_LOOKUP_FAILING_SINCE, -1)  # the supervisor between its stores
+    poke(w, C.H_LOOKUP_FAILING_SINCE, -1)  # the supervisor between its stores
     assert r.control.lookup_failure() == {"lookup_error": "", "lookup_failing_s": None}
     c.set_lookup_failure("x", time.monotonic_ns())
-    c.set_word(C.H_LOOKUP_TEXT_LEN, 1 << 40)  # damage
+    poke(w, C.H_LOOKUP_TEXT_LEN, 1 << 40)  # damage
     assert len(r.control.lookup_failure()["lookup_error"]) == C.LOOKUP_TEXT_MAX
     c.set_lookup_failure("", 0)
     assert r.control.lookup_failure() == {"lookup_error": "", "lookup_failing_s": None}
@@ -269,7 +340,7 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     c.reset_partitions()
     c.disown_partitions()
     c.reset_supervisor()
-    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
     _worker_up(c)
     c.set_topic("t", 0)
     st_ = _not_ready(r, "no partitions assigned yet")
@@ -281,11 +352,11 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     st_ = _not_ready(r, "1 of 3 partitions not assigned to this cache")
     assert st_["unassigned"] == [2] and not st_["caught_up"]
 
-    c.set_word(C.H_ASSIGNING, 1)  # the supervisor is publishing an assignment
+    poke(w, C.H_ASSIGNING, 1)  # the supervisor is publishing an assignment
     _assign(c, 2, 0, 0, True)
     st_ = _not_ready(r, "an assignment is being published")
     assert st_["assigning"] and st_["unassigned"] == []
-    c.set_word(C.H_ASSIGNING, 0)
+    poke(w, C.H_ASSIGNING, 0)
 
     st_ = _not_ready(r, r"partitions not caught up: 1 \(lag 15\)")
     assert not st_["caught_up"] and not st_["assigning"]
@@ -302,10 +373,10 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     st_ = r.wait_ready(timeout=0)
     assert st_["ready"] and st_["caught_up"] and st_["gaps_accepted"] and st_["gap_partitions"] == [1]
 
-    c.set_word(C.H_SUPERVISOR, _dead_owner_word())  # the same words, but its supervisor is gone
+    poke(w, C.H_SUPERVISOR, _dead_owner_word())  # the same words, but its supervisor is gone
     st_ = _not_ready(r, "no live supervisor")
     assert not st_["supervisor_alive"] and not st_["caught_up"] and not st_["gaps_accepted"]
-    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
     assert r.wait_ready(timeout=0)["ready"]
 
 
@@ -318,7 +389,7 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     c.reset_partitions()
     c.disown_partitions()
     c.reset_supervisor(worker_stale_s=2.0)
-    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
     c.set_topic("t", 2)
     _worker_up(c, 0)
     _worker_up(c, 1)
@@ -340,18 +411,18 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     assert st_["workers"][1]["stale"] and st_["workers"][1]["state"] == "up" and not st_["workers"][0]["stale"]
     _worker_up(c, 1, beat_age_s=1.0)  # within the bound
     assert r.wait_ready(timeout=0)["ready"]
-    c.set_word(C.H_AGE_CLOCK, C.AGE_CLOCK_WALL)  # words an earlier shmcache wrote: time.time_ns(), read as such
-    c.set_word(C.H_SUPERVISOR_HEARTBEAT, time.time_ns())
+    poke(w, C.H_AGE_CLOCK, C.AGE_CLOCK_WALL)  # words an earlier shmcache wrote: time.time_ns(), read as such
+    poke(w, C.H_SUPERVISOR_HEARTBEAT, time.time_ns())
     c.workers[0:2, C.K_HEARTBEAT] = [time.time_ns(), time.time_ns() - 5 * 10**9]
     _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 stale, no heartbeat for 5 s\)")
     c.workers[1, C.K_HEARTBEAT] = time.time_ns()
     assert r.wait_ready(timeout=0)["ready"]
-    c.set_word(C.H_AGE_CLOCK, C.AGE_CLOCK_MONOTONIC)
+    poke(w, C.H_AGE_CLOCK, C.AGE_CLOCK_MONOTONIC)
     c.beat()
     _worker_up(c, 0)
     _worker_up(c, 1, beat_age_s=1.0)
     c.reset_supervisor(worker_stale_s=0.5)  # a supervisor with a tighter bound
-    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
     _not_ready(r, "worker 1 stale")
 
     _worker_up(c, 1)
@@ -373,12 +444,12 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
     w, r = handles
     c = w.control
     c.reset_supervisor()
-    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
-    c.set_word(C.H_BROKER_SINCE, time.monotonic_ns() - 3 * 10**9)
-    c.set_word(C.H_BROKER_STATE, C.BROKER_WAITING)
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_BROKER_SINCE, time.monotonic_ns() - 3 * 10**9)
+    poke(w, C.H_BROKER_STATE, C.BROKER_WAITING)
     assert r.status()["broker_waiting_s"] == pytest.approx(3, abs=1)  # an ordinary wait
 
-    c.set_word(C.H_BROKER_SINCE, since)
+    poke(w, C.H_BROKER_SINCE, since)
     st_ = _not_ready(r, "waiting for the Kafka broker for 0 s")
     assert st_["broker"] == "waiting for the broker" and st_["broker_waiting_s"] == 0.0
     assert "waiting for the broker (0 s)" in top_view.render(r.name, top_view.Snapshot.read(r)).renderables[0].plain
@@ -386,14 +457,15 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
                          timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert cli.returncode == 0 and "waiting for the broker (0 s)" in cli.stdout, cli.stdout + cli.stderr
 
-    c.set_word(C.H_BROKER_STATE, C.BROKER_UP)  # answered: no wait, whatever SINCE still says
+    poke(w, C.H_BROKER_STATE, C.BROKER_UP)  # answered: no wait, whatever SINCE still says
     assert r.status()["broker"] == "up" and r.status()["broker_waiting_s"] is None
 
 
 _COUNTING_WORKER = """
 import sys
 import shmcache
-from shmcache.engine import control_layout as C
+from shmcache.engine.control import layout as C
+
 w = shmcache.open(sys.argv[1])
 me, row = w.control.workers[0], w.control.partitions[0]
 print("go", flush=True)
@@ -413,7 +485,7 @@ def test_counters_read_by_status_include_every_offset_it_shows(handles):
     w, r = handles
     c = w.control
     c.reset_supervisor()
-    c.set_word(C.H_SUPERVISOR, liveness.owner_word())
+    poke(w, C.H_SUPERVISOR, liveness.owner_word())
     _worker_up(c)
     c.set_topic("t", 1)
     _assign(c, 0, 0, 0, True)
