@@ -25,9 +25,9 @@ _LAZY = {  # name -> (module, attribute)
                                                  "exists", "list_caches")},
     "open": ("shmcache.engine.table", "open_writer"),
     "follow": ("shmcache.engine.reattach", "follow"),
-    "snapshot": ("shmcache.engine.snapshot", "write"),
-    "restore": ("shmcache.engine.snapshot", "restore"),
-    "verify_snapshot": ("shmcache.engine.snapshot", "verify"),
+    "snapshot": ("shmcache.snapshots", "write"),
+    "restore": ("shmcache.snapshots", "restore"),
+    "verify_snapshot": ("shmcache.snapshots", "verify"),
     "txmeta": ("shmcache.formats.txmeta", None),  # the module: the txmeta value codec (decode, to_arrow)
 }
 

@@ -128,7 +128,7 @@ class KafkaRequestError(ShmcacheError, RuntimeError):
 
 
 class SnapshotError(ShmcacheError, ValueError):
-    """A snapshot file that cannot be used (engine/snapshot.py); the message names the file."""
+    """A snapshot file that cannot be used (snapshots/); the message names the file."""
 
 
 class SnapshotCorruptError(SnapshotError):
@@ -141,7 +141,7 @@ class SnapshotMismatchError(SnapshotError):
 
 class SnapshotCancelled(SnapshotError):
     """A snapshot abandoned mid-write because its caller asked it to give up (the `cancel`
-    event of engine/snapshot.py write: a supervisor's stop); its temporary file is removed
+    event of snapshots.write: a supervisor's stop); its temporary file is removed
     and the destination is untouched. Not a failure of the snapshot or of the disk."""
 
 

@@ -12,7 +12,7 @@ snapshot costs a reader beside it.
 Per N (in one run): the topic (8 partitions, v1 messages of 1024 ADDs, as
 bench/test_consume.py makes it) is replayed by `shmcache run --snapshot-dir` from a
 fresh segment until ready ("replay": process start to ready); the live cache is
-snapshotted by `engine.snapshot.write` ("snapshot"); the supervisor is stopped; the
+snapshotted by `snapshots.write` ("snapshot"); the supervisor is stopped; the
 snapshot is restored into a new cache of the same geometry ("restore copy") and of
 1.25x the memory ("restore re-insert"). Each table is checked against the sampled
 keys and the entry count. The restored cache then gets a `shmcache run` on the same
@@ -50,7 +50,7 @@ import test_consume as TC  # its topic maker
 from shmcache.consumer import topics
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import units
-from shmcache.engine import snapshot as S
+from shmcache import snapshots as S
 
 WINDOWS = int(os.environ.get("SHMCACHE_BENCH_WINDOWS", "6"))  # pairs of windows (without, with a snapshot) per way
 READER = r"""

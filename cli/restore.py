@@ -1,4 +1,4 @@
-"""`shmcache restore PATH NAME`: a cache created from a snapshot (engine/snapshot.py), with the
+"""`shmcache restore PATH NAME`: a cache created from a snapshot (snapshots/restoring.py), with the
 snapshot command's progress display."""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ def add_arguments(p) -> None:
 
 
 def run(a) -> int:
-    from shmcache.engine import snapshot
+    from shmcache import snapshots
 
     console = Console(stderr=a.json)
     with BucketProgress(console, f"restore {a.name}") as bar:
-        out = snapshot.restore(a.path, a.name, memory=a.memory, max_value=a.max_value, mode=a.mode, progress=bar)
+        out = snapshots.restore(a.path, a.name, memory=a.memory, max_value=a.max_value, mode=a.mode, progress=bar)
     if a.json:
         print(json.dumps(out))
     else:

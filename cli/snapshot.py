@@ -1,4 +1,4 @@
-"""`shmcache snapshot NAME PATH`: a snapshot of a live cache (engine/snapshot.py).
+"""`shmcache snapshot NAME PATH`: a snapshot of a live cache (snapshots/writing.py).
 
 Each shows a progress bar on a terminal and, without one (a log, CI), a plain line
 every few seconds; both end with one line saying what was done and at what rate.
@@ -18,7 +18,7 @@ from shmcache.engine import units
 
 
 class BucketProgress(ProgressLine):
-    """progress(done, total, bytes) for engine/snapshot.py, drawn with rich or printed plainly."""
+    """progress(done, total, bytes) for snapshots.write and restore, drawn with rich or printed plainly."""
 
     def __init__(self, console: Console, what: str):
         super().__init__(console, (TextColumn(what), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
@@ -48,15 +48,15 @@ def add_arguments(p) -> None:
 
 def run(a) -> int:
     import shmcache
-    from shmcache.engine import snapshot
+    from shmcache import snapshots
 
     rate = 0 if a.rate in (None, "0") else units.parse_bytes(a.rate, what="--rate")
     if a.idle:
-        snapshot.lower_priority()  # this process does nothing else
+        snapshots.lower_priority()  # this process does nothing else
     console = Console(stderr=a.json)
     t0 = time.monotonic()
     with shmcache.attach(a.name) as r, BucketProgress(console, f"snapshot {a.name}") as bar:
-        info = snapshot.write(r, a.path, progress=bar, rate=rate)
+        info = snapshots.write(r, a.path, progress=bar, rate=rate)
     dt = time.monotonic() - t0
     if a.json:
         print(json.dumps({**info.to_dict(), "seconds": dt}))

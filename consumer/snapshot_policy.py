@@ -2,7 +2,7 @@
 snapshots while running and at a clean stop, and retention gaps.
 
 - At start with no segment: the newest valid snapshot in DIR of this cache is
-  restored (engine/snapshot.py); one that is truncated, fails a checksum or is of
+  restored (snapshots/restoring.py); one that is truncated, fails a checksum or is of
   another topic, format or key size is skipped with a log line naming its error and
   the next older one is tried; none valid means the topic is replayed from its start,
   as without snapshots. The restored control area holds the snapshot's offsets, so
@@ -11,13 +11,13 @@ snapshots while running and at a clean stop, and retention gaps.
 - While running: every `snapshot_interval` seconds once the cache was caught up, a
   snapshot is written by a thread (the copy kernel and the file writes release the
   GIL, so the supervisor's loop goes on) that runs at SCHED_IDLE and writes at most
-  `snapshot_rate` bytes/s (engine/_snapshot_io.py, lower_priority and SnapshotOut): the readers
+  `snapshot_rate` bytes/s (snapshots/writing.py, lower_priority and SnapshotOut): the readers
   beside it keep their rate (bench/README.md, Snapshots). At a clean stop, after the
   workers drained and the final commit, one more, at full speed and priority (a stop
   is waited for). The `snapshot_keep` newest are kept. A snapshot that fails (disk
   full) is logged and counted; the previous ones stay.
 - At a stop: a periodic snapshot being written is told to give up as the stop begins,
-  before the drain (`stopping`; engine/snapshot.py write's cancel event, which its rate's
+  before the drain (`stopping`; snapshots/writing.py write's cancel event, which its rate's
   pauses wait on): at the default rate a large cache's takes minutes, past stop_timeout
   and systemd's TimeoutStopSec. It stops within a chunk, removes its temporary file, is
   logged in one info line and not counted as a failure; the previous snapshots stay, and
@@ -65,7 +65,7 @@ from shmcache.engine import layout as L
 
 
 from shmcache.engine import units
-from shmcache.engine import snapshot
+from shmcache import snapshots
 from shmcache.errors import SnapshotCancelled, SnapshotError
 from shmcache.ipc.segment import kind_of
 
@@ -126,13 +126,13 @@ def next_path(directory, name: str) -> Path:
 
 def unfinished(directory, name: str) -> list[Path]:
     """The temporary files of this cache's snapshots in `directory` (being written, or left
-    by a writer that was killed): those whose finished name (snapshot.final_name) files() would list."""
+    by a writer that was killed): those whose finished name (snapshots.final_name) files() would list."""
     d = Path(directory)
     if not d.is_dir():
         return []
     out = []
     for p in d.glob(f"{name}-*{SUFFIX}*.tmp"):
-        final = snapshot.final_name(p.name)
+        final = snapshots.final_name(p.name)
         if final and final.endswith(SUFFIX) and final[len(name) + 1:-len(SUFFIX)].isdigit():
             out.append(p)
     return sorted(out)
@@ -204,7 +204,7 @@ class SnapshotPolicy:
             log.info("cache %r: restoring from snapshot %s", cfg.name, path)
             try:
                 # the snapshot's own size unless one was given: a default would shrink a larger table
-                out = snapshot.restore(path, cfg.name, memory=cfg.memory or None, max_value=cfg.max_value,
+                out = snapshots.restore(path, cfg.name, memory=cfg.memory or None, max_value=cfg.max_value,
                                        mode=0o600 if cfg.file_mode is None else cfg.file_mode,
                                        key_size=cfg.key_size, topic=cfg.topic, wire_format=cfg.format,
                                        progress=_LogProgress(f"restoring {path.name}"), own=True)
@@ -235,7 +235,7 @@ class SnapshotPolicy:
         self._next = time.monotonic() + self.cfg.snapshot_interval
         if self.dir:  # what a killed snapshot of this cache left (never read); none still being written
             for tmp in unfinished(self.dir, self.cfg.name):
-                if snapshot.remove_if_abandoned(tmp):
+                if snapshots.remove_if_abandoned(tmp):
                     log.info("removed %s, left by a snapshot that did not finish", tmp)
 
     # -- while running -------------------------------------------------------------------
@@ -256,7 +256,7 @@ class SnapshotPolicy:
         self._thread.start()
 
     def _periodic(self) -> None:
-        how = snapshot.lower_priority()  # this thread only, and it ends with the snapshot
+        how = snapshots.lower_priority()  # this thread only, and it ends with the snapshot
         log.debug("periodic snapshot thread at %s, %s", how,
                   f"{units.format_bytes(self.cfg.snapshot_rate_bytes)}/s" if self.cfg.snapshot_rate_bytes else "unlimited")
         self.take(rate=self.cfg.snapshot_rate_bytes, cancel=self._cancel)
@@ -298,7 +298,7 @@ class SnapshotPolicy:
         t0 = time.monotonic()
         try:
             Path(self.dir).mkdir(parents=True, exist_ok=True)
-            info = snapshot.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"), rate=rate,
+            info = snapshots.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"), rate=rate,
                                   cancel=cancel)
         except SnapshotCancelled:
             log.info("cache %r: periodic snapshot abandoned: the supervisor stops (%s not written, its temporary "

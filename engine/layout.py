@@ -211,7 +211,7 @@ def geometry_problem(nbuckets: int, key_size: int, max_value: int, slots: int, r
                      size: int) -> tuple[str, str] | None:
     """The first figure of a claimed geometry that this layout cannot hold or that
     contradicts the others, as (field, what it should be); None if they agree. A
-    segment's header (Geometry.from_header) and a snapshot's (snapshot_format) are
+    segment's header (Geometry.from_header) and a snapshot's (snapshots/format.py) are
     checked by it: the kernels index with these figures."""
     if nbuckets != NBUCKETS:
         return "nbuckets", str(NBUCKETS)

@@ -53,7 +53,7 @@ STUCK_GIVE_UP = 1.0
 
 class SegmentArrays(NamedTuple):
     """A handle's views of its segment's sections (engine/layout.py), for the engine's own
-    modules that work on whole buckets (engine/snapshot.py). Views, not copies: read the
+    modules that work on whole buckets (snapshots/). Views, not copies: read the
     buckets under their seqlocks, write them only through the kernels, as a Writer does.
     On a Reader the mapping is read-only and so are these."""
 

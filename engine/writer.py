@@ -200,6 +200,16 @@ class Writer(Reader):
         _repair.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)  # counts M_TAKEOVERS
         return True
 
+    def rebuild_bucket(self, b: int) -> bool:
+        """Engine-internal, beside segment_arrays: take bucket b's lock if no process holds it
+        and rebuild the bucket from its ring, as a takeover does (a restore's bucket that was
+        copied mid-write: snapshots/restoring.py). False if its lock is held."""
+        self._check_open()
+        if cas_word(self._meta, b * L.ROW_WORDS + L.M_LOCK, 0, self._me) != 0:
+            return False
+        _repair.repair_bucket(self._meta, self._index, self._ring8, self._ring64, self._geo, b)  # counts M_TAKEOVERS
+        return True
+
     def repair_dead_locks(self) -> int:
         """Take over and rebuild every bucket whose lock is held by a dead process; returns how many.
 

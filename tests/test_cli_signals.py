@@ -17,7 +17,7 @@ import pytest
 
 import shmcache
 from shmcache.engine.control import layout as C
-from shmcache.engine import snapshot as S
+from shmcache import snapshots as S
 
 REPO = Path(__file__).resolve().parents[1]
 SIGNALS = [signal.SIGTERM, signal.SIGHUP]

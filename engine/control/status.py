@@ -211,7 +211,7 @@ def status(view) -> dict:
 
 
 def snapshot_fields(view, gap_parts: list[int], now: int) -> dict:
-    """status()'s restore, last-snapshot and gap fields (engine/snapshot.py writes the
+    """status()'s restore, last-snapshot and gap fields (snapshots/restoring.py writes the
     restore words, the supervisor's snapshot policy the others)."""
     word = view.word
     return {

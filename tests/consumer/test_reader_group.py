@@ -23,7 +23,7 @@ import shmcache
 from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import reader_stats
-from shmcache.engine import snapshot as S
+from shmcache import snapshots as S
 from shmcache.ipc.segment import path_of
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

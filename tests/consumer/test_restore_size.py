@@ -17,7 +17,7 @@ import numpy as np
 
 import shmcache
 from shmcache.consumer import snapshot_policy as policy
-from shmcache.engine import snapshot as S
+from shmcache import snapshots as S
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _waits import poll_until, stop_popen  # noqa: E402

@@ -20,7 +20,7 @@ import pytest
 import shmcache
 from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
-from shmcache.engine import snapshot as S
+from shmcache import snapshots as S
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534

@@ -21,8 +21,8 @@ import shmcache
 from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
-from shmcache.engine import _snapshot_io as engine_io
-from shmcache.engine import snapshot as S
+from shmcache.snapshots import writing as snapshot_io
+from shmcache import snapshots as S
 from shmcache.errors import SnapshotCorruptError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -356,7 +356,7 @@ def test_a_periodic_snapshot_that_does_not_give_up_keeps_the_cache_mapped(tmp_pa
     def hung_write(handle, path, *, cancel, **kw):
         entered.set()
         disk.wait()  # the disk answers only when the test says so; the cancel is not looked at meanwhile
-        raise engine_io.cancelled(str(path))  # what the write does at its next look at the cancel
+        raise snapshot_io.cancelled(str(path))  # what the write does at its next look at the cancel
 
     monkeypatch.setattr(S, "write", hung_write)
     caplog.set_level(logging.INFO, logger="shmcache.snapshots")

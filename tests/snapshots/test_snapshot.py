@@ -1,4 +1,4 @@
-"""Snapshots (engine/snapshot.py) with real processes: copied under full-speed writers
+"""Snapshots (snapshots/) with real processes: copied under full-speed writers
 without a torn bucket, restored by copy and by re-insert, damaged files refused by
 name, and a snapshot writer killed mid-write leaves the previous snapshot whole."""
 
@@ -21,8 +21,8 @@ import shmcache
 from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
-from shmcache.engine import snapshot as S
-from shmcache.engine._snapshot_io import SnapshotOut
+from shmcache import snapshots as S
+from shmcache.snapshots.writing import SnapshotOut
 from shmcache.errors import SnapshotCancelled, SnapshotCorruptError, SnapshotError
 from shmcache.ipc.segment import path_of
 

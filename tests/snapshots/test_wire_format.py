@@ -15,8 +15,8 @@ import xxhash
 
 import shmcache
 from shmcache.engine.control import layout as C
-from shmcache.engine import snapshot as S
-from shmcache.engine.snapshot_format import HEAD
+from shmcache import snapshots as S
+from shmcache.snapshots.format import HEAD
 from shmcache.engine.table import open_writer
 from shmcache.errors import SnapshotCorruptError, SnapshotMismatchError
 

@@ -1,5 +1,5 @@
-"""The snapshot file: its format, and reading it back checked (engine/snapshot.py writes
-and restores snapshots; this module is the contract between the two).
+"""The snapshot file: its format, and reading it back checked (snapshots/writing.py writes
+it, snapshots/restoring.py restores from it; this module is the contract between the two).
 
 The file (format version 1, all integers little-endian):
 

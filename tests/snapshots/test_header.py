@@ -28,8 +28,8 @@ from shmcache.consumer import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
-from shmcache.engine import snapshot as S
-from shmcache.engine.snapshot_format import HEAD
+from shmcache import snapshots as S
+from shmcache.snapshots.format import HEAD
 from shmcache.errors import SnapshotCorruptError, SnapshotError
 
 REPO = Path(__file__).resolve().parents[2]

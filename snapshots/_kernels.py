@@ -1,4 +1,4 @@
-"""Compiled kernels of snapshots (engine/snapshot.py): copy buckets out of a live
+"""Compiled kernels of snapshots (snapshots/writing.py, restoring.py): copy buckets out of a live
 segment, copy them into a new one, and list a copied bucket's live records.
 
 Invariants:
