@@ -11,7 +11,7 @@ from numba import njit
 from shmcache.formats._wire_kernels import (_V1_HEADER, _V2_COUNT_AT, _V2_ENTRY_HEADER, _V2_HEADER, M_COLUMNS,
                                              M_DECLARED, M_DELETE_PAYLOADS, M_KEPT, M_UNKNOWN, M_VERSION, M_WALKED, OK,
                                              gather, scan)
-from shmcache.engine.little_endian import u32
+from shmcache.engine.xxh64 import u32
 
 
 @njit(nogil=True, _nrt=False)

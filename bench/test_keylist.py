@@ -6,8 +6,8 @@ Three conversions of the same 1024 keys of 32 bytes (and of 1024 values of 61-14
 bytes), rounds interleaved, the median of the per-round ratios printed: "issue" is
 what table._join_bytes did up to commit 4caa28e (np.fromiter(map(len, items)) and
 b"".join), "previous" the one-pass proof of one length (set(map(len, items)) and
-b"".join) that engine/_keylist.py held up to commit b119198, both copied here; "now"
-engine/_keylist.fixed (keys) and join_bytes (values), the compiled pass of
+b"".join) that engine/_keylist.py (now in engine/_input.py) held up to commit b119198, both copied here; "now"
+engine/_input.py fixed (keys) and join_bytes (values), the compiled pass of
 engine/_pyobjects.py. The items are taken from a pool of 1,000,000 (SHMCACHE_BENCH_N, at least 100,000) in a random order,
 so that they lie scattered over the heap as a caller's objects do (items made one
 after the other sit side by side and hide the cache misses). Also get_many_packed of
@@ -27,7 +27,7 @@ import numpy as np
 
 import _peers as P
 import shmcache
-from shmcache.engine import _keylist
+from shmcache.engine import _input
 
 ROUNDS = 41
 REPEAT = 200
@@ -76,15 +76,15 @@ def test_keylist():
                   for n in rng.integers(P.VALUE_MIN, P.VALUE_MAX + 1, pool // 10)]
     keys = [key_pool[i] for i in rng.integers(0, pool, P.BATCH)]
     values = [value_pool[i] for i in rng.integers(0, len(value_pool), P.BATCH)]
-    assert _keylist.fixed(keys, P.KEY_SIZE).tobytes() == b"".join(keys)
+    assert _input.fixed(keys, P.KEY_SIZE).tobytes() == b"".join(keys)
     for items in (keys, values):
-        (l0, j0), (l1, j1), (l2, j2) = _issue(items), _previous(items), _keylist.join_bytes(items)
+        (l0, j0), (l1, j1), (l2, j2) = _issue(items), _previous(items), _input.join_bytes(items)
         assert np.array_equal(l0, l1) and np.array_equal(l0, l2) and j0 == j1 == bytes(j2)
     lines = [f"\nkeylist ({os.cpu_count()} CPUs shared, load average {os.getloadavg()[0]:.1f}); "
              f"median of {ROUNDS} interleaved rounds of {REPEAT} calls"]
-    now_keys = lambda items: _keylist.fixed(items, P.KEY_SIZE)  # noqa: E731
+    now_keys = lambda items: _input.fixed(items, P.KEY_SIZE)  # noqa: E731
     for what, items, now in (("1024 keys of 32 B", keys, now_keys), ("1024 values of 61-141 B", values,
-                                                                    _keylist.join_bytes)):
+                                                                    _input.join_bytes)):
         a, b, ratio = _interleaved(now, _issue, items)
         _, c, ratio_prev = _interleaved(now, _previous, items)
         lines.append(f"  convert {what}: issue {b * 1e6:.1f} us, previous {c * 1e6:.1f} us, now {a * 1e6:.1f} us: "

@@ -43,7 +43,7 @@ import _peers as P
 import shmcache
 from shmcache.engine import layout as L
 from shmcache.engine import units
-from shmcache.engine._prefetch import prefetch
+from shmcache.engine._intrinsics import prefetch
 from shmcache.ipc.segment import Segment, shm_free_bytes
 
 POOL = 1 << 20  # values are slices of one random pool: contents repeat, lengths do not

@@ -1,6 +1,7 @@
 """A bucket's compiled helpers, shared by apply (_kernels.py), repair (_repair.py) and
 lookup (_lookup.py): hash to slot and tag, key compare, the probe (_find),
-backward-shift removal, and the check of a bucket's words.
+backward-shift removal, the check of a bucket's words, and the prefetches of a key's
+bucket and record that the writers' and the readers' pipelines both issue.
 
 Invariants every kernel of the table keeps (layout in layout.py):
 - A bucket changes only under its lock, between an odd and the next even seqlock
@@ -55,7 +56,7 @@ import numpy as np
 from numba import njit
 
 from shmcache.engine import layout as L
-from shmcache.engine._prefetch import prefetch
+from shmcache.engine._intrinsics import prefetch
 from shmcache.engine.layout import (
     BUCKET_BITS,
     F_DEAD,
@@ -69,6 +70,7 @@ from shmcache.engine.layout import (
     POS_MASK,
     RECORD_ALIGN,
     RECORD_HEADER,
+    ROW_WORDS,
     TAG_SHIFT,
 )
 
@@ -253,3 +255,30 @@ def _slot_of(index, ibase, slots, h, off, limit):
         i = (i + 1) & mask
     return -1
 
+
+# -- prefetching, shared by the writers' and the readers' software pipelines ----------------
+
+_PROBE_AHEAD = 16  # slots a record prefetch follows from the key's home slot
+
+
+@njit(inline="always")
+def _prefetch_bucket(meta, index, slots, h):
+    b = h & _BUCKET_MASK
+    prefetch(meta, b * ROW_WORDS, 0)
+    prefetch(index, b * slots + _home(h, slots), 0)
+
+
+@njit(inline="always")
+def _tagged_entry(index, ibase, slots, h):
+    """For prefetching: the first slot on the key's probe path (up to _PROBE_AHEAD slots)
+    that carries its tag, else 0. In a full bucket (3/4 of its slots used) a key sits
+    past its home slot about half the time: the home slot's record is someone else's."""
+    mask = slots - 1
+    tag = _tag(h)
+    s = _home(h, slots)
+    for _ in range(min(slots, _PROBE_AHEAD)):
+        e = index[np.uint64(ibase + s)]
+        if e == 0 or (e >> POS_BITS) == tag:
+            return e
+        s = (s + 1) & mask
+    return 0

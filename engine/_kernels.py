@@ -27,15 +27,16 @@ from shmcache.engine._bucket import (
     _find,
     _home,
     _mark_dead,
+    _prefetch_bucket,
     _prefetch_run_after,
     _record_size,
     _remove_slot,
     _slot_of,
     _slot_record,
     _tag,
+    _tagged_entry,
 )
-from shmcache.engine._memcpy import copy_bytes
-from shmcache.engine._prefetch import prefetch
+from shmcache.engine._intrinsics import copy_bytes, prefetch
 from shmcache.engine._repair import _rebuild
 from shmcache.engine.xxh64 import hash_keys
 from shmcache.engine.layout import (
@@ -180,31 +181,7 @@ _AHEAD_BUCKET = 16
 _AHEAD_RECORD = 8
 _AHEAD_EVICT = 4
 _AHEAD_RUN_STAGE = 2
-_PROBE_AHEAD = 16  # slots a record prefetch follows from the key's home slot
 _STAGED_FROM = 8 << 20  # ring bytes: below, the rings stay in cache and the stages only cost
-
-
-@njit(inline="always")
-def _prefetch_bucket(meta, index, slots, h):
-    b = h & _BUCKET_MASK
-    prefetch(meta, b * ROW_WORDS, 0)
-    prefetch(index, b * slots + _home(h, slots), 0)
-
-
-@njit(inline="always")
-def _tagged_entry(index, ibase, slots, h):
-    """For prefetching: the first slot on the key's probe path (up to _PROBE_AHEAD slots)
-    that carries its tag, else 0. In a full bucket (3/4 of its slots used) a key sits
-    past its home slot about half the time: the home slot's record is someone else's."""
-    mask = slots - 1
-    tag = _tag(h)
-    s = _home(h, slots)
-    for _ in range(min(slots, _PROBE_AHEAD)):
-        e = index[np.uint64(ibase + s)]
-        if e == 0 or (e >> POS_BITS) == tag:
-            return e
-        s = (s + 1) & mask
-    return 0
 
 
 @njit(inline="always")

@@ -1,4 +1,5 @@
-"""The compiled lookup kernel (the reader side of engine/_kernels.py; the writers' rules are in _bucket.py).
+"""The compiled lookup kernel: the readers' side of the table (the writers' is _kernels.py;
+the rules every kernel keeps, and the bucket helpers and prefetches both use, are _bucket.py).
 
 Invariants it keeps (layout in layout.py):
 - Readers never write the segment and take no lock: a bucket is read between two
@@ -19,7 +20,7 @@ Invariants it keeps (layout in layout.py):
   dead writer's bucket read as it stands is the dead writer's half-done delete, not
   damage: not counted.
 - Every call returns: a bucket that stays odd, or whose version keeps moving, for
-  spin_limit tries hands the key back as STUCK; the caller (table.Reader) decides to
+  spin_limit tries hands the key back as STUCK; the caller (engine/reader.py Reader) decides to
   read it as it stands, to yield and try again, or to give the key up as a miss and
   go on from the next one.
 """
@@ -39,12 +40,12 @@ from shmcache.engine._bucket import (
     G_SLOTS,
     _home,
     _key_eq,
+    _prefetch_bucket,
     _slot_off_bad,
     _tag,
+    _tagged_entry,
 )
-from shmcache.engine._kernels import _prefetch_bucket, _tagged_entry
-from shmcache.engine._memcpy import copy_bytes
-from shmcache.engine._prefetch import prefetch
+from shmcache.engine._intrinsics import copy_bytes, prefetch
 from shmcache.engine.xxh64 import hash_keys
 from shmcache.engine.layout import F_LIVE, M_VERSION, POS_BITS, POS_MASK, RECORD_HEADER, ROW_WORDS
 from shmcache.ipc.atomics import fence_acquire, load_acquire

@@ -1,4 +1,4 @@
-"""A list of `bytes` read by a compiled kernel, for engine/_keylist.py.
+"""A list of `bytes` read by a compiled kernel, for engine/_input.py.
 
 Most callers hold keys and values as a Python list of `bytes`. Joining them in
 Python (`b"".join` plus a pass of `len()` over the items to learn each one's size)

@@ -1,6 +1,5 @@
-"""The read side of a cache: the Reader handle (`shmcache.attach`). Its batch results are
-Packed (engine/packed.py); what it checks of the file as it attaches, and after each
-call, is in engine/attach_checks.py.
+"""The read side of a cache: the Reader handle (`shmcache.attach`), what it checks of a
+cache's file as it attaches and after each call, and its batch results (Packed).
 
 A Reader maps the segment with PROT_READ and looks keys up in batches through the
 compiled lookup kernel: it takes no lock, never blocks a writer and is never seen
@@ -10,6 +9,10 @@ is a Reader that also writes.
 Not guaranteed: an entry may be evicted at any time (FIFO per bucket once its
 ring or index is full); a key that is set and read concurrently reads as either
 the old or the new value. stats() is a snapshot assembled without locks.
+
+The checks: the header before anything is mapped (a stranger's file at the name costs one
+page read), the geometry against the file's size, and whether the file was cut short
+under the mapping (ipc/sigbus.py put zero pages there).
 """
 
 from __future__ import annotations
@@ -25,16 +28,14 @@ import numpy as np
 
 from shmcache.engine import _input
 from shmcache.engine import _lookup as LK
-from shmcache.engine import attach_checks as checks
 from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.engine import reader_stats
 from shmcache.engine.control.area import ControlView
-from shmcache.engine.packed import Packed
-from shmcache.errors import ClosedError
+from shmcache.errors import ClosedError, CorruptCacheError, LayoutVersionError, NotACacheError, UnsafeModeError
 from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
-from shmcache.ipc.segment import Segment, owner_uid
+from shmcache.ipc.segment import Segment, owner_uid, path_of, user_text
 
 log = logging.getLogger("shmcache.engine")
 
@@ -49,6 +50,107 @@ SPIN_LIMIT = 2000
 # in 1,024 held buckets returns after about this long. A healthy writer holds a bucket for
 # microseconds.
 STUCK_GIVE_UP = 1.0
+
+
+# -- what a handle checks of a cache's file ----------------------------------------------------
+
+
+def too_small(name: str, path: str, size: int) -> NotACacheError:
+    return NotACacheError(f"cache {name!r}: {path} is {size} bytes, not a shmcache segment")
+
+
+def check_header(name: str, path: str, size: int, h: np.ndarray, magic: int) -> L.Geometry:
+    """The geometry of the cache whose header words are h and whose file holds size bytes;
+    NotACacheError, LayoutVersionError or CorruptCacheError naming what is wrong. magic
+    is h's H_MAGIC word as the caller read it (on a mapping, an acquire load: a creator
+    names its segment once the magic is in)."""
+    if magic == 0:
+        raise NotACacheError(
+            f"cache {name!r}: {path} has no shmcache magic (shmcache did not make it, or its header "
+            f"was overwritten): not a usable cache; remove it with shmcache destroy --force {name}")
+    if magic != L.MAGIC:
+        raise NotACacheError(f"cache {name!r}: {path} is not a shmcache segment (bad magic)")
+    if h[L.H_VERSION] != L.LAYOUT_VERSION:
+        raise LayoutVersionError(
+            f"cache {name!r} has layout version {int(h[L.H_VERSION])}; this shmcache reads "
+            f"version {L.LAYOUT_VERSION} (destroy and re-create it, or use a matching shmcache)"
+        )
+    return L.Geometry.from_header(name, h, size)
+
+
+def raise_if_lost(name: str, seg: Segment) -> None:
+    """Reader.raise_if_lost, for the control view too: it holds the segment, not the handle
+    (a handle its own view referred back to would wait for the cycle collector to unmap)."""
+    if seg.lost:
+        raise CorruptCacheError(
+            f"cache {name!r}: {seg.path} was cut short while this process mapped it (truncated by a process "
+            "that may write it); its content is gone from this handle: attach again, or destroy and re-create "
+            "the cache")
+
+
+def header_check(name: str):
+    """Segment's check of a file before it maps it (ipc/segment.py): its mode must let no one
+    but its owner write it (UnsafeModeError), and its first page, read with pread(2), must
+    be a whole cache's header for a file of its size. A stranger's file at
+    the name (a sparse one of any size) is refused having cost one page read, not mapped
+    and populated first."""
+    path = path_of(name)
+
+    def check(fd: int, size: int) -> None:
+        st = os.fstat(fd)
+        if st.st_mode & 0o022:
+            raise UnsafeModeError(
+                f"cache {name!r}: {path} has mode {st.st_mode & 0o777:04o} (owner {user_text(st.st_uid)}): its group or "
+                "others may write it, so anyone could have put its content there; no shmcache creator makes such a "
+                "file: refusing to read it (destroy and re-create the cache, or chmod it back to 0600 or 0640)")
+        page = os.pread(fd, L.PAGE, 0) if size >= L.PAGE else b""
+        if len(page) < L.PAGE:  # shrunk since its size was read, too
+            raise too_small(name, path, size)
+        h = np.frombuffer(page, np.int64)
+        check_header(name, path, size, h, int(h[L.H_MAGIC]))
+    return check
+
+
+# -- a batch's results ----------------------------------------------------------------------
+
+
+class Packed:
+    """Lookup results without per-key objects: value i is data[offsets[i]:offsets[i + 1]]
+    where found[i]; offsets has len(found) + 1 entries (int64)."""
+
+    __slots__ = ("found", "offsets", "data")  # a plain class: built once per batch, cheaply
+
+    def __init__(self, found: np.ndarray, offsets: np.ndarray, data: np.ndarray):
+        self.found = found
+        self.offsets = offsets
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Packed({len(self.found)} keys, {int(self.found.sum())} found, {len(self.data)} value bytes)"
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+    def to_list(self) -> list[bytes | None]:
+        buf = self.data.tobytes()
+        o = self.offsets.tolist()
+        return [buf[o[i]:o[i + 1]] if f else None for i, f in enumerate(self.found.tolist())]
+
+    def to_arrow(self, large: bool = False):
+        """A pyarrow BinaryArray (nulls where not found), built from these buffers without per-row work."""
+        try:
+            import pyarrow as pa
+        except ImportError:  # optional dependency
+            raise ImportError("to_arrow() needs pyarrow: pip install 'shmcache[arrow]'") from None
+        n = len(self.found)
+        valid = pa.py_buffer(np.packbits(self.found, bitorder="little"))
+        if large or self.offsets[-1] > np.iinfo(np.int32).max:
+            return pa.Array.from_buffers(pa.large_binary(), n, [valid, pa.py_buffer(self.offsets), pa.py_buffer(self.data)])
+        offs = self.offsets.astype(np.int32)
+        return pa.Array.from_buffers(pa.binary(), n, [valid, pa.py_buffer(offs), pa.py_buffer(self.data)])
+
+
+# -- the handle -------------------------------------------------------------------------------
 
 
 class SegmentArrays(NamedTuple):
@@ -83,7 +185,7 @@ class Reader:
         owner's is not counted in)."""
         uid = owner_uid(owner, name)
         self._owner = uid
-        self._setup(name, Segment(name, writable=self._writable, check=checks.header_check(name), owner=uid))
+        self._setup(name, Segment(name, writable=self._writable, check=header_check(name), owner=uid))
 
     @classmethod
     def _adopt(cls, name: str, seg: Segment):
@@ -112,12 +214,12 @@ class Reader:
     def _map(self) -> None:
         seg = self._seg
         if seg.size < L.PAGE or seg.mm is None:
-            raise checks.too_small(self.name, seg.path, seg.size)
+            raise too_small(self.name, seg.path, seg.size)
         self._header = h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
         # checked again on the mapping (the file may have changed since Segment's check read
         # it): every figure the kernels index with is checked once here and never re-read, so
         # a later change of these header words cannot move the arrays under the kernels
-        geo = checks.check_header(self.name, seg.path, seg.size, h, load_word(h, L.H_MAGIC))
+        geo = check_header(self.name, seg.path, seg.size, h, load_word(h, L.H_MAGIC))
         self.geometry = geo
         mm = seg.mm
         rows = L.ROW_WORDS
@@ -132,7 +234,7 @@ class Reader:
         self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
         # the control area's public model (engine/control/area.py): read-only on a Reader
         self.control = self._control_class(self.name, self._header, self._workers, self._partitions,
-                                           self._writers, intact=functools.partial(checks.raise_if_lost, self.name, seg))
+                                           self._writers, intact=functools.partial(raise_if_lost, self.name, seg))
 
     @property
     def key_size(self) -> int:
@@ -195,7 +297,7 @@ class Reader:
         is not the cache's). Checked after every lookup, write, stats(), status() and
         wait_ready() poll (the last two by the control view)."""
         if self._seg is not None:
-            checks.raise_if_lost(self.name, self._seg)
+            raise_if_lost(self.name, self._seg)
 
     # -- input ----------------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """The table's front door: create, open and attach a cache (`shmcache.create`,
 `shmcache.open`, `shmcache.attach`), and the handles they return.
 
-The handles live beside this module: engine/reader.py (Reader: lookups,
-stats, status), engine/packed.py (Packed: batch results), engine/writer.py
-(Writer: apply and its forms), engine/_input.py (checking what callers hand in), engine/control/area.py (the control area's model),
-engine/lifecycle.py (opening a name, exists, list_caches, destroy).
+The handles live beside this module: engine/reader.py (Reader: lookups, stats,
+status; the checks at attach; Packed, a batch's results), engine/writer.py (Writer:
+apply and its forms), engine/_input.py (checking what callers hand in),
+engine/control/ (the control area's model), engine/lifecycle.py (opening a name,
+exists, list_caches, destroy).
 
 Guaranteed: a created cache is fully initialised before anyone can map it (it is
 built as an unnamed file and gets its name last, so no name ever holds a half-made
@@ -29,8 +30,7 @@ from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import check_mode, destroy, exists, list_caches, set_access  # noqa: F401  (this module's API)
-from shmcache.engine.packed import Packed
-from shmcache.engine.reader import Reader
+from shmcache.engine.reader import Packed, Reader
 from shmcache.engine.writer import Writer
 from shmcache.errors import CacheExistsError, CacheNotFoundError, CacheSpaceError, GeometryMismatchError, ShmcacheError
 from shmcache.ipc.atomics import load_beside, store_word

@@ -1,4 +1,5 @@
-"""xxh64 over a batch of fixed-size keys, compiled.
+"""xxh64 over a batch of fixed-size keys, compiled; and the little-endian loads it reads
+its lanes with.
 
 The xxhash package hashes one bytes object per call; the table needs the hash of
 every key of a 1024-key batch without creating 1024 Python objects. This is the
@@ -6,6 +7,11 @@ reference XXH64 algorithm (seed 0 by default) and is checked against
 `xxhash.xxh64_intdigest` by the tests for every key length 1..300.
 
 All arithmetic stays in uint64: numba promotes uint64 op int64 to float64.
+
+u32 and u64 are the loads the hash is defined over (XXH64 reads its input as
+little-endian words), and the bytes that travel are read with the same ones: the wire
+decoder (formats/_wire_kernels.py) and the MetaBytes codec (formats/txmeta.py) import them
+from here. Inlined where used; the caller has bounds-checked p.
 """
 
 from __future__ import annotations
@@ -13,13 +19,31 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from shmcache.engine.little_endian import u32, u64
-
 P1 = np.uint64(0x9E3779B185EBCA87)
 P2 = np.uint64(0xC2B2AE3D27D4EB4F)
 P3 = np.uint64(0x165667B19E3779F9)
 P4 = np.uint64(0x85EBCA77C2B2AE63)
 P5 = np.uint64(0x27D4EB2F165667C5)
+
+
+@njit(inline="always")
+def u32(buf, p):
+    """u32 LE at buf[p:p + 4], as int64 (always >= 0)."""
+    return (
+        np.int64(buf[p])
+        | (np.int64(buf[p + 1]) << 8)
+        | (np.int64(buf[p + 2]) << 16)
+        | (np.int64(buf[p + 3]) << 24)
+    )
+
+
+@njit(inline="always")
+def u64(buf, p):
+    """u64 LE at buf[p:p + 8], as uint64."""
+    v = np.uint64(0)
+    for i in range(8):
+        v |= np.uint64(buf[p + i]) << np.uint64(8 * i)
+    return v
 
 
 @njit(inline="always")

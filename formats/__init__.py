@@ -4,6 +4,6 @@ over the kernels of `_wire_kernels`), which partition a key belongs to
 (`partitioners`), and what a txmeta value is (`txmeta`: Teranode's MetaBytes).
 
 Used by the consumer (decode) and by the producers and Spark (encode); built on the
-engine's public hash (engine/xxh64.py) and little-endian loads (engine/little_endian.py),
+engine's public hash and the little-endian loads it reads with (engine/xxh64.py),
 and on nothing of Kafka's: no module here imports confluent-kafka.
 """

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from shmcache.engine.layout import ADD, DELETE
-from shmcache.engine.little_endian import u32, u64
+from shmcache.engine.xxh64 import u32, u64
 
 # scan's error codes; wire.py turns them into messages.
 OK = 0

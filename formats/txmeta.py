@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from shmcache.engine.little_endian import u32, u64
+from shmcache.engine.xxh64 import u32, u64
 
 HASH = 32  # a parent tx hash
 FIXED = 8 + 8 + 1 + 4  # fee + size + flags + parentCount = 21

@@ -26,6 +26,17 @@ class KafkaBroker:
     version: str
 
 
+@pytest.fixture
+def cache_name():
+    """A fresh cache name, unique to this process; its segment is destroyed after the test."""
+    import shmcache
+
+    name = f"t-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    yield name
+    if shmcache.exists(name):
+        shmcache.destroy(name)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory) -> KafkaBroker:
     run_dir = tmp_path_factory.mktemp("kafka")

@@ -34,6 +34,8 @@ MAX_LINES = 400
 LONG_MAX = 600
 LONG = {
     "engine/control/area.py": "the control area's words, read (ControlView) and written by name (ControlArea)",
+    "engine/reader.py": "the Reader: its mapping and the checks of the file at attach, lookups and their "
+                        "results (Packed), stats and readiness",
     "snapshots/writing.py": "writing a snapshot: the buckets copied under their seqlocks, the file written light "
                             "on the readers beside it",
 }

@@ -1,26 +1,15 @@
-"""Fixtures of the engine tests: a fresh cache name (its segment destroyed after), and
-child processes (tests/engine/_procs.py) that are all stopped and reaped after."""
+"""Fixtures of the engine tests: child processes (tests/engine/_procs.py) that are all
+stopped and reaped after (a fresh cache name is tests/conftest.py's `cache_name`)."""
 
 from __future__ import annotations
 
 import os
 import sys
-import uuid
 
 import pytest
 
-import shmcache
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _procs import Proc  # noqa: E402
-
-
-@pytest.fixture
-def cache_name():
-    name = f"t-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    yield name
-    if shmcache.exists(name):
-        shmcache.destroy(name)
 
 
 @pytest.fixture

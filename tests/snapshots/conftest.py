@@ -1,6 +1,6 @@
 """tests/snapshots: a snapshot is taken of a table that the engine tests' child processes
-write (tests/engine/_procs.py), so their fixtures serve here too: a fresh cache name (its
-segment destroyed after) and child processes that are all stopped and reaped after."""
+write (tests/engine/_procs.py), so their fixture serves here too: child processes that
+are all stopped and reaped after."""
 
 import importlib.util
 import sys
@@ -21,5 +21,4 @@ def _engine_fixtures():
     return sys.modules[name]
 
 
-cache_name = _engine_fixtures().cache_name
 procs = _engine_fixtures().procs
