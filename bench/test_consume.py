@@ -70,7 +70,7 @@ import _consume_profile as CP  # bench/ is put on sys.path by bench/conftest.py
 import _peers as P
 import shmcache
 from _consume_topics import BATCH, Topic, produce_topic
-from shmcache.consumer import topics
+from shmcache.kafka import topics
 from shmcache.formats import wire
 
 PARTITIONS = 8

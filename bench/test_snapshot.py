@@ -47,7 +47,7 @@ import pytest
 import shmcache
 import _consume_topics as CT  # bench/ is on sys.path (bench/conftest.py): the consume benchmark's data
 import test_consume as TC  # its topic maker
-from shmcache.consumer import topics
+from shmcache.kafka import topics
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import units
 from shmcache import snapshots as S

@@ -29,7 +29,7 @@ import pytest
 
 import _peers as P
 import shmcache
-from shmcache.consumer import topics
+from shmcache.kafka import topics
 import test_consume as C
 
 ENTRIES = 20_000

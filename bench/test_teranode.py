@@ -247,7 +247,7 @@ def _stop_tree(proc: subprocess.Popen) -> None:
 def test_warm_start(program, kafka_broker, kafka_admin, tmp_path):
     import test_consume as C
     from _consume_topics import Topic
-    from shmcache.consumer import topics
+    from shmcache.kafka import topics
     from shmcache.produce import loadgen
 
     name = f"bench-teranode-{uuid.uuid4().hex[:12]}"

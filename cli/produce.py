@@ -6,7 +6,7 @@ import time
 
 from shmcache.cli.args import key_values
 from shmcache.cli.progress import ProgressLine
-from shmcache.consumer.config import FORMATS
+from shmcache.formats import FORMATS
 from shmcache.formats.proto import HASH_FORMS
 
 HELP = "load generator: Teranode-shaped txmeta to a Kafka topic"

@@ -43,7 +43,7 @@ class Committer:
     def __init__(self, control, topic: str, broker):
         self.control = control  # the cache's ControlArea (engine/control/area.py)
         self.topic = topic
-        self.broker = broker  # consumer/broker.py BrokerWatch: no commit while it is down
+        self.broker = broker  # kafka/broker.py BrokerWatch: no commit while it is down
         self.consumer = None  # set once made: its settings carry on_commit=self.on_commit
         self.inflight: dict[int, int] | None = None  # the asynchronous commit awaiting its result
         self.rebalancing: float | None = None  # monotonic time a rebalance was seen starting

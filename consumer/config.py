@@ -19,12 +19,11 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 
-from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import units
+from shmcache.formats import FORMATS
 from shmcache.ipc.machine import machine
 
-FORMATS = C.WIRE_FORMATS  # the wire formats (formats/wire.py): their names, kept by the segment's layout
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
 
 # Settings the supervisor and workers own; passing them through would break the
@@ -273,7 +272,7 @@ class RunConfig:
     @property
     def client_id(self) -> str:
         """The client.id of the supervisor's own Kafka clients, its group's consumer and its
-        AdminClients (consumer/broker.py admin_client): the [kafka] table's if it sets one, else
+        AdminClients (kafka/client.py admin_client): the [kafka] table's if it sets one, else
         shmcache-<name>@<machine>. Other members' status names this one by it."""
         return self.kafka.get("client.id") or f"shmcache-{self.name}@{self.machine}"
 
@@ -300,7 +299,7 @@ class RunConfig:
             "fetch.queue.backoff.ms": 10,
             # librdkafka logs every failed connect (many lines a second while the broker is down);
             # its errors reach error_cb, and the supervisor says the broker's state once
-            # per retry (consumer/broker.py). `--set log_level=7` shows everything.
+            # per retry (kafka/broker.py). `--set log_level=7` shows everything.
             "log_level": 2,
             # Partitions added to the topic reach the group (and status(), which is not
             # ready until they are assigned here and caught up) only when librdkafka

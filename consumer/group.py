@@ -6,7 +6,7 @@ group should have exactly one member: this supervisor. A second member (another
 destroy) takes some of the topic's partitions, and this cache then holds only the
 rest. `GroupWatch` asks the broker (AdminClient.describe_consumer_groups) who the
 members are and what each holds, every few seconds and soon after each rebalance,
-without blocking the supervisor's loop (consumer/admin_poll.py: the answer is a
+without blocking the supervisor's loop (kafka/admin_poll.py: the answer is a
 future, looked at on a later tick). It publishes them in the segment
 (engine/control/area.py set_group: status, `top`, `shmcache status`, the metrics) and logs
 a warning when another member appears, changes or stays (once a minute), and a line
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
-from shmcache.consumer.admin_poll import AdminLook
+from shmcache.kafka.admin_poll import AdminLook
 from shmcache.consumer.config import RunConfig
 
 log = logging.getLogger("shmcache.supervisor")

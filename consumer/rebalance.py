@@ -14,7 +14,7 @@ The worker is told without waiting for an answer (consumer/worker.py): one still
 Where a partition starts takes the broker's word (its committed offset and watermarks).
 A broker that does not answer then (stopped, or frozen with its connections open) leaves
 the partitions pending: the callback returns, status says "waiting for the broker"
-(consumer/broker.py), no worker gets them, and the supervisor's loop looks again once
+(kafka/broker.py), no worker gets them, and the supervisor's loop looks again once
 the broker answers (`retry`). One look-up has one bound however many partitions it asks
 about, longer against a slow broker (consumer/start_offsets.py). A look-up that fails
 while the broker answers (its metadata, asked at once) is not an outage: the group
@@ -43,7 +43,8 @@ import logging
 import time
 from typing import Callable
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
+from shmcache.kafka import broker as broker_mod
 from shmcache.consumer import snapshot_policy
 from shmcache.consumer.start_offsets import LookUp
 from shmcache.consumer.topic_id import TopicIdentity
@@ -63,7 +64,7 @@ class Assignment:
     def __init__(self, cfg, cache, workers: list, commits, broker, stopping: Callable[[], bool],
                  rebalanced: Callable[[], None]) -> None:
         self.cfg, self.cache, self.workers, self.commits = cfg, cache, workers, commits
-        self.broker = broker  # consumer/broker.py BrokerWatch: a lookup the broker did not answer is a wait
+        self.broker = broker  # kafka/broker.py BrokerWatch: a lookup the broker did not answer is a wait
         self.stopping, self.rebalanced = stopping, rebalanced
         self.assigned: dict[int, int] = {}
         self.pending: set[int] = set()  # assigned by the group, start offset not known yet: no worker has them
@@ -110,7 +111,7 @@ class Assignment:
                 self.cache.control.set_lookup_failure("", 0)
             return
         waited = time.monotonic() - self._failing_since
-        # while the broker is down its own wait (consumer/broker.py) is the one that runs out
+        # while the broker is down its own wait (kafka/broker.py) is the one that runs out
         if (self._failing_since and self.cfg.broker_wait and waited >= self.cfg.broker_wait
                 and not self.broker.down and not self.stopping()):
             raise ShmcacheError(f"cache {self.cfg.name!r}: the Kafka broker at {self.cfg.bootstrap} answers, but "
@@ -134,7 +135,7 @@ class Assignment:
             answers = self._broker_answers(consumer)
             parts = sorted(self.pending)
             what = f"looking up where partitions {parts} start"
-            text = broker_mod.error_text(e) + self.look.failed(e, answers)
+            text = kafka_client.error_text(e) + self.look.failed(e, answers)
             self._failure = f"{what}: {text}"
             self._failing_since = self._failing_since or time.monotonic()
             if answers:

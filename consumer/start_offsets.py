@@ -18,14 +18,14 @@ rebalance callback it never returns, its timeout or not.
 
 librdkafka 2.16 gives a ListOffsets that timed out as offsets -1001, not as an error, so
 watermarks that are not 0 <= low <= high fail the look-up. The AdminClient is dropped after a
-failed look-up: one made before a broker restart can time out for ever (consumer/admin_poll.py).
+failed look-up: one made before a broker restart can time out for ever (kafka/admin_poll.py).
 """
 
 from __future__ import annotations
 
 import time
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
 
 LOOKUP_TIMEOUT_S = 5.0  # the first bound of a whole look-up
 LOOKUP_TIMEOUT_MAX_S = 20.0  # the most it grows to against a slow broker
@@ -67,16 +67,16 @@ class LookUp:
         from confluent_kafka import KafkaError
 
         self.admin = None
-        timed_out = broker_mod.error_code(e) == KafkaError._TIMED_OUT
+        timed_out = kafka_client.error_code(e) == KafkaError._TIMED_OUT
         if not (broker_answers and timed_out and self.bound < LOOKUP_TIMEOUT_MAX_S):
             return ""
         self.bound = min(self.bound * 2, LOOKUP_TIMEOUT_MAX_S)
         return f"; the next look-up waits up to {self.bound:g} s"
 
     def client(self):
-        """The look-ups' AdminClient (consumer/broker.py admin_client)."""
+        """The look-ups' AdminClient (kafka/client.py admin_client)."""
         if self.admin is None:
-            self.admin = broker_mod.admin_client(self.cfg, ROLE)
+            self.admin = kafka_client.admin_client(self.cfg, ROLE)
         return self.admin
 
     def offsets(self, parts, deadline: float) -> dict[int, tuple[int, int, int]]:
@@ -94,7 +94,7 @@ class LookUp:
 
         tps = [TopicPartition(self.cfg.topic, p) for p in parts]
         self.control.beat()
-        level, left = broker_mod.isolation_level(self.cfg), request_timeout(deadline)
+        level, left = kafka_client.isolation_level(self.cfg), request_timeout(deadline)
         ends = [self.client().list_offsets({tp: spec for tp in tps}, isolation_level=level, request_timeout=left)
                 for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]  # partition -> future, each
         asked = self.client().list_consumer_group_offsets(

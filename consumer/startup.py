@@ -8,7 +8,7 @@ order), clear what a dead supervisor published, and note the identity of
 replaced.
 
 The broker may be down when it starts: it then keeps serving status ("waiting
-for the broker", consumer/broker.py), retries with backoff and one log line per
+for the broker", kafka/broker.py), retries with backoff and one log line per
 retry, and gives up with BrokerUnavailableError past `broker_wait`. A topic the
 broker does not know is a user's mistake: ShmcacheError at once. A run that
 never got going (no broker within the bound, a missing topic, a stop while
@@ -28,7 +28,8 @@ import os
 import signal
 import time
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
+from shmcache.kafka import broker as broker_mod
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache.engine import units
@@ -177,7 +178,7 @@ def topic_metadata(cfg, control, consumer, broker, stopped):
         try:
             meta = consumer.list_topics(cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
         except KafkaException as e:
-            _broker_failed(cfg, control, broker, stopped, broker_mod.error_text(e))
+            _broker_failed(cfg, control, broker, stopped, kafka_client.error_text(e))
             continue
         broker.answered()
         tmeta = meta.topics.get(cfg.topic)
@@ -240,7 +241,7 @@ def check_broker(cfg, consumer, broker) -> None:
     try:
         consumer.list_topics(cfg.topic, timeout=broker_mod.PROBE_TIMEOUT_S)
     except KafkaException as e:
-        broker.failed(broker_mod.error_text(e))
+        broker.failed(kafka_client.error_text(e))
         if broker.over_limit():
             raise BrokerUnavailableError(
                 f"cache {cfg.name!r}: the Kafka broker at {cfg.bootstrap} has not answered "

@@ -13,7 +13,7 @@ revoke drained the affected workers, and at shutdown after every worker
 stopped. Nothing on lost.
 
 The broker may go away while it runs: it then keeps serving status ("waiting
-for the broker", consumer/broker.py), retries with backoff, holds its commits,
+for the broker", kafka/broker.py), retries with backoff, holds its commits,
 and carries on where it was when the broker answers (workers keep their
 partitions; librdkafka reconnects them). `broker_wait` bounds the wait: past it,
 BrokerUnavailableError. Start-up (opening the cache, the wait for a killed
@@ -47,7 +47,8 @@ import os
 import signal
 import time
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
+from shmcache.kafka import broker as broker_mod
 from shmcache.consumer import commits as commits_mod
 from shmcache.consumer import forkserver
 from shmcache.consumer import snapshot_policy
@@ -177,10 +178,10 @@ class Supervisor:
                                      stopping=lambda: self.state is State.STOPPING, rebalanced=self._rebalanced)
         try:
             self.consumer = Consumer(cfg.consumer_settings(**cfg.group_settings(), on_commit=self.commits.on_commit,
-                                                           **broker_mod.client_settings(self.broker.on_error)))
+                                                           **kafka_client.client_settings(self.broker.on_error)))
         except (KafkaException, TypeError) as e:  # librdkafka refused a setting of the [kafka] table or --set
             raise ValueError(f"cache {cfg.name!r}: a librdkafka setting was refused: "
-                             f"{broker_mod.error_text(e)}") from None
+                             f"{kafka_client.error_text(e)}") from None
         self.commits.consumer = self.consumer
         # compile every kernel once, while the broker answers, unless this install is warm already
         # (after everything that can refuse the run at once: a refusal leaves no warm-up running)

@@ -15,7 +15,7 @@ it to its restore). `TopicIdentity` asks the broker for the topic's id
     the offsets' look-up and failing like it (the partitions stay pending, retried), so a
     supervisor started on a table whose topic was re-created meanwhile never starts a
     partition at an offset of the old log;
-  - every CHECK_S while running, without blocking the loop (consumer/admin_poll.py: a
+  - every CHECK_S while running, without blocking the loop (kafka/admin_poll.py: a
     future looked at on a later tick), for a topic re-created under a running supervisor.
 
 A table without an id (new, or filled by an earlier shmcache) takes the topic's. A
@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 import time
 
-from shmcache.consumer import broker as broker_mod
-from shmcache.consumer.admin_poll import AdminLook
+from shmcache.kafka import client as kafka_client
+from shmcache.kafka.admin_poll import AdminLook
 from shmcache.engine.control import layout as C
 
 log = logging.getLogger("shmcache.supervisor")
@@ -49,7 +49,7 @@ def _unsupported(e) -> bool:
     """The broker does not know the request (too old for topic ids)."""
     from confluent_kafka import KafkaError
 
-    return broker_mod.error_code(e) in (KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE)
+    return kafka_client.error_code(e) in (KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE)
 
 
 class TopicIdentity:

@@ -6,7 +6,7 @@ fetch (consumer/worker.py). One that hangs, is stopped, dies, or backs off betwe
 restarts publishes nothing: its partitions would go on showing the lag of its last
 batch, and their caught-up flags what they said before it. So, every REFRESH_S, the
 supervisor asks the broker itself (AdminClient.list_offsets, latest; futures looked at
-on a later tick, consumer/admin_poll.py, so a broker that does not answer stops nothing)
+on a later tick, kafka/admin_poll.py, so a broker that does not answer stops nothing)
 for the high watermarks of the partitions
 
   - whose worker is not up (starting, backing off) or has not beaten for SLOW_S, and
@@ -30,8 +30,8 @@ from __future__ import annotations
 import logging
 import time
 
-from shmcache.consumer import broker as broker_mod
-from shmcache.consumer.admin_poll import AdminLook
+from shmcache.kafka import client as kafka_client
+from shmcache.kafka.admin_poll import AdminLook
 from shmcache.consumer.worker_handle import WorkerState
 
 log = logging.getLogger("shmcache.supervisor")
@@ -90,7 +90,7 @@ class WatermarkWatch:
         from confluent_kafka.admin import OffsetSpec
 
         futures = admin.list_offsets({TopicPartition(self.cfg.topic, p): OffsetSpec.latest() for p in parts},
-                                     isolation_level=broker_mod.isolation_level(self.cfg), request_timeout=timeout)
+                                     isolation_level=kafka_client.isolation_level(self.cfg), request_timeout=timeout)
         return {tp.partition: f for tp, f in futures.items()}
 
     def _answered(self, asked: float, futures: dict, assigned: dict[int, int], workers: list) -> None:

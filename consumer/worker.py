@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
 from shmcache.consumer import forkserver, lock_wait, log_replaced
 from shmcache.formats import proto, wire, wire_batch
 from shmcache.consumer.config import RunConfig
@@ -66,7 +66,7 @@ class Worker:
         # group.id only because librdkafka wants one; assign() never joins the group
         # librdkafka's log and errors go to debug: the supervisor reports the broker's state
         self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker",
-                                                          **broker_mod.client_settings()}))
+                                                          **kafka_client.client_settings()}))
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
         self.next: dict[int, int] = {}  # partition -> the offset its next message must have (consumer/log_replaced.py)
         self.stopping = False

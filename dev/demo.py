@@ -129,7 +129,7 @@ class Demo:
                            f"ready in {time.monotonic() - t:.1f} s")
 
     def start_supervisor(self) -> None:
-        from shmcache.consumer import topics
+        from shmcache.kafka import topics
 
         if table.exists(self.name):  # the demo checks (and removes) a cache of its own only
             raise DemoError(f"a cache named {self.name!r} exists already: give another --name, "
@@ -313,7 +313,7 @@ class Demo:
             self._say(f"removed cache {self.name}")
 
     def _delete_topic(self) -> None:
-        from shmcache.consumer import topics
+        from shmcache.kafka import topics
 
         topics.delete_topic(self.bootstrap, self.topic, groups=(self.group,))
 

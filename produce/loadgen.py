@@ -60,7 +60,7 @@ from typing import Callable
 import numpy as np
 
 from shmcache.formats import partitioners, proto, txmeta, wire
-from shmcache.consumer.config import FORMATS
+from shmcache.formats import FORMATS
 # the ground truth is part of what the load generator offers (produce/ground_truth.py)
 from shmcache.produce.ground_truth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
 from shmcache.produce.producer import BROKER_WAIT_S, TxmetaProducer
@@ -274,7 +274,7 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
     cfg.validate()
     sole_writer = cfg.sole_writer
     if cfg.create_topic:
-        from shmcache.consumer.topics import create_topic
+        from shmcache.kafka.topics import create_topic
 
         sole_writer |= create_topic(cfg.bootstrap, cfg.topic, cfg.partitions, broker_wait=cfg.broker_wait)
     producer = TxmetaProducer(cfg.bootstrap, cfg.topic, format=cfg.format, sole_writer=sole_writer,

@@ -25,7 +25,7 @@ key (`misrouted`), so a client whose partitioner disagrees is caught, not truste
 An acknowledgement is not proof that a message is in the topic. librdkafka acknowledges
 some messages without an offset: a retry the broker already had (a duplicate), and also
 messages it never wrote, when a later request of their partition succeeded after theirs
-was refused (its "implicit ack"; consumer/topics.py says when that happens). `flush()`
+was refused (its "implicit ack"; kafka/topics.py says when that happens). `flush()`
 checks what it cannot otherwise trust, and raises KafkaRequestError naming the partition:
 - with `sole_writer` (nobody else writes to the topic meanwhile: a topic the caller just
   made), every partition must have grown by exactly the messages acknowledged there;
@@ -40,9 +40,10 @@ from collections import Counter, defaultdict
 import numpy as np
 import xxhash
 
-from shmcache.consumer import broker, topics
+from shmcache.kafka import client as kafka_client
+from shmcache.kafka import topics
 from shmcache.formats import partitioners, proto, wire
-from shmcache.consumer.config import FORMATS
+from shmcache.formats import FORMATS
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 
 BROKER_WAIT_S = 15.0  # for the topic's metadata, asked once as the producer starts
@@ -73,7 +74,7 @@ class TxmetaProducer:
             "enable.idempotence": True,  # retries keep per-partition order
             "compression.type": "lz4",
         }
-        conf.update(broker.client_settings())  # librdkafka's log and errors to the shmcache.kafka logger
+        conf.update(kafka_client.client_settings())  # librdkafka's log and errors to the shmcache.kafka logger
         conf["log_level"] = 2  # critical only: an absent broker is said once, below
         conf.update(settings or {})
         self._p = Producer(conf)
@@ -86,7 +87,7 @@ class TxmetaProducer:
             meta = self._p.list_topics(topic, timeout=broker_wait)
         except KafkaException as e:
             raise BrokerUnavailableError(f"no Kafka broker answered at {bootstrap} within {broker_wait:g} s "
-                                         f"({broker.error_text(e)})") from None
+                                         f"({kafka_client.error_text(e)})") from None
         t = meta.topics.get(topic)
         if t is None or t.error is not None:
             raise ValueError(f"topic {topic!r} not found on {bootstrap}")
@@ -199,7 +200,7 @@ class TxmetaProducer:
         """The partitions' end offsets, each leader asked again until it answers or `timeout`
         passes (BrokerUnavailableError naming the silent ones); not `strict`: asked once, -2
         for a partition whose leader did not answer."""
-        admin = broker.quiet_admin(self._bootstrap, self._conf)
+        admin = kafka_client.quiet_admin(self._bootstrap, self._conf)
         if not strict:
             ends = topics.end_offsets(admin, self.topic, parts, timeout)
             return {p: -2 if isinstance(e, str) else e for p, e in ends.items()}
@@ -253,7 +254,7 @@ def read_digests(bootstrap: str, conf: dict, topic: str, ranges: dict[int, tuple
     todo = {p: r for p, r in ranges.items() if r[0] < r[1]}  # a start of -2: the log's start
     if not todo:
         return found
-    c = Consumer({**broker.connection_settings(conf), **broker.client_settings(), "log_level": 2,
+    c = Consumer({**kafka_client.connection_settings(conf), **kafka_client.client_settings(), "log_level": 2,
                   "bootstrap.servers": bootstrap, "group.id": "shmcache-producer-check",
                   "enable.auto.commit": False, "enable.partition.eof": False})
     deadline = time.monotonic() + timeout

@@ -111,7 +111,7 @@ class ClusterDemo:
     # -- steps -----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from shmcache.consumer import topics
+        from shmcache.kafka import topics
         from shmcache.dev.local_kafka import LocalBroker
         from shmcache.spark import datagen
 
@@ -287,7 +287,7 @@ class ClusterDemo:
             self.report["leftover_processes"] = left
         if self.bootstrap and self.topic:
             try:
-                from shmcache.consumer import topics
+                from shmcache.kafka import topics
 
                 topics.delete_topic(self.bootstrap, self.topic)
             except Exception:  # noqa: BLE001 - a broker going away takes its topics along

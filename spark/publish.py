@@ -22,7 +22,7 @@ The plan (each step a Spark stage; no per-entry Python anywhere):
 
 Checked with the broker (confluent-kafka on the driver): before step 4, every partition
 of the topic has a leader that answers for it (a new topic's partitions are refused to
-producers for a moment after their leaders are named: consumer/topics.py); after it,
+producers for a moment after their leaders are named: kafka/topics.py); after it,
 each partition grew by at least the messages the tasks wrote there, else
 KafkaRequestError naming it (a message acknowledged but never written, as librdkafka
 does; more is fine: a retried task's first attempt, or another writer). Under the
@@ -45,8 +45,8 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from shmcache.consumer import broker as broker_mod
-from shmcache.consumer import topics
+from shmcache.kafka import client as kafka_client
+from shmcache.kafka import topics
 from shmcache.formats import wire
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 from shmcache.spark import _messages
@@ -159,12 +159,12 @@ def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
     except ImportError:
         raise ImportError(f"{WHO}: asking the broker for {topic!r}'s partitions needs confluent-kafka "
                           "(pip install 'shmcache[kafka]'), or pass partitions=") from None
-    admin = broker_mod.quiet_admin(bootstrap)  # an absent broker is said once, by the error below
+    admin = kafka_client.quiet_admin(bootstrap)  # an absent broker is said once, by the error below
     try:
         meta = admin.list_topics(topic, timeout=timeout)
     except KafkaException as e:
         raise BrokerUnavailableError(f"{WHO}: no Kafka broker answered at {bootstrap} within {timeout:g} s "
-                                     f"({broker_mod.error_text(e)})") from None
+                                     f"({kafka_client.error_text(e)})") from None
     t = meta.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         raise ValueError(f"{WHO}: topic {topic!r} not found on {bootstrap}"
@@ -175,7 +175,7 @@ def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
 
 def _answering(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> list[int]:
     """Each partition's end offset, once every partition's leader answers for it."""
-    return _ends(broker_mod.quiet_admin(bootstrap), topic, partitions, timeout, then="nothing was sent")
+    return _ends(kafka_client.quiet_admin(bootstrap), topic, partitions, timeout, then="nothing was sent")
 
 
 def _ends(admin, topic: str, partitions: int, timeout: float = 30.0, *, then: str) -> list[int]:
@@ -192,7 +192,7 @@ def _check_grown(bootstrap: str, topic: str, starts: list[int], written: list[in
     With `settle` (the caller's acks=0 or 1: a task's end does not mean the broker has
     appended, nor made visible, what it sent) a short partition is looked at again until it
     is full, or its end offsets stop moving for `quiet` seconds."""
-    admin = broker_mod.quiet_admin(bootstrap)
+    admin = kafka_client.quiet_admin(bootstrap)
     then = "what the sink wrote is not checked"
     ends = _ends(admin, topic, len(starts), then=then)
     moved = time.monotonic()

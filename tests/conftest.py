@@ -1,10 +1,13 @@
 """Fixtures that run a real single-node Kafka broker (scripts/kafka) for every test
-directory that needs one (tests/consumer, tests/spark): no Docker, no mocks. The broker is started once per session,
-bound to 127.0.0.1 only, and always stopped at the end."""
+directory that needs one: no Docker, no mocks. The broker is started once per session,
+bound to 127.0.0.1 only, and always stopped at the end. Also a fresh cache name, and the
+end-to-end helpers of tests/consumer (real supervisors, a topic's model, waits), which
+import as top-level modules from every tests folder."""
 
 import contextlib
 import os
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +15,10 @@ from pathlib import Path
 import pytest
 
 from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError
+
+HELPERS = Path(__file__).resolve().parent / "consumer"  # _supervisors.py, _topic_model.py, _waits.py, ...
+if str(HELPERS) not in sys.path:
+    sys.path.insert(0, str(HELPERS))
 
 # The first run on a fresh machine fetches ~45 MB of jars with Maven.
 START_TIMEOUT = float(os.environ.get("SHMCACHE_KAFKA_START_TIMEOUT", "900"))
@@ -60,9 +67,9 @@ def kafka_broker(tmp_path_factory) -> KafkaBroker:
 
 @pytest.fixture(scope="session")
 def kafka_admin(kafka_broker):
-    """An AdminClient of the session broker, quiet (consumer/broker.py quiet_admin): one
+    """An AdminClient of the session broker, quiet (kafka/client.py quiet_admin): one
     that outlived the broker at the interpreter's exit printed librdkafka's connect errors."""
-    from shmcache.consumer.broker import quiet_admin
+    from shmcache.kafka.client import quiet_admin
 
     return quiet_admin(kafka_broker.bootstrap)
 
@@ -70,9 +77,9 @@ def kafka_admin(kafka_broker):
 @pytest.fixture
 def kafka_topic(kafka_broker, kafka_admin):
     """Factory: kafka_topic(partitions=1, config=None) -> a new, uniquely named topic,
-    ready to use (consumer/topics.py create_topic: each partition has a leader); the
+    ready to use (kafka/topics.py create_topic: each partition has a leader); the
     topics it made are deleted after the test."""
-    from shmcache.consumer.topics import create_topic
+    from shmcache.kafka.topics import create_topic
 
     created: list[str] = []
 

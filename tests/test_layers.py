@@ -6,7 +6,7 @@ it; nothing below the command line goes through the package's face; a module hol
 concept, small enough to read in a sitting.
 
 The layers, lowest first (pyproject.toml says the same):
-    ipc < engine < snapshots < formats < consumer < produce < dev < spark < cli
+    ipc < engine < snapshots < formats < kafka < consumer < produce < dev < spark < cli
 errors.py is beneath them all. The face (__init__.py: the public API, by name from the
 engine) is what the package's users import, the command line among them: it sits at
 cli's level, and __main__.py (`python -m shmcache`) above it.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["ipc", "engine", "snapshots", "formats", "consumer", "produce", "dev", "spark", "cli"]
+LAYERS = ["ipc", "engine", "snapshots", "formats", "kafka", "consumer", "produce", "dev", "spark", "cli"]
 # A sub-package is a concept of its own inside its folder's layer; of its folder's other
 # modules it reaches only these (its own modules, and errors.py and the layers below, freely).
 SUBPACKAGES = {

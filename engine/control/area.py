@@ -130,7 +130,7 @@ class ControlView:
     def broker(self) -> dict:
         """The broker's state as status() shows it: "up", "connecting" or "waiting for the broker",
         and broker_waiting_s: a number while waiting, else None. The supervisor writes the two
-        words one after the other (consumer/broker.py), so a look between its stores can see
+        words one after the other (kafka/broker.py), so a look between its stores can see
         "waiting" with no start (0, or damage): that wait is reported as 0 s."""
         state = self.broker_state
         since = int(self._h[C.H_BROKER_SINCE])

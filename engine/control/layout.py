@@ -58,7 +58,7 @@ H_ACCEPT_GAPS = 57
 # caught up, and the supervisor kills and restarts it. Written at the supervisor's start.
 H_WORKER_STALE_NS = 58
 H_STALE_KILLS = 59  # workers the supervisor killed for a stale heartbeat
-# The broker's state as the supervisor sees it (consumer/broker.py), written by it alone.
+# The broker's state as the supervisor sees it (kafka/broker.py), written by it alone.
 H_BROKER_STATE = 60  # BROKER_* below
 H_BROKER_SINCE = 61  # the current wait for the broker began, on the age clock; 0 when it answers
 BROKER_UNKNOWN, BROKER_UP, BROKER_WAITING = 0, 1, 2

@@ -23,7 +23,7 @@ from _supervisors import Harness, SupervisorProc
 from _topic_model import Model, produce_and_wait
 from _waits import poll_until, threads_stopped
 from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError, free_ports  # noqa: F401 (free_ports: tests)
-from shmcache.consumer.topics import create_topic
+from shmcache.kafka.topics import create_topic
 
 
 class PrivateBroker(LocalBroker):

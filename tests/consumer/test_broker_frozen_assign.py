@@ -33,7 +33,7 @@ import sys
 import time
 from datetime import datetime
 
-from shmcache.consumer.broker import PROBE_TIMEOUT_S
+from shmcache.kafka.broker import PROBE_TIMEOUT_S
 from shmcache.consumer.start_offsets import LOOKUP_TIMEOUT_S, ROLE
 from shmcache.engine.control.status import why
 

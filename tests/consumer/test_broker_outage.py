@@ -211,7 +211,7 @@ def test_a_running_supervisor_gives_up_on_the_broker_at_broker_wait(tmp_path):
     """The broker goes away under a running supervisor started with --broker-wait 8: it exits 2
     with one line saying how long the broker has not answered, which is the bound and one last
     probe (PROBE_TIMEOUT_S), not the next retry of its backoff (it said 12 s)."""
-    from shmcache.consumer.broker import PROBE_TIMEOUT_S
+    from shmcache.kafka.broker import PROBE_TIMEOUT_S
 
     with broker_run(tmp_path, "outage-bound", PARTITIONS, seed=9) as run:
         sup = run.supervisor("--broker-wait", str(RUN_WAIT))

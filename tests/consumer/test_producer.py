@@ -4,7 +4,7 @@ against what the real broker's topic holds.
 librdkafka acknowledges some messages without their offset (Message.offset() is None):
 - a retry of a batch the broker had already written (a duplicate): it is in the topic;
 - a message it never wrote: its request was refused, as a new partition's leader refuses
-  one for a moment (consumer/topics.py), while a later request of the same partition was
+  one for a moment (kafka/topics.py), while a later request of the same partition was
   in flight and then succeeded; librdkafka then acks the refused message "implicitly".
   That lost a message in a test of this suite. Here the refusal is made on demand: the
   broker sits behind a gate (tests/consumer/_kafka_gate.py refuse_produce) that answers
@@ -27,10 +27,10 @@ import threading
 import numpy as np
 import pytest
 
-from shmcache.consumer import broker
+from shmcache.kafka import client as kafka_client
 from shmcache.formats import wire
 from shmcache.produce.producer import TxmetaProducer
-from shmcache.consumer.topics import create_topic, end_offsets
+from shmcache.kafka.topics import create_topic, end_offsets
 from shmcache.errors import KafkaRequestError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -153,7 +153,7 @@ def test_a_topic_made_on_a_slow_broker_answers_for_every_partition_before_it_is_
             create_topic(run.bootstrap, topic, partitions, timeout=240)
             # at once, the broker still slow: every partition's leader answers for it (its
             # metadata named every leader long before it had made the last partition's log)
-            ends = end_offsets(broker.quiet_admin(run.bootstrap), topic, range(partitions), 60)
+            ends = end_offsets(kafka_client.quiet_admin(run.bootstrap), topic, range(partitions), 60)
             assert ends == {p: 0 for p in range(partitions)}, {p: e for p, e in ends.items() if e != 0}
             # produced to at once, every partition, as the tests' models and the demo do
             prod = TxmetaProducer(run.bootstrap, topic, format="v1", sole_writer=True)

@@ -69,7 +69,7 @@ def committer(kafka_broker, kafka_topic):
     """A Committer on a real segment's control area and a real consumer (assigned partition 0)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from shmcache.consumer.broker import BrokerWatch
+    from shmcache.kafka.broker import BrokerWatch
     from shmcache.consumer.commits import Committer
 
     topic = kafka_topic(1)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from confluent_kafka.admin import NewPartitions
 
-from shmcache.consumer.topics import wait_answering
+from shmcache.kafka.topics import wait_answering
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import Harness  # noqa: E402

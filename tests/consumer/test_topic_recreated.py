@@ -34,10 +34,10 @@ import psutil
 from confluent_kafka import TopicCollection
 
 import shmcache
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.topic_id import TopicIdentity
-from shmcache.consumer.topics import create_topic
+from shmcache.kafka.topics import create_topic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _supervisors import Harness  # noqa: E402
@@ -287,7 +287,7 @@ def test_a_periodic_look_asked_before_a_hand_out_saw_the_new_id_is_not_taken(kaf
         poll_until(lambda: all(f.done() for f in identity.look.futures.values()), 60, "the broker's answer to it")
         _recreate(kafka_admin, kafka_broker.bootstrap, topic)
         new_id = _topic_id(kafka_admin, topic)
-        identity.check(broker_mod.admin_client(cfg), time.monotonic() + 30, 10)  # the hand-out's own look
+        identity.check(kafka_client.admin_client(cfg), time.monotonic() + 30, 10)  # the hand-out's own look
         assert replaced == [(old_id, new_id)] and cache.control.topic_id == new_id
         identity.tick()  # the periodic look's answer: the old id, asked before the new one was recorded
         assert not identity.look.out and replaced == [(old_id, new_id)] and cache.control.topic_id == new_id

@@ -187,7 +187,7 @@ class Run(Injector, Checks):
 
     def setup(self) -> None:
         cfg = self.cfg
-        from shmcache.consumer import topics
+        from shmcache.kafka import topics
 
         batch = cfg.batch or max(8, int(cfg.entries / (cfg.minutes * 60) / (cfg.partitions * 5)))
         log(cfg, f"seed {cfg.seed}: planning {cfg.entries:,} {cfg.format} entries in batches of ~{batch}")

@@ -1,4 +1,4 @@
-"""The supervisor's AdminClients (consumer/broker.py admin_client: the look-up's, the
+"""The supervisor's AdminClients (kafka/client.py admin_client: the look-up's, the
 topic-id look's) take the run's debugging settings as its consumers do, against the
 real broker: `--set log_level=7` (and debug=...) makes librdkafka's debug lines reach the
 shmcache.kafka logger. They were held at log_level 2 whatever the run said, so a
@@ -6,14 +6,11 @@ problem only a look-up met (a slow OffsetFetch, a refused ListOffsets) could not
 debugged from librdkafka's side. Without the settings, they stay quiet."""
 
 import logging
-import os
-import sys
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
 from shmcache.consumer.config import RunConfig
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _waits import poll_until  # noqa: E402
+from _waits import poll_until
 
 
 def _debug_lines(caplog) -> list[str]:
@@ -23,7 +20,7 @@ def _debug_lines(caplog) -> list[str]:
 def _look(cfg) -> None:
     """What a look-up's client does first: ask the broker for the cluster's metadata, and
     serve its queued log lines."""
-    admin = broker_mod.admin_client(cfg, "look-up")
+    admin = kafka_client.admin_client(cfg, "look-up")
     assert admin.list_topics(timeout=30).brokers
     admin.poll(0.5)
 

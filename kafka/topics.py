@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from shmcache.consumer import broker
+from shmcache.kafka import client as kafka_client
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 
 
@@ -33,7 +33,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 3
     from confluent_kafka.admin import NewTopic
 
     broker_wait = timeout if broker_wait is None else broker_wait
-    admin = broker.quiet_admin(bootstrap)
+    admin = kafka_client.quiet_admin(bootstrap)
     created = True
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
@@ -98,13 +98,13 @@ def end_offsets(admin, topic: str, partitions, timeout: float) -> dict[int, int 
             end = fut.result(timeout + 5).offset
             out[tp.partition] = end if end >= 0 else f"no end offset within {timeout:g} s"
         except KafkaException as e:
-            out[tp.partition] = broker.error_text(e)
+            out[tp.partition] = kafka_client.error_text(e)
     return out
 
 
 def delete_topic(bootstrap: str, topic: str, groups: tuple[str, ...] = (), timeout: float = 30.0) -> None:
     """Delete `topic`, and the consumer `groups` that read it (their committed offsets)."""
-    admin = broker.quiet_admin(bootstrap)
+    admin = kafka_client.quiet_admin(bootstrap)
     admin.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout=timeout)
     if groups:
         for f in admin.delete_consumer_groups(list(groups), request_timeout=timeout).values():

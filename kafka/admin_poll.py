@@ -3,7 +3,7 @@ watches share (consumer/topic_id.py TopicIdentity.tick, consumer/watermarks.py
 WatermarkWatch, consumer/group.py GroupWatch).
 
 One request is out at a time, sent through an AdminClient of the look's own (made at the
-first look, consumer/broker.py admin_client); its futures are looked at on a later tick,
+first look, kafka/client.py admin_client); its futures are looked at on a later tick,
 so a broker that does not answer stops nothing. A request unanswered for twice its
 timeout is given up, and the next look asks again.
 
@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 
-from shmcache.consumer import broker as broker_mod
+from shmcache.kafka import client as kafka_client
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -58,7 +58,7 @@ class AdminLook:
         asked = time.monotonic()
         try:
             if self.admin is None:
-                self.admin = broker_mod.admin_client(self.cfg)
+                self.admin = kafka_client.admin_client(self.cfg)
             self.futures = send(self.admin, self.timeout)
         except Exception as e:  # noqa: BLE001 - the next look tries again
             log.debug("%s: %s", what, e)
