@@ -12,7 +12,7 @@ See engine/table.py for what is and is not guaranteed.
 
 The names below come from their modules at first use (PEP 562): `import shmcache`
 itself imports no numpy or numba, so `shmcache run` can start its workers' fork server
-(consumer/forkserver.py) before it pays for them.
+(consumer/worker/forkserver.py) before it pays for them.
 """
 
 from shmcache.errors import *  # noqa: F403  (the error classes are part of the API)

@@ -1,6 +1,6 @@
 """Where the time of bench/test_consume.py's consumers goes.
 
-- The workers' own phase counters (consumer/worker_profile.py), from the line each
+- The workers' own phase counters (consumer/worker/profile.py), from the line each
   worker logs when it stops: wall seconds in fetch, decode, apply and publish, summed
   over a run's workers.
 - CPU seconds of every process involved, taken with psutil at the first applied
@@ -16,7 +16,7 @@ import re
 
 import psutil
 
-from shmcache.consumer.worker_profile import PHASES
+from shmcache.consumer.worker.profile import PHASES
 
 _LINE = re.compile(r"worker (\d+) profile: (?P<phases>.*?); cpu main (?P<main>[\d.]+) s, process (?P<proc>[\d.]+) s; "
                    r"(?P<messages>\d+) messages, (?P<entries>\d+) entries in (?P<batches>\d+) batches")

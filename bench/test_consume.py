@@ -37,7 +37,7 @@ for with consume(num_messages=1)) to caught up (every partition at its high wate
 entries applied after that first moment; the time before it (process start, group
 join, spawning workers, first fetch) is reported as "startup". Over the same window,
 the CPU cores each process kept busy (psutil), and from each worker's log line
-(consumer/worker_profile.py) its loop's time by phase. Tests assert correctness
+(consumer/worker/profile.py) its loop's time by phase. Tests assert correctness
 (every sampled key read back with its value, the entry count, no eviction, a clean
 exit on SIGTERM; a full cache: evictions, and every sampled key it holds with its
 value), never speed.
@@ -68,6 +68,7 @@ import pytest
 
 import _consume_profile as CP  # bench/ is put on sys.path by bench/conftest.py
 import _peers as P
+import _summary as S
 import shmcache
 from _consume_topics import BATCH, Topic, produce_topic
 from shmcache.kafka import topics
@@ -161,7 +162,7 @@ def render() -> str:
             t.add_row(label, "-", "", "", "", "", "", "skipped" if key in META.get("skipped", {}) else "not run")
             continue
         per_entry = tops.get(FORMAT_OF[key], {}).get("bytes_per_entry", 0)
-        t.add_row(label, P.fmt_rate(r["entries_per_s"]), P.fmt_rate(r["best_entries_per_s"]),
+        t.add_row(label, S.fmt_rate(r["entries_per_s"]), S.fmt_rate(r["best_entries_per_s"]),
                   f"{r['entries_per_s'] * per_entry / 1e6:.0f}", f"{r['catch_up_s']:.2f}",
                   f"{r['startup_s']:.2f}", f"{r['load_avg']:.2f}", r.get("note", ""))
     con.print(t)
@@ -237,7 +238,7 @@ def save(directory: Path) -> Path | None:
     return path
 
 
-P.SUMMARIES.append(("shmcache Kafka consume benchmark summary", render, save))
+S.SUMMARIES.append(("shmcache Kafka consume benchmark summary", render, save))
 
 
 # -- the topic -----------------------------------------------------------------------------------
@@ -578,7 +579,7 @@ def measure(benchmark, key: str, one_run) -> None:
                     "startup_s": statistics.median(r["startup_s"] for r in runs), "load_avg": load,
                     "runs": runs, "mid": mid}
     benchmark.extra_info.update(entries_per_s=med, best_entries_per_s=max(rates), n=N, runs=runs)
-    print(f"{key}: {P.fmt_rate(med)} entries/s (runs: {', '.join(P.fmt_rate(x) for x in rates)}), "
+    print(f"{key}: {S.fmt_rate(med)} entries/s (runs: {', '.join(S.fmt_rate(x) for x in rates)}), "
           f"startup {RESULTS[key]['startup_s']:.2f} s", file=sys.stderr)
 
 
@@ -647,4 +648,4 @@ def _interleave(benchmark, topic_of, kafka_broker, log_dir, order, per_round) ->
         per_round["v1 2 workers / null"].append(rates["shmcache-2w"] / rates["null"])
         per_round["v2 2 workers / v1 2 workers"].append(rates["v2-2w"] / rates["shmcache-2w"])
         per_round["proto 2 workers / v1 2 workers"].append(rates["proto-2w"] / rates["shmcache-2w"])
-        print(f"interleaved round {i}: " + ", ".join(f"{k} {P.fmt_rate(v)}" for k, v in rates.items()), file=sys.stderr)
+        print(f"interleaved round {i}: " + ", ".join(f"{k} {S.fmt_rate(v)}" for k, v in rates.items()), file=sys.stderr)

@@ -41,9 +41,9 @@ FIGURES: dict[str, dict] = {}
 def numba_env(tmp_path_factory):
     """mode -> environment: warm, this install's own cache (warmed here first, which loads
     only, unless sources changed since setup); cold, an empty NUMBA_CACHE_DIR."""
-    from shmcache.consumer import warmup
+    from shmcache.consumer import warm
 
-    warmup.warm()
+    warm.warm()
     envs = {"warm": dict(os.environ)}
     envs["cold"] = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path_factory.mktemp("numba-cold"))}
     yield envs

@@ -35,7 +35,7 @@ import _wire_two_pass as _before
 import shmcache
 from _consume_topics import BATCH, chunks, messages_of
 from shmcache.formats import wire, wire_batch, _wire_kernels as _k
-from shmcache.consumer.worker import apply_batch
+from shmcache.consumer.worker.loop import apply_batch
 
 CALL = 256  # messages a consume() call hands over (consumer/config.py RunConfig.batch_messages)
 

@@ -65,9 +65,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    # a run's workers' fork server imports while this process does (consumer/forkserver.py)
+    # a run's workers' fork server imports while this process does (consumer/worker/forkserver.py)
     if args[:1] == ["run"] and not {"-h", "--help"} & set(args):
-        from shmcache.consumer import forkserver
+        from shmcache.consumer.worker import forkserver
 
         forkserver.prestart()
     a = parser().parse_args(argv)

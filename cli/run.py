@@ -1,4 +1,4 @@
-"""`shmcache run`: the supervisor daemon (consumer/supervisor.py), from flags or a TOML file.
+"""`shmcache run`: the supervisor daemon (consumer/supervisor/policy.py), from flags or a TOML file.
 
 Its flags are RunConfig's settings (consumer/config.py `setting`): each one's name, help and
 default are said there once, so the command line and the TOML file take the same names. A flag
@@ -40,7 +40,7 @@ def add_arguments(rn) -> None:
 
 
 def run(a) -> int:
-    from shmcache.consumer import supervisor
+    from shmcache.consumer.supervisor import policy as supervisor
     from shmcache.consumer.config import RunConfig
 
     fields = _settings()

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shmcache.cli.args import attach, cache_arguments
-from shmcache.consumer import snapshot_policy
+from shmcache.consumer.supervisor import snapshot_policy
 from shmcache.engine.control.status import why
 
 HELP = "per-partition progress and readiness of a cache"

@@ -29,7 +29,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from shmcache.consumer import snapshot_policy
+from shmcache.consumer.supervisor import snapshot_policy
 from shmcache.engine.units import format_bytes
 
 MAX_PARTITION_ROWS = 32  # more partitions are summed up in one line

@@ -1,4 +1,4 @@
-"""`shmcache warm`: compile every numba kernel into numba's cache, once per install (consumer/warmup.py)."""
+"""`shmcache warm`: compile every numba kernel into numba's cache, once per install (consumer/warm.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def add_arguments(p) -> None:
 
 
 def run(a) -> int:
-    from shmcache.consumer import warm, warmup
+    from shmcache.consumer import warm
 
     warm.remove_orphans()  # caches of warm-ups killed outright (a supervisor's start() does the same)
-    return warmup.main()
+    return warm.main()

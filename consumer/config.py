@@ -143,7 +143,7 @@ class RunConfig:
     snapshot_dir: str = setting("", "snapshot the cache here; restore the newest at start", metavar="DIR")
     snapshot_interval: float = setting(300.0, "seconds between snapshots (default {default})", metavar="SECONDS")
     snapshot_keep: int = setting(3, "snapshots kept (default {default})", metavar="K")
-    # it also runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/snapshot_policy.py)
+    # it also runs at SCHED_IDLE: a snapshot beside readers takes little from them (consumer/supervisor/snapshot_policy.py)
     snapshot_rate: int | str = setting("128MiB", "bytes/s a periodic snapshot writes at most, e.g. 64MiB "
                                                  "(default {default}; 0 = unlimited)", metavar="BYTES")
     # a heartbeat is written once per loop: every 0.1 s idle, after every batch busy
@@ -157,7 +157,7 @@ class RunConfig:
     worker_start_timeout: float = setting(
         120.0, "kill and restart a worker that has not come up (opened the cache, loaded its kernels) this "
                "long after it was started (default {default})", metavar="SECONDS")
-    # consumer/stop.py; room for the interpreter's exit inside the systemd unit's TimeoutStopSec
+    # consumer/supervisor/stop.py; room for the interpreter's exit inside the systemd unit's TimeoutStopSec
     stop_timeout: float = setting(
         50.0, "the whole stop's budget: drain, final commit, leaving the group, closing the Kafka consumer "
               "(default {default}, inside systemd's TimeoutStopSec=60)", metavar="SECONDS")

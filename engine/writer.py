@@ -231,7 +231,7 @@ _NEVER_ALIVE = (2**22 + 1) << 32 | 1
 def warm_takeover(w: Writer) -> int:
     """Take over bucket 0 of `w` from a writer that never lived, by the real path
     (repair_dead_locks): numba compiles the repair kernel now, for the argument types a
-    takeover gives it, and not on a machine's first real takeover (consumer/warmup.py, on its private
+    takeover gives it, and not on a machine's first real takeover (consumer/warm.py, on its private
     cache; the bucket is rebuilt from its ring, as any taken-over bucket is). Returns 1."""
     w._check_open()
     if cas_word(w._meta, L.M_LOCK, 0, _NEVER_ALIVE) != 0:

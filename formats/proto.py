@@ -19,7 +19,7 @@ is declared here with `bytes txHash = 1`: it reads either without the UTF-8 chec
 `string` field makes, and the length tells the forms apart. The descriptor is built at
 import time from descriptor_pb2 into a pool of its own (`message_class`), so there is no
 generated code to keep current and no clash with another `kafkamessage` package a
-process may load; tests/test_proto_format.py checks its names, numbers and types, and
+process may load; tests/formats/test_proto.py checks its names, numbers and types, and
 golden bytes written from the protobuf encoding rules.
 
 The key (what the cache stores under):

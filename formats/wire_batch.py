@@ -11,7 +11,7 @@ gathered in the same pass (not a scan for the counts, then a gather, which would
 every entry twice).
 
 Only the clean case takes this path, and it must give exactly what `wire.decode`
-gives message by message (tests/consumer/test_wire_batch.py checks that on clean,
+gives message by message (tests/formats/test_wire_batch.py checks that on clean,
 damaged and ambiguous messages): every message scans cleanly as v1, or as v2 with
 every sent xxh64 equal to its key's. For anything else (a damaged message, a v2
 header that is not v2, a wrong hash, v1 and v2 mixed in one batch) `decode_many`

@@ -1,6 +1,6 @@
 """A look at the broker from the supervisor's loop, never waited for: the pattern its
-watches share (consumer/topic_id.py TopicIdentity.tick, consumer/watermarks.py
-WatermarkWatch, consumer/group.py GroupWatch).
+watches share (consumer/supervisor/topic_id.py TopicIdentity.tick, consumer/supervisor/watermarks.py
+WatermarkWatch, consumer/supervisor/group.py GroupWatch).
 
 One request is out at a time, sent through an AdminClient of the look's own (made at the
 first look, kafka/client.py admin_client); its futures are looked at on a later tick,

@@ -64,7 +64,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
     cancel: a threading.Event (or None) that asks this snapshot to give up: looked at before
     each chunk, while a bucket mid-write is waited for, and waited on by the rate's pauses,
     so a paced snapshot stops within a chunk's copy and write of it being set (a supervisor's
-    stop: consumer/snapshot_policy.py). Then SnapshotCancelled, `path` untouched, no temporary file.
+    stop: consumer/supervisor/snapshot_policy.py). Then SnapshotCancelled, `path` untouched, no temporary file.
 
     SnapshotError if `path` ends in .tmp or holds anything but a snapshot
     (check_destination); OSError naming `path` if the file cannot be written (a full

@@ -14,7 +14,7 @@ What `start` runs (every process from the installed PySpark or this Python, loop
   `shmcache run --machine mN` whose default consumer group `shmcache-mN-<name>` is that
   machine's own. A process in m1 cannot see m2's caches: each has its own /dev/shm.
 - It returns once the master lists every worker ALIVE (its /json) and, with --topic,
-  every replica answers 200 on /ready (consumer/http_endpoint.py).
+  every replica answers 200 on /ready (consumer/supervisor/http_endpoint.py).
 
 The state (pids with their start times, ports, the master URL) is in DIR/cluster.json;
 `stop` ends every process by pid (the supervisors first, with SIGTERM: they drain and

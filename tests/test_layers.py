@@ -21,11 +21,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["ipc", "engine", "snapshots", "formats", "kafka", "consumer", "produce", "dev", "spark", "cli"]
 # A sub-package is a concept of its own inside its folder's layer; of its folder's other
-# modules it reaches only these (its own modules, and errors.py and the layers below, freely).
+# modules it reaches only these, and a package named here with its modules (its own modules,
+# errors.py and the layers below, freely).
 SUBPACKAGES = {
     # the control area: the Reader builds its view, so it sits below the handles, and it
     # knows of the table only where the words lie
     "shmcache.engine.control": {"shmcache.engine.layout", "shmcache.engine.units"},
+    # a worker shares with the supervisor only its settings, the warm-up and the segment
+    "shmcache.consumer.worker": {"shmcache.consumer.config", "shmcache.consumer.warm"},
+    # the supervisor starts the workers, and so may reach them
+    "shmcache.consumer.supervisor": {"shmcache.consumer.config", "shmcache.consumer.warm", "shmcache.consumer.worker"},
 }
 # A module holds one concept and stays readable in a sitting: MAX_LINES. One concept that
 # needs more may grow to LONG_MAX, named here with what it holds; several concepts get a
@@ -124,6 +129,24 @@ def test_pyproject_installs_every_package():
     assert packages == {"shmcache", *_packages()}, sorted(packages ^ {"shmcache", *_packages()})
 
 
+TESTS = ROOT / "tests"
+# tests folders that mirror no package folder: the readers' conformance suite (Python, Go
+# and Java through the same commands) and the fault suite (the whole system under faults)
+TESTS_OF_NO_PACKAGE = {"conformance", "faults"}
+
+
+def test_the_tests_mirror_the_package():
+    """Each package folder (and sub-package) has the tests folder of the same path, holding
+    tests, and each tests folder is a package folder's (or one named above)."""
+    folders = {str(MODULES[name].parent.relative_to(ROOT)) for name in _packages()}
+    missing = sorted(f for f in folders if not any((TESTS / f).glob("test_*.py")))
+    assert not missing, f"package folders without a tests folder of the same path: {missing}"
+    tests_folders = {str(d.relative_to(TESTS)) for d in TESTS.rglob("*")
+                     if d.is_dir() and any(d.glob("test_*.py"))}
+    extra = sorted(f for f in tests_folders if f not in folders and f.split("/")[0] not in TESTS_OF_NO_PACKAGE)
+    assert not extra, f"tests folders that mirror no package folder: {extra}"
+
+
 def test_no_import_goes_up_a_layer():
     up = sorted(f"{a} -> {b}" for a, bs in GRAPH.items() for b in bs if _layer(b) > _layer(a))
     assert not up, "\n".join(up)
@@ -136,8 +159,8 @@ def test_a_subpackage_reaches_only_what_it_may_of_its_folder():
         for a, bs in GRAPH.items():
             if a != sub and not a.startswith(sub + "."):
                 continue
-            wrong += [f"{a} -> {b}" for b in bs if b.startswith(parent + ".") and b not in allowed
-                      and b != sub and not b.startswith(sub + ".")]
+            wrong += [f"{a} -> {b}" for b in bs if b.startswith(parent + ".") and b != sub
+                      and not b.startswith(sub + ".") and not any(b == x or b.startswith(x + ".") for x in allowed)]
     assert not wrong, "\n".join(sorted(wrong))
 
 
@@ -148,15 +171,15 @@ def test_no_module_goes_through_the_face():
     assert not through, through
 
 
-def test_no_circle():
-    """No module imports itself again through others (Tarjan's strongly connected components)."""
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The sets of two or more nodes that reach each other (Tarjan's strongly connected components)."""
     index, low, stack, on, circles = {}, {}, [], set(), []
 
     def visit(v):
         index[v] = low[v] = len(index)
         stack.append(v)
         on.add(v)
-        for w in GRAPH[v]:
+        for w in graph[v]:
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -170,14 +193,19 @@ def test_no_circle():
                 part.add(w)
                 if w == v:
                     break
-            # a package's __init__ re-exporting its submodules is no circle of code
             if len(part) > 1:
                 circles.append(sorted(part))
 
-    for v in GRAPH:
+    for v in graph:
         if v not in index:
             visit(v)
-    assert not circles, circles
+    return circles
+
+
+def test_no_circle():
+    """No module imports itself again through others (a package's __init__ re-exporting its
+    submodules is no circle of code: the graph has no edge from a module to its package)."""
+    assert not _circles(GRAPH), _circles(GRAPH)
 
 
 def test_private_modules_stay_in_their_folder():
@@ -203,8 +231,8 @@ def test_the_checks_see_the_imports():
     """The graph is read right: imports known to exist are in it (a parser that found none
     would pass every check above)."""
     assert "shmcache.engine.layout" in GRAPH["shmcache.engine.table"]
-    assert "shmcache.formats.wire" in GRAPH["shmcache.consumer.worker"]  # a function-level or top-level import
-    assert "shmcache.consumer.worker" in GRAPH["shmcache.consumer.warmup"]  # inside warm()
+    assert "shmcache.formats.wire" in GRAPH["shmcache.consumer.worker.loop"]  # a function-level or top-level import
+    assert "shmcache.consumer.worker.loop" in GRAPH["shmcache.consumer.warm"]  # inside warm()
     assert "shmcache.engine.control.area" in GRAPH["shmcache.engine.reader"]  # a sub-package's module
     assert sum(len(v) for v in GRAPH.values()) > 300
 

@@ -81,7 +81,7 @@ H_LOOKUP_TEXT = 104  # words 104..127
 LOOKUP_TEXT_MAX = 24 * WORD
 H_GROUP_TEXT = 128  # words 128..191: JSON list of the other members (client id, host, instance id)
 GROUP_TEXT_MAX = 64 * WORD
-# The supervisor's handle on each worker (consumer/worker_handle.py): one word per worker
+# The supervisor's handle on each worker (consumer/supervisor/worker_handle.py): one word per worker
 # slot, written by the supervisor alone: bits 0-7 the handle's state (index + 1 in
 # WORKER_STATES, 0 none published), bits 8-23 its deaths in a row (capped), bits 24-63 the
 # restart due while backing off, in tenths of a second since the epoch (0 none).
@@ -107,7 +107,7 @@ H_SNAPSHOT_FAILURES = 409  # snapshots that failed (disk full, ...)
 H_GAP_OFFSETS = 410  # offsets that retention deleted before this table had them, summed
 # The Kafka topic id (a UUID: its most and least significant 64 bits; both 0 unknown) of the
 # topic whose offsets the table holds, set by the supervisor when it first asks the broker
-# (consumer/topic_id.py) and by a restore (the snapshot's). A topic deleted and re-created
+# (consumer/supervisor/topic_id.py) and by a restore (the snapshot's). A topic deleted and re-created
 # under its name gets a new id: offsets alone cannot tell a new log that already holds more
 # messages than the table applied, its id can. topic_id_text and topic_id_words convert.
 H_TOPIC_ID = 411  # words 411, 412
@@ -126,7 +126,7 @@ K_MESSAGES = 7  # Kafka messages applied
 # -- a partition's row (row = partition number) -------------------------------------------------
 P_APPLIED = 0  # next offset to apply: every message before it is in the table; -1 none yet
 # readiness target: the high watermark seen at assignment, raised by the supervisor's own looks
-# while the worker is down, stale or restarted (consumer/watermarks.py); -1 unknown
+# while the worker is down, stale or restarted (consumer/supervisor/watermarks.py); -1 unknown
 P_HIGH_WATERMARK = 1
 P_OWNER = 2  # worker index + 1 that owns the partition now; 0 unowned
 P_CAUGHT_UP = 3  # 1 once applied >= the readiness target

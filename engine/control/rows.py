@@ -9,10 +9,10 @@ Who writes which word (one writer per word at a time, so no locks are needed):
 - a partition's row: the supervisor assigns it (start, readiness target, latest
   watermark, caught-up flag, committed offset, owner, generation, assigned flag),
   releases it, records commits, and raises the readiness target and sets or clears the
-  caught-up flag while no live worker can be trusted with them (consumer/watermarks.py);
+  caught-up flag while no live worker can be trusted with them (consumer/supervisor/watermarks.py);
   the owning worker, while the row's generation is the one it was assigned with,
   publishes its applied offset, latest watermark and caught-up flag after each batch,
-  and starts the partition over when its log was replaced (consumer/log_replaced.py).
+  and starts the partition over when its log was replaced (consumer/worker/log_replaced.py).
 
 Values are published with plain aligned 8-byte stores, which x86 makes atomic, in the
 order each method gives; readers (engine/control/status.py) read the partition rows

@@ -28,7 +28,7 @@ import pytest
 import shmcache
 from _topic_model import Model, StreamProducer, produce_and_wait
 from _waits import poll_until, wait_applied, wait_gone
-from shmcache.consumer import forkserver
+from shmcache.consumer.worker import forkserver
 from shmcache.dev.run_process import SupervisorProcess
 from shmcache.ipc import liveness
 
@@ -92,7 +92,7 @@ class SupervisorProc(SupervisorProcess):
 
     def workers(self) -> list[psutil.Process]:
         """Its worker processes: forked by its fork server, each names itself shmcache-w<index>
-        (consumer/worker.py main; the fork server is shmcache-fork)."""
+        (consumer/worker/loop.py main; the fork server is shmcache-fork)."""
         return self.named("shmcache-w")
 
     def check_running(self) -> bool:

@@ -29,11 +29,10 @@ from prometheus_client.parser import text_string_to_metric_families
 import shmcache
 from shmcache.consumer.config import RunConfig
 from shmcache.dev.local_kafka import free_ports
-from shmcache.consumer.metrics import MetricsServer
+from shmcache.consumer.supervisor.metrics import MetricsServer
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import REPO, harness  # noqa: E402,F401
-from _waits import poll_until  # noqa: E402
+from _supervisors import REPO, harness  # noqa: F401
+from _waits import poll_until
 
 DEPLOY = REPO / "deploy"
 PARTITIONS = 4

@@ -10,14 +10,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import harness  # noqa: E402,F401
-from _topic_model import Model  # noqa: E402
+from _supervisors import harness  # noqa: F401
+from _topic_model import Model
 
 GO = shutil.which("go")
 GO_DIR = Path(__file__).resolve().parents[2] / "go"

@@ -11,13 +11,10 @@ which must be seen behind (lag > 0) before it catches up. Every status() sample 
 have latest >= applied and lag = latest - applied.
 """
 
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import harness  # noqa: E402,F401
-from _topic_model import KafkaProbe, Model  # noqa: E402
-from _waits import poll_until, wait_applied  # noqa: E402
+from _supervisors import harness  # noqa: F401
+from _topic_model import KafkaProbe, Model
+from _waits import poll_until, wait_applied
 
 PARTITIONS = 2
 BATCHES = 120  # ~26 entries each: ~3,100 entries, several seconds at MAX_RATE

@@ -22,10 +22,9 @@ import shmcache
 from shmcache.consumer import warm
 from shmcache.formats import wire
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import harness  # noqa: E402,F401
-from _topic_model import ADD, DELETE, KafkaProbe, Model, check_table, produce_and_wait  # noqa: E402
-from _waits import applied, assert_no_worker_restarted, wait_applied  # noqa: E402
+from _supervisors import harness  # noqa: F401
+from _topic_model import ADD, DELETE, KafkaProbe, Model, check_table, produce_and_wait
+from _waits import applied, assert_no_worker_restarted, wait_applied
 
 PARTITIONS = 4
 

@@ -18,16 +18,13 @@ deterministically). The bursts below make that likely: with the worker's resume
 before unassign removed, this test failed 3 runs of 3, in round 0, 1 or 2.
 """
 
-import os
-import sys
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import harness  # noqa: E402,F401
-from _topic_model import KafkaProbe, Model, check_table  # noqa: E402
-from _waits import applied, assert_no_worker_restarted, poll_until, wait_applied  # noqa: E402
+from _supervisors import harness  # noqa: F401
+from _topic_model import KafkaProbe, Model, check_table
+from _waits import applied, assert_no_worker_restarted, poll_until, wait_applied
 
 PARTITIONS = 8
 RATE = 150  # entries/s per worker of A: 300/s for A's two workers

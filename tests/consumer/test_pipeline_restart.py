@@ -13,7 +13,6 @@ supervisor's duties: final commit on SIGTERM, restart of a dead worker).
 import contextlib
 import os
 import signal
-import sys
 import threading
 
 import psutil
@@ -21,10 +20,9 @@ import pytest
 
 import shmcache
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import harness  # noqa: E402,F401
-from _topic_model import KafkaProbe, Model, check_table, replay_topic  # noqa: E402
-from _waits import applied, poll_until, wait_applied  # noqa: E402
+from _supervisors import harness  # noqa: F401
+from _topic_model import KafkaProbe, Model, check_table, replay_topic
+from _waits import applied, poll_until, wait_applied
 
 PARTITIONS = 4
 

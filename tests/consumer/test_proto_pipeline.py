@@ -18,10 +18,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from shmcache.formats import partitioners, proto, txmeta, wire
 from shmcache.produce import loadgen
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import REPO, harness  # noqa: E402,F401
-from _topic_model import ADD, DELETE, KafkaProbe, check_table  # noqa: E402
-from _waits import applied, assert_no_worker_restarted, wait_applied  # noqa: E402
+from _supervisors import REPO, harness  # noqa: F401
+from _topic_model import ADD, DELETE, KafkaProbe, check_table
+from _waits import applied, assert_no_worker_restarted, wait_applied
 
 PARTITIONS = 4
 

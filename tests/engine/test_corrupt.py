@@ -162,7 +162,7 @@ def test_stats_and_metrics_count_corruptions(cache_name):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from shmcache.consumer.metrics import CacheCollector
+    from shmcache.consumer.supervisor.metrics import CacheCollector
 
     w, keys, hdr, bucket = _fill(cache_name)
     r = shmcache.attach(cache_name)

@@ -132,7 +132,7 @@ def test_a_supervisors_endpoint_reads_only_its_own_users_cache(name):
     import urllib.error
     import urllib.request
 
-    from shmcache.consumer.metrics import MetricsServer
+    from shmcache.consumer.supervisor.metrics import MetricsServer
 
     _squat(name)
     srv = MetricsServer(name, 0, owner=0)

@@ -3,7 +3,7 @@ with its readers' companion; and no mode lets anyone but the owner write a cache
 its companion wider than the group that may read it.
 
 Users of a cache are real child processes (a writer through shmcache.open; a
-supervisor's registration as consumer/supervisor.py makes it: its owner word in the
+supervisor's registration as consumer/supervisor/policy.py makes it: its owner word in the
 header), stopped by pid at the end of each test.
 """
 
@@ -33,7 +33,7 @@ _USER = """
     from shmcache.ipc.atomics import store_word
     name, role = sys.argv[1], sys.argv[2]
     w = shmcache.open(name)
-    if role == "supervisor":  # registered as consumer/supervisor.py does; no writer row kept
+    if role == "supervisor":  # registered as consumer/supervisor/policy.py does; no writer row kept
         store_word(w._header, C.H_SUPERVISOR, liveness.owner_word())
         w.close()
     print("ready", flush=True)

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import shmcache
 from shmcache.ipc import jitcache
 
@@ -55,6 +57,7 @@ def test_import_deletes_no_cache_file(tmp_path):
     assert [open(p, "rb").read() for p in planted] == [b"kept", b"kept"]
 
 
+@pytest.mark.slow  # a build: every kernel of a copy of the package compiled
 def test_change_in_an_inlined_module_recompiles(tmp_path, cache_name):
     """A kernel inlines another module's constants: after that module changes, a process
     runs the new code, not the cached machine code. Here layout.py swaps the words of the
@@ -90,13 +93,13 @@ def test_change_in_an_inlined_module_recompiles(tmp_path, cache_name):
 def test_after_warm_nothing_compiles(tmp_path):
     """After `shmcache warm`, a new process writing, reading with an array and a list of
     keys, and decoding the wire formats compiles no kernel: each is loaded from the cache."""
-    from shmcache.consumer import warmup
+    from shmcache.consumer import warm
 
-    warmup.warm()  # this install's cache (scripts/setup warmed it; compiles only if sources changed since)
+    warm.warm()  # this install's cache (scripts/setup warmed it; compiles only if sources changed since)
     out = _run("""
         import json
-        from shmcache.consumer import warmup
-        print(json.dumps(warmup.warm()))
+        from shmcache.consumer import warm
+        print(json.dumps(warm.warm()))
     """, dict(os.environ))
     got = json.loads(out.strip().splitlines()[-1])
     assert got["compiled"] == 0 and got["loaded"] > 0, got

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shmcache
-from shmcache.consumer import snapshot_policy as policy
+from shmcache.consumer.supervisor import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import shmcache
-from shmcache.consumer import snapshot_policy as policy
+from shmcache.consumer.supervisor import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
 from shmcache import snapshots as S
@@ -60,6 +60,7 @@ def _check_restored(name: str, keys, hdr) -> int:
         return entries
 
 
+@pytest.mark.slow  # a long run: snapshots taken under full-speed writers for seconds
 def test_snapshot_under_full_speed_writers_is_never_torn(cache_name, procs, tmp_path):
     """Two writers set keys at full speed (hot buckets evicting under them) while snapshots
     are taken: each snapshot restores, by copy and by re-insert into a smaller table, to a
@@ -301,7 +302,7 @@ def _snapshot_mid_write(cache_name, path, d):
 
 def test_a_restore_keeps_the_topic_id_the_offsets_belong_to(cache_name, tmp_path):
     """The table's topic id travels with its offsets: a restored table holds the snapshot's,
-    which a supervisor then compares with the topic's (consumer/topic_id.py); a table
+    which a supervisor then compares with the topic's (consumer/supervisor/topic_id.py); a table
     without one gives a snapshot without one."""
     tid = C.topic_id_text(0x0123456789ABCDEF, -2)
     with shmcache.create(cache_name, memory="40MiB") as w:

@@ -336,7 +336,7 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     w, r = handles
     c = w.control
     _not_ready(r, "no live supervisor")
-    # this process is the supervisor, as consumer/startup.py open_cache publishes one
+    # this process is the supervisor, as consumer/supervisor/startup.py open_cache publishes one
     c.reset_partitions()
     c.disown_partitions()
     c.reset_supervisor()

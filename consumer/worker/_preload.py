@@ -1,0 +1,17 @@
+"""Imported once by the workers' fork server (consumer/worker/forkserver.py) before it forks
+any worker: the worker's modules (numpy, numba, confluent-kafka, the engine) and, on a warm
+install, numba's set-up and the decode kernels, so a forked worker starts with all of it
+loaded. On a cold install the supervisor's warm-up is still compiling them: each worker then
+loads them itself, after the warm-up."""
+
+try:
+    from shmcache.consumer import warm
+    from shmcache.consumer.worker import forkserver, loop
+    from shmcache.ipc import liveness
+
+    liveness.set_process_name(forkserver.NAME)  # what ps and top show of the fork server
+    forkserver.die_with_supervisor()
+    if warm.is_warm():
+        loop.load_decoders(("v1", "kv"))
+except Exception:  # noqa: BLE001 - a fork server that died here would fail every worker's start
+    pass
