@@ -2,7 +2,15 @@
 directory that needs one: no Docker, no mocks. The broker is started once per session,
 bound to 127.0.0.1 only, and always stopped at the end. Also a fresh cache name, and the
 end-to-end helpers of tests/consumer (real supervisors, a topic's model, waits), which
-import as top-level modules from every tests folder."""
+import as top-level modules from every tests folder.
+
+The markers (registered in pyproject.toml) are put on each test here, from what it uses,
+never by hand: `kafka` on a test whose fixtures reach the session broker or whose module
+starts a broker of its own; `spark` on tests/spark's and any that uses a Spark session (or,
+for a documentation example, imports shmcache.spark); `slow` on the other languages' suites
+(tests/conformance, the Go and JVM readers' builds and tests) and the fault suite
+(tests/faults). A long run elsewhere (a fault or torture run of its own, a build) carries
+`slow` at the test, with its reason. `scripts/test --quick` runs what has none of them."""
 
 import contextlib
 import os
@@ -19,6 +27,38 @@ from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError
 HELPERS = Path(__file__).resolve().parent / "consumer"  # _supervisors.py, _topic_model.py, _waits.py, ...
 if str(HELPERS) not in sys.path:
     sys.path.insert(0, str(HELPERS))
+
+TESTS = Path(__file__).resolve().parent
+# what a test module holds when it starts a broker of its own (tests/consumer/_private_broker.py,
+# dev/local_kafka.py, the demo): its tests use Kafka though no fixture of theirs names the session broker
+PRIVATE_BROKERS = ("broker_run", "BrokerRun", "LocalBroker", "run_demo")
+SLOW_FOLDERS = {"conformance", "faults"}
+SLOW_FILES = {"test_go_reader.py", "test_jvm_reader.py"}  # each builds and runs another language's suite
+
+
+def _marks(item) -> set[str]:
+    """The markers a collected test takes from what it uses and where it is."""
+    marks = set()
+    path = Path(str(item.fspath)).resolve()
+    where = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
+    fixtures = set(getattr(item, "fixturenames", ()))
+    module = getattr(item, "module", None)
+    if "kafka_broker" in fixtures or any(hasattr(module, name) for name in PRIVATE_BROKERS):
+        marks.add("kafka")
+    code = getattr(getattr(item, "callspec", None), "params", {}).get("code", "")
+    if (where[:1] == ("spark",) or "spark" in fixtures
+            or (isinstance(code, str) and ("shmcache.spark" in code or "pyspark" in code))):
+        marks.add("spark")
+    if where[:1] and (where[0] in SLOW_FOLDERS or where[-1] in SLOW_FILES):
+        marks.add("slow")
+    return marks
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in sorted(_marks(item)):
+            item.add_marker(getattr(pytest.mark, name))
+
 
 # The first run on a fresh machine fetches ~45 MB of jars with Maven.
 START_TIMEOUT = float(os.environ.get("SHMCACHE_KAFKA_START_TIMEOUT", "900"))

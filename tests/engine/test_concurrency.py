@@ -12,6 +12,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 import shmcache
 
@@ -21,6 +22,7 @@ from _procs import check_table, key_pool, make_values, universe, verify  # noqa:
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 
 
+@pytest.mark.slow  # a long run: readers against writers that evict and wrap for seconds
 def test_no_torn_reads_under_eviction_and_wraparound(cache_name, procs):
     """2 writers + 2 readers for ~4 s on a cache far too small for the key space (200k keys,
     so rings wrap and evict all the time) plus 64 hot keys in 8 buckets with 1.5-2.5 KB values

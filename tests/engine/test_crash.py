@@ -61,6 +61,7 @@ def _kill_inside(procs, name, ver, rng) -> tuple[Proc, dict]:
     return c, hello
 
 
+@pytest.mark.slow  # a long fault run: writers killed mid-write again and again
 def test_sigkill_mid_set_many_never_blocks_readers_or_writers(cache_name, procs):
     rng = random.Random(os.getpid())
     shmcache.create(cache_name, memory="40MiB").close()

@@ -69,6 +69,7 @@ def _flip(rng, w, region: str) -> None:
 # "room": the values fit many times over; "full": the smallest cache, and big values (a
 # bucket's ring holds two), so every set evicts live records: the eviction's paths and
 # its prefetch stages run over the flipped bytes
+@pytest.mark.slow  # long fault runs: random bytes flipped under reader and writer processes
 @pytest.mark.parametrize("memory, big", [("64MiB", 0), ("34MiB", BIG)], ids=["room", "full"])
 def test_fuzz_flipped_bytes_never_crash_or_hang(cache_name, procs, memory, big):
     seed = int(os.environ.get("SHMCACHE_FUZZ_SEED") or secrets.randbits(32))
