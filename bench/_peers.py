@@ -1,5 +1,6 @@
 """Helpers for bench/test_table.py: the dataset, the peers (shmcache, dict, LMDB,
-Redis), the reader/writer child processes and the summary table.
+Redis) and the reader/writer child processes (the results and the summary table are
+bench/_summary.py's).
 
 Run as a script it is one of those child processes:
     python bench/_peers.py reader|writer CACHE_NAME N SEED
@@ -484,11 +485,6 @@ def _child_main(role: str, cache: str, n: int, seed: int) -> None:
         w.close()
     else:
         raise SystemExit(f"unknown role {role!r}")
-
-
-# -- results and the summary table: bench/_summary.py (re-exported: bench modules use P.record etc.)
-from _summary import (INTERLEAVED, NOTES, PEERS, RATIOS, RESULTS, SUMMARIES, fmt_rate,  # noqa: E402,F401
-                      ratios, record, render_summary, save_json)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The benchmarks' results and the summary table (bench/test_table.py; other modules add
-their own sections through SUMMARIES). Split from bench/_peers.py, which re-exports it."""
+their own sections through SUMMARIES), printed by bench/conftest.py at the end of a run.
+It knows nothing of the peers: what a run was (its size, its batch) is in RESULTS's
+("_meta", "_meta") entry, which bench/test_table.py fills."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ def render_summary(width: int = 110) -> str:
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None)
     meta = RESULTS.get(("_meta", "_meta"), {})
-    title = (f"shmcache engine benchmarks: N={meta.get('n', '?'):,} keys, batches of {_batch()}, "
+    title = (f"shmcache engine benchmarks: N={meta.get('n', '?'):,} keys, batches of {meta.get('batch', '?')}, "
              f"{meta.get('mode', '')}, {os.cpu_count()} CPUs")
     t = Table(title=title + "\nkeys/s, higher is better", title_justify="left", box=box.ASCII2)
     t.add_column("operation")
@@ -122,7 +124,7 @@ def save_json(directory: Path) -> Path:
     directory.mkdir(exist_ok=True)
     path = directory / f"table-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({
-        "meta": {**RESULTS.get(("_meta", "_meta"), {}), "cpus": os.cpu_count(), "batch": _batch()},
+        "meta": {**RESULTS.get(("_meta", "_meta"), {}), "cpus": os.cpu_count()},
         "results": {f"{op} | {peer}": r for (op, peer), r in RESULTS.items() if op != "_meta"},
         "ratios": ratios(),
         "ratios_best_rounds": ratios("best_keys_per_s"),
@@ -130,9 +132,3 @@ def save_json(directory: Path) -> Path:
         "notes": NOTES,
     }, indent=1))
     return path
-
-
-def _batch() -> int:
-    from _peers import BATCH  # the peers' batch size (imported late: _peers imports this module)
-
-    return BATCH

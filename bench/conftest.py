@@ -1,4 +1,4 @@
-"""bench/: make bench/_peers.py importable (pytest runs with --import-mode=importlib),
+"""bench/: make bench/'s helpers (_summary.py, _summary.py) importable (pytest runs with --import-mode=importlib),
 lend bench/test_consume.py the Kafka broker fixtures of tests/conftest.py,
 and print the summary tables at the end of the run."""
 
@@ -10,7 +10,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-import _peers  # noqa: E402
+import _summary  # noqa: E402
 
 
 def _load_kafka_fixtures():
@@ -33,13 +33,13 @@ kafka_topic = kafka_fixtures.kafka_topic
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if _peers.RESULTS:
+    if _summary.RESULTS:
         terminalreporter.section("shmcache benchmark summary")
-        terminalreporter.write(_peers.render_summary())
-        if _peers.RESULTS.get(("_meta", "_meta"), {}).get("enabled"):
-            path = _peers.save_json(Path(config.rootpath) / ".benchmarks")  # git-ignored
+        terminalreporter.write(_summary.render_summary())
+        if _summary.RESULTS.get(("_meta", "_meta"), {}).get("enabled"):
+            path = _summary.save_json(Path(config.rootpath) / ".benchmarks")  # git-ignored
             terminalreporter.write_line(f"results written to {path}")
-    for title, render, save in _peers.SUMMARIES:  # other benchmark modules (test_consume.py)
+    for title, render, save in _summary.SUMMARIES:  # other benchmark modules (test_consume.py)
         text = render()
         if not text:
             continue

@@ -40,6 +40,7 @@ import numpy as np
 from numba import njit
 
 import _peers as P
+import _summary as S
 import shmcache
 from shmcache.engine import layout as L
 from shmcache.engine import units
@@ -201,6 +202,6 @@ def test_scale():
           file=sys.stderr)
     for r in rows:
         print(f"  {r['n']:>12,} {units.format_bytes(r['size']):>10} {r['create_s'] / (r['size'] / 2**30):>12.2f} "
-              f"{P.fmt_rate(r['n'] / r['fill_s']):>12} {P.fmt_rate(r['rate']):>11} "
-              f"{r['vs_first']:>8.2f}x {P.fmt_rate(r['lines']):>9} {r['lines_vs_first']:>15.2f}x {r['hits']:>6.3f} "
+              f"{S.fmt_rate(r['n'] / r['fill_s']):>12} {S.fmt_rate(r['rate']):>11} "
+              f"{r['vs_first']:>8.2f}x {S.fmt_rate(r['lines']):>9} {r['lines_vs_first']:>15.2f}x {r['hits']:>6.3f} "
               f"{r['per_entry']:>8.0f} {r['tight']:>6.0f}", file=sys.stderr)

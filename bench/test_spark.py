@@ -47,6 +47,7 @@ import numpy as np
 import pytest
 
 import _peers as P  # bench/ is put on sys.path by bench/conftest.py
+import _summary as S
 import _spark_ways as ways
 import psutil
 import shmcache
@@ -100,8 +101,8 @@ def render() -> str:
         if r is None:
             t.add_row(label, "-", "", "", "not run")
             continue
-        t.add_row(label, P.fmt_rate(r["rows_per_s"]), P.fmt_rate(max(r["runs"])), f"{r['seconds']:.2f}",
-                  ", ".join(P.fmt_rate(x) for x in r["runs"]))
+        t.add_row(label, S.fmt_rate(r["rows_per_s"]), S.fmt_rate(max(r["runs"])), f"{r['seconds']:.2f}",
+                  ", ".join(S.fmt_rate(x) for x in r["runs"]))
     con.print(t)
     if "lookup" in RESULTS and "join" in RESULTS:
         ratio = RESULTS["lookup"]["rows_per_s"] / RESULTS["join"]["rows_per_s"]
@@ -114,9 +115,9 @@ def render() -> str:
         for key, label in WAYS:
             r = INTERLEAVED.get(key)
             if r:
-                t2.add_row(label, P.fmt_rate(statistics.median(r["runs"])), f"{statistics.median(r['ratio']):.2f}x",
+                t2.add_row(label, S.fmt_rate(statistics.median(r["runs"])), f"{statistics.median(r['ratio']):.2f}x",
                            f"{statistics.median(r['jvm']):.0f}", f"{statistics.median(r['py']):.0f}",
-                           ", ".join(P.fmt_rate(x) for x in r["runs"]))
+                           ", ".join(S.fmt_rate(x) for x in r["runs"]))
         con.print(t2)
     con.print(f"setup: cache filled in {META['fill_s']:.1f} s, inputs persisted in {META['persist_s']:.1f} s; "
               f"load average (1 min) at start {META['load_avg_start']:.2f}, at end {os.getloadavg()[0]:.2f}")
@@ -136,7 +137,7 @@ def save(directory) -> object:
     return path
 
 
-P.SUMMARIES.append(("shmcache Spark lookup benchmark summary", render, save))
+S.SUMMARIES.append(("shmcache Spark lookup benchmark summary", render, save))
 
 
 # -- the data --------------------------------------------------------------------------------------
@@ -255,7 +256,7 @@ def test_spark_lookup(benchmark, world, way):
     med = statistics.median(runs)
     RESULTS[way] = {"rows_per_s": med, "seconds": Q / med, "runs": runs}
     benchmark.extra_info.update(rows_per_s=med, n=N, queries=Q, runs=runs)
-    print(f"{way}: {P.fmt_rate(med)} rows/s (runs: {', '.join(P.fmt_rate(x) for x in runs)})", file=sys.stderr)
+    print(f"{way}: {S.fmt_rate(med)} rows/s (runs: {', '.join(S.fmt_rate(x) for x in runs)})", file=sys.stderr)
 
 
 def _cpu_s() -> dict[str, float]:

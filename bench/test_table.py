@@ -25,6 +25,7 @@ import time
 import pytest
 
 import _peers as P  # bench/ is put on sys.path by bench/conftest.py
+import _summary as S
 
 N = P.bench_n()
 ROUNDS = P.bench_rounds()
@@ -46,14 +47,14 @@ class World:
                 raise
             self.skipped[name] = f"{name} peer skipped: {e}"
             print(self.skipped[name], file=sys.stderr)
-            P.NOTES.append(self.skipped[name])
+            S.NOTES.append(self.skipped[name])
             return
         self.peers[name] = peer  # registered before fill so that close() runs even if fill fails
         t0 = time.perf_counter()
         peer.fill()
         seconds = time.perf_counter() - t0
         for label in ["shmcache packed"] if name == "shmcache" else [name]:
-            P.record("fill (fresh, once)", label, self.ds.n, seconds)
+            S.record("fill (fresh, once)", label, self.ds.n, seconds)
         peer.check(8)
 
     def get(self, name: str):
@@ -71,7 +72,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world():
-    P.RESULTS[("_meta", "_meta")] = {"n": N, "load_average_at_start": os.getloadavg()[0]}
+    S.RESULTS[("_meta", "_meta")] = {"n": N, "batch": P.BATCH, "load_average_at_start": os.getloadavg()[0]}
     w = World(P.make_dataset(N))
     try:
         w.add("shmcache", lambda: P.ShmPeer(w.ds, f"bench-{os.getpid()}-table"))
@@ -86,7 +87,7 @@ def world():
 def measure(benchmark, op: str, peer: str, fn, keys: int, **extra) -> float:
     """Time fn (one pass over all keys) with benchmark.pedantic; record keys/s from the
     median round (the single call when benchmarks are disabled)."""
-    P.RESULTS[("_meta", "_meta")].update(
+    S.RESULTS[("_meta", "_meta")].update(
         enabled=benchmark.enabled, rounds=ROUNDS if benchmark.enabled else 1,
         mode=f"median of {ROUNDS} rounds" if benchmark.enabled
         else "benchmarks disabled: 1 round each, a smoke run whose figures mean little")
@@ -108,7 +109,7 @@ def measure(benchmark, op: str, peer: str, fn, keys: int, **extra) -> float:
         t0 = time.perf_counter()
         benchmark.pedantic(fn, rounds=1, iterations=1)
         seconds = time.perf_counter() - t0
-    rate = P.record(op, peer, keys, seconds, **extra)
+    rate = S.record(op, peer, keys, seconds, **extra)
     benchmark.extra_info.update(keys_per_s=rate, keys_per_round=keys, n=N, **extra)
     return rate
 
@@ -149,7 +150,7 @@ def test_set(benchmark, world, label, name, method):
 
 # -- the headline ratios, interleaved -----------------------------------------------------------
 
-# ratio label (P.RATIOS) -> (numerator, denominator), each (peer, pass method, its argument or None)
+# ratio label (S.RATIOS) -> (numerator, denominator), each (peer, pass method, its argument or None)
 INTERLEAVED = [
     ("get_many_packed hit / dict get", ("shmcache", "get_pass", "hit"), ("dict", "get_pass", "hit")),
     ("get_many_packed hit / LMDB get", ("shmcache", "get_pass", "hit"), ("lmdb", "get_pass", "hit")),
@@ -193,7 +194,7 @@ def test_ratios_interleaved(world, request):
                     n = _timed_pass(world, num)
                     d = _timed_pass(world, den)
                 got.append(d / n)  # both passes cover the same N keys: the ratio of rates
-            P.INTERLEAVED[label] = got
+            S.INTERLEAVED[label] = got
     finally:
         gc.enable()
     assert world.get("shmcache").get_pass("hit", count=True) == N
@@ -232,7 +233,7 @@ def test_reader_processes(benchmark, world, nreaders):
         log: list[dict] = []
         label = f"{nreaders} process" + ("es" if nreaders > 1 else "")
         measure(benchmark, "readers", label, lambda: _read_round(readers, log), N * nreaders)
-        P.RESULTS[("readers", label)]["reader_cpu_share"] = share = _cpu_share(log)
+        S.RESULTS[("readers", label)]["reader_cpu_share"] = share = _cpu_share(log)
         benchmark.extra_info["reader_cpu_share"] = share
         assert [r["found"] for r in log] == [N] * len(log)
     finally:
@@ -260,7 +261,7 @@ def test_reader_beside_writer(benchmark, world):
         wrote = writer.recv()
         wrate = wrote["sets"] / wrote["seconds"]
         info = dict(writer_keys_per_s=wrate, read_retries=check["read_retries"], reader_cpu_share=_cpu_share(log))
-        P.RESULTS[("readers", "1 beside a writer")].update(info)
+        S.RESULTS[("readers", "1 beside a writer")].update(info)
         benchmark.extra_info.update(info)
         assert [r["found"] for r in log] == [N] * len(log)
         assert check["ok"], "a value read beside the writer differed from the one set"

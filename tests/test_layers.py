@@ -208,6 +208,22 @@ def test_no_circle():
     assert not _circles(GRAPH), _circles(GRAPH)
 
 
+def test_no_circle_in_bench():
+    """bench/'s helper modules import each other one way only (its test modules, too)."""
+    bench = {f.stem: f for f in (ROOT / "bench").glob("*.py")}
+    graph = {}
+    for name, f in bench.items():
+        found = set()
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                found.add(node.module or "")
+        graph[name] = {m for m in found if m in bench and m != name}
+    assert sum(len(v) for v in graph.values()) > 10  # the imports are seen at all
+    assert not _circles(graph), _circles(graph)
+
+
 def test_private_modules_stay_in_their_folder():
     """A module named `_*` is its folder's own: nothing outside the folder imports it."""
     reached = sorted(f"{a} -> {b}" for a, bs in GRAPH.items() for b in bs
