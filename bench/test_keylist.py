@@ -6,7 +6,7 @@ Three conversions of the same 1024 keys of 32 bytes (and of 1024 values of 61-14
 bytes), rounds interleaved, the median of the per-round ratios printed: "issue" is
 what table._join_bytes did up to commit 4caa28e (np.fromiter(map(len, items)) and
 b"".join), "previous" the one-pass proof of one length (set(map(len, items)) and
-b"".join) that engine/_keylist.py (now in engine/_input.py) held up to commit b119198, both copied here; "now"
+b"".join) that _keylist.py (its list pass is engine/_input.py's now) held up to commit b119198, both copied here; "now"
 engine/_input.py fixed (keys) and join_bytes (values), the compiled pass of
 engine/_pyobjects.py. The items are taken from a pool of 1,000,000 (SHMCACHE_BENCH_N, at least 100,000) in a random order,
 so that they lie scattered over the heap as a caller's objects do (items made one

@@ -1,10 +1,12 @@
 """The documentation is tested as code: `mkdocs build --strict` (a link, a page of the
-nav or an API reference that does not resolve fails it), and every Python example of
-the README and of docs/ runs, each in a process of its own, as a reader would paste it.
+nav or an API reference that does not resolve fails it), every Python example of
+the README and of docs/ runs, each in a process of its own, as a reader would paste it,
+and every file of the repo that the docs (or the code's own docstrings) name is there.
 
 An example that must not run says so in its fence (```python notest); every other
 ```python fence is run, so a README sentence with code cannot rot."""
 
+import os
 import re
 import subprocess
 import sys
@@ -42,6 +44,18 @@ def test_example_runs(code, tmp_path):
 
 
 FILE_REF = re.compile(r"`((?:[a-z_]+/)+[A-Za-z0-9_.-]+\.(?:py|md|go|java|toml|json|yml|service))`")
+BARE_REF = re.compile(r"`(_?[a-z][a-z0-9_]*\.py)`")  # a module named by its file alone: `reader.py`
+# a repo path in the code's docstrings and comments (engine/_lookup.py, deploy/shmcache.toml),
+# not part of a longer path or an installed one (/usr/..., shmcache/...)
+CODE_REF = re.compile(r"(?<![\w/.$~-])((?:[a-z_][a-z0-9_]*/)+[A-Za-z0-9_.@-]+\.(?:py|md|go|java|toml|json|yml|service|sh))\b")
+NOT_SOURCES = {".git", ".venv", "build", ".cache", "__pycache__", ".hypothesis", ".benchmarks", "target", "golden"}
+
+
+def _repo_files(suffix: str):
+    """Every file of the repo with this suffix, outside what is built, fetched or cached."""
+    for top, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in NOT_SOURCES]
+        yield from (Path(top) / f for f in files if f.endswith(suffix))
 
 
 def test_every_file_the_docs_name_exists():
@@ -51,4 +65,30 @@ def test_every_file_the_docs_name_exists():
              for ref in FILE_REF.findall(page.read_text())}
     assert len(named) > 50  # the pattern finds the mentions at all
     missing = sorted(f"{page}: {ref}" for page, ref in named if not (REPO / ref).exists())
+    assert not missing, missing
+
+
+def test_every_module_the_docs_name_by_its_file_exists():
+    """A module named by its file alone (`reader.py`, `_lookup.py`) in the README, docs/ or
+    bench/README.md is a file of the repo: a bare name is not caught by the check above, and
+    a module that was merged away or renamed leaves such names behind."""
+    files = {p.name for p in _repo_files(".py")}
+    named = {(page.relative_to(REPO), ref) for page in [*PAGES, REPO / "bench" / "README.md"]
+             for ref in BARE_REF.findall(page.read_text())}
+    assert len(named) > 20  # the pattern finds the mentions at all
+    missing = sorted(f"{page}: {ref}" for page, ref in named if ref not in files)
+    assert not missing, missing
+
+
+def test_every_file_the_code_names_exists():
+    """A repo path named in the package's modules, the tests or the benchmarks (a docstring's
+    or a comment's `engine/_lookup.py`) is there: a module that moves takes its mentions along
+    in the code too. Paths of other repositories (whose first folder is none of this one's)
+    are not checked."""
+    tops = {p.name for p in REPO.iterdir() if p.is_dir() and p.name not in NOT_SOURCES}
+    named = {(f.relative_to(REPO), ref) for f in _repo_files(".py")
+             if f.relative_to(REPO).parts[0] not in ("go", "jvm")
+             for ref in CODE_REF.findall(f.read_text()) if ref.split("/")[0] in tops}
+    assert len(named) > 200  # the pattern finds the mentions at all
+    missing = sorted(f"{f}: {ref}" for f, ref in named if not (REPO / ref).exists())
     assert not missing, missing
