@@ -15,8 +15,22 @@ itself imports no numpy or numba, so `shmcache run` can start its workers' fork 
 (consumer/worker/forkserver.py) before it pays for them.
 """
 
+from typing import TYPE_CHECKING
+
 from shmcache.errors import *  # noqa: F403  (the error classes are part of the API)
 from shmcache.errors import __all__ as _errors_all
+
+if TYPE_CHECKING:  # never run: what __getattr__ gives, named for type checkers and the API reference (docs/api.md)
+    from shmcache.engine.lifecycle import destroy, exists, list_caches  # noqa: F401
+    from shmcache.engine.reader import Packed, Reader  # noqa: F401
+    from shmcache.engine.reattach import follow  # noqa: F401
+    from shmcache.engine.table import attach, create  # noqa: F401
+    from shmcache.engine.table import open_writer as open  # noqa: F401
+    from shmcache.engine.writer import Writer  # noqa: F401
+    from shmcache.formats import txmeta  # noqa: F401
+    from shmcache.snapshots import restore  # noqa: F401
+    from shmcache.snapshots import verify as verify_snapshot  # noqa: F401
+    from shmcache.snapshots import write as snapshot  # noqa: F401
 
 __version__ = "0.1.0"
 

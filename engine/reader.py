@@ -129,9 +129,12 @@ class Packed:
         return f"Packed({len(self.found)} keys, {int(self.found.sum())} found, {len(self.data)} value bytes)"
 
     def __len__(self) -> int:
+        """The number of keys looked up (found or not)."""
         return len(self.found)
 
     def to_list(self) -> list[bytes | None]:
+        """The values in key order: bytes where found, None where not (one object per hit;
+        the arrays give the same without them)."""
         buf = self.data.tobytes()
         o = self.offsets.tolist()
         return [buf[o[i]:o[i + 1]] if f else None for i, f in enumerate(self.found.tolist())]
@@ -238,14 +241,18 @@ class Reader:
 
     @property
     def key_size(self) -> int:
+        """Bytes in every key of this cache (fixed at create)."""
         return self.geometry.key_size
 
     @property
     def max_value(self) -> int:
+        """The longest value this cache takes, in bytes (fixed at create)."""
         return self.geometry.max_value
 
     @property
     def creation_id(self) -> int:
+        """The id the creator drew for this cache: a cache destroyed and made again under the
+        same name has another (a handle that follows the name tells them apart by it)."""
         return int(self._header[L.H_CREATION_ID])
 
     def segment_arrays(self) -> SegmentArrays:
@@ -269,12 +276,16 @@ class Reader:
 
     @property
     def closed(self) -> bool:
+        """True once close() has run."""
         return self._seg is None
 
     def __enter__(self):
+        """The handle itself: `with shmcache.attach(name) as r:` closes it (never destroys the
+        cache) on the way out."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """close() (the cache stays)."""
         self.close()
 
     def __del__(self):
@@ -388,9 +399,18 @@ class Reader:
         return self._lookup(keys, True)
 
     def get_many(self, keys) -> list[bytes | None]:
+        """Look a batch up: each key's value as bytes, None where it is missing, in key order.
+
+        keys: a sequence of `key_size`-byte keys (a list of `bytes` is read in one compiled
+        pass) or an (n, key_size) uint8 array. One bytes object per hit: get_many_packed
+        returns the same without them, and is the faster for large batches. KeySizeError
+        names a key of the wrong size. A key being set meanwhile reads as its old or its new
+        value; an entry may have been evicted (a miss)."""
         return self._lookup(keys, True).to_list()
 
     def get(self, key: bytes) -> bytes | None:
+        """One key's value as bytes, or None if it is not in the cache (a batch of one:
+        get_many and get_many_packed take whole batches at a fraction of the cost a key)."""
         return self.get_many([key])[0]
 
     def contains_many(self, keys) -> np.ndarray:
@@ -398,6 +418,7 @@ class Reader:
         return self._lookup(keys, False).found
 
     def __contains__(self, key: bytes) -> bool:
+        """`key in r`: whether the cache holds the key (contains_many for a batch)."""
         return bool(self.contains_many([key])[0])
 
     # -- stats ------------------------------------------------------------------------------

@@ -25,7 +25,12 @@ def follow(name: str, owner: int | str | None = None) -> "Followed":
 
 
 class Followed:
+    """What shmcache.follow(name) returns: `reader()` gives the Reader of whatever cache is at
+    the name now, attached again after a destroy and a re-create; `close()` unmaps it."""
+
     def __init__(self, name: str, owner: int | str | None = None):
+        """Follow the cache at `name` (nothing is attached until the first reader()); `owner`
+        as attach's, checked at every attach."""
         self.name = name
         self.owner = owner  # attach(owner=): every re-attach checks whose the new file is
         self._reader = None
@@ -59,6 +64,7 @@ class Followed:
         return self._reader is not None and self._identity() != self._id
 
     def close(self) -> None:
+        """Unmap the cache held, if any (never destroys it); the next reader() attaches again."""
         if self._reader is not None:
             self._reader.close()  # unmaps; never destroys
         self._reader = self._id = None

@@ -92,6 +92,8 @@ class Writer(Reader):
         return self._me, self._counters
 
     def close(self) -> None:
+        """Give this process's writer slot back (its counters stay in the totals) and unmap.
+        Never destroys the cache; safe to call twice."""
         if self._slot >= 0 and self._seg is not None:
             store_word(self._writers, self._slot * L.ROW_WORDS + L.W_OWNER, 0)  # counters stay: totals never drop
             self._slot = -1
@@ -134,14 +136,20 @@ class Writer(Reader):
         return _input.entries(self.name, self.geometry.key_size, self.geometry.max_value, keys, values)
 
     def delete_many(self, keys) -> None:
+        """Delete a batch: keys as for get_many. A key that is not there is counted (stats'
+        delete_misses), not an error."""
         k = self._keys(keys)
         z = np.zeros(len(k), np.int64)
         self._apply(k, np.full(len(k), K.DELETE, np.uint8), z, z, np.zeros(0, np.uint8))
 
     def set(self, key: bytes, value: bytes) -> None:
+        """Set one key's value (a batch of one: set_many and apply take whole batches at a
+        fraction of the cost a key). ValueTooLargeError past max_value, KeySizeError for a key
+        of another size."""
         self.set_many([key], [value])
 
     def delete(self, key: bytes) -> None:
+        """Delete one key; a key that is not there is counted (delete_misses), not an error."""
         self.delete_many([key])
 
     def _apply(self, k: np.ndarray, actions: np.ndarray, starts, lens, data, hashes=None) -> None:

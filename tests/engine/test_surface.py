@@ -1,6 +1,7 @@
 """The public surface of the handles (docs/python-api.md): a Reader has no write methods
 at all, one apply takes every form of values, no private keyword on the constructors,
-and `from shmcache import *` never shadows the builtin open()."""
+`from shmcache import *` never shadows the builtin open(), and every public call says
+what it does (the API reference, docs/api.md, is made of these docstrings)."""
 
 import inspect
 
@@ -16,6 +17,41 @@ def test_import_star_leaves_the_builtin_open_alone():
     scope: dict = {}
     exec("from shmcache import *", scope)
     assert "open" not in scope and "attach" in scope and "Reader" in scope
+
+
+def _public_calls():
+    """(name, object) of every public call: the face's names (shmcache.open too), each public
+    method and property of its classes (and of the handle follow() returns), the snapshot
+    calls, the txmeta codec and the Spark jobs."""
+    from shmcache import snapshots
+    from shmcache.engine.reattach import Followed
+    from shmcache.formats import txmeta
+    from shmcache.spark import lookup, publish, session
+
+    faces = {n: getattr(shmcache, n) for n in [*shmcache.__all__, "open"] if n not in shmcache.errors.__all__}
+    faces["Followed"] = Followed
+    for n, o in faces.items():
+        yield f"shmcache.{n}", o
+        if inspect.isclass(o):
+            for m in dir(o):
+                if m.startswith("_") and m not in ("__enter__", "__exit__", "__contains__", "__len__"):
+                    continue
+                static = inspect.getattr_static(o, m)
+                if isinstance(static, property) or inspect.isfunction(static) or isinstance(static, classmethod):
+                    yield f"shmcache.{n}.{m}", static
+    for n in snapshots.__all__:
+        yield f"shmcache.snapshots.{n}", getattr(snapshots, n)
+    for n in ("Meta", "decode", "encode", "generate", "to_arrow", "from_arrow", "arrow_fields"):
+        yield f"shmcache.txmeta.{n}", getattr(txmeta, n)
+    for n, o in (("lookup", lookup), ("publish", publish), ("session", session)):
+        yield f"shmcache.spark.{n}", o
+
+
+def test_every_public_call_says_what_it_does():
+    calls = list(_public_calls())
+    assert len(calls) > 60  # the walk finds the API at all
+    bare = sorted(n for n, o in calls if len((getattr(o, "__doc__", None) or "").strip()) < 20)
+    assert not bare, f"public calls without a docstring: {bare}"
 
 
 def test_constructors_have_no_private_keyword():
