@@ -1,5 +1,5 @@
 """The writing side of a topic: the project's idempotent producer (`producer`), the load
 generator behind `shmcache produce` (`loadgen`), and the ground truth a produced topic
-is checked against (`ground_truth`). Above consumer/ (its broker helpers), below the
-command line; `shmcache run` never imports it.
+is checked against (`ground_truth`). Above kafka/ (clients, topics) and consumer/, below
+the command line; `shmcache run` never imports it.
 """
