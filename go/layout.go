@@ -131,7 +131,7 @@ const (
 	companionSize     = page + maxReaders*rowWords*word
 )
 
-// The reader's bounds (Python: engine/reader.py SPIN_LIMIT, STUCK_GIVE_UP; engine/control_status.py).
+// The reader's bounds (Python: engine/reader.py SPIN_LIMIT, STUCK_GIVE_UP; engine/control/status.py).
 const (
 	SpinLimit        = 2000          // loads of an odd or moving version before the lock holder is looked at
 	StuckGiveUpNS    = 1_000_000_000 // a lookup call waits at most this long in all on stuck buckets

@@ -133,7 +133,7 @@ final class Layout {
         static final double STUCK_GIVE_UP = 1.0;   // seconds a call waits in all on stuck buckets
     }
 
-    /** Section 14: readiness (Python's engine/control_status.py). */
+    /** Section 14: readiness (Python's engine/control/status.py). */
     static final class ControlStatus {
         private ControlStatus() {}
 

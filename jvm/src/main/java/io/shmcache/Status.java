@@ -22,7 +22,7 @@ import java.util.stream.Collectors;
  * Readiness and progress of a cache, from its control area alone (docs/segment-format.md
  * section 14): the fields of docs/reader-contract.md's status table, by the rule every
  * reader follows, with the same {@code reason} and {@code why} as the Python reader
- * (engine/control_status.py) and the Go reader. Ready means every partition of the topic
+ * (engine/control/status.py) and the Go reader. Ready means every partition of the topic
  * assigned here by the supervisor alive now and applied up to its target.
  *
  * <p>The control area is untrusted and live: every word is read as it stands, a word out of
