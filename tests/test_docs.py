@@ -96,12 +96,6 @@ def test_every_file_the_code_names_exists():
 
 LONGEST_BLOCK = 15  # lines: past this a paragraph is a wall; steps, a table or sections read better
 LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s")
-# Walls still to break up, by page and first line; test_the_wall_check_sees_walls fails once one
-# is no longer a wall, so the list only shrinks.
-WALLS_PENDING = {
-    ("docs/jvm.md", "From PySpark, `lookup(df, key_col, cache, decode=..., owner=...)` runs in the JVM"),
-    ("docs/jvm.md", "`engine=\"jvm\"` looks keys up a chunk at a time"),
-}
 
 
 def _blocks(text: str):
@@ -132,15 +126,13 @@ def _walls():
 def test_no_paragraph_is_a_wall():
     """No paragraph or list item of the README or docs/ runs over LONGEST_BLOCK lines: a
     long one is broken into steps, a table or sections of its own."""
-    walls = sorted(f"{page}:{line}: {size} lines" for page, line, size, first in _walls()
-                   if not any(page == p and first.startswith(f) for p, f in WALLS_PENDING))
+    walls = sorted(f"{page}:{line}: {size} lines" for page, line, size, _ in _walls())
     assert not walls, walls
 
 
 def test_the_wall_check_sees_walls():
     """The paragraph parser counts what a reader sees: a 16-line paragraph and a 16-line list
-    item are walls; code, tables and a list of short items are not; every pending wall is
-    still one."""
+    item are walls; code, tables and a list of short items are not."""
     para = "word\n" * 16
     item = "- first\n" + "  more\n" * 15
     short_items = "- one\n  two\n" * 16
@@ -150,6 +142,3 @@ def test_the_wall_check_sees_walls():
     assert max(sizes(para)) == 16 and max(sizes(item)) == 16
     assert max(sizes(short_items)) == 2 and sizes(fence) == [] and sizes(table) == []
     assert sizes("text\n" + fence + "text\n") == [1, 1]
-    pending = {(p, f) for p, f in WALLS_PENDING
-               if any(page == p and first.startswith(f) for page, _, _, first in _walls())}
-    assert pending == WALLS_PENDING, f"no longer walls, drop them: {WALLS_PENDING - pending}"
