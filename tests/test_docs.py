@@ -29,6 +29,7 @@ def _examples():
             yield pytest.param(m.group(2), id=f"{page.relative_to(REPO)}:{line}")
 
 
+@pytest.mark.slow  # a build: mkdocs renders every page and the API reference (~40 s)
 def test_the_site_builds_strict(tmp_path):
     mkdocs = Path(sys.executable).with_name("mkdocs")
     out = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],

@@ -93,7 +93,12 @@ def _one_line(code, out: str, err: str, fragments: list[str]) -> None:
     assert out == ""
 
 
-@pytest.mark.parametrize("argv, fragments", CASES, ids=[" ".join(a)[:40] for a, _ in CASES])
+def _id(argv: list[str]) -> str:
+    """A case's test id: the same in every process (pytest-xdist's workers collect apart)."""
+    return " ".join(argv).replace(NAME, "{name}")[:40]
+
+
+@pytest.mark.parametrize("argv, fragments", CASES, ids=[_id(a) for a, _ in CASES])
 def test_a_user_mistake_is_one_line_and_exit_2(cache, capsys, argv, fragments):
     try:
         code = cli.main([a.format(cache=cache) for a in argv])
@@ -106,7 +111,7 @@ def test_a_user_mistake_is_one_line_and_exit_2(cache, capsys, argv, fragments):
 OVER_SEGMENT = next(i for i, (argv, _) in enumerate(CASES) if "/dev/shm/{cache}" in argv)
 
 
-@pytest.mark.parametrize("i", [0, 3, OVER_SEGMENT, len(CASES) - 1], ids=lambda i: " ".join(CASES[i][0])[:40])
+@pytest.mark.parametrize("i", [0, 3, OVER_SEGMENT, len(CASES) - 1], ids=lambda i: _id(CASES[i][0]))
 def test_as_a_user_runs_it(cache, i):
     argv, fragments = CASES[i]
     res = _cli(*[a.format(cache=cache) for a in argv])
