@@ -1,8 +1,8 @@
 """Fixtures that run a real single-node Kafka broker (scripts/kafka) for every test
 directory that needs one: no Docker, no mocks. The broker is started once per session,
-bound to 127.0.0.1 only, and always stopped at the end. Also a fresh cache name, and the
-end-to-end helpers of tests/consumer (real supervisors, a topic's model, waits), which
-import as top-level modules from every tests folder.
+bound to 127.0.0.1 only, and always stopped at the end. Also a fresh cache name (and a
+factory of several), and the end-to-end helpers of tests/consumer (real supervisors, a
+topic's model, waits), which import as top-level modules from every tests folder.
 
 The markers (registered in pyproject.toml) are put on each test here, from what it uses,
 never by hand: `kafka` on a test whose fixtures reach the session broker or whose module
@@ -82,6 +82,25 @@ def cache_name():
     yield name
     if shmcache.exists(name):
         shmcache.destroy(name)
+
+
+@pytest.fixture
+def cache_names():
+    """Factory: cache_names(tag) -> a fresh cache name, unique to this process, for a test
+    that needs several; every cache so named is removed after the test, forced, so that
+    what a failed test left (a half-restored file, a cache marked in use) goes too."""
+    import shmcache
+
+    made: list[str] = []
+
+    def make(tag: str = "c") -> str:
+        made.append(f"t-{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        return made[-1]
+
+    yield make
+    for name in made:
+        if shmcache.exists(name):
+            shmcache.destroy(name, force=True)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -32,19 +31,6 @@ _AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGHUP, sig
 def _shmcache(*args: str) -> list[str]:
     return [sys.executable, "-c", _AS_FROM_A_TERMINAL, *args]
 
-
-@pytest.fixture
-def names():
-    made = []
-
-    def name(tag: str) -> str:
-        made.append(f"t-sig-{tag}-{uuid.uuid4().hex[:8]}")
-        return made[-1]
-
-    yield name
-    for n in made:
-        if shmcache.exists(n):
-            shmcache.destroy(n, force=True)
 
 
 def _until(cond, timeout: float, what: str):
@@ -79,10 +65,10 @@ def _restoring(name: str) -> bool:
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
-def test_a_restore_stopped_midway_removes_its_cache(names, tmp_path, sig):
+def test_a_restore_stopped_midway_removes_its_cache(cache_names, tmp_path, sig):
     """Stopped while it re-inserts 1.5M entries into a table of another size: the cache it
     made (there, named, half filled) is removed."""
-    src, dst = names("src"), names("dst")
+    src, dst = cache_names("src"), cache_names("dst")
     n = 1_500_000
     keys = np.random.default_rng(5).integers(0, 256, (n, 32), np.uint8)
     with shmcache.create(src, memory="512MiB") as w:
@@ -105,10 +91,10 @@ def test_a_restore_stopped_midway_removes_its_cache(names, tmp_path, sig):
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
-def test_a_snapshot_stopped_midway_removes_its_temporary_file(names, tmp_path, sig):
+def test_a_snapshot_stopped_midway_removes_its_temporary_file(cache_names, tmp_path, sig):
     """A paced snapshot (1 MiB/s) stopped while it writes: its PATH.<hex>.tmp is removed and
     the previous snapshot at PATH is untouched."""
-    name = names("snap")
+    name = cache_names("snap")
     path = tmp_path / "s.snap"
     with shmcache.create(name, memory="40MiB") as w:
         w.set_many([i.to_bytes(32, "big") for i in range(20_000)], [b"v" * 100] * 20_000)
@@ -130,9 +116,9 @@ def test_a_snapshot_stopped_midway_removes_its_temporary_file(names, tmp_path, s
     assert path.read_bytes() == before
 
 
-def test_a_signal_ignored_at_start_stays_ignored(names, tmp_path):
+def test_a_signal_ignored_at_start_stays_ignored(cache_names, tmp_path):
     """Under nohup (SIGHUP ignored when the command starts) a hangup does not stop it."""
-    name = names("nohup")
+    name = cache_names("nohup")
     path = tmp_path / "s.snap"
     with shmcache.create(name, memory="40MiB") as w:
         w.set_many([i.to_bytes(32, "big") for i in range(20_000)], [b"v" * 100] * 20_000)

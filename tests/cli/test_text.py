@@ -6,7 +6,6 @@ topic and path. `evil[/]` made `shmcache status` die with a MarkupError tracebac
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,22 +23,9 @@ def _cli(*args) -> subprocess.CompletedProcess:
                           timeout=60, env=ENV)
 
 
-@pytest.fixture
-def names():
-    made = []
 
-    def name(tag: str) -> str:
-        made.append(f"t-text-{tag}-{uuid.uuid4().hex[:8]}")
-        return made[-1]
-
-    yield name
-    for n in made:
-        if shmcache.exists(n):
-            shmcache.destroy(n, force=True)
-
-
-def test_status_prints_group_members_and_topic_as_text(names):
-    name = names("status")
+def test_status_prints_group_members_and_topic_as_text(cache_names):
+    name = cache_names("status")
     with shmcache.create(name, memory="64MiB") as w:
         assert w.control.claim_supervisor() == 0  # this process publishes as a supervisor
         w.control.set_topic("tx[/]", 4)
@@ -56,8 +42,8 @@ def test_status_prints_group_members_and_topic_as_text(names):
     assert "'tx[/]'" in p.stdout and "\x1b]8;" not in p.stdout  # no hyperlink escape
 
 
-def test_snapshot_and_restore_print_topic_and_path_as_text(names, tmp_path):
-    src, dst = names("snap"), names("restore")
+def test_snapshot_and_restore_print_topic_and_path_as_text(cache_names, tmp_path):
+    src, dst = cache_names("snap"), cache_names("restore")
     path = tmp_path / "a[bold]b[link=x]c.snap"
     with shmcache.create(src, memory="64MiB") as w:
         w.control.set_topic("evil[/]", 1)

@@ -6,7 +6,6 @@ written before it (v1, v2, kv, none) read and restore as they did."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 from pathlib import Path
 
@@ -28,19 +27,6 @@ def test_the_codes_written_before_keep_their_meaning():
     assert {f: C.WIRE_FORMATS.index(f) + 1 for f in C.WIRE_FORMATS} == {k: v for k, v in CODES.items() if k}
 
 
-@pytest.fixture
-def names():
-    made = []
-
-    def name(tag: str) -> str:
-        made.append(f"t-wfmt-{tag}-{os.getpid()}")
-        return made[-1]
-
-    yield name
-    for n in made:
-        if shmcache.exists(n):
-            shmcache.destroy(n)
-
 
 def _snapshot_of(name: str, path: Path, code: int) -> S.SnapshotInfo:
     with shmcache.create(name, memory="40MiB") as w:
@@ -50,10 +36,10 @@ def _snapshot_of(name: str, path: Path, code: int) -> S.SnapshotInfo:
         return S.write(w, path)
 
 
-def test_a_proto_caches_snapshot_restores_as_proto(names, tmp_path):
-    info = _snapshot_of(names("src"), tmp_path / "proto.snap", CODES["proto"])
+def test_a_proto_caches_snapshot_restores_as_proto(cache_names, tmp_path):
+    info = _snapshot_of(cache_names("src"), tmp_path / "proto.snap", CODES["proto"])
     assert info.wire_format == "proto" and S.read_header(info.path).wire_format == "proto"
-    back = names("back")
+    back = cache_names("back")
     S.restore(info.path, back, wire_format="proto")
     with shmcache.attach(back) as r:
         assert r.get_many([(7).to_bytes(32, "big")]) == [b"v" * 70]
@@ -61,7 +47,7 @@ def test_a_proto_caches_snapshot_restores_as_proto(names, tmp_path):
         assert w.control.word(C.H_WIRE_FORMAT) == CODES["proto"]
         assert S.write(w, tmp_path / "again.snap").wire_format == "proto"
     with pytest.raises(SnapshotMismatchError, match="wire format 'proto'; this cache's wire format is 'v1'"):
-        S.restore(info.path, names("wrong"), wire_format="v1")
+        S.restore(info.path, cache_names("wrong"), wire_format="v1")
 
 
 def _rewrite(src: Path, dst: Path, wire_format: str) -> Path:
@@ -76,19 +62,19 @@ def _rewrite(src: Path, dst: Path, wire_format: str) -> Path:
 
 
 @pytest.mark.parametrize("fmt", ["", "v1", "v2", "kv"], ids=lambda f: f or "none")
-def test_a_snapshot_of_an_earlier_format_reads_and_restores_as_before(names, tmp_path, fmt):
-    src = _snapshot_of(names("src"), tmp_path / "src.snap", 0)
+def test_a_snapshot_of_an_earlier_format_reads_and_restores_as_before(cache_names, tmp_path, fmt):
+    src = _snapshot_of(cache_names("src"), tmp_path / "src.snap", 0)
     path = _rewrite(Path(src.path), tmp_path / f"{fmt or 'none'}.snap", fmt)
     assert S.read_header(path).wire_format == fmt
-    back = names("back")
+    back = cache_names("back")
     S.restore(path, back, wire_format=fmt or None)
     with open_writer(back) as w:
         assert w.control.word(C.H_WIRE_FORMAT) == CODES[fmt]
         assert S.write(w, tmp_path / "again.snap").wire_format == fmt
 
 
-def test_a_name_no_shmcache_wrote_is_still_corrupt(names, tmp_path):
-    src = _snapshot_of(names("src"), tmp_path / "src.snap", 0)
+def test_a_name_no_shmcache_wrote_is_still_corrupt(cache_names, tmp_path):
+    src = _snapshot_of(cache_names("src"), tmp_path / "src.snap", 0)
     path = _rewrite(Path(src.path), tmp_path / "v3.snap", "v3")
     with pytest.raises(SnapshotCorruptError, match="header field wire_format is"):
         S.read_header(path)

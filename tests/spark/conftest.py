@@ -6,7 +6,6 @@ session's one, from tests/conftest.py.
 
 import os
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -41,25 +40,6 @@ def spark():
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture
-def cache_names():
-    """Factory of unique cache names; every cache so named is destroyed after the test
-    (destroy() also removes the readers' companion segment)."""
-    names: list[str] = []
-
-    def make(tag: str = "c") -> str:
-        name = f"t-spark-{tag}-{uuid.uuid4().hex[:10]}"
-        names.append(name)
-        return name
-
-    yield make
-    for name in names:
-        try:
-            shmcache.destroy(name)
-        except FileNotFoundError:
-            pass
 
 
 @pytest.fixture(scope="session")
