@@ -50,11 +50,13 @@ JDK17, JDK25 = find_jdk("17"), find_jdk("25")
 JVM_WARNING = re.compile(r"^WARNING: (?!shmcache: )|VM warning", re.M)
 
 
-def mvn(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """`mvn -q -B -o ARGS` in jvm/ on the build JDK, online once if offline lacks something (a fresh ~/.m2)."""
+def mvn(build: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """`mvn -q -B -o ARGS` in jvm/ on the build JDK, online once if offline lacks something (a fresh ~/.m2).
+    Its output goes to `build` (the pom's shmcache.build.dir), never jvm/target: that is scripts/setup's
+    jar, which the Spark tests and the conformance suite load while this runs beside them."""
     env = {**os.environ, **({"JAVA_HOME": BUILD_JDK} if BUILD_JDK else {})}
-    run = lambda *flags: subprocess.run([MVN, "-q", "-B", *flags, *args], cwd=JVM_DIR, capture_output=True,
-                                        text=True, timeout=timeout, env=env)
+    run = lambda *flags: subprocess.run([MVN, "-q", "-B", *flags, f"-Dshmcache.build.dir={build}", *args],
+                                        cwd=JVM_DIR, capture_output=True, text=True, timeout=timeout, env=env)
     p = run("-o")
     if p.returncode != 0 and "offline" in p.stdout + p.stderr:
         p = run()
@@ -66,27 +68,33 @@ BASE_TESTS = ("AccessTest", "GoldenTest", "FaultTest", "OwnerTest", "LayoutTest"
 SPARK_TESTS = ("spark.TxMetaTest",)
 
 
-def _reports(leg: str) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Path:
+    """This module's Maven build directory (the pom's shmcache.build.dir)."""
+    return tmp_path_factory.mktemp("jvm-target")
+
+
+def _reports(build: Path, leg: str) -> dict[str, str]:
     """A Surefire leg's reports: test class -> the java.specification.version it ran on."""
     out = {}
-    for r in (JVM_DIR / "target" / "surefire-reports" / leg).glob("TEST-*.xml"):
+    for r in (build / "surefire-reports" / leg).glob("TEST-*.xml"):
         m = re.search(r'name="java.specification.version" value="([^"]+)"', r.read_text())
         out[r.name[len("TEST-io.shmcache."):-len(".xml")]] = m.group(1) if m else "?"
     return out
 
 
-def test_junit_tests_of_the_java_reader_on_jdk_17_and_25():
+def test_junit_tests_of_the_java_reader_on_jdk_17_and_25(build):
     assert JDK17, "no JDK 17 is installed (jvm/find-jdk 17): the executors' JDK the reader is built for"
-    shutil.rmtree(JVM_DIR / "target" / "surefire-reports", ignore_errors=True)  # this run's reports only
+    shutil.rmtree(build / "surefire-reports", ignore_errors=True)  # this run's reports only
     legs = [f"-Dshmcache.test.jdk17={JDK17}"] + ([f"-Dshmcache.test.jdk25={JDK25}"] if JDK25 and BUILD_JDK else [])
-    p = mvn("package", *legs)
-    assert p.returncode == 0, f"mvn package failed in jvm/ (reports in jvm/target/surefire-reports):\n{p.stdout}\n{p.stderr}"
-    assert _reports("jdk17") == {t: "17" for t in BASE_TESTS + SPARK_TESTS}
+    p = mvn(build, "package", *legs)
+    assert p.returncode == 0, f"mvn package failed in jvm/ (reports in {build}/surefire-reports):\n{p.stdout}\n{p.stderr}"
+    assert _reports(build, "jdk17") == {t: "17" for t in BASE_TESTS + SPARK_TESTS}
     if not legs[1:]:
         pytest.skip("the JDK 25 leg: no JDK 25 (jvm/find-jdk 25), or no JDK 22+ to build the jar's JDK 22+ classes")
-    assert _reports("jdk25") == {t: "25" for t in BASE_TESTS}, "the reader's tests, Unsafe denied"
-    assert _reports("jdk25-spark") == {t: "25" for t in SPARK_TESTS}, "the Spark decoder's, with Spark's flags"
-    for out in (JVM_DIR / "target" / "surefire-reports").glob("jdk25*/*-output.txt"):
+    assert _reports(build, "jdk25") == {t: "25" for t in BASE_TESTS}, "the reader's tests, Unsafe denied"
+    assert _reports(build, "jdk25-spark") == {t: "25" for t in SPARK_TESTS}, "the Spark decoder's, with Spark's flags"
+    for out in (build / "surefire-reports").glob("jdk25*/*-output.txt"):
         assert not JVM_WARNING.search(out.read_text()), f"the JVM warned on JDK 25 ({out.name}):\n{out.read_text()}"
     assert not list(JVM_DIR.glob("hs_err_pid*.log")), "a JVM died in the tests"
 
@@ -97,11 +105,11 @@ def _version() -> str:
 
 
 @pytest.fixture(scope="module")
-def jar() -> Path:
+def jar(build) -> Path:
     """The runnable jar, built as scripts/setup builds it."""
-    p = mvn("package", "-DskipTests", timeout=900)
+    p = mvn(build, "package", "-DskipTests", timeout=900)
     assert p.returncode == 0, f"mvn package failed in jvm/:\n{p.stdout}\n{p.stderr}"
-    return JVM_DIR / "target" / f"shmcache-jvm-{_version()}.jar"
+    return build / f"shmcache-jvm-{_version()}.jar"
 
 
 def test_the_jar_is_multi_release_and_names_what_java_dash_jar_needs(jar):
