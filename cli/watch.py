@@ -55,15 +55,15 @@ def run(a) -> int:
     start = time.monotonic()
     last = None
     try:
-        while True:
+        while True:  # one lookup at least, however short SECONDS: the first outcome is always told
             now = time.monotonic() - start
-            if now >= seconds:
-                return 0
             what, detail = outcome(followed, key)
             same = (what, detail.split(":")[0] if what == "error" else detail)  # an error's kind, not its words
             if same != last:
                 last = same
                 print(f"{now:.3f} {what}" + (f" {detail}" if detail else ""), flush=True)
+            if time.monotonic() - start >= seconds:
+                return 0
             time.sleep(PACE_S)
     finally:
         followed.close()

@@ -238,11 +238,8 @@ func watch(c *command, out io.Writer) *exit {
 		}
 	}()
 	last := ""
-	for {
+	for { // one lookup at least, however short SECONDS: the first outcome is always told
 		elapsed := time.Since(start).Seconds()
-		if elapsed >= limit {
-			return nil
-		}
 		var line, same string
 		if r == nil {
 			r, err = c.attach()
@@ -268,6 +265,9 @@ func watch(c *command, out io.Writer) *exit {
 		if same != last {
 			last = same
 			fmt.Fprintf(out, "%.3f %s\n", elapsed, line)
+		}
+		if time.Since(start).Seconds() >= limit {
+			return nil
 		}
 		time.Sleep(watchPace)
 	}
@@ -352,7 +352,39 @@ func waitReady(c *command, out io.Writer) *exit {
 	}
 }
 
+// helpText is what --help prints: the usage, a command a line.
+const helpText = `usage: shmcache-go COMMAND [OPTIONS] NAME ...
+
+Reads a shmcache cache with the Go reader (the readers' contract: docs/reader-contract.md).
+
+  get [--owner USER] [--decode txmeta] NAME HEXKEY...   a line a key: the value in hex, its decode, or -
+  watch [--owner USER] NAME HEXKEY SECONDS              a line each time the outcome changes
+  stats [--owner USER] [--json] NAME                    the stats, one JSON object
+  status [--owner USER] [--json] NAME                   readiness, one JSON object
+  wait-ready [--owner USER] [--timeout S] NAME          exit 0 once ready, 1 at the timeout
+
+Exit status: 0, 1 (get: a key missed; wait-ready: not ready in time), 2 (an error, one line
+on stderr: shmcache-go: KIND: message).
+`
+
+// isHelp reports whether argv asks for the usage: --help, -h or help, alone or after a command.
+func isHelp(argv []string) bool {
+	for _, a := range argv {
+		if a == "--" {
+			return false
+		}
+		if a == "--help" || a == "-h" {
+			return true
+		}
+	}
+	return len(argv) == 1 && argv[0] == "help"
+}
+
 func run(argv []string, out io.Writer) *exit {
+	if isHelp(argv) {
+		fmt.Fprint(out, helpText)
+		return nil
+	}
 	c, bad := parse(argv)
 	if bad != nil {
 		return bad

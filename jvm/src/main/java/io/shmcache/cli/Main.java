@@ -71,7 +71,40 @@ public final class Main {
     /** The parsed command line: the command, its options and its positional arguments. */
     private record Args(String command, String owner, boolean json, String timeout, String decode, List<String> rest) {}
 
+    /** What --help prints: the usage, a command a line. */
+    static final String HELP = String.join("\n",
+            "usage: java -jar shmcache-jvm-<version>.jar COMMAND [OPTIONS] NAME ...",
+            "",
+            "Reads a shmcache cache with the JVM reader (the readers' contract: docs/reader-contract.md).",
+            "",
+            "  get [--owner USER] [--decode txmeta] NAME HEXKEY...   a line a key: the value in hex, its decode, or -",
+            "  watch [--owner USER] NAME HEXKEY SECONDS              a line each time the outcome changes",
+            "  stats [--owner USER] [--json] NAME                    the stats, one JSON object",
+            "  status [--owner USER] [--json] NAME                   readiness, one JSON object",
+            "  wait-ready [--owner USER] [--timeout S] NAME          exit 0 once ready, 1 at the timeout",
+            "",
+            "Exit status: 0, 1 (get: a key missed; wait-ready: not ready in time), 2 (an error, one line",
+            "on stderr: shmcache-jvm: KIND: message).",
+            "");
+
+    /** Whether argv asks for the usage: --help, -h or help, alone or after a command (not after --). */
+    static boolean isHelp(String[] argv) {
+        for (String a : argv) {
+            if (a.equals("--")) {
+                return false;
+            }
+            if (a.equals("--help") || a.equals("-h")) {
+                return true;
+            }
+        }
+        return argv.length == 1 && argv[0].equals("help");
+    }
+
     static int run(String[] argv, PrintStream out) {
+        if (isHelp(argv)) {
+            out.print(HELP);
+            return 0;
+        }
         Args a = parse(argv);
         Owner owner = a.owner == null ? null : Owner.of(a.rest.isEmpty() ? "?" : a.rest.get(0), a.owner);
         return switch (a.command) {
@@ -206,11 +239,8 @@ public final class Main {
         long start = System.nanoTime();
         String last = null;
         try (Segment seg = Segment.follow(a.rest.get(0), owner)) {
-            while (true) {
+            while (true) { // one lookup at least, however short SECONDS: the first outcome is always told
                 double now = (System.nanoTime() - start) / 1e9;
-                if (now >= seconds) {
-                    return 0;
-                }
                 String what, same;
                 try {
                     byte[] v = seg.get(key);
@@ -224,6 +254,9 @@ public final class Main {
                     last = same;
                     out.println(String.format(Locale.ROOT, "%.3f", now) + " " + what);
                     out.flush();
+                }
+                if ((System.nanoTime() - start) / 1e9 >= seconds) {
+                    return 0;
                 }
                 try {
                     Thread.sleep((long) (WATCH_PACE_S * 1000));
