@@ -461,3 +461,22 @@ func TestWaitReady(t *testing.T) {
 		t.Fatalf("wait-ready: %v", err)
 	}
 }
+
+// TestHelpPrintsTheUsage: --help, -h and help, alone or after a command, print every
+// command's usage on stdout and exit 0; an option after `--` is an argument, not a request.
+func TestHelpPrintsTheUsage(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"get", "--help"}, {"status", "-h", "x"}} {
+		out, errs, code := shmcacheGo(t, args...)
+		if code != 0 || errs != "" || !strings.HasPrefix(out, "usage: shmcache-go") {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+		for _, command := range []string{"get", "watch", "stats", "status", "wait-ready"} {
+			if !strings.Contains(out, "\n  "+command+" ") {
+				t.Errorf("%v: the usage lacks %s:\n%s", args, command, out)
+			}
+		}
+	}
+	if _, errs, code := shmcacheGo(t, "get", "--", "--help"); code != 2 || !strings.Contains(errs, "bad-argument") {
+		t.Errorf("get -- --help: exit %d, stderr %q (a name, not a request for help)", code, errs)
+	}
+}

@@ -53,6 +53,22 @@ class CliTest {
         assertEquals("", r.out());
     }
 
+    /** --help, -h and help, alone or after a command, print every command's usage and exit 0; after -- it is a name. */
+    @Test
+    void helpPrintsTheUsageAndExitsZero() throws Exception {
+        for (String[] args : List.of(new String[] {"--help"}, new String[] {"-h"}, new String[] {"help"},
+                new String[] {"get", "--help"}, new String[] {"status", "-h", "x"})) {
+            Child.Result r = Child.run(args);
+            assertEquals(0, r.exit(), r.toString());
+            assertEquals("", r.err());
+            assertTrue(r.out().startsWith("usage: java -jar shmcache-jvm"), r.out());
+            for (String command : List.of("get", "watch", "stats", "status", "wait-ready")) {
+                assertTrue(r.out().contains("\n  " + command + " "), command + " in " + r.out());
+            }
+        }
+        assertError(Child.run("get", "--", "--help"), "bad-argument");
+    }
+
     @Test
     void getPrintsALineAKeyAndExitsZeroOneOrTwo() throws Exception {
         String name = shm.name("get");
