@@ -16,6 +16,7 @@ command as Ctrl-C does, by a KeyboardInterrupt, so what it made is removed on th
 (a half-restored cache, a snapshot's temporary file, the demo's cache, topic and
 processes); killed by their default action it was left. One line, exit 128 + the signal.
 A signal ignored when the command started (nohup) stays ignored. `run` has its own.
+A stdout closed by its reader (`| head -c 1`) ends a command quietly, exit 128 + SIGPIPE.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import signal
 import sys
 
@@ -73,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     stopped = _stop_on(signal.SIGTERM, signal.SIGHUP) if a.command != "run" else [0]
     try:
-        return a.fn(a)
+        code = a.fn(a)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except (shmcache.ShmcacheError, ValueError, OSError) as e:
         kind = f"{error_kind(e)}: " if a.command in CONTRACT else ""  # docs/reader-contract.md
         print(f"shmcache: {kind}{e}", file=sys.stderr)
@@ -88,6 +94,16 @@ def main(argv: list[str] | None = None) -> int:
             print(e.code, file=sys.stderr)
             return 2
         raise
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (`| head`): a quiet exit, as a command killed by SIGPIPE
+    would have made, 128 + SIGPIPE. stdout is pointed at /dev/null first, so that the
+    interpreter's last flush of what is still buffered finds no closed pipe either."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def _stop_on(*sigs: int) -> list[int]:

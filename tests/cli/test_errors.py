@@ -126,3 +126,20 @@ def nothing_left():
     for p in left:
         os.unlink(p)
     assert not left, f"left behind: {left}"
+
+
+@pytest.mark.parametrize("argv", [["status", "--json", "{cache}"], ["stats", "--json", "{cache}"], ["list"],
+                                  ["get", "{cache}", "00" * 32]])
+def test_a_closed_pipe_is_a_quiet_exit(cache, argv):
+    """`shmcache status --json NAME | head -c 1`, at its hardest: the reader of stdout is gone
+    before the command writes its first byte. Nothing on stderr, exit 128 + SIGPIPE, as a
+    command killed by SIGPIPE would."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        p = subprocess.run([sys.executable, "-m", "shmcache", *(a.format(cache=cache) for a in argv)],
+                           stdout=write, stderr=subprocess.PIPE, text=True, timeout=90, cwd=REPO,
+                           env={**os.environ, "CI": "true"})
+    finally:
+        os.close(write)
+    assert (p.returncode, p.stderr) == (128 + 13, ""), p
