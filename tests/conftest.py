@@ -16,6 +16,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,63 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         for name in sorted(_marks(item)):
             item.add_marker(getattr(pytest.mark, name))
+    # the longest groups first (pytest-xdist hands groups out in this order), stable otherwise
+    items.sort(key=lambda item: -_GROUP_WEIGHT.get(group_of(item.nodeid), 0))
+
+
+# Running in parallel (scripts/test: pytest-xdist, `--dist loadfile`), a group of tests runs on
+# one worker, in order: a test file, so that its tests share its fixtures and run one at a
+# time, as some must (tests/consumer/test_warm.py moves the install's warm-up marker away and
+# back); the files that use the session's Spark, one group, so that one worker starts one Spark.
+SPARK_SESSION_FILES = {f"tests/spark/{f}.py" for f in ("test_jvm_lookup", "test_lookup", "test_pipeline",
+                                                        "test_publish_broker", "test_streaming")}
+# The groups that take longest (seconds of one run on 2 cores, three workers, 2026-11-29), started
+# first so that none of them starts last and leaves the other workers idle; a group not named
+# here is short. Only the order of the run depends on these figures, never what runs.
+_GROUP_WEIGHT = {
+    "tests/conformance/test_conformance.py": 630, "tests/spark (the session's Spark)": 750,
+    "tests/test_jvm_reader.py": 340, "tests/consumer/supervisor/test_broker_frozen_assign.py": 260,
+    "tests/spark/test_cluster.py": 250, "tests/test_go_reader.py": 190, "bench/test_cluster.py": 175,
+    "tests/test_docs.py": 170, "bench/test_jvm_paths.py": 160, "bench/test_consume.py": 150,
+    "tests/spark/test_java25.py": 150, "tests/consumer/test_pipeline_rebalance.py": 135,
+    "tests/consumer/supervisor/test_snapshots.py": 130, "tests/faults/test_faults.py": 130,
+    "tests/consumer/supervisor/test_broker_outage.py": 110,
+}
+
+
+def group_of(nodeid: str) -> str:
+    """The group of the test with this node id: its file, or the Spark session's group."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/spark (the session's Spark)" if path in SPARK_SESSION_FILES else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, by group_of's groups rather than by file alone, in the order collected."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    config.option.loadscopereorder = False  # the collected order: the longest first
+    return GroupScheduling(config, log)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """scripts/test's run tells its own duration, setup included, and whether it kept to its
+    budget (SHMCACHE_TEST_STARTED and SHMCACHE_TEST_BUDGET, set by scripts/test)."""
+    started = os.environ.get("SHMCACHE_TEST_STARTED")
+    if not started or hasattr(config, "workerinput"):
+        return
+    took = time.time() - float(started)
+    line = f"scripts/test: setup and tests took {int(took // 60)} min {int(took % 60)} s"
+    budget = float(os.environ.get("SHMCACHE_TEST_BUDGET") or 0)
+    if budget:
+        line += (f", within its budget of {budget / 60:g} min" if took <= budget
+                 else f", OVER its budget of {budget / 60:g} min: find what grew (--durations=30)")
+    terminalreporter.write_line(line)
 
 
 # The first run on a fresh machine fetches ~45 MB of jars with Maven.
