@@ -40,4 +40,6 @@ class ProgressLine:
         now = time.monotonic()
         if now - self.last >= PLAIN_S:
             self.last = now
-            self.console.print(plain())
+            # one line whatever its length (a console without a terminal is 80 columns wide),
+            # its text as it is (no markup, no highlighting)
+            self.console.print(plain(), soft_wrap=True, markup=False, highlight=False)

@@ -55,3 +55,23 @@ def test_snapshot_and_restore_print_topic_and_path_as_text(cache_names, tmp_path
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     out = p.stdout.replace("\n", "")
     assert str(path) in out and "topic 'evil[/]'" in out, p.stdout
+
+
+def test_a_plain_progress_line_is_one_line_as_typed_however_long(monkeypatch):
+    """Without a terminal (a log, CI: 80 columns) a progress line of any length is one line, its
+    text as typed: rich wrapped a long one across two lines and a blank one (a produce run's
+    last line, longer on a slow host's figures)."""
+    import io
+
+    from rich.console import Console
+
+    from shmcache.cli import progress
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False)  # 80 columns, as in CI
+    assert not console.is_terminal and console.width == 80
+    line = "producing to " + "t" * 40 + ": 5,000/5,000 entries, 3,293/s, 20/20 messages acknowledged " + EVIL[0] + EVIL[1]
+    monkeypatch.setattr(progress, "PLAIN_S", 0.0)
+    with progress.ProgressLine(console, (), 10) as p:
+        p.update(lambda: line)
+    assert out.getvalue() == line + "\n"
