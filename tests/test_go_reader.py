@@ -87,3 +87,35 @@ def test_go_benchmark_smoke():
                     reason="no C compiler: go test -race needs cgo")
 def test_python_writer_under_go_readers_with_the_race_detector():
     _go("test", "-count=1", "-race", "-run", "PythonWriter|Reattach|Follow|CompanionCutShort", ".", cgo=True)
+
+
+def _build_blocks(page: Path) -> list[list[str]]:
+    """The indented code blocks of a docs page that build a Go command, each as its lines."""
+    blocks, block = [], []
+    for line in page.read_text().splitlines() + [""]:
+        if line.startswith("    "):
+            block.append(line[4:])
+        elif block:
+            blocks += [block] if any(ln.startswith("go build") for ln in block) else []
+            block = []
+    return blocks
+
+
+@pytest.mark.parametrize("page", ["go.md", "teranode.md"])
+def test_the_docs_build_commands_work_as_written_from_the_repositorys_root(tmp_path, page):
+    """Each page's build lines (`cd go`, `go build ...`), run from the root of a copy of the
+    repository's go/ as the page says, build the command; the binary answers --help."""
+    blocks = _build_blocks(GO_DIR.parent / "docs" / page)
+    assert blocks, f"docs/{page} shows no `go build`"
+    shutil.copytree(GO_DIR, tmp_path / "go", ignore=shutil.ignore_patterns("testdata", "bench"))
+    for block in blocks:
+        steps = [ln for ln in block if ln.startswith(("cd ", "go build"))]
+        script = " && ".join(steps)
+        env = {**os.environ, "CGO_ENABLED": "0", "GOPROXY": "off"}  # the module cache scripts/setup filled
+        p = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, f"docs/{page}: `{script}` failed from the root:\n{p.stdout}\n{p.stderr}"
+        built = [ln.split()[ln.split().index("-o") + 1] for ln in steps if ln.startswith("go build")]
+        where = tmp_path / "go" if "cd go" in steps else tmp_path
+        for binary in built:
+            h = subprocess.run([str(where / binary), "--help"], capture_output=True, text=True, timeout=30)
+            assert h.returncode == 0 and "usage" in (h.stdout + h.stderr).lower(), (page, binary, h)
