@@ -33,7 +33,7 @@ def _examples():
 def test_the_site_builds_strict(tmp_path):
     mkdocs = Path(sys.executable).with_name("mkdocs")
     out = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+                         cwd=REPO, capture_output=True, text=True, timeout=900)  # a hang guard: ~40 s of CPU, minutes on a loaded host
     assert out.returncode == 0, (out.stdout + out.stderr)[-5000:]
     assert (tmp_path / "site" / "index.html").exists()
 
@@ -143,3 +143,31 @@ def test_the_wall_check_sees_walls():
     assert max(sizes(para)) == 16 and max(sizes(item)) == 16
     assert max(sizes(short_items)) == 2 and sizes(fence) == [] and sizes(table) == []
     assert sizes("text\n" + fence + "text\n") == [1, 1]
+
+
+def _nav_section(title: str) -> list[str]:
+    """The pages of one section of mkdocs.yml's nav, by their file names."""
+    nav = (REPO / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
+    section = re.search(rf"^  - {re.escape(title)}:\n((?:      - .*\n)+)", nav, re.M)
+    assert section, f"mkdocs.yml's nav has no section {title!r}"
+    return re.findall(r":\s*(\S+\.md)$", section.group(1), re.M)
+
+
+def test_every_use_it_page_ends_with_where_to_go_next():
+    """A reader who finishes a page of "Use it" is told where to go: its last section is
+    "Next", a list of links to other pages."""
+    pages = _nav_section("Use it")
+    assert len(pages) >= 6, pages
+    for page in pages:
+        text = (REPO / "docs" / page).read_text()
+        last = text.rsplit("\n## ", 1)[-1]
+        assert last.startswith("Next\n"), f"docs/{page}: its last section is {last.splitlines()[0]!r}, not Next"
+        assert re.findall(r"\]\([a-z-]+\.md(?:#[a-z0-9-]+)?\)", last), f"docs/{page}: its Next links nowhere"
+
+
+def test_every_symptom_of_troubleshooting_links_to_its_section():
+    rows = [ln for ln in (REPO / "docs" / "troubleshooting.md").read_text().splitlines()
+            if ln.startswith("| ") and not ln.startswith(("| what you see", "| ---"))]
+    assert len(rows) >= 9, rows
+    for row in rows:
+        assert re.search(r"\]\([a-z-]+\.md(#[a-z0-9-]+)?\) \|$", row), f"no link to read on: {row[:60]}"
