@@ -29,7 +29,7 @@ from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 from shmcache import snapshots as S
-from shmcache.snapshots.format import HEAD
+from shmcache.snapshots.format import FORMAT_VERSION, HEAD, MAGIC
 from shmcache.errors import SnapshotCorruptError, SnapshotError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def good(tmp_path_factory) -> tuple[dict, bytes, Path]:
 
 def _craft(path: Path, raw: bytes, rest: bytes) -> Path:
     """A snapshot file with header text `raw` under a checksum that holds, then the good chunks."""
-    path.write_bytes(HEAD.pack(b"SHMSNAP1", 1, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw))
+    path.write_bytes(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw))
                      + rest)
     return path
 

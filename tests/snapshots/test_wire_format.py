@@ -15,7 +15,7 @@ import xxhash
 import shmcache
 from shmcache.engine.control import layout as C
 from shmcache import snapshots as S
-from shmcache.snapshots.format import HEAD
+from shmcache.snapshots.format import FORMAT_VERSION, HEAD, MAGIC
 from shmcache.engine.table import open_writer
 from shmcache.errors import SnapshotCorruptError, SnapshotMismatchError
 
@@ -56,7 +56,7 @@ def _rewrite(src: Path, dst: Path, wire_format: str) -> Path:
     _, _, n = HEAD.unpack_from(data)
     head = json.loads(data[HEAD.size:HEAD.size + n])
     raw = json.dumps({**head, "wire_format": wire_format}, separators=(",", ":")).encode()
-    dst.write_bytes(HEAD.pack(b"SHMSNAP1", 1, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw))
+    dst.write_bytes(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw))
                     + data[HEAD.size + n + 8:])
     return dst
 

@@ -24,6 +24,7 @@ from shmcache.engine.control import layout as C
 from shmcache.snapshots import writing as snapshot_io
 from shmcache import snapshots as S
 from shmcache.errors import SnapshotCorruptError
+from shmcache.snapshots.format import HEAD, MAGIC
 
 from _supervisors import harness  # noqa: F401
 from _topic_model import KafkaProbe, Model, check_table, produce_and_wait
@@ -89,12 +90,12 @@ def test_snapshot_of_a_live_cache_restores_and_replays_to_the_model(harness, kaf
 def _rewrite_topic(src, dst, topic: str) -> None:
     """A whole, valid snapshot of another topic: the header's topic changed, its checksum made anew."""
     data = open(src, "rb").read()
-    n = struct.unpack_from("<I", data, 12)[0]
-    head = json.loads(data[16:16 + n])
+    magic, version, n = HEAD.unpack_from(data)
+    head = json.loads(data[HEAD.size:HEAD.size + n])
     head["topic"] = topic
     raw = json.dumps(head, separators=(",", ":")).encode()
-    out = data[:12] + struct.pack("<I", len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw))
-    open(dst, "wb").write(out + data[16 + n + 8:])
+    out = HEAD.pack(magic, version, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw))
+    open(dst, "wb").write(out + data[HEAD.size + n + 8:])
 
 
 def _fill_stop_remove(h, name: str, topic: str, group: str, model, batches: int, args) -> list[int]:
@@ -320,7 +321,7 @@ def test_a_snapshot_that_cannot_be_written_is_counted_and_raises_nothing(tmp_pat
     if where == "a full disk":
         snaps = small_fs(64 << 10)
         previous = policy.path_for(snaps, name, 1)
-        previous.write_bytes(b"SHMSNAP1 an older one")
+        previous.write_bytes(MAGIC + b" an older one")
     else:
         (tmp_path / "afile").write_text("a file\n")
         snaps = tmp_path / "afile" if where == "a file" else tmp_path / "afile" / "snaps"
