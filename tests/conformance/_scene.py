@@ -124,12 +124,15 @@ class Scene:
         return os.stat(self.path).st_blocks * 512
 
     def install(self, data: bytes | bytearray, path: Path | None = None) -> None:
-        """A segment image at the name (or at path), mode 0600."""
-        fd = os.open(path or self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        """A segment image at the name (or at path), mode 0600, whole when it appears there: written
+        under a temporary name and renamed, as shmcache's create does (a wait-ready that attached
+        while a write at the name was half done read a cache cut short, `corrupt`)."""
+        at = path or self.path
+        assert not os.path.lexists(at), f"{at} is taken"
+        t = SHM / self._temp()
+        with os.fdopen(os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(data)  # every byte (os.write may write part)
+        os.rename(t, at)
 
     def txmeta_goldens(self, which: str) -> list[tuple[bytes, dict]]:
         """A cache at the name holding golden txmeta values (`which`: all, valid or malformed),
