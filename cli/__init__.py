@@ -29,6 +29,7 @@ import signal
 import sys
 
 import shmcache
+from shmcache.cli import stop
 from shmcache.cli.args import CONTRACT, ArgParser
 from shmcache.errors import error_kind
 
@@ -73,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
 
         forkserver.prestart()
     a = parser().parse_args(argv)
-    stopped = _stop_on(signal.SIGTERM, signal.SIGHUP) if a.command != "run" else [0]
+    if a.command != "run":  # run has its own
+        stop.install(signal.SIGTERM, signal.SIGHUP)
     try:
         code = a.fn(a)
+        stop.STOP.check()  # a stop whose KeyboardInterrupt a finalizer dropped: the command still says so
         sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
         return code
     except BrokenPipeError:
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shmcache: {kind}{e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        signum = stopped[0] or signal.SIGINT
+        signum = stop.STOP.signum or signal.SIGINT
         with contextlib.suppress(OSError):  # a terminal that closed takes no more lines
             print(f"shmcache: stopped by {signal.Signals(signum).name}", file=sys.stderr)
         return 128 + signum
@@ -104,18 +107,3 @@ def _closed_pipe() -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     return 128 + signal.SIGPIPE
-
-
-def _stop_on(*sigs: int) -> list[int]:
-    """From now on each of `sigs` raises KeyboardInterrupt in the main thread, as SIGINT does
-    (unless it is ignored, as under nohup); returns a list whose item is the first that came."""
-    first = [0]
-
-    def interrupt(signum, frame):
-        first[0] = first[0] or signum
-        raise KeyboardInterrupt
-
-    for sig in sigs:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, interrupt)
-    return first

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from shmcache.cli.stop import STOP
+
 PLAIN_S = 2.0
 
 
@@ -34,6 +36,7 @@ class ProgressLine:
             self.bar.stop()
 
     def update(self, plain: Callable[[], str], **kw) -> None:
+        STOP.check()  # a stop asked while a finalizer ran: raised again here, at a step of the work
         if self.bar is not None:
             self.bar.update(self.task, **kw)
             return
