@@ -69,11 +69,12 @@ def pytest_collection_modifyitems(config, items):
 # back); the files that use the session's Spark, one group, so that one worker starts one Spark.
 SPARK_SESSION_FILES = {f"tests/spark/{f}.py" for f in ("test_jvm_lookup", "test_lookup", "test_pipeline",
                                                         "test_publish_broker", "test_streaming")}
+SPARK_GROUP = "tests/spark (the session's Spark)"
 # The groups that take longest (seconds of one run on 2 cores, three workers, 2026-11-29), started
 # first so that none of them starts last and leaves the other workers idle; a group not named
 # here is short. Only the order of the run depends on these figures, never what runs.
 _GROUP_WEIGHT = {
-    "tests/conformance/test_conformance.py": 630, "tests/spark (the session's Spark)": 750,
+    "tests/conformance/test_conformance.py": 630, SPARK_GROUP: 750,
     "tests/test_jvm_reader.py": 340, "tests/consumer/supervisor/test_broker_frozen_assign.py": 260,
     "tests/spark/test_cluster.py": 250, "tests/test_go_reader.py": 190, "bench/test_cluster.py": 175,
     "tests/test_docs.py": 170, "bench/test_jvm_paths.py": 160, "bench/test_consume.py": 150,
@@ -86,7 +87,7 @@ _GROUP_WEIGHT = {
 def group_of(nodeid: str) -> str:
     """The group of the test with this node id: its file, or the Spark session's group."""
     path = nodeid.split("::", 1)[0]
-    return "tests/spark (the session's Spark)" if path in SPARK_SESSION_FILES else path
+    return SPARK_GROUP if path in SPARK_SESSION_FILES else path
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -33,6 +33,13 @@ def _shmcache(*args: str) -> list[str]:
 
 
 
+def _filled(name: str):
+    """A 40 MiB cache of 20,000 entries (a writer): a snapshot of it at 1 MiB/s takes seconds."""
+    w = shmcache.create(name, memory="40MiB")
+    w.set_many([i.to_bytes(32, "big") for i in range(20_000)], [b"v" * 100] * 20_000)
+    return w
+
+
 def _until(cond, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while True:
@@ -96,8 +103,7 @@ def test_a_snapshot_stopped_midway_removes_its_temporary_file(cache_names, tmp_p
     the previous snapshot at PATH is untouched."""
     name = cache_names("snap")
     path = tmp_path / "s.snap"
-    with shmcache.create(name, memory="40MiB") as w:
-        w.set_many([i.to_bytes(32, "big") for i in range(20_000)], [b"v" * 100] * 20_000)
+    with _filled(name) as w:
         S.write(w, path)
         before = path.read_bytes()
         p = subprocess.Popen(_shmcache("snapshot", name, str(path), "--rate", "1MiB"),
@@ -120,8 +126,7 @@ def test_a_signal_ignored_at_start_stays_ignored(cache_names, tmp_path):
     """Under nohup (SIGHUP ignored when the command starts) a hangup does not stop it."""
     name = cache_names("nohup")
     path = tmp_path / "s.snap"
-    with shmcache.create(name, memory="40MiB") as w:
-        w.set_many([i.to_bytes(32, "big") for i in range(20_000)], [b"v" * 100] * 20_000)
+    with _filled(name) as w:
         p = subprocess.Popen(["nohup", sys.executable, "-m", "shmcache", "snapshot", name, str(path), "--rate",
                               "8MiB"], cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
@@ -170,8 +175,7 @@ def test_a_stop_dropped_by_a_finalizer_still_stops_the_snapshot(cache_names, tmp
     file and leaves the previous snapshot as it was: it ran to its end, exit 0, and replaced it."""
     name = cache_names("snapfin")
     path = tmp_path / "s.snap"
-    with shmcache.create(name, memory="40MiB") as w:
-        w.set_many([i.to_bytes(32, "big") for i in range(20_000)], [b"v" * 100] * 20_000)
+    with _filled(name) as w:
         S.write(w, path)
         before = path.read_bytes()
         p = subprocess.run([sys.executable, "-c", _STOP_IN_A_FINALIZER, "snapshot", name, str(path)], cwd=REPO,
