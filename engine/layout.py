@@ -62,7 +62,8 @@ H_RING = 6  # ring bytes per bucket (a multiple of RECORD_ALIGN)
 H_SIZE = 7  # total segment bytes
 H_CREATION_ID = 8  # random, tells a re-created segment from the old one
 H_CREATED_NS = 9  # time.time_ns() at creation (stats: created_s)
-# words 10, 11, 14, 15 and 48.. are the control area's (engine/control/layout.py)
+# words 10, 14, 15 and 48.. are the control area's (engine/control/layout.py)
+H_OWNER_LOCKS = 11  # 1: every owner word in the segment is held with an owner lock (engine/owners.py)
 H_TOPIC_LEN = 12  # bytes of the topic name in H_TOPIC
 H_PARTITIONS = 13  # partitions of the topic (0 until a supervisor has seen it)
 H_TOPIC = 16  # words 16..47: the Kafka topic name, utf-8

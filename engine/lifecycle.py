@@ -16,9 +16,9 @@ import numpy as np
 
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
+from shmcache.engine import owners
 from shmcache.engine import reader_stats
 from shmcache.errors import CacheInUseError, CacheNotFoundError, CachePermissionError, NotACacheError
-from shmcache.ipc import liveness
 from shmcache.ipc.segment import SHM_DIR, check_name, open_regular, path_of
 from shmcache.ipc.segment import unlink as segment_unlink
 
@@ -75,19 +75,20 @@ def _check_unused(name: str, path: str, fd: int) -> None:
     if magic != L.MAGIC:
         raise NotACacheError(f"cache {name!r}: {path} is not a shmcache segment (no shmcache magic); it was not "
                              "removed: destroy(force=True) or shmcache destroy --force removes it anyway")
-    me = os.getpid()
-    users: dict[int, str] = {}
-    owners = [("supervisor", int(words[C.H_SUPERVISOR]))]
-    for role, first, count in (("writer", L.PAGE // L.WORD, L.MAX_WRITERS),
-                               ("worker", L.PAGE // L.WORD + L.MAX_WRITERS * L.ROW_WORDS, L.MAX_WORKERS)):
-        rows = words[first:first + count * L.ROW_WORDS:L.ROW_WORDS]  # W_OWNER / K_OWNER: word 0 of a row
-        owners += [(role, int(w)) for w in rows[rows != 0]]
-    for role, word in owners:
-        pid = liveness.word_pid(word)
-        if word and pid != me and pid not in users and liveness.is_alive(word):
-            users[pid] = role
+    me = owners.my_word()
+    judge = owners.Owners(fd, int(words[L.H_OWNER_LOCKS]) == 1)
+    users: dict[str, str] = {}
+    held = [("supervisor", int(words[C.H_SUPERVISOR]), C.H_SUPERVISOR)]
+    for role, first, count in (("writer", owners.writer_row_word(0), L.MAX_WRITERS),
+                               ("worker", owners.worker_row_word(0), L.MAX_WORKERS)):
+        for r in range(count):  # W_OWNER / K_OWNER: word 0 of a row
+            if words[first + r * L.ROW_WORDS]:
+                held.append((role, int(words[first + r * L.ROW_WORDS]), first + r * L.ROW_WORDS))
+    for role, word, index in held:
+        if word != me and judge.alive(word, index):
+            users.setdefault(owners.pid_text(word), role)
     if users:
-        who = ", ".join(f"{role} pid {pid}" for pid, role in users.items())
+        who = ", ".join(f"{role} {pid}" for pid, role in users.items())
         raise CacheInUseError(
             f"cache {name!r} is in use by a live {who}: stop it first (it would go on writing into a removed "
             "segment), or destroy(force=True) / shmcache destroy --force removes it anyway")

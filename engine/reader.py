@@ -30,10 +30,9 @@ from shmcache.engine import _input
 from shmcache.engine import _lookup as LK
 from shmcache.engine import layout as L
 from shmcache.engine import units
-from shmcache.engine import reader_stats
+from shmcache.engine import owners, reader_stats
 from shmcache.engine.control.area import ControlView
 from shmcache.errors import ClosedError, CorruptCacheError, LayoutVersionError, NotACacheError, UnsafeModeError
-from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
 from shmcache.ipc.segment import Segment, owner_uid, path_of, user_text
 
@@ -233,11 +232,13 @@ class Reader:
         self._index = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.slots, geo.index_off)
         self._ring8 = np.frombuffer(mm, np.uint8, L.NBUCKETS * geo.ring, geo.ring_off)
         self._ring64 = np.frombuffer(mm, np.int64, L.NBUCKETS * geo.ring // L.WORD, geo.ring_off)
+        self.owners = owners.for_segment(seg.fd, h)  # who of the words' owners lives (engine/owners.py)
         self._kstride = L.align(geo.key_size, 8)
         self._geo = np.array([geo.slots, geo.ring, geo.key_size, geo.max_value, geo.max_live, self._kstride], np.int64)
         # the control area's public model (engine/control/area.py): read-only on a Reader
         self.control = self._control_class(self.name, self._header, self._workers, self._partitions,
-                                           self._writers, intact=functools.partial(raise_if_lost, self.name, seg))
+                                           self._writers, self.owners,
+                                           intact=functools.partial(raise_if_lost, self.name, seg))
 
     @property
     def key_size(self) -> int:
@@ -260,6 +261,12 @@ class Reader:
         self._check_open()
         return SegmentArrays(self._header, self._partitions, self._meta, self._index, self._ring8,
                              self._ring64, self._geo)
+
+    def lock_holder_alive(self, word: int) -> bool:
+        """Engine-internal, beside segment_arrays: the writer whose owner word a bucket's lock
+        holds runs (engine/owners.py; 0: no holder, False)."""
+        self._check_open()
+        return self.owners.writer_alive(word, self._writers)
 
     def close(self) -> None:
         """Unmap. Never destroys the cache; safe to call twice."""
@@ -389,7 +396,7 @@ class Reader:
                 return b, version
             # Only if the dead writer still holds the lock is that version its own: a live
             # writer taking over in between makes another odd version, never to be accepted.
-            if not liveness.is_alive(owner) and load_word(self._meta, lock) == owner:
+            if not self.owners.writer_alive(owner, self._writers) and load_word(self._meta, lock) == owner:
                 return b, version
         os.sched_yield()  # a live writer is mid-write (or just finished): retry
         return static_b, static_v

@@ -34,6 +34,7 @@ import stat
 import numpy as np
 
 from shmcache.engine import layout as L
+from shmcache.engine import owners
 from shmcache.errors import CacheExistsError, CacheOwnerError, CachePermissionError, NotACacheError, ShmcacheError
 from shmcache.ipc import liveness
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, kind_of, open_regular
@@ -41,8 +42,12 @@ from shmcache.ipc.segment import SHM_DIR, Segment, check_name, kind_of, open_reg
 log = logging.getLogger("shmcache.engine")
 
 MAGIC = 0x31524452434D4853  # b"SHMCRDR1" little-endian
-VERSION = 2  # 2 added the corruptions column (word 5, zero and unused in version 1)
-READABLE_VERSIONS = (1, 2)  # same rows: a version-1 companion is used as it is
+# 2 added the corruptions column (word 5, zero and unused in version 1); 3: each row's
+# owner holds its word's owner lock (engine/owners.py), judged alive by it in any PID
+# namespace (1 and 2: by pid). Same rows: an earlier companion is used as it is.
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+LOCKS_SINCE = 3
 MAX_READERS = 1024
 
 H_MAGIC = 0
@@ -57,6 +62,7 @@ R_RETRIES = 4
 R_CORRUPTIONS = 5
 
 SIZE = L.PAGE + MAX_READERS * L.ROW_WORDS * L.WORD
+FIRST_ROW_WORD = L.PAGE // L.WORD  # the file word index of row 0's R_OWNER
 
 
 def path_of(name: str) -> str:
@@ -178,12 +184,18 @@ class ReaderStats:
         if not ours:
             self.close()
             return
+        self.owners = owners.Owners(seg.fd, int(np.frombuffer(seg.mm, np.int64, 2)[H_VERSION]) >= LOCKS_SINCE)
         self.rows = np.frombuffer(seg.mm, np.int64, MAX_READERS * L.ROW_WORDS, L.PAGE)
 
     def _claim(self) -> np.ndarray | None:
-        """This process's row (a second handle in the process shares it); None when every
-        row is held by a live reader: this one then goes uncounted."""
-        row = liveness.claim_row(self.rows, MAX_READERS, L.ROW_WORDS, liveness.owner_word(), share_own=True)
+        """This handle's row, held by its owner lock (in an earlier companion, without locks,
+        a second handle in the process shares the process's row); None when every row is held
+        by a live reader: this one then goes uncounted."""
+        me = owners.my_word()
+        if self.owners.locks:
+            row = self.owners.claim_row(self.rows, MAX_READERS, FIRST_ROW_WORD, me)
+        else:
+            row = liveness.claim_row(self.rows, MAX_READERS, L.ROW_WORDS, me, share_own=True)
         return None if row < 0 else self.rows[row * L.ROW_WORDS:(row + 1) * L.ROW_WORDS]
 
     def add(self, hits: int, misses: int, retries: int = 0, corruptions: int = 0) -> None:
@@ -205,13 +217,14 @@ class ReaderStats:
         """Sums over every row ever used, and how many readers are attached now."""
         if self.rows is not None:
             r = self.rows.reshape(MAX_READERS, L.ROW_WORDS)
-            owners = [int(w) for w in r[:, R_OWNER][r[:, R_OWNER] != 0]]
+            held = np.flatnonzero(r[:, R_OWNER]).tolist()
+            readers = sum(1 for i in held if self.owners.alive(int(r[i, R_OWNER]), FIRST_ROW_WORD + i * L.ROW_WORDS))
             sums = {
                 "reader_hits": int(r[:, R_HITS].sum()),
                 "reader_misses": int(r[:, R_MISSES].sum()),
                 "reader_batches": int(r[:, R_BATCHES].sum()),
                 "reader_corruptions": int(r[:, R_CORRUPTIONS].sum()),
-                "readers": sum(1 for w in owners if liveness.is_alive(w)),
+                "readers": readers,
             }
             del r
             if not self._drop_if_lost():
@@ -231,7 +244,9 @@ class ReaderStats:
         return True
 
     def close(self) -> None:
-        self.row = self.rows = None
+        if self.row is not None and self.owners.locks:  # the row is free again; its counters stay
+            self.owners.release(self.row, R_OWNER, -1, owners.my_word())
+        self.row = self.rows = None  # the row's lock goes with the file
         if self._seg is not None:
             self._seg.close()  # unmapped now, or when the last view of it goes
             self._seg = None

@@ -82,6 +82,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         h[L.H_CREATION_ID] = creation_id
         h[L.H_CREATED_NS] = time.time_ns()
         h[C.H_AGE_CLOCK] = C.AGE_CLOCK_MONOTONIC
+        h[L.H_OWNER_LOCKS] = 1  # every owner of this segment holds its word's lock (engine/owners.py)
         h[L.H_VERSION] = L.LAYOUT_VERSION
         if loading is not None:
             loading.join()

@@ -31,11 +31,12 @@ from shmcache.engine import _input
 from shmcache.engine import _kernels as K
 from shmcache.engine import _repair
 from shmcache.engine import layout as L
+from shmcache.engine import owners
 from shmcache.engine.control.area import ControlArea
 from shmcache.engine.reader import SPIN_LIMIT, Reader, log
 from shmcache.errors import TooManyWritersError
 from shmcache.ipc import liveness
-from shmcache.ipc.atomics import cas_word, load_word, store_word
+from shmcache.ipc.atomics import cas_word, load_word
 
 
 WAIT_SPIN_S = 0.005  # a lock held by a live process longer than this: sleep between looks, not yield
@@ -54,7 +55,8 @@ class Writer(Reader):
     created = False
     _control_class = ControlArea
     # Called at each look while a lock held by a live process keeps a write waiting:
-    # on_wait(bucket, holder_pid, waited_s). The waiting write goes on when it returns.
+    # on_wait(bucket, holder_word, waited_s), the holder's owner word (ipc/liveness.py).
+    # The waiting write goes on when it returns.
     on_wait: Callable[[int, int, float], None] | None = None
 
     def __init__(self, name: str):
@@ -79,7 +81,7 @@ class Writer(Reader):
 
     def _claim_slot(self) -> int:
         """A writer slot for this process's counters: a free one, else one whose owner died."""
-        s = liveness.claim_row(self._writers, L.MAX_WRITERS, L.ROW_WORDS, self._me)
+        s = self.owners.claim_row(self._writers, L.MAX_WRITERS, owners.writer_row_word(0), self._me)
         if s >= 0:
             return s
         raise TooManyWritersError(f"cache {self.name!r}: all {L.MAX_WRITERS} writer slots are held by live processes")
@@ -95,7 +97,9 @@ class Writer(Reader):
         """Give this process's writer slot back (its counters stay in the totals) and unmap.
         Never destroys the cache; safe to call twice."""
         if self._slot >= 0 and self._seg is not None:
-            store_word(self._writers, self._slot * L.ROW_WORDS + L.W_OWNER, 0)  # counters stay: totals never drop
+            # the word, then its lock (closing the file would drop it too); counters stay: totals never drop
+            self.owners.release(self._writers, self._slot * L.ROW_WORDS + L.W_OWNER,
+                                owners.writer_row_word(self._slot), self._me)
             self._slot = -1
         super().close()
 
@@ -187,7 +191,7 @@ class Writer(Reader):
         if owner == 0:  # released since the kernel looked
             os.sched_yield()
             return
-        if liveness.is_alive(owner):
+        if self.owners.writer_alive(owner, self._writers):
             if waited >= WAIT_REPORT_S:
                 self._counters[L.W_WAIT] = b + 1
             if waited < WAIT_SPIN_S:
@@ -195,7 +199,7 @@ class Writer(Reader):
             else:
                 time.sleep(min(WAIT_SLEEP_MAX_S, waited / 10))
             if self.on_wait is not None:
-                self.on_wait(b, liveness.word_pid(owner), waited)
+                self.on_wait(b, owner, waited)
             return
         if self._take_over(b, owner):
             log.warning("cache %r: took over bucket %d from dead writer pid %d and rebuilt it",
@@ -227,7 +231,7 @@ class Writer(Reader):
         repaired = 0
         for b in np.flatnonzero(locks).tolist():
             owner = int(load_word(self._meta, b * L.ROW_WORDS + L.M_LOCK))
-            if owner and not liveness.is_alive(owner) and self._take_over(b, owner):
+            if owner and not self.owners.writer_alive(owner, self._writers) and self._take_over(b, owner):
                 repaired += 1
         return repaired
 

@@ -38,6 +38,8 @@ type segment struct {
 	tab        table // the lookups' view of meta, index and ring (lookup.go)
 	ident      identity
 	creationID int64
+	fd         int         // the file, open while mapped
+	owners     judge       // who of its owner words lives (section 13)
 	lost       atomic.Bool // the file was cut short under the mapping (a fault was caught)
 }
 
@@ -96,7 +98,12 @@ func openSegment(cache, path string, owner int64) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer closeFD(fd)
+	kept := false // the segment keeps its file open: its owners' locks are tested on it (section 13)
+	defer func() {
+		if !kept {
+			closeFD(fd)
+		}
+	}()
 	if err := checkOwner(cache, path, f, owner); err != nil {
 		return nil, err
 	}
@@ -116,7 +123,7 @@ func openSegment(cache, path string, owner int64) (*segment, error) {
 	if err != nil {
 		return nil, newErr(cache, ErrNotACache, "cannot map %s (%d bytes): %v", path, size, err)
 	}
-	s := &segment{data: data, ident: f.ident}
+	s := &segment{data: data, ident: f.ident, fd: fd}
 	s.header = words(data, 0, page/word)
 	var geo Geometry
 	err = protect(func() error { // checked again on the mapping: the file may have changed since
@@ -137,6 +144,8 @@ func openSegment(cache, path string, owner int64) (*segment, error) {
 	s.ring = data[geo.ringOff():geo.Size]
 	s.tab = newTable(s)
 	s.creationID = s.header[hCreationID]
+	s.owners = judge{fd: fd, locks: s.header[hOwnerLocks] == 1}
+	kept = true
 	return s, nil
 }
 
@@ -144,7 +153,26 @@ func (s *segment) close() {
 	if s != nil {
 		unmap(s.data)
 		s.data = nil
+		closeFD(s.fd)
+		s.fd = -1
 	}
+}
+
+// writerAlive says whether the writer whose owner word w a bucket's lock holds runs: with
+// owner locks, a writer row holding w is alive (a writer takes its row before any lock).
+func (s *segment) writerAlive(w int64) bool {
+	if w == 0 {
+		return false
+	}
+	if !s.owners.locks || w == myOwnerWord() {
+		return s.owners.alive(w, 0)
+	}
+	for r := int64(0); r < maxWriters; r++ {
+		if atomic.LoadInt64(&s.writers[r*rowWords+wOwner]) == w && s.owners.alive(w, writersOff/word+r*rowWords+wOwner) {
+			return true
+		}
+	}
+	return false
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$`)

@@ -1,7 +1,7 @@
 package shmcache
 
 // The readers' companion (docs/segment-format.md, section 13): a reader counts its hits
-// and misses in its process's row of /dev/shm/.shmcache-NAME.readers, so that stats,
+// and misses in its handle's row of /dev/shm/.shmcache-NAME.readers, so that stats,
 // `shmcache top` and the metrics see Go readers as they see Python ones. A reader that
 // cannot use the companion counts only in its handle; lookups never fail for it.
 
@@ -15,8 +15,9 @@ type companion struct {
 	data     []byte
 	rows     []int64
 	writable bool
+	owners   judge // the file, open while mapped, and whether its rows' owners hold owner locks
 	once     sync.Once
-	row      []int64 // this process's row, claimed at the first batch; nil: uncounted
+	row      []int64 // this handle's row, claimed at the first batch; nil: uncounted
 	lost     atomic.Bool
 	counting atomic.Bool // a row is claimed: this process's lookups are counted there
 }
@@ -37,40 +38,74 @@ func openCompanion(name string, creationID int64, owner int64) *companion {
 			return nil
 		}
 	}
-	defer closeFD(fd)
 	if f.size != companionSize || checkOwner(name, path, f, owner) != nil {
+		closeFD(fd)
 		return nil
 	}
 	data, err := mapFile(fd, f.size, write, f.whole())
 	if err != nil {
+		closeFD(fd)
 		return nil
 	}
 	c := &companion{data: data, writable: write}
 	h := words(data, 0, 3)
 	var ours bool
+	var version int64
 	if protect(func() error {
-		ours = h[0] == companionMagic && (h[1] == 1 || h[1] == 2) && h[companionCreation] == creationID
+		version = h[1]
+		ours = h[0] == companionMagic && version >= 1 && version <= companionVersion && h[companionCreation] == creationID
 		return nil
 	}) != nil || !ours {
 		unmap(data)
+		closeFD(fd)
 		return nil
 	}
+	c.owners = judge{fd: fd, locks: version >= companionLocks}
 	c.rows = words(data, page, maxReaders*rowWords)
 	return c
 }
 
 func (c *companion) close() {
 	if c != nil {
+		if c.row != nil && c.owners.locks && !c.lost.Load() {
+			_ = protect(func() error { // the row is free again; its counters stay
+				atomic.CompareAndSwapInt64(&c.row[rOwner], myOwnerWord(), 0)
+				return nil
+			})
+		}
 		unmap(c.data)
+		closeFD(c.owners.fd) // and with it the row's owner lock
 		c.data, c.rows, c.row = nil, nil, nil
 	}
 }
 
-// claim finds this process's row: one holding its owner word already, else a free one,
-// else one whose owner died (compare-and-swap each time).
+// rowWord is the file word index of row r's owner word.
+func rowWord(r int) int64 { return page/word + int64(r)*rowWords + rOwner }
+
+// claim finds this handle's row. With owner locks: the first row, free first, whose owner
+// lock it can take. Without: one holding the process's owner word already, else a free
+// one, else one whose owner died (compare-and-swap each time).
 func (c *companion) claim() {
 	me := myOwnerWord()
 	if !c.writable || me == 0 {
+		return
+	}
+	if c.owners.locks {
+		for _, free := range []bool{true, false} {
+			for r := 0; r < maxReaders; r++ {
+				p := &c.rows[r*rowWords+rOwner]
+				cur := atomic.LoadInt64(p)
+				if (cur == 0) != free || !lockOwner(c.owners.fd, rowWord(r)) {
+					continue
+				}
+				if atomic.CompareAndSwapInt64(p, cur, me) {
+					c.row = c.rows[r*rowWords : (r+1)*rowWords]
+					c.counting.Store(true)
+					return
+				}
+				unlockOwner(c.owners.fd, rowWord(r))
+			}
+		}
 		return
 	}
 	for r := 0; r < maxReaders; r++ {
@@ -135,7 +170,7 @@ func (c *companion) totals() (t readerTotals, ok bool) {
 			t.misses += atomic.LoadInt64(&row[rMisses])
 			t.batches += atomic.LoadInt64(&row[rBatches])
 			t.corruptions += atomic.LoadInt64(&row[rCorruptions])
-			if o := atomic.LoadInt64(&row[rOwner]); o != 0 && IsAlive(o) {
+			if c.owners.alive(atomic.LoadInt64(&row[rOwner]), rowWord(r)) {
 				t.readers++
 			}
 		}

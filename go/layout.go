@@ -38,6 +38,7 @@ const (
 	hCreationID          = 8
 	hCreatedNS           = 9
 	hSupervisor          = 10
+	hOwnerLocks          = 11 // 1: every owner of the segment holds its word's owner lock (section 13)
 	hTopicLen            = 12
 	hPartitions          = 13
 	hSupervisorHeartbeat = 14
@@ -119,7 +120,8 @@ const (
 // The readers' companion, /dev/shm/.shmcache-NAME.readers.
 const (
 	companionMagic    = 0x31524452434D4853 // b"SHMCRDR1"
-	companionVersion  = 2                  // versions 1 and 2 have the same rows
+	companionVersion  = 3                  // versions 1 to 3 have the same rows
+	companionLocks    = 3                  // from this version on, each row's owner holds its owner lock
 	companionCreation = 2                  // header word: the cache's creation id
 	maxReaders        = 1024
 	rOwner            = 0

@@ -38,7 +38,8 @@ var docConstants = map[string]int64{
 	"H_GROUP_MEMBERS": hGroupMembers, "H_GROUP_CHECKED": hGroupChecked, "H_GROUP_TEXT_LEN": hGroupTextLen,
 	"H_GROUP_TEXT": hGroupText, "GROUP_TEXT_MAX": groupTextMax, "H_LOOKUP_FAILING_SINCE": hLookupFailingSince,
 	"H_LOOKUP_TEXT_LEN": hLookupTextLen, "H_LOOKUP_TEXT": hLookupText, "LOOKUP_TEXT_MAX": lookupTextMax,
-	"H_ELSEWHERE": hElsewhere, "H_GAP_OFFSETS": hGapOffsets, "P_LATEST": pLatest,
+	"H_ELSEWHERE": hElsewhere, "H_GAP_OFFSETS": hGapOffsets, "P_LATEST": pLatest, "H_OWNER_LOCKS": hOwnerLocks,
+	"reader_stats.LOCKS_SINCE": companionLocks,
 }
 
 // The tables' lists of names, in order.

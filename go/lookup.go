@@ -330,12 +330,15 @@ type table struct {
 	ks    int64
 	maxv  int64
 	lim   int64 // a record header and key fit in the ring from an offset <= lim
+
+	writerAlive func(int64) bool // whether a bucket lock's holder runs (segment.writerAlive)
 }
 
 func newTable(s *segment) table {
 	return table{meta: s.meta, index: unsafe.Pointer(unsafe.SliceData(s.index)),
 		ring: unsafe.Pointer(unsafe.SliceData(s.ring)), slots: s.geo.Slots, rsize: s.geo.Ring,
-		ks: s.geo.KeySize, maxv: s.geo.MaxValue, lim: s.geo.Ring - recordHead - s.geo.KeySize}
+		ks: s.geo.KeySize, maxv: s.geo.MaxValue, lim: s.geo.Ring - recordHead - s.geo.KeySize,
+		writerAlive: s.writerAlive}
 }
 
 // slot is word sl (< slots) of bucket b's index row.
@@ -412,7 +415,7 @@ func (c *Cache) stuckBucket(t *table, b, staticB, staticV int64, out *Batch) (in
 			return b, v
 		}
 		// only while the dead writer still holds the lock is that odd version its own
-		if !IsAlive(owner) && atomic.LoadInt64(lock) == owner {
+		if !t.writerAlive(owner) && atomic.LoadInt64(lock) == owner {
 			return b, v
 		}
 	}

@@ -186,7 +186,7 @@ func status(s *segment, name string) Status {
 		}
 	}
 	sup := r.word(hSupervisor)
-	st.SupervisorAlive = sup != 0 && IsAlive(sup)
+	st.SupervisorAlive = s.owners.alive(sup, hSupervisor)
 	if sup > 0 {
 		st.SupervisorPID = ptr(sup >> 32)
 	}
@@ -283,7 +283,7 @@ func (r control) workers(supAlive bool) map[int]*worker {
 		if owner == 0 && atomic.LoadInt64(&row[kStarts]) == 0 {
 			continue
 		}
-		alive := owner != 0 && IsAlive(owner)
+		alive := s.owners.alive(owner, workersOff/word+int64(i)*rowWords+kOwner)
 		published := ""
 		if supAlive {
 			if code := r.word(hWorkerHandles+i) & 0xFF; code >= 1 && code <= int64(len(workerStates)) {

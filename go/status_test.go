@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/shmcache/shmcache/go/internal/goldencache"
 	"io"
 	"math"
 	"os"
@@ -194,8 +195,9 @@ func TestStatusIsThePythonReaders(t *testing.T) {
 // goldenControl is a case of golden/control/expect.json (docs/segment-format.md, 14).
 type goldenControl struct {
 	File   string             `json:"file"`
-	Live   map[string]string  `json:"live"` // file offset -> the role of a live process whose owner word goes there
-	Ages   map[string]float64 `json:"ages"` // file offset -> seconds before now, on CLOCK_MONOTONIC
+	Live   map[string]string  `json:"live"`   // file offset -> the role of a live process whose owner word goes there
+	Locked []int64            `json:"locked"` // file offsets whose owner lock the test holds (section 13)
+	Ages   map[string]float64 `json:"ages"`   // file offset -> seconds before now, on CLOCK_MONOTONIC
 	Status struct {
 		Ready    bool   `json:"ready"`
 		CaughtUp bool   `json:"caught_up"`
@@ -213,6 +215,16 @@ func liveRole(t *testing.T) (int, int64) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd.Process.Pid, OwnerWord(cmd.Process.Pid)
+}
+
+// holdLocks takes the owner locks of the words at these file offsets of path until the
+// test ends (goldencache.HoldLocks).
+func holdLocks(t *testing.T, path string, offsets []int64) {
+	release, err := goldencache.HoldLocks(path, offsets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 }
 
 // The golden control areas, live owners and ages filled: the Go reader gives each case's
@@ -255,6 +267,7 @@ func TestGoldenControlAreas(t *testing.T) {
 			}
 			name, path := shmName(t, "golden-control")
 			replaceAt(t, path, data, 0o600)
+			holdLocks(t, path, gc.Locked)
 			c, err := Attach(name)
 			if err != nil {
 				t.Fatal(err)

@@ -4,13 +4,26 @@ An owner word is `pid << 32 | stamp`, where stamp is the low 32 bits of the
 process's start time in 1/100 s. The stamp is what makes a reused pid harmless:
 a new process with the same pid has another start time. A zombie (killed, not yet
 reaped by its parent) still "exists" for kill(pid, 0); its status says dead.
+
+A pid means something only in its own PID namespace: in a container (a pod of its
+own), pid 1 is someone else's pid 1, or nothing. So the process that publishes its
+owner word in a shared file also holds an **owner lock**, an open-file-description
+write lock (F_OFD_SETLK) on that word's 8 bytes of the file, for as long as it holds
+the word. The kernel drops it when the process dies, however it dies, and every
+process that opens the file sees it, in whatever PID namespace (the lock belongs to
+the file, which all containers sharing /dev/shm share). `locked_word` tests one
+without taking it: alive, with no clock and no pid (docs/segment-format.md, section 13).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
 import signal
+import struct
+import time
 
 import psutil
 
@@ -80,6 +93,46 @@ class StopRequest:
     def check(self) -> None:
         if self.signum:
             raise self.make(self.signum)
+
+
+PROBE_WAIT_S = 1.0  # the longest a claimant waits out readers' passing read locks on a word
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux x86-64/arm64: type, whence, start, len, pid
+_WORD = 8
+
+
+def _flock(fd: int, cmd: int, kind: int, index: int) -> int:
+    """fcntl(fd, cmd) on word `index`'s 8 bytes; returns the l_type the kernel answers."""
+    got = fcntl.fcntl(fd, cmd, _FLOCK.pack(kind, os.SEEK_SET, index * _WORD, _WORD, 0))
+    return _FLOCK.unpack(got)[0]
+
+
+def locked_word(fd: int, index: int) -> bool:
+    """Some open file description other than fd's holds a write lock on word `index` of
+    the file: its owner lives. Read locks (a JVM reader's test, which can only take one)
+    do not count. Needs only read access to the file."""
+    return _flock(fd, fcntl.F_OFD_GETLK, fcntl.F_RDLCK, index) != fcntl.F_UNLCK
+
+
+def lock_word(fd: int, index: int) -> bool:
+    """Take the owner lock of word `index` of the file (open for writing) on fd; False if
+    another live owner holds it. A read lock met there is a reader's passing test (the
+    JVM's), held for microseconds: waited out (PROBE_WAIT_S at most), never taken for an owner."""
+    deadline = time.monotonic() + PROBE_WAIT_S
+    while True:
+        try:
+            _flock(fd, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, index)
+            return True
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        if locked_word(fd, index) or time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+
+
+def unlock_word(fd: int, index: int) -> None:
+    """Drop the owner lock of word `index` that fd holds (none held: nothing happens)."""
+    _flock(fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, index)
 
 
 def word_pid(word: int) -> int:

@@ -182,10 +182,11 @@ class Segment:
     (wholly_allocated)."""
 
     mm: memoryview | None = None  # class defaults: close() may run on a half-built object
-    fd: int = -1  # a reader's is closed once mapped; a creator's is its unnamed file until finish_create
+    fd: int = -1  # the file mapped, open until close(): owner locks are held and tested on it (ipc/liveness.py)
     addr: int = 0
     huge: bool = False  # backed by 2 MiB pages (see the module docstring)
     _guard: int = -1  # the mapping's token in ipc/sigbus.py
+    _named: bool = False  # the file has its name: opened by name, or a creator's after finish_create
 
     def __init__(self, name: str, *, create_size: int = 0, writable: bool, mode: int = 0o600,
                  path: str | None = None, what: str = "", shared: bool = False, check=None,
@@ -222,16 +223,14 @@ class Segment:
         except BaseException:
             self.close()  # a creator's unnamed file goes with its fd and mapping
             raise
-        finally:
-            if not self.created:
-                self._close_fd()  # the mapping keeps the memory; the fd is not needed
+        self._named = not self.created
 
     def finish_create(self) -> None:
         """The creator's last step, once the header (the magic last) is written: give the
         unnamed file its name. CacheExistsError if something took the name meanwhile (the
         new segment then goes with its last mapping; nothing at the name is touched).
         Only once, and only before close(): a segment whose fd is gone can never be named."""
-        if self.fd < 0:
+        if self._named or self.fd < 0:
             raise ValueError(f"cache {self.name!r}: {self.path}{self.what} cannot be named: it was not created by "
                              "this handle, or it was named or closed already")
         try:
@@ -247,8 +246,7 @@ class Segment:
         except PermissionError as e:
             raise CachePermissionError(f"cache {self.name!r}: cannot create {self.path}{self.what}: "
                                        f"{e.strerror}") from None
-        finally:
-            self._close_fd()
+        self._named = True
 
     def unname(self) -> None:
         """A creator that named its segment but could not hand it over (interrupted, say,
@@ -352,9 +350,11 @@ class Segment:
 
     def close(self) -> None:
         """Drop this reference to the mapping: it is unmapped now, or, while numpy views
-        of it are still alive somewhere, when the last of them goes."""
+        of it are still alive somewhere, when the last of them goes. The file is closed, and
+        with it go the owner locks this handle held (a creator that fails or closes before
+        finish_create: its file never gets a name)."""
         self.mm = None
-        self._close_fd()  # a creator that fails or closes before finish_create: its file never gets a name
+        self._close_fd()
 
 
 def unlink(name: str, path: str | None = None) -> None:

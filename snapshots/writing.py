@@ -42,7 +42,6 @@ from shmcache.engine import layout as L
 from shmcache.engine import units
 from shmcache.engine.control import layout as C
 from shmcache.errors import SnapshotCancelled, SnapshotError
-from shmcache.ipc import liveness
 from shmcache.ipc.atomics import load_word
 from shmcache.ipc.segment import kind_of
 from shmcache.snapshots import _kernels as SK
@@ -103,7 +102,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
     try:
         out.write(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
         for b0 in range(0, L.NBUCKETS, nb):
-            _copy_chunk(handle.name, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path)
+            _copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path)
             n = int(buf.lens.sum())
             views = (buf.meta, buf.index, buf.lens, buf.ring[:n])
             h = xxhash.xxh3_64()
@@ -191,8 +190,8 @@ def _not_written(e: OSError, path: str, what: str) -> OSError:
     return OSError(message) if e.errno is None else OSError(e.errno, message)
 
 
-def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path) -> None:
-    """Copy buckets b0..b0+nb into buf, each consistently; yield to writers in between.
+def _copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path) -> None:
+    """Copy buckets b0..b0+nb of `handle`'s segment into buf, each consistently; yield to writers in between.
     SnapshotCancelled once `cancel` is set (before the copy, and while a bucket is waited for)."""
     i, force, stuck_at, since = 0, -1, -1, 0.0
     while True:
@@ -207,9 +206,9 @@ def _copy_chunk(name, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path
         if b != stuck_at:
             stuck_at, since = b, time.monotonic()
         owner = int(load_word(meta, b * L.ROW_WORDS + L.M_LOCK))
-        if time.monotonic() - since > STUCK_S and (owner == 0 or not liveness.is_alive(owner)):
+        if time.monotonic() - since > STUCK_S and not handle.lock_holder_alive(owner):
             log.warning("cache %r: bucket %d stays mid-write with no live writer; copied as it stands (the "
-                        "restore rebuilds it)", name, b)
+                        "restore rebuilds it)", handle.name, b)
             force = b
         else:
             os.sched_yield()

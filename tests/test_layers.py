@@ -25,8 +25,8 @@ LAYERS = ["ipc", "engine", "snapshots", "formats", "kafka", "consumer", "produce
 # errors.py and the layers below, freely).
 SUBPACKAGES = {
     # the control area: the Reader builds its view, so it sits below the handles, and it
-    # knows of the table only where the words lie
-    "shmcache.engine.control": {"shmcache.engine.layout", "shmcache.engine.units"},
+    # knows of the table only where the words lie, and who of their owners lives
+    "shmcache.engine.control": {"shmcache.engine.layout", "shmcache.engine.units", "shmcache.engine.owners"},
     # a worker shares with the supervisor only its settings, the warm-up and the segment
     "shmcache.consumer.worker": {"shmcache.consumer.config", "shmcache.consumer.warm"},
     # the supervisor starts the workers, and so may reach them

@@ -32,6 +32,7 @@ from shmcache.kafka import client as kafka_client
 from shmcache.kafka import broker as broker_mod
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
+from shmcache.engine import owners
 from shmcache.engine import units
 from shmcache.errors import BrokerUnavailableError, ShmcacheError
 from shmcache.ipc import liveness
@@ -62,7 +63,7 @@ def open_cache(cfg):
     other = cache.control.claim_supervisor()
     if other:
         cache.close()
-        raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, pid {liveness.word_pid(other)}")
+        raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, {owners.pid_text(other)}")
     # at once: nothing the last one assigned counts under this process's live word (DESIGN invariant 10)
     cache.control.disown_partitions()
     if mode is not None or gid is not None:  # created, restored or found: who may read it is the run's say
@@ -102,17 +103,19 @@ def wait_for_orphans(cache) -> None:
     """Workers of a supervisor that was killed exit on their own once they notice (a
     tenth of a second, or the end of the batch they are applying). Two writers on one
     partition could apply it out of order, so wait for them; kill the ones that stay."""
-    rows = cache.control.workers
-    left = [int(w) for w in rows[:, C.K_OWNER].tolist() if w and liveness.is_alive(int(w))]
+    control = cache.control
+    left = {i: int(control.workers[i, C.K_OWNER]) for i in range(L.MAX_WORKERS) if control.worker_alive(i)}
     if not left:
         return
-    pids = [liveness.word_pid(w) for w in left]
+    pids = [liveness.word_pid(w) for w in left.values()]
     log.warning("waiting for %d workers of the previous supervisor to exit (pids %s)", len(left), pids)
     deadline = time.monotonic() + ORPHAN_WAIT_S
-    while time.monotonic() < deadline and any(liveness.is_alive(w) for w in left):
+    while time.monotonic() < deadline and any(control.worker_alive(i) for i in left):
         time.sleep(0.05)
-    for w in left:
-        if liveness.is_alive(w):  # the owner word names this very process (pid and start time)
+    for i, w in left.items():
+        # the owner word names this very process (pid and start time), in this PID namespace:
+        # the previous supervisor ran in this one, or the row's lock would not be held
+        if control.worker_alive(i) and liveness.is_alive(w):
             log.warning("worker pid %d of the previous supervisor did not exit; killing it", liveness.word_pid(w))
             try:
                 os.kill(liveness.word_pid(w), signal.SIGKILL)

@@ -20,14 +20,21 @@ import os
 
 import psutil
 
+from shmcache.ipc import liveness
+
 log = logging.getLogger("shmcache.worker")
 
 WARN_S = 1.0  # a wait this long is reported
 REPEAT_S = 30.0  # and again every this long while it lasts
 
 
-def describe(pid: int) -> str:
-    """`pid 123 (name, status)` for a log line, as far as the process can be seen."""
+def describe(word: int) -> str:
+    """`pid 123 (name, status)` for a log line, as far as the live process that owner word
+    `word` names can be seen; `pid 1 of another PID namespace` for one this process's /proc
+    does not show (engine/owners.py)."""
+    pid = liveness.word_pid(word)
+    if not liveness.is_alive(word):
+        return f"pid {pid} of another PID namespace"
     try:
         p = psutil.Process(pid)
         with p.oneshot():
@@ -46,7 +53,7 @@ class LockWait:
         self.last = 0.0  # the wait's length at the last look: a shorter one is a new wait
         self.report_at = WARN_S
 
-    def __call__(self, bucket: int, pid: int, waited: float) -> None:
+    def __call__(self, bucket: int, holder: int, waited: float) -> None:
         self.row.beat()  # alive: waiting, not hung
         if waited < self.last:
             self.report_at = WARN_S
@@ -60,4 +67,4 @@ class LockWait:
         self.report_at = waited + REPEAT_S
         log.warning("worker %d: bucket %d's lock has been held for %.0f s by %s, a live process: waiting for it "
                     "(a live writer's lock is never taken; stop or kill that process to go on); this worker "
-                    "applies nothing meanwhile", self.index, bucket, waited, describe(pid))
+                    "applies nothing meanwhile", self.index, bucket, waited, describe(holder))

@@ -41,11 +41,11 @@ import time
 import numpy as np
 
 from shmcache.engine import layout as L
+from shmcache.engine import owners
 from shmcache.engine.control import layout as C
 from shmcache.engine.control import status as control_status
 from shmcache.engine.control.rows import PartitionRows, WorkerRow
 from shmcache.engine.control.status import NO_GROUP, STALE_HEARTBEAT_S
-from shmcache.ipc import liveness
 from shmcache.ipc.atomics import cas_word, load_word
 
 __all__ = ["STALE_HEARTBEAT_S", "SUPERVISOR_COUNTERS", "ControlArea", "ControlView"]
@@ -65,8 +65,9 @@ class ControlView:
     """The control area of one mapped segment, read."""
 
     def __init__(self, name: str, header: np.ndarray, workers: np.ndarray, partitions: np.ndarray,
-                 writers: np.ndarray, intact=None):
-        """intact(): raises if the mapping's words are no longer the segment's (its file was cut
+                 writers: np.ndarray, owners, intact=None):
+        """owners: the judge of the segment's owner words (engine/owners.py Owners).
+        intact(): raises if the mapping's words are no longer the segment's (its file was cut
         short under it: ipc/sigbus.py); called after each status(), so that neither status()
         nor wait_ready() reports, or waits on, the zero pages put in the file's place."""
         self.name = name
@@ -75,10 +76,11 @@ class ControlView:
         self.workers = workers.reshape(L.MAX_WORKERS, L.ROW_WORDS)
         self.partitions = partitions.reshape(L.MAX_PARTITIONS, L.ROW_WORDS)
         self.writers = writers.reshape(L.MAX_WRITERS, L.ROW_WORDS)  # read for L.W_WAIT only
+        self.owners = owners
 
     def release(self) -> None:
         """Drop the views of the mapping (the handle closes)."""
-        self._h = self.workers = self.partitions = self.writers = self._intact = None
+        self._h = self.workers = self.partitions = self.writers = self._intact = self.owners = None
 
     def word(self, h: int) -> int:
         """Header word h (an H_* index of engine/control/layout.py or engine/layout.py) as it stands."""
@@ -110,6 +112,14 @@ class ControlView:
     def supervisor(self) -> int:
         """The supervisor's owner word (ipc/liveness.py), 0 if none."""
         return int(self._h[C.H_SUPERVISOR])
+
+    def supervisor_alive(self) -> bool:
+        """The supervisor named by its word runs (engine/owners.py: in any PID namespace)."""
+        return self.owners.alive(self.supervisor, C.H_SUPERVISOR)
+
+    def worker_alive(self, i: int) -> bool:
+        """The worker named by row i's owner word runs."""
+        return self.owners.alive(int(self.workers[i, C.K_OWNER]), owners.worker_row_word(i))
 
     @property
     def broker_state(self) -> int:
@@ -239,7 +249,7 @@ class ControlArea(ControlView):
 
     def worker_row(self, i: int) -> WorkerRow:
         """Worker i's row (a view of the mapping: dropped before the handle closes)."""
-        return WorkerRow(self.workers[i])
+        return WorkerRow(self.workers[i], self.owners, owners.worker_row_word(i))
 
     def clear_workers(self) -> None:
         """A supervisor starts: no worker rows (owners, heartbeats, counters) from the last one."""
@@ -317,24 +327,23 @@ class ControlArea(ControlView):
         self._h[C.H_SNAPSHOT_FAILURES] += 1
 
     def claim_supervisor(self) -> int:
-        """Make this process the cache's supervisor by compare-and-swap on the supervisor word,
-        from 0 or a dead owner's word: of two processes that try at once, one wins. Returns 0
-        when this process holds it, else the live owner word that holds it."""
-        me = liveness.owner_word()
+        """Make this process the cache's supervisor: its owner lock on the supervisor word,
+        then a compare-and-swap from 0 or a dead owner's word (engine/owners.py): of two
+        processes that try at once, in any PID namespace, one wins. Returns 0 when this
+        process holds it, else the live owner word that holds it."""
+        me = owners.my_word()
         while True:
-            cur = int(load_word(self._h, C.H_SUPERVISOR))
-            if cur == me:
-                return 0
-            if cur and liveness.is_alive(cur):
-                return cur
-            if cas_word(self._h, C.H_SUPERVISOR, cur, me) == cur:
+            if self.owners.claim(self._h, C.H_SUPERVISOR, C.H_SUPERVISOR, me):
                 self._h[C.H_AGE_CLOCK] = C.AGE_CLOCK_MONOTONIC
                 self._h[C.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns()  # not the dead one's, stale
                 return 0
+            cur = int(load_word(self._h, C.H_SUPERVISOR))
+            if cur and cur != me and self.supervisor_alive():
+                return cur
 
     def release_supervisor(self) -> None:
         """This process is the supervisor no more (a word another holds is left alone)."""
-        cas_word(self._h, C.H_SUPERVISOR, liveness.owner_word(), 0)
+        self.owners.release(self._h, C.H_SUPERVISOR, C.H_SUPERVISOR, owners.my_word())
 
     def set_topic(self, name: str, npartitions: int) -> None:
         raw = name.encode()

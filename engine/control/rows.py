@@ -31,12 +31,15 @@ from shmcache.engine.control import layout as C
 
 
 class WorkerRow:
-    """Worker i's row (K_*), a view of the mapping: drop it before the handle closes."""
+    """Worker i's row (K_*), a view of the mapping: drop it before the handle closes.
+    `owners` judges and holds its owner word, word `index` of the file (engine/owners.py)."""
 
-    __slots__ = ("_r",)
+    __slots__ = ("_r", "_owners", "_index")
 
-    def __init__(self, row: np.ndarray):
+    def __init__(self, row: np.ndarray, owners, index: int):
         self._r = row
+        self._owners = owners
+        self._index = index
 
     @property
     def owner(self) -> int:
@@ -50,17 +53,20 @@ class WorkerRow:
 
     def claim(self, owner_word: int) -> None:
         """This process is the worker of the row: a beat first, so a row that names a process
-        is never seen stale, then its owner word."""
+        is never seen stale, then its owner lock and word. The supervisor gave the row to this
+        process alone, and saw its last holder gone: a live holder is a bug, raised."""
         self._r[C.K_HEARTBEAT] = time.monotonic_ns()
-        self._r[C.K_OWNER] = owner_word
+        if not self._owners.claim(self._r, C.K_OWNER, self._index, owner_word):
+            raise RuntimeError(f"worker row (file word {self._index}) is held by live process word "
+                               f"{int(self._r[C.K_OWNER]):#x}")
 
     def beat(self) -> None:
         """The worker is alive (its loop went round, or it waits for a live writer's lock)."""
         self._r[C.K_HEARTBEAT] = time.monotonic_ns()
 
     def release(self) -> None:
-        """The worker exits: the row names no process (its counters stay)."""
-        self._r[C.K_OWNER] = 0
+        """The worker exits: the row names no process (its counters stay), and its lock goes."""
+        self._owners.release(self._r, C.K_OWNER, self._index, int(self._r[C.K_OWNER]))
 
     def count_messages(self, n: int) -> None:
         """`n` Kafka messages were applied."""

@@ -94,7 +94,7 @@ def _worker_rows(view, sup_alive: bool, now: int) -> list[dict]:
         r = view.workers[i].tolist()
         if not r[C.K_OWNER] and not r[C.K_STARTS]:
             continue
-        alive = bool(r[C.K_OWNER]) and liveness.is_alive(r[C.K_OWNER])
+        alive = view.worker_alive(i)
         published, failures, restart_at = view.worker_handle(i) if sup_alive else (None, 0, None)
         if alive:  # backing-off: killed by the supervisor, not gone yet
             state = published if published in ("stopping", "backing-off") else "up"
@@ -143,7 +143,7 @@ def status(view) -> dict:
     # rebalance count and the assigning flag, and call nothing ready across a change.
     rebalances, assigning = word(C.H_REBALANCES), word(C.H_ASSIGNING)
     gap_parts = [p for p in range(nparts) if view.has_gap(p)]  # each bit read once
-    sup_alive = bool(sup) and liveness.is_alive(sup)
+    sup_alive = view.supervisor_alive()
     # the partition rows before the worker rows: a worker counts a batch's entries before it
     # publishes the offsets after it, so counters read after the offsets include them all
     parts = _partition_rows(view, nparts, set(gap_parts), damaged)

@@ -11,9 +11,12 @@ Python reader's, field by field.
 
 The live processes a scenario names (workers, a second member's partitions) are `sleep`
 processes this script starts; a dead owner word is one of a process it started and reaped.
+The owner locks of the live words (docs/segment-format.md, section 13) are held by this
+script, on a file description of its own (LOCKS), as their owners would hold them.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -21,15 +24,33 @@ import time
 import shmcache
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
+from shmcache.engine import owners
 from shmcache.ipc import liveness
 
 SLEEPERS = []
+LIVE: set[int] = set()
+LOCKS = -1  # the file description that holds the live words' owner locks (main opens it)
 
 
 def live_word() -> int:
     p = subprocess.Popen(["sleep", "600"])
     SLEEPERS.append(p)
+    LIVE.add(liveness.owner_word(p.pid))
     return liveness.owner_word(p.pid)
+
+
+def hold(index: int, word: int) -> None:
+    """The owner lock of file word `index` held when `word` names a live process, else not."""
+    if word == liveness.owner_word() or word in LIVE:
+        assert liveness.lock_word(LOCKS, index)
+    else:
+        liveness.unlock_word(LOCKS, index)
+
+
+def set_supervisor(c, word: int) -> None:
+    """The supervisor word, and its owner lock as that word's owner would hold it."""
+    c._h[C.H_SUPERVISOR] = word
+    hold(C.H_SUPERVISOR, word)
 
 
 def dead_word() -> int:
@@ -54,7 +75,9 @@ def clean(w, nparts: int, **supervisor) -> None:
     h[C.H_BROKER_STATE] = C.BROKER_UP
     h[C.H_BROKER_SINCE] = 0
     w.control.writers[:, L.W_WAIT] = 0
-    c._h[C.H_SUPERVISOR] = liveness.owner_word()
+    for i in range(L.MAX_WORKERS):
+        hold(owners.worker_row_word(i), 0)
+    set_supervisor(c, liveness.owner_word())
     c.set_topic("txmeta-go", nparts)
 
 
@@ -62,6 +85,7 @@ def worker(w, i: int, owner: int, beat_age_s: float = 0.0, state: str = "up") ->
     c = w.control
     c.workers[i, C.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age_s * 1e9)
     c.workers[i, C.K_OWNER] = owner
+    hold(owners.worker_row_word(i), owner)
     c.workers[i, C.K_STARTS] = 1
     c.set_worker_handle(i, state, 0)
 
@@ -88,7 +112,7 @@ def scenario(w, s: str, workers: list[int]) -> None:
         c.set_lookup_failure("not read without a live supervisor", time.monotonic_ns())
         c._h[C.H_BROKER_STATE] = C.BROKER_WAITING
         c._h[C.H_ACCEPT_GAPS] = 1
-        c._h[C.H_SUPERVISOR] = 0
+        set_supervisor(c, 0)
     elif s == "dead-supervisor":
         clean(w, 2)
         worker(w, 0, dead_word())
@@ -96,7 +120,7 @@ def scenario(w, s: str, workers: list[int]) -> None:
         assign(w, 0, 5, 9, False)
         assign(w, 1, 9, 9, True, owner=2)
         c.set_group(2, [{"client_id": "b", "host": "hb", "instance_id": ""}], {1: 0})
-        c._h[C.H_SUPERVISOR] = dead_word()
+        set_supervisor(c, dead_word())
     elif s == "stale-supervisor":
         clean(w, 1)
         worker(w, 0, workers[0])
@@ -207,7 +231,7 @@ def scenario(w, s: str, workers: list[int]) -> None:
         worker(w, 1, workers[0])
         assign(w, 0, 1, 2, True)
         assign(w, 1, 1, 2, True, owner=2)
-        c._h[C.H_SUPERVISOR] = 0
+        set_supervisor(c, 0)
     else:
         raise SystemExit(f"unknown scenario {s!r}")
 
@@ -228,7 +252,9 @@ def group_text(c, members: int, raw: bytes, where: bytes) -> None:
 
 def main() -> None:
     name = sys.argv[1]
+    global LOCKS
     w = shmcache.create(name, memory="4MiB", max_value=64)
+    LOCKS = os.open(f"/dev/shm/{name}", os.O_RDWR | os.O_CLOEXEC)
     try:
         workers = [live_word() for _ in range(5)]
         r = shmcache.attach(name)

@@ -135,7 +135,7 @@ def test_a_stale_supervisor_heartbeat_is_shown(cache):
     from shmcache.ipc import liveness
 
     name, w, _ = cache
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     w.control.beat()
 
     def header() -> str:

@@ -49,6 +49,7 @@ class Scene:
         self.name = name or f"conf-{tag}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.made: list[Path] = []  # temporary names beside it
         self.holders: list[subprocess.Popen] = []
+        self._locks_fd = -1  # the file description holding the installed file's owner locks
 
     @property
     def path(self) -> Path:
@@ -216,11 +217,14 @@ class Scene:
 
     def hold_every_bucket(self) -> subprocess.Popen:
         """A live process that holds every bucket of the cache mid-write (its owner word in
-        M_LOCK, M_VERSION odd), as a writer stopped inside a write would, until it is killed."""
+        M_LOCK, M_VERSION odd), as a writer stopped inside a write would, until it is killed:
+        a writer, its row and owner lock held (docs/segment-format.md, section 13)."""
         code = (
             "import mmap, os, struct, sys\n"
+            "import shmcache\n"
             "from shmcache.engine import layout as L\n"
             "from shmcache.ipc import liveness\n"
+            "w = shmcache.open(os.path.basename(sys.argv[1]))\n"
             "me = liveness.owner_word()\n"
             "fd = os.open(sys.argv[1], os.O_RDWR)\n"
             "m = mmap.mmap(fd, 0)\n"
@@ -240,10 +244,27 @@ class Scene:
     # -- golden control areas ------------------------------------------------------------------------
 
     def install_control(self, case: dict, owners: dict[str, int]) -> None:
+        """A golden control area at the name, its live words filled and their owner locks held
+        (by this process, on a file description of its own, until the scene is cleared or
+        another file is installed)."""
         sys.path.insert(0, str(REPO / "tests" / "engine"))
         import _golden_control as G
 
         self.install(G.image(case, owners, time.monotonic_ns()))
+        self.hold_locks(case["locked"])
+
+    def hold_locks(self, offsets) -> None:
+        """Hold the owner locks (docs/segment-format.md, section 13) of the words at these file
+        offsets of the cache installed now, as their owners would; the ones held before go."""
+        self.drop_locks()
+        self._locks_fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        for off in offsets:
+            assert liveness.lock_word(self._locks_fd, int(off) // L.WORD), f"word at {off} is locked already"
+
+    def drop_locks(self) -> None:
+        if self._locks_fd >= 0:
+            os.close(self._locks_fd)
+            self._locks_fd = -1
 
     # -- cleanup ---------------------------------------------------------------------------------
 
@@ -255,6 +276,7 @@ class Scene:
             os.unlink(path)
 
     def clear(self) -> None:
+        self.drop_locks()
         for p in self.holders:
             if p.poll() is None:
                 p.kill()

@@ -151,10 +151,12 @@ def test_golden_segment(readers, scene, roles, case):
     exp = S.golden_cases()[case]
     s = scene("golden")
     data = S.golden_image(exp)
-    if "live_holder_offset" in exp:
-        data[exp["live_holder_offset"]:exp["live_holder_offset"] + 8] = roles["holder"][1].to_bytes(8, "little",
-                                                                                                  signed=True)
+    if "live_holder_offset" in exp:  # the holder's word in the bucket's lock and in writer row 0, its lock held
+        for off in (exp["live_holder_offset"], exp["live_writer_offset"]):
+            data[off:off + 8] = roles["holder"][1].to_bytes(8, "little", signed=True)
     s.install(data)
+    if "live_writer_offset" in exp:
+        s.hold_locks([exp["live_writer_offset"]])
     if "attach_error" in exp:
         says = [f"header field {exp['field']} is"] if exp["field"] else []
         results = R.run_all(readers, "get", s.name, "00" * 32)

@@ -59,18 +59,21 @@ def build() -> dict[str, tuple[bytes, dict]]:
                                            "stands, one corruption per call") for k in full_keys},
             "the full bucket's version is odd with its lock free")
 
-    lock_off = None
+    lock_off = writer_off = None
 
     def live_holder(s):
-        nonlocal lock_off
+        nonlocal lock_off, writer_off
         lock_off = s.meta(fb, L.M_LOCK)
+        writer_off = s.geo.writers_off + L.W_OWNER * L.WORD  # writer row 0
         s.set(lock_off, DEAD_OWNER)
         s.set(s.meta(fb, L.M_VERSION), s.word(s.meta(fb, L.M_VERSION)) + 1)
     variant("live_holder", live_holder,
             {k: (None, True, "held mid-write by a live process: given up after the bound, a miss") for k in full_keys},
-            "the full bucket's version is odd and its lock held: fill the word at live_holder_offset with a "
-            "live process's owner word before attaching")
+            "the full bucket's version is odd and its lock held: fill the words at live_holder_offset (the "
+            "bucket's lock) and live_writer_offset (writer row 0) with a live process's owner word, and hold the "
+            "owner lock of the latter (section 13), before attaching (a reader's own word is alive without both)")
     cases["live_holder"][1]["live_holder_offset"] = lock_off
+    cases["live_holder"][1]["live_writer_offset"] = writer_off
 
     variant("locked_even", lambda s: s.set(s.meta(fb, L.M_LOCK), DEAD_OWNER), None,
             "the full bucket's lock is held (by a dead process) with an even version: a reader ignores the lock")

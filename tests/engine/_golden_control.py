@@ -6,6 +6,11 @@ in. The words that only a live process or the clock can make are left for the te
 fill, and listed in the case's expectation:
 - `live`: {file offset: role}: the owner word of a live process the test starts for that
   role (`supervisor`, `worker`);
+- `locked`: [file offset]: the words whose owner lock (section 13) the test holds while
+  the readers judge (an open-file-description write lock on the word's 8 bytes, taken by
+  any process: the test itself will do). Every `live` word, and in the cases "in another
+  PID namespace" words already in the file that name a process of another namespace
+  (pid 1, which here is someone else): alive by their locks, never by their pids;
 - `ages`: {file offset: seconds}: a time that many seconds before now on CLOCK_MONOTONIC
   (every case's H_AGE_CLOCK is AGE_CLOCK_MONOTONIC).
 The expected status (`ready`, `caught_up`, `reason`, `why`) comes from how the case was
@@ -28,6 +33,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _golden import CREATED_NS, DEAD_OWNER, GOLDEN, Segment  # noqa: E402
 
+# Owner words of processes in another PID namespace: pid 1 of a container (here pid 1 is
+# init, whose start stamp is another), and a worker's pid there.
+FOREIGN_SUPERVISOR = 1 << 32 | 424242
+FOREIGN_WORKER = 7 << 32 | 424243
+
 from shmcache.engine.control import layout as C  # noqa: E402
 from shmcache.engine import layout as L  # noqa: E402
 
@@ -43,6 +53,8 @@ class Case:
     def __init__(self, base: bytes):
         self.s = Segment(bytearray(base))
         self.live: dict[int, str] = {}
+        self.foreign: set[int] = set()  # offsets of words of another namespace's live processes
+        self.locks = True  # the test holds the owner locks of the live words
         self.ages: dict[int, float] = {}
 
     def h(self, word: int, value: int) -> None:
@@ -106,6 +118,7 @@ def build(base: bytes) -> dict[str, tuple[bytes, dict]]:
         ready = reason == "ready"
         cases[f"control_{name}"] = (bytes(c.s.data), {
             "about": about, "live": {str(k): v for k, v in sorted(c.live.items())},
+            "locked": sorted(set(c.live) | c.foreign) if c.locks else [],
             "ages": {str(k): v for k, v in sorted(c.ages.items())},
             "status": {"ready": ready, "caught_up": ready if caught_up is None else caught_up, "reason": reason,
                        "why": why}})
@@ -128,6 +141,27 @@ def build(base: bytes) -> dict[str, tuple[bytes, dict]]:
     c.h(C.H_SUPERVISOR, DEAD_OWNER)
     c.live.pop(C.H_SUPERVISOR * L.WORD)
     add("dead_supervisor", c, "no-supervisor", "no live supervisor", "the supervisor's process is gone")
+
+    c = _ready(base)  # the daemon in a container of its own, the reader in another
+    c.live.clear()
+    c.h(C.H_SUPERVISOR, FOREIGN_SUPERVISOR)
+    worker = c.worker(0, C.K_OWNER, FOREIGN_WORKER)
+    c.foreign |= {C.H_SUPERVISOR * L.WORD, worker}
+    add("ready_other_namespace", c, "ready", "",
+        "ready, its supervisor and worker in another PID namespace (pids 1 and 7 there): alive by their owner locks")
+
+    c = _ready(base)
+    c.live.clear()
+    c.h(C.H_SUPERVISOR, FOREIGN_SUPERVISOR)
+    c.worker(0, C.K_OWNER, FOREIGN_WORKER)
+    add("dead_other_namespace", c, "no-supervisor", "no live supervisor",
+        "the supervisor of another PID namespace is gone (no owner lock), though pid 1 runs here")
+
+    c = _ready(base)
+    c.h(L.H_OWNER_LOCKS, 0)
+    c.locks = False
+    add("ready_pid_rule", c, "ready", "",
+        "an earlier shmcache's segment (H_OWNER_LOCKS 0, no owner locks): its owners judged by pid")
 
     c = _ready(base)
     c.ages[C.H_SUPERVISOR_HEARTBEAT * L.WORD] = 120
@@ -241,6 +275,17 @@ def image(case: dict, owners: dict[str, int], now_ns: int) -> bytearray:
     for off, seconds in case["ages"].items():
         s.set(int(off), now_ns - int(seconds * 1e9))
     return data
+
+
+def hold_locks(path: str, case: dict) -> int:
+    """Take the owner locks of the case's `locked` words on the file at `path`, on a file
+    description of their own (open for writing): returns its fd; closing it drops them."""
+    from shmcache.ipc import liveness
+
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    for off in case["locked"]:
+        assert liveness.lock_word(fd, int(off) // L.WORD), f"word at {off} of {path} is locked already"
+    return fd
 
 
 def why_pattern(case: dict, supervisor_pid: int) -> str:

@@ -28,14 +28,10 @@ TIMEOUT = 90.0
 _USER = """
     import sys
     import shmcache
-    from shmcache.engine.control import layout as C
-    from shmcache.ipc import liveness
-    from shmcache.ipc.atomics import store_word
     name, role = sys.argv[1], sys.argv[2]
     w = shmcache.open(name)
-    if role == "supervisor":  # registered as consumer/supervisor/policy.py does; no writer row kept
-        store_word(w._header, C.H_SUPERVISOR, liveness.owner_word())
-        w.close()
+    if role == "supervisor":  # registered as consumer/supervisor/startup.py does, its handle kept open
+        assert w.control.claim_supervisor() == 0
     print("ready", flush=True)
     sys.stdin.readline()
 """

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	shmcache "github.com/shmcache/shmcache/go"
+	"github.com/shmcache/shmcache/go/internal/goldencache"
 	"github.com/shmcache/shmcache/go/txmeta"
 	"golang.org/x/sys/unix"
 )
@@ -404,9 +405,10 @@ func controlReady(t *testing.T, path string) {
 	raw, _ := os.ReadFile("../../../golden/control/expect.json")
 	var doc struct {
 		Cases map[string]struct {
-			File string             `json:"file"`
-			Live map[string]string  `json:"live"`
-			Ages map[string]float64 `json:"ages"`
+			File   string             `json:"file"`
+			Live   map[string]string  `json:"live"`
+			Ages   map[string]float64 `json:"ages"`
+			Locked []int64            `json:"locked"`
 		} `json:"cases"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -434,6 +436,11 @@ func controlReady(t *testing.T, path string) {
 		binary.LittleEndian.PutUint64(data[o:], uint64(ts.Nano()-int64(s*1e9)))
 	}
 	put(t, path, data, 0o600)
+	release, err := goldencache.HoldLocks(path, c.Locked) // as its live owners would (format section 13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 }
 
 // wait-ready: not ready by the timeout is exit 1 saying why; a cache that becomes ready

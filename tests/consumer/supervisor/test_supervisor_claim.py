@@ -30,7 +30,7 @@ import shmcache
 from shmcache.engine.control import layout as C
 from shmcache.ipc import liveness
 w = shmcache.open(sys.argv[1])
-w.control.workers[0, C.K_OWNER] = liveness.owner_word()
+w.control.worker_row(0).claim(liveness.owner_word())
 print("holding", flush=True)
 sys.stdin.read()
 """

@@ -196,7 +196,7 @@ def test_a_worker_handle_round_trips(handles, i, state, failures, restart_at_ns)
 
 def test_a_backing_off_handle_shows_in_status(handles):
     w, r = handles
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     w.control.workers[3, C.K_STARTS] = 2  # the supervisor started it (no process claimed the row)
     due = time.time_ns() + 5 * 10**9
     w.control.set_worker_handle(3, "backing-off", 2, due)
@@ -256,8 +256,8 @@ def _assign(c, p: int, applied: int, hw: int, caught_up: bool) -> None:
 def _worker_up(c, i: int = 0, beat_age_s: float = 0.0) -> None:
     """This process claims worker row i, as a worker does once its kernels are loaded, and
     the supervisor's handle says up; its last heartbeat `beat_age_s` ago."""
+    c.worker_row(i).claim(liveness.owner_word())  # its owner lock too: a status in another process sees it live
     c.workers[i, C.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age_s * 1e9)
-    c.workers[i, C.K_OWNER] = liveness.owner_word()
     c.workers[i, C.K_STARTS] = 1
     c.set_worker_handle(i, "up", 0)
 
@@ -340,7 +340,7 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     c.reset_partitions()
     c.disown_partitions()
     c.reset_supervisor()
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     _worker_up(c)
     c.set_topic("t", 0)
     st_ = _not_ready(r, "no partitions assigned yet")
@@ -373,10 +373,11 @@ def test_readiness_is_built_up_by_the_supervisors_writes(handles):
     st_ = r.wait_ready(timeout=0)
     assert st_["ready"] and st_["caught_up"] and st_["gaps_accepted"] and st_["gap_partitions"] == [1]
 
-    poke(w, C.H_SUPERVISOR, _dead_owner_word())  # the same words, but its supervisor is gone
+    w.control.release_supervisor()  # the same words, but its supervisor is gone (and with it its lock)
+    poke(w, C.H_SUPERVISOR, _dead_owner_word())
     st_ = _not_ready(r, "no live supervisor")
     assert not st_["supervisor_alive"] and not st_["caught_up"] and not st_["gaps_accepted"]
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     assert r.wait_ready(timeout=0)["ready"]
 
 
@@ -389,7 +390,7 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     c.reset_partitions()
     c.disown_partitions()
     c.reset_supervisor(worker_stale_s=2.0)
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     c.set_topic("t", 2)
     _worker_up(c, 0)
     _worker_up(c, 1)
@@ -422,11 +423,12 @@ def test_a_partition_is_not_caught_up_while_its_worker_is_down_or_stale(handles)
     _worker_up(c, 0)
     _worker_up(c, 1, beat_age_s=1.0)
     c.reset_supervisor(worker_stale_s=0.5)  # a supervisor with a tighter bound
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     _not_ready(r, "worker 1 stale")
 
     _worker_up(c, 1)
-    c.workers[1, C.K_OWNER] = _dead_owner_word()  # the process is gone; the supervisor has not seen it yet
+    c.worker_row(1).release()  # the process is gone, its lock with it; the supervisor has not seen it yet
+    c.workers[1, C.K_OWNER] = _dead_owner_word()
     st_ = _not_ready(r, r"partitions not caught up: 1 \(lag 0, worker 1 starting\)")
     assert not st_["workers"][1]["alive"]
     c.partitions[1, C.P_OWNER] = 0  # no worker at all
@@ -444,7 +446,7 @@ def test_a_wait_for_the_broker_without_its_start_reads_as_0_s_everywhere(handles
     w, r = handles
     c = w.control
     c.reset_supervisor()
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     poke(w, C.H_BROKER_SINCE, time.monotonic_ns() - 3 * 10**9)
     poke(w, C.H_BROKER_STATE, C.BROKER_WAITING)
     assert r.status()["broker_waiting_s"] == pytest.approx(3, abs=1)  # an ordinary wait
@@ -485,7 +487,7 @@ def test_counters_read_by_status_include_every_offset_it_shows(handles):
     w, r = handles
     c = w.control
     c.reset_supervisor()
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.claim_supervisor()
     _worker_up(c)
     c.set_topic("t", 1)
     _assign(c, 0, 0, 0, True)

@@ -36,8 +36,8 @@ def _looks_ready(w, nparts: int = 2) -> None:
     rows = w.control.partitions
     for p in range(nparts):
         rows[p, [C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_OWNER, C.P_CAUGHT_UP, C.P_ASSIGNED]] = [5, 5, 1, 1, 1]
-    w.control.workers[0, C.K_OWNER] = liveness.owner_word()
-    poke(w, C.H_SUPERVISOR, liveness.owner_word())
+    w.control.worker_row(0).claim(liveness.owner_word())
+    w.control.claim_supervisor()
 
 
 def test_a_consistent_segment_is_ready(cache):
@@ -101,7 +101,7 @@ def test_rows_of_a_dead_supervisor_are_never_ready(cache):
     rows = cache.control.partitions
     gen = rows[:2, C.P_GENERATION].copy()
     cache.control.disown_partitions()
-    poke(cache, C.H_SUPERVISOR, liveness.owner_word())
+    cache.control.claim_supervisor()
     st = cache.status()
     assert not st["ready"] and st["assigned"] == [] and st["unassigned"] == [0, 1]
     assert rows[:2, C.P_APPLIED].tolist() == [5, 5]

@@ -52,8 +52,12 @@ def test_the_python_reader_gives_each_cases_status(case, roles):
     try:
         os.write(fd, data)
         os.close(fd)
-        with shmcache.attach(name) as r:
-            st = r.status()
+        held = G.hold_locks(f"/dev/shm/{name}", exp)
+        try:
+            with shmcache.attach(name) as r:
+                st = r.status()
+        finally:
+            os.close(held)
         got = {k: st[k] for k in ("ready", "caught_up", "reason")}
         assert got == {k: exp["status"][k] for k in got}, (case, st["why"])
         assert re.match(G.why_pattern(exp, roles["supervisor"][0]), st["why"]), (case, st["why"])

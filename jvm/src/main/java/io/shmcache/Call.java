@@ -394,7 +394,7 @@ public final class Call implements AutoCloseable {
                 staticV = v;
                 return true;
             }
-            if (!Liveness.isAlive(owner) && m.map.getLongAcquire(lock) == owner) { // only its own odd version
+            if (!m.writerAlive(owner) && m.map.getLongAcquire(lock) == owner) { // only its own odd version
                 staticB = b;
                 staticV = v;
                 return true;

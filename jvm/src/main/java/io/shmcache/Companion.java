@@ -6,6 +6,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
+import java.nio.channels.FileLock;
 import java.nio.file.Path;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -30,24 +31,35 @@ import java.util.concurrent.ConcurrentHashMap;
  * are kept in memory, added under the row's lock and written whole (words R_HITS..R_CORRUPTIONS),
  * starting from what the row held when it was claimed (rows are never cleared, so sums never
  * go down).
+ *
+ * <p>Owner locks (format section 13, a companion of version LOCKS_SINCE or later): the row is
+ * held by a write lock on its owner word's bytes, which the JVM takes with {@link
+ * FileChannel#tryLock} (a POSIX record lock, the process's). Closing any descriptor of a file
+ * drops every such lock the process holds on it, so a JVM opens each companion file once
+ * ({@link #CHANNELS}) and never closes it while that file is at its name: every handle of
+ * the process shares that channel.
  */
 final class Companion {
     private static final String WHAT = " (its readers' companion)";
     private static final Map<String, Row> ROWS = new ConcurrentHashMap<>(); // this process's rows, by companion file
+    /** The one open file of each companion file this process uses (dev:ino), kept while it is at its name. */
+    private static final Map<String, Shared> CHANNELS = new ConcurrentHashMap<>();
 
     private final String cache;
     private final Path path;
     private final FileChannel ch;
     private final boolean writable;
+    private final boolean locks; // rows are held by owner locks (version >= LOCKS_SINCE)
     private final String key; // the companion file and the cache's creation id
     private volatile Row row;  // this process's row, claimed at the first count; null not yet
     private volatile boolean off;
 
-    private Companion(String cache, Path path, FileOpener.Opened o, boolean writable, String key) {
+    private Companion(String cache, Path path, FileOpener.Opened o, boolean writable, boolean locks, String key) {
         this.cache = cache;
         this.path = path;
         this.ch = o.channel();
         this.writable = writable;
+        this.locks = locks;
         this.key = key;
     }
 
@@ -62,25 +74,59 @@ final class Companion {
      */
     static Companion open(String name, long creationId, Owner owner) {
         Path path = pathOf(name);
-        FileOpener.Opened o;
-        boolean write = true;
-        try {
-            o = FileOpener.INSTANCE.open(name, path, true, WHAT);
-        } catch (ShmcacheException.Permission e) {
-            write = false;
-            try {
-                o = FileOpener.INSTANCE.open(name, path, false, WHAT);
-            } catch (ShmcacheException e2) {
-                return null;
+        synchronized (CHANNELS) {
+            FileStat now = FileStat.identity(path);
+            // the files no longer at the name: their channels go (and with them any row lock in them)
+            CHANNELS.entrySet().removeIf(e -> {
+                boolean gone = e.getValue().path().equals(path)
+                        && (now == null || !e.getKey().equals(now.dev() + ":" + now.ino()));
+                if (gone) {
+                    e.getValue().opened().close();
+                }
+                return gone;
+            });
+            Shared shared = now == null ? null : CHANNELS.get(now.dev() + ":" + now.ino());
+            FileOpener.Opened o;
+            boolean write;
+            if (shared != null) {
+                o = shared.opened();
+                write = shared.writable();
+            } else {
+                write = true;
+                try {
+                    o = FileOpener.INSTANCE.open(name, path, true, WHAT);
+                } catch (ShmcacheException.Permission e) {
+                    write = false;
+                    try {
+                        o = FileOpener.INSTANCE.open(name, path, false, WHAT);
+                    } catch (ShmcacheException e2) {
+                        return null;
+                    }
+                } catch (ShmcacheException e) {
+                    return null; // none, not a regular file: no companion
+                }
             }
-        } catch (ShmcacheException e) {
-            return null; // none, not a regular file: no companion
+            Companion c = check(name, path, o, write, creationId, owner);
+            if (shared == null) {
+                if (c == null) {
+                    o.close(); // a file this process holds no lock in (it had no channel of it)
+                } else {
+                    CHANNELS.put(o.stat().dev() + ":" + o.stat().ino(), new Shared(o, path, write));
+                }
+            }
+            return c;
         }
+    }
+
+    /** A companion file's one channel in this process. */
+    private record Shared(FileOpener.Opened opened, Path path, boolean writable) {}
+
+    private static Companion check(String name, Path path, FileOpener.Opened o, boolean write, long creationId,
+            Owner owner) {
         FileChannel ch = o.channel();
         try {
             FileStat st = o.stat();
-            if (st.size() != COMPANION_BYTES || (owner != null && !owner.owns(st))) {
-                o.close();
+            if (st.size() != COMPANION_BYTES || ch.size() != COMPANION_BYTES || (owner != null && !owner.owns(st))) {
                 return null;
             }
             ByteBuffer h = ByteBuffer.allocate(3 * (int) WORD).order(ByteOrder.LITTLE_ENDIAN);
@@ -88,14 +134,13 @@ final class Companion {
                 // the header words, read with pread
             }
             long version = h.getLong((int) WORD);
-            if (h.hasRemaining() || h.getLong(0) != ReaderStats.MAGIC || (version != 1 && version != 2)
+            if (h.hasRemaining() || h.getLong(0) != ReaderStats.MAGIC || version < 1 || version > ReaderStats.VERSION
                     || h.getLong(ReaderStats.H_CREATION_ID * (int) WORD) != creationId) {
-                o.close();
                 return null;
             }
-            return new Companion(name, path, o, write, st.dev() + ":" + st.ino() + ":" + creationId);
+            return new Companion(name, path, o, write, version >= ReaderStats.LOCKS_SINCE,
+                    st.dev() + ":" + st.ino() + ":" + creationId);
         } catch (IOException e) {
-            o.close();
             return null;
         }
     }
@@ -110,6 +155,7 @@ final class Companion {
      */
     static final class Row {
         final long off;
+        FileLock lock; // its owner lock, held as long as the process lives (owner locks only)
         final long[] counts = new long[5]; // hits, misses, batches, retries, corruptions
         final ByteBuffer buf = ByteBuffer.allocate(5 * (int) WORD).order(ByteOrder.LITTLE_ENDIAN);
 
@@ -197,8 +243,9 @@ final class Companion {
                 return null;
             }
             Mapping m = Mapping.map(ch, PAGE, COMPANION_BYTES - PAGE, true);
+            FileLock[] held = new FileLock[1];
             try {
-                long at = find(m, me);
+                long at = locks ? findLocked(m, me, held) : find(m, me);
                 long[] start = new long[5];
                 if (at >= 0) {
                     for (int i = 0; i < 5; i++) {
@@ -206,7 +253,12 @@ final class Companion {
                     }
                 }
                 Faults.seal(); // a fault of the claim is thrown here, inside this try
-                return at < 0 ? null : new Row(PAGE + at, start);
+                if (at < 0) {
+                    return null;
+                }
+                Row r = new Row(PAGE + at, start);
+                r.lock = held[0];
+                return r;
             } catch (InternalError e) {
                 if (!Faults.isFault(e)) {
                     throw e;
@@ -218,6 +270,41 @@ final class Companion {
         } catch (IOException e) {
             return null;
         }
+    }
+
+    /**
+     * With owner locks: the first row, free first, whose owner lock this process can take
+     * (its lock is left in {@code held[0]}), its owner word then set by compare-and-swap.
+     */
+    private long findLocked(Mapping m, long me, FileLock[] held) {
+        for (boolean free : new boolean[] {true, false}) {
+            for (long r = 0; r < ReaderStats.MAX_READERS; r++) {
+                long at = rowOff(r) - PAGE + ReaderStats.R_OWNER * WORD;
+                long cur = m.getLongAcquire(at);
+                if ((cur == 0) != free) {
+                    continue;
+                }
+                FileLock l;
+                try {
+                    l = ch.tryLock(PAGE + at, WORD, false);
+                } catch (IOException | java.nio.channels.OverlappingFileLockException e) {
+                    continue; // held by this JVM, or not ours to lock
+                }
+                if (l == null) {
+                    continue; // a live owner
+                }
+                if (m.compareAndSet(at, cur, me)) {
+                    held[0] = l;
+                    return rowOff(r) - PAGE;
+                }
+                try {
+                    l.release();
+                } catch (IOException ignored) {
+                    // the channel went: nothing held
+                }
+            }
+        }
+        return -1;
     }
 
     private static long find(Mapping m, long me) {
@@ -269,7 +356,7 @@ final class Companion {
             t[2] += b.getLong(o + ReaderStats.R_BATCHES * (int) WORD);
             t[3] += b.getLong(o + ReaderStats.R_CORRUPTIONS * (int) WORD);
             long owner = b.getLong(o + ReaderStats.R_OWNER * (int) WORD);
-            if (owner != 0 && Liveness.isAlive(owner)) {
+            if (Liveness.isAlive(owner, ch, (PAGE + o) / WORD + ReaderStats.R_OWNER, locks)) {
                 t[4]++;
             }
         }

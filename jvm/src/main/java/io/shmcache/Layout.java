@@ -62,6 +62,7 @@ final class Layout {
 
     // section 14: the control area, header words
     static final int H_SUPERVISOR = 10;
+    static final int H_OWNER_LOCKS = 11; // 1: every owner of the segment holds its word's owner lock (section 13)
     static final int H_TOPIC_LEN = 12;
     static final int H_PARTITIONS = 13;
     static final int H_SUPERVISOR_HEARTBEAT = 14;
@@ -114,7 +115,8 @@ final class Layout {
         private ReaderStats() {}
 
         static final long MAGIC = 0x31524452434D4853L; // b"SHMCRDR1", companion word 0
-        static final long VERSION = 2;                 // companion word 1 (versions 1 and 2 have the same rows)
+        static final long VERSION = 3;                 // companion word 1 (versions 1 to 3 have the same rows)
+        static final long LOCKS_SINCE = 3;             // from this version on, each row's owner holds its owner lock
         static final int H_CREATION_ID = 2;            // companion word 2: the cache's creation id
         static final long MAX_READERS = 1024;
         static final int R_OWNER = 0;

@@ -1,6 +1,9 @@
 package io.shmcache;
 
 import java.io.IOException;
+import java.nio.channels.FileChannel;
+import java.nio.channels.FileLock;
+import java.nio.channels.OverlappingFileLockException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.AccessDeniedException;
 import java.nio.file.Files;
@@ -10,6 +13,13 @@ import java.nio.file.Path;
  * Owner words (docs/segment-format.md, section 13): {@code pid << 32 | stamp}, stamp = the
  * low 32 bits of the process's start time in 1/100 s since the epoch,
  * {@code round((starttime / CLK_TCK + btime) * 100)} (half to even, as Python rounds), 1 if 0.
+ *
+ * <p>A pid means something only in its own PID namespace. In a file whose owners hold owner
+ * locks (a segment with H_OWNER_LOCKS set, a companion of version LOCKS_SINCE or later), the
+ * owner of a word is alive while a write lock is held on the word's 8 bytes of the file: the
+ * kernel drops it when its holder dies, in whatever namespace. A JVM cannot ask who holds a
+ * lock without taking one: it takes a shared lock on the bytes and drops it at once ({@link
+ * #locked}); taken means no owner.
  */
 public final class Liveness {
     private Liveness() {}
@@ -99,5 +109,46 @@ public final class Liveness {
         } catch (IOException e) {
             return false; // gone while we read it
         }
+    }
+
+    /**
+     * Whether a write lock (an owner lock) is held on word {@code index} of the file {@code ch}
+     * holds open: a shared lock on its bytes cannot be taken. Another thread's passing test
+     * of the same bytes is waited out; one held by this JVM itself counts as held. A channel
+     * that cannot say (closed) falls back to nothing held.
+     */
+    static boolean locked(FileChannel ch, long index) {
+        for (int i = 0; ; i++) {
+            try {
+                FileLock l = ch.tryLock(index * 8, 8, true);
+                if (l == null) {
+                    return true;
+                }
+                l.release();
+                return false;
+            } catch (OverlappingFileLockException e) {
+                if (i >= 10_000) {
+                    return true; // held by this JVM: its own row's lock
+                }
+                Thread.onSpinWait();
+            } catch (IOException e) {
+                return false;
+            }
+        }
+    }
+
+    /**
+     * Whether the process owner word {@code w}, published at word {@code index} of the file
+     * {@code ch} holds open, runs: by its owner lock when {@code locks}, else by the pid rule.
+     * This process's own word is alive.
+     */
+    static boolean isAlive(long w, FileChannel ch, long index, boolean locks) {
+        if (w == 0) {
+            return false;
+        }
+        if (!locks) {
+            return isAlive(w);
+        }
+        return w == mine() || locked(ch, index);
     }
 }

@@ -20,7 +20,8 @@ import java.util.function.IntToLongFunction;
  * header read with a positional read before anything is mapped (a stranger's file at the
  * name costs one page read), then mapped read-only and never populated: Java maps without
  * {@code MAP_POPULATE}, so a sparse file planted at the name costs only the pages lookups
- * touch (format section 1). The channel is closed once mapped: the mapping keeps the file.
+ * touch (format section 1). The channel stays open while the file is mapped: the owner
+ * locks of its words are tested on it (format section 13).
  */
 final class Mapped {
     final Mapping map;
@@ -31,14 +32,18 @@ final class Mapped {
     final long slots;
     final long ring;
     final long ringOff;
+    final FileChannel ch;     // the file, open while mapped
+    final boolean locks;      // its owners hold owner locks (H_OWNER_LOCKS)
     volatile boolean lost;    // the file was cut short under the mapping: never read again
     /** Calls reading the mapping now (low bits), RETIRED once its handle dropped it, UNMAPPED once unmapped. */
     private final AtomicLong uses = new AtomicLong();
     private static final long RETIRED = 1L << 62, UNMAPPED = 1L << 61;
 
-    private Mapped(Mapping map, FileStat stat, long[] geo) {
+    private Mapped(Mapping map, FileStat stat, long[] geo, FileChannel ch) {
         this.map = map;
         this.stat = stat;
+        this.ch = ch;
+        this.locks = map.getLong(H_OWNER_LOCKS * WORD) == 1;
         this.keySize = (int) geo[0];
         this.maxValue = geo[1];
         this.slots = geo[2];
@@ -57,6 +62,7 @@ final class Mapped {
     static Mapped open(String cache, Path path, Owner owner) {
         FileOpener.Opened o = FileOpener.INSTANCE.open(cache, path, false, "");
         FileChannel ch = o.channel();
+        boolean kept = false;
         try {
             FileStat st = o.stat();
             if (owner != null) {
@@ -86,9 +92,9 @@ final class Mapped {
             long[] geo; // checked again on the mapping: the file may have changed since
             try {
                 geo = check(cache, path, size, i -> m.getLong(i * WORD), m.getLongAcquire(H_MAGIC * WORD));
-                Mapped mapped = new Mapped(m, st, geo);
+                Mapped mapped = new Mapped(m, st, geo, ch);
                 Faults.seal();
-                ok = true;
+                ok = kept = true;
                 return mapped;
             } catch (InternalError e) {
                 if (!Faults.isFault(e)) {
@@ -103,12 +109,37 @@ final class Mapped {
         } catch (IOException e) {
             throw new ShmcacheException.NotACache(cache, "cannot read " + path + ": " + e, e);
         } finally {
-            try {
-                ch.close(); // mapped or refused: a mapping keeps its file
-            } catch (IOException ignored) {
-                // nothing more is read from it
+            if (!kept) {
+                close(ch); // refused: nothing of it is kept
             }
         }
+    }
+
+    private static void close(FileChannel ch) {
+        try {
+            ch.close();
+        } catch (IOException ignored) {
+            // nothing more is read from it
+        }
+    }
+
+    /** Whether the owner word {@code w} at header word {@code index} names a live process (format section 13). */
+    boolean alive(long w, long index) {
+        return Liveness.isAlive(w, ch, index, locks);
+    }
+
+    /** Whether the writer a bucket's lock names by its owner word {@code w} runs: a live writer row holds it. */
+    boolean writerAlive(long w) {
+        if (w == 0 || !locks || w == Liveness.mine()) {
+            return alive(w, 0);
+        }
+        for (long r = 0; r < MAX_WRITERS; r++) {
+            long at = WRITERS_OFF + (r * ROW_WORDS + W_OWNER) * WORD;
+            if (map.getLongAcquire(at) == w && alive(w, at / WORD)) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /**
@@ -152,6 +183,7 @@ final class Mapped {
     private void unmapNow() {
         if (uses.compareAndSet(RETIRED, RETIRED | UNMAPPED)) {
             map.unmap();
+            close(ch);
         }
     }
 

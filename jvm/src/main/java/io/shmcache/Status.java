@@ -151,7 +151,7 @@ public record Status(String name, String topic, int partitions, Long supervisorP
                     gapped[p] = true;
                 }
             }
-            boolean supAlive = sup != 0 && Liveness.isAlive(sup);
+            boolean supAlive = m.alive(sup, H_SUPERVISOR);
             List<long[]> rows = partitionRows(n);
             Map<Integer, Worker> workers = workers(supAlive);
             List<Partition> parts = new ArrayList<>();
@@ -253,7 +253,7 @@ public record Status(String name, String topic, int partitions, Long supervisorP
                 if (owner == 0 && row(WORKERS_OFF, i, K_STARTS) == 0) {
                     continue;
                 }
-                boolean alive = owner != 0 && Liveness.isAlive(owner);
+                boolean alive = m.alive(owner, (WORKERS_OFF + (i * ROW_WORDS + K_OWNER) * WORD) / WORD);
                 String published = null;
                 if (supAlive) {
                     long code = h(H_WORKER_HANDLES + i) & 0xFF;

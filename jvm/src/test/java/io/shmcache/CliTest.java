@@ -253,14 +253,17 @@ class CliTest {
         // a ready cache created while wait-ready waits: it waits through nothing at the name
         String later = shm.name("json-later");
         Process sup = new ProcessBuilder("sleep", "600").start(), work = new ProcessBuilder("sleep", "600").start();
-        try {
+        try (LockHolder holder = LockHolder.start()) {
             Process w = new ProcessBuilder(Child.command(List.of(), "wait-ready", "--timeout", "60", later)).start();
             CompletableFuture<String> out = Child.async(() -> Child.read(w.getInputStream()));
             Thread.sleep(500);
             assertTrue(w.isAlive(), "still waiting while nothing is at the name");
             JsonNode ready = StatusTest.cases().get("control_ready");
             byte[] img = StatusTest.image(ready, sup.pid(), work.pid());
-            putAt(Path.of(Layout.SHM_DIR, later), img);
+            Path staged = Path.of(Layout.SHM_DIR, later + ".next");
+            Goldens.write(staged, img);
+            holder.hold(staged, StatusTest.locked(ready)); // as its live owners would (format section 13)
+            Files.move(staged, Path.of(Layout.SHM_DIR, later), StandardCopyOption.ATOMIC_MOVE);
             assertTrue(w.waitFor(60, TimeUnit.SECONDS), "wait-ready did not see the ready cache");
             assertEquals(0, w.exitValue());
             JsonNode got = JSON.readTree(out.get(30, TimeUnit.SECONDS));

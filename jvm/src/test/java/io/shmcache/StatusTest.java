@@ -49,12 +49,14 @@ class StatusTest {
     static final List<String> AGES = List.of("supervisor_heartbeat_age_s", "broker_waiting_s", "lookup_failing_s");
 
     static Process supervisor, worker;
+    static LockHolder holder; // holds the live words' owner locks (format section 13)
     final ShmFiles shm = new ShmFiles();
 
     @BeforeAll
     static void roles() throws IOException {
         supervisor = new ProcessBuilder("sleep", "600").start();
         worker = new ProcessBuilder("sleep", "600").start();
+        holder = LockHolder.start();
     }
 
     @AfterAll
@@ -63,6 +65,14 @@ class StatusTest {
             p.destroyForcibly();
             p.waitFor();
         }
+        holder.close();
+    }
+
+    /** The byte offsets of the words whose owner locks a case's test holds ({@code locked}). */
+    static List<Long> locked(JsonNode c) {
+        List<Long> offs = new java.util.ArrayList<>();
+        c.get("locked").forEach(o -> offs.add(o.asLong()));
+        return offs;
     }
 
     @AfterEach
@@ -167,6 +177,7 @@ class StatusTest {
                 JsonNode c = e.getValue();
                 String name = shm.name(e.getKey());
                 Goldens.write(Path.of(Layout.SHM_DIR, name), image(c));
+                holder.hold(Path.of(Layout.SHM_DIR, name), locked(c));
                 Status st;
                 long t0 = System.nanoTime();
                 try (Segment r = Segment.attach(name)) {
@@ -205,9 +216,9 @@ class StatusTest {
             "    c.reset_supervisor(worker_stale_s=5)",
             "    c.set_topic('txmeta', 3)",
             "    c.broker_up()",
+            "    c.worker_row(0).claim(liveness.owner_word())",  // its owner lock too (format section 13)
             "    def worker(beat_age=0.0):",
             "        c.workers[0, C.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age * 1e9)",
-            "        c.workers[0, C.K_OWNER] = liveness.owner_word()",
             "        c.workers[0, C.K_STARTS] = 1",
             "        c.set_worker_handle(0, 'up', 0)",
             "    def assign(p, applied, hw):",
@@ -293,12 +304,14 @@ class StatusTest {
             assertFalse(ready.isDone(), "nothing at the name yet: still waiting");
             Path next = Path.of(Layout.SHM_DIR, name + ".next");
             Goldens.write(next, image(cases.get("control_ready")));
+            holder.hold(next, locked(cases.get("control_ready")));
             Files.move(next, at, java.nio.file.StandardCopyOption.ATOMIC_MOVE);
             Status st = ready.get(30, TimeUnit.SECONDS);
             assertTrue(st.ready() && st.reason().equals("ready") && st.why().isEmpty(), st.toString());
         }
         Files.delete(at);
         Goldens.write(at, image(cases.get("control_lagging")));
+        holder.hold(at, locked(cases.get("control_lagging")));
         try (Segment r = Segment.attach(name)) {
             long t0 = System.nanoTime();
             ShmcacheException.NotReady e = assertThrows(ShmcacheException.NotReady.class, () -> r.waitReady(0.3));
