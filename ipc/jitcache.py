@@ -11,9 +11,13 @@ kernels that depend on it stale, and numba then compiles them again and overwrit
 their cache entries; nothing is deleted. An edit elsewhere (spark/, the command
 line) recompiles nothing.
 
-Where the cache lives is numba's choice, unchanged: NUMBA_CACHE_DIR if set, else
-`__pycache__` beside the module when writable, else the user's cache directory
-(~/.cache/numba): a read-only site-packages install works. numba also keys every
+Where the cache lives is numba's choice: NUMBA_CACHE_DIR if set, else `__pycache__`
+beside the module when writable, else the user's cache directory (~/.cache/numba): a
+read-only site-packages install works. Where none of those can be written (a reader
+running as a user with no home, in a container whose image is read-only), numba has no
+place and refuses to compile a `cache=True` function at all; so last comes a directory of
+this user's own in the system's temp directory (`shmcache-numba-UID`, mode 0700, used only
+if this user owns it and no one else may write it: compiled code is run from it). numba also keys every
 entry by its own version, the Python version and the CPU, so a cache copied to
 another machine is not used there.
 
@@ -35,6 +39,8 @@ import ast
 import functools
 import hashlib
 import os
+import stat
+import tempfile
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's root directory
 
@@ -140,6 +146,34 @@ def _stamped(base):
     return Locator
 
 
+def private_dir() -> str:
+    """This user's own directory of compiled kernels in the system's temp directory."""
+    return os.path.join(tempfile.gettempdir(), f"shmcache-numba-{os.geteuid()}")
+
+
+def _private(base):
+    """numba's user-wide locator (`base`), placed in private_dir() instead of ~/.cache."""
+
+    class Locator(base):
+        def __init__(self, py_func, py_file):
+            super().__init__(py_func, py_file)
+            self._cache_path = os.path.join(private_dir(), self.get_suitable_cache_subpath(py_file))
+
+        def ensure_cache_path(self):
+            top = private_dir()
+            try:
+                os.mkdir(top, 0o700)
+            except FileExistsError:
+                pass
+            st = os.lstat(top)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise OSError(f"{top} is not a directory of this user's alone: no kernel is cached there")
+            super().ensure_cache_path()
+
+    Locator.__name__ = Locator.__qualname__ = "Private" + base.__name__.lstrip("_")
+    return Locator
+
+
 @functools.lru_cache(maxsize=1)
 def install() -> bool:
     """Put the package-stamped locators first in numba's list; False (numba's defaults
@@ -152,5 +186,5 @@ def install() -> bool:
     bases = [getattr(caching, a, None) or getattr(caching, b, None) for a, b in names]
     if impl is None or not isinstance(getattr(impl, "_locator_classes", None), list) or None in bases:
         return False
-    impl._locator_classes[:0] = [_stamped(b) for b in bases]
+    impl._locator_classes[:0] = [_stamped(b) for b in bases] + [_stamped(_private(bases[-1]))]
     return True

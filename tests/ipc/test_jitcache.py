@@ -170,3 +170,47 @@ def test_every_kernel_is_stamped_whichever_module_a_process_imports_first():
         assert found, f"{mod}: no cached kernel found"
         wrong = {k: v for k, v in found.items() if not v.startswith("ShmcachePackage")}
         assert not wrong, f"imported first, {mod} left kernels with numba's own stamp: {wrong}"
+
+
+def _private_locator(tmp_path, monkeypatch):
+    """The last locator, with the system's temp directory at tmp_path."""
+    from numba.core import caching
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
+    locator = jitcache._private(caching.UserWideCacheLocator)
+    return locator, tmp_path / f"shmcache-numba-{os.geteuid()}"
+
+
+def test_with_nowhere_else_to_write_kernels_go_to_a_private_temp_directory(tmp_path, monkeypatch):
+    """A reader's user with no writable home (nobody, in a read-only image): numba has no
+    place of its own and would refuse every cached kernel; the last locator is a directory
+    of this user's own, 0700, in the temp directory."""
+    from shmcache.engine import _repair
+
+    locator, top = _private_locator(tmp_path, monkeypatch)
+    loc = locator.from_function(_repair._rebuild.py_func, _repair.__file__)
+    assert loc is not None and loc.get_cache_path().startswith(str(top) + os.sep)
+    st = os.stat(top)
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("wrong", ["another user's", "others may write it", "a symlink"])
+def test_a_private_directory_not_of_this_users_alone_is_not_used(tmp_path, monkeypatch, wrong):
+    """Compiled code is run from there: a directory someone else made at its name first is
+    never used (the kernels are then compiled, not cached)."""
+    from shmcache.engine import _repair
+
+    if wrong == "another user's" and os.geteuid() != 0:
+        pytest.skip("making another user's directory needs root")
+    locator, top = _private_locator(tmp_path, monkeypatch)
+    if wrong == "a symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        top.symlink_to(tmp_path / "elsewhere")
+    else:
+        top.mkdir(mode=0o700)
+        if wrong == "another user's":
+            os.chown(top, 65534, 65534)
+        else:
+            top.chmod(0o777)
+    assert locator.from_function(_repair._rebuild.py_func, _repair.__file__) is None
