@@ -42,7 +42,8 @@ class SupervisorProc(SupervisorProcess):
     def __init__(self, log_path: Path, name: str, bootstrap: str, topic: str, group: str, *,
                  workers: int = 2, fmt: str = "v1", memory: str = "128MiB", commit_interval: float = 0.5,
                  assignment: str | None = None, max_rate: int | None = None, sets: tuple = (),
-                 config: dict | None = None, args: tuple = (), env: dict | None = None):
+                 config: dict | None = None, args: tuple = (), env: dict | None = None,
+                 wrap=None):
         self.name = name
         self.env = None if env is None else {**os.environ, **env}  # added to the test's own
         self.group = group
@@ -60,6 +61,8 @@ class SupervisorProc(SupervisorProcess):
             path = log_path.with_suffix(".toml")
             path.write_text("".join(f"{k} = {v!r}\n" for k, v in config.items()))
             argv += ["--config", str(path)]
+        if wrap is not None:  # run inside something (_pods.pod: a PID namespace of its own)
+            argv = wrap(argv)
         super().__init__(argv, log_path)
         self._log = None
         self._seen: dict[int, psutil.Process] = {}  # every descendant ever seen, for cleanup

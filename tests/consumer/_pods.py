@@ -1,0 +1,76 @@
+"""Pods on one machine: a process in a PID and mount namespace of its own, as a container
+(a Kubernetes pod, a Docker container with --ipc=shareable or a hostPath /dev/shm) runs
+it, and optionally as another user. Needs root (unshare(1), setpriv(1)).
+
+`pod(argv, uid=..., gid=...)` is the command line that runs argv there: it is pid 1 of
+its namespace (so a pid it publishes means nothing anywhere else), /proc is its
+namespace's, and /dev/shm is the machine's (the pods share it, as a hostPath or an IPC
+namespace shares it). With `--kill-child`, the pod's processes go with the unshare(1)
+process that started it: killing that one kills the pod.
+
+The other user must be able to run the program. Where the interpreter sits under a
+directory only root may enter (a pyenv under /root on this machine), the pod lays that
+directory open in its own mount namespace only (`expose`): a bind mount of the
+interpreter's tree over a tmpfs at its parent, as an image of its own would have it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+NOBODY, NOGROUP = 65534, 65534
+
+# run by sh as the pod's pid 1 (root): lay `expose` open, then become the user and exec argv
+_INIT = r"""
+set -e
+uid="$1"; gid="$2"; expose="$3"; shift 3
+if [ -n "$expose" ]; then
+    keep=$(mktemp -d)
+    mount --bind "$expose" "$keep"
+    mount -t tmpfs -o mode=0755,size=1m pod "$(dirname "$expose")"
+    mkdir -p "$expose"
+    mount --move "$keep" "$expose"
+    rmdir "$keep"
+fi
+if [ "$uid" = - ]; then
+    exec "$@"
+fi
+exec setpriv --reuid "$uid" --regid "$gid" --clear-groups -- "$@"
+"""
+
+
+def available() -> str | None:
+    """Why pods cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "a pod (unshare --pid --mount) needs root"
+    for tool in ("unshare", "setpriv", "mount"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+def _closed_dir(path: Path) -> Path | None:
+    """The directory under the first directory on `path`'s way that others may not enter
+    (/root/.pyenv for /root/.pyenv/versions/3.11/bin/python), or None."""
+    parts = path.parts
+    for i in range(1, len(parts) - 1):
+        d = Path(*parts[:i + 1])
+        if not os.stat(d).st_mode & stat.S_IXOTH:
+            return Path(*parts[:i + 2])
+    return None
+
+
+def pod(argv: list[str], *, uid: int | None = None, gid: int | None = None) -> list[str]:
+    """The command line that runs argv as pid 1 of a pod of its own (as `uid`:`gid`, no
+    supplementary groups, when uid is given)."""
+    expose = ""
+    if uid is not None:
+        closed = _closed_dir(Path(os.path.realpath(sys.executable)))
+        expose = str(closed) if closed is not None else ""
+    who = ["-", "-"] if uid is None else [str(uid), str(gid if gid is not None else uid)]
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--", "sh", "-c", _INIT, "pod", *who, expose,
+            *argv]

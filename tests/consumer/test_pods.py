@@ -1,0 +1,171 @@
+"""Where its users run it (issue 52): the daemon in a pod of its own, readers in others.
+
+On Kubernetes the daemon is a DaemonSet pod and each service a pod of its own: they share
+the node's /dev/shm (a hostPath), each in its own PID namespace, often as its own user.
+Here, one machine: `shmcache run` is pid 1 of a PID and mount namespace of its own
+(_pods.py), on the real broker; every reader (Python, Go, Java on JDK 17 and 25) runs its
+commands (docs/reader-contract.md) as pid 1 of another, as user nobody in the cache's
+reader group. Before owner locks (docs/segment-format.md, section 13), no reader outside
+the daemon's namespace ever saw it ready: each looked its pid up in its own /proc.
+
+Held here, on one live topology:
+- every reader says ready, `wait-ready` returns 0, and `get` serves what the topic holds;
+- a companion row held by a live reader of another pod (pid 1 there, and pid 1 in the
+  claimant's pod too) is never taken, though it is the first row a claim looks at and
+  every other row holds a dead reader's word; and a dead one is taken;
+- a second supervisor started in another pod is refused, naming pid 1 of another PID
+  namespace;
+- the daemon's pod killed: every reader says `no-supervisor` at once, and `wait-ready`
+  exits 1.
+Needs root (namespaces, another uid)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+import shmcache
+from _pods import NOBODY, NOGROUP, available, pod
+from _supervisors import harness  # noqa: F401  (fixture)
+from _topic_model import produce_entries
+from _waits import poll_until, wait_gone
+from shmcache.engine import layout as L
+from shmcache.engine import reader_stats
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "conformance"))
+import _readers as R  # noqa: E402
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+
+KEYS = 6  # keys each reader gets
+
+
+@pytest.fixture(scope="module")
+def readers() -> list[R.Reader]:
+    found = []
+    for make in (R.python_reader, R.go_reader, R.java_reader, R.java25_reader):
+        r = make()
+        if isinstance(r, R.Reader):
+            found.append(r)
+    assert [r.name for r in found][:2] == ["python", "go"], "the Python and Go readers are built here"
+    return found
+
+
+def _in_pod(reader: R.Reader, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """One command of the contract, run by `reader` as pid 1 of a pod of its own, as nobody."""
+    argv = pod([*reader.argv, *args], uid=NOBODY, gid=NOGROUP)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, "CI": "true"})
+    assert not (reader.jvm and R.JVM_WARNING.search(p.stderr)), p.stderr[-1000:]
+    return p
+
+
+def _status(reader: R.Reader, name: str) -> dict:
+    p = _in_pod(reader, "status", "--json", name)
+    try:
+        return json.loads(p.stdout)
+    except ValueError:
+        raise AssertionError(f"{reader}: status --json: exit {p.returncode}: {p.stdout[-300:]!r} {p.stderr[-500:]!r}")
+
+
+def _inner(sup) -> psutil.Process:
+    """The supervisor itself: the pod's pid 1 (the child of the unshare process the harness started)."""
+    return poll_until(lambda: next(iter(psutil.Process(sup.proc.pid).children()), None), 30, "the pod's pid 1")
+
+
+def test_a_daemon_in_its_own_pod_serves_readers_in_others(harness, kafka_topic, readers):  # noqa: F811
+    topic = kafka_topic(2)
+    sent = produce_entries(harness.bootstrap, topic, {0: 40, 1: 40}, np.random.default_rng(52))
+    name = harness.cache_name("pods")
+    sup = harness.supervisor(name, topic, harness.group("pods"), memory="40MiB",
+                             args=("--mode", "640", "--reader-group", str(NOGROUP)), wrap=pod)
+    host = harness.attach(name, sup=sup)  # this test's own reader: the machine's PID namespace, another still
+    assert host.wait_ready(timeout=120)["ready"]
+    inner = _inner(sup)
+    assert host.status()["supervisor_pid"] == 1, "the supervisor is pid 1 of its pod"
+    keys = list(sent)[:KEYS]
+    hexkeys = [k.hex() for k in keys]
+
+    # -- ready, wait-ready and get, from every reader in a pod of its own --------------------------
+    for r in readers:
+        st = _status(r, name)
+        assert (st["ready"], st["supervisor_alive"], st["reason"], st["supervisor_pid"]) == (True, True, "ready", 1), \
+            f"{r}: {st}"
+        p = _in_pod(r, "wait-ready", "--timeout", "60", name)
+        assert p.returncode == 0 and json.loads(p.stdout)["ready"], f"{r}: wait-ready: {p.returncode} {p.stderr}"
+        p = _in_pod(r, "get", name, *hexkeys)
+        assert p.returncode == 0 and p.stdout.split() == [sent[k].hex() for k in keys], f"{r}: get: {p}"
+
+    # -- the companion: a live reader's row in another pod is never taken; a dead one's is ---------
+    comp = reader_stats.path_of(name)
+    go = next(r for r in readers if r.name == "go")
+    with open(comp, "r+b") as f:  # no reader runs now: every row free, so the watch takes row 0, the first looked at
+        for i in range(reader_stats.MAX_READERS):
+            f.seek(L.PAGE + i * L.ROW_WORDS * L.WORD)
+            f.write(bytes(8))
+    before = _rows(comp)[:, reader_stats.R_OWNER].copy()
+    watch = subprocess.Popen(pod([*go.argv, "watch", name, hexkeys[0], "600"], uid=NOBODY, gid=NOGROUP),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        # the watch's row: a free one it claimed at its first lookup (earlier readers' rows are free
+        # again, or hold their dead words)
+        live_row, = poll_until(lambda: next(((i,) for i, w in enumerate(_rows(comp)[:, reader_stats.R_OWNER])
+                                             if w and not before[i]), None), 60, "the watch's companion row")
+        assert live_row == 0
+        held = {live_row: int(_rows(comp)[live_row, reader_stats.R_OWNER])}
+        dead = _dead_word()
+        with open(comp, "r+b") as f:  # every other row: a dead reader's, counters kept
+            for i in range(reader_stats.MAX_READERS):
+                if i != live_row:
+                    f.seek(L.PAGE + i * L.ROW_WORDS * L.WORD)
+                    f.write(int(dead).to_bytes(8, "little", signed=True))
+        p = _in_pod(readers[0], "get", name, hexkeys[1])  # Python: its claim must pick a dead row
+        assert p.returncode == 0, p.stderr
+        after = _rows(comp)[:, reader_stats.R_OWNER]
+        assert after[live_row] == held[live_row], "a live reader's row in another pod was taken"
+        # the Python reader took one dead row (and cleared it at its exit): no longer the dead word
+        assert sum(1 for i, w in enumerate(after) if i != live_row and w != dead) == 1, "no dead row was reclaimed"
+    finally:
+        watch.kill()
+        watch.wait(30)
+
+    # -- a second supervisor, in a pod of its own: refused ---------------------------------------------------
+    second = subprocess.run(pod([sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap",
+                                 harness.bootstrap, "--topic", topic, "--memory", "40MiB"]),
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert second.returncode != 0 and "already has a live supervisor, pid 1 of another PID namespace" in second.stderr, \
+        second.stderr[-2000:]
+
+    # -- the daemon's pod killed: no reader calls it ready -------------------------------------------------
+    procs = [inner, *inner.children(recursive=True)]
+    inner.kill()  # pid 1 of its namespace: the kernel kills every other process there
+    wait_gone(procs, "the daemon's pod")
+    for r in readers:
+        st = _status(r, name)
+        assert (st["ready"], st["supervisor_alive"], st["reason"]) == (False, False, "no-supervisor"), f"{r}: {st}"
+        p = _in_pod(r, "wait-ready", "--timeout", "0.5", name)
+        assert p.returncode == 1 and "no live supervisor" in p.stderr, f"{r}: wait-ready: {p.returncode} {p.stderr}"
+
+
+def _rows(path: str) -> np.ndarray:
+    data = Path(path).read_bytes()
+    return np.frombuffer(data, np.int64, reader_stats.MAX_READERS * L.ROW_WORDS, L.PAGE).reshape(-1, L.ROW_WORDS)
+
+
+def _dead_word() -> int:
+    """The owner word of a process that has exited (and been reaped)."""
+    from shmcache.ipc import liveness
+
+    p = subprocess.Popen(["sleep", "600"])
+    word = liveness.owner_word(p.pid)
+    p.kill()
+    p.wait()
+    return word
