@@ -152,13 +152,27 @@ class Cluster:
                 continue
             ns = m.get("mnt_ns")
             if ns and still_ours(holder["pid"], holder["started"]) is not None:
-                # anything else still in the namespace was started in it by this cluster
-                rest = [pid for pid in in_namespace(ns) if pid != holder["pid"]]
-                if rest:
+                # anything else in the namespace was started in it by this cluster: the children of
+                # what was stopped go with it (a pyspark worker the executor forked as it stopped)
+                def others() -> list[int]:
+                    return [pid for pid in in_namespace(ns) if pid != holder["pid"]]
+
+                try:
+                    wait_for(lambda: not others(), STOP_TIMEOUT_S, "")
+                except ClusterError:
+                    rest = others()  # still there: left over, and killed
                     leftovers += [f"{name}: pid {pid}" for pid in rest]
                     stop_pids([{"pid": pid, "started": psutil.Process(pid).create_time()} for pid in rest
-                                if psutil.pid_exists(pid)], 10)
+                               if psutil.pid_exists(pid)], 10)
             stop_pids([holder], 10)
+            if ns:  # the namespace is gone with its last process: none may be left in it
+                try:
+                    wait_for(lambda: not in_namespace(ns), 30, "")
+                except ClusterError:
+                    rest = in_namespace(ns)
+                    leftovers += [f"{name}: pid {pid}" for pid in rest]
+                    stop_pids([{"pid": pid, "started": psutil.Process(pid).create_time()} for pid in rest
+                               if psutil.pid_exists(pid)], 10)
         if self.state.get("master"):
             stop_pids([self.state["master"]], STOP_TIMEOUT_S)
         self.state["stopped"] = True
