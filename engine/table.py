@@ -33,6 +33,7 @@ from shmcache.engine.lifecycle import check_mode, destroy, exists, list_caches, 
 from shmcache.engine.reader import Packed, Reader
 from shmcache.engine.writer import Writer
 from shmcache.errors import CacheExistsError, CacheNotFoundError, CacheSpaceError, GeometryMismatchError, ShmcacheError
+from shmcache.ipc import memlimit
 from shmcache.ipc.atomics import load_beside, store_word
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, path_of, shm_free_bytes
 
@@ -65,6 +66,13 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         raise CacheSpaceError(
             f"cache {name!r}: memory={units.format_bytes(geo.size)} ({geo.size:,} bytes) does not fit in {SHM_DIR}, "
             f"which has {units.format_bytes(free)} ({free:,} bytes) free: ask for less, or make room in {SHM_DIR}")
+    room = memlimit.room()  # tmpfs pages are charged to this process's cgroup: past its limit, an OOM kill
+    if room is not None and geo.size > room.bytes:
+        raise CacheSpaceError(
+            f"cache {name!r}: memory={units.format_bytes(geo.size)} ({geo.size:,} bytes) does not fit in this "
+            f"process's memory limit, which leaves {units.format_bytes(room.bytes)} ({room.bytes:,} bytes): "
+            f"{room.limit:,} bytes at {room.where}, {room.in_use:,} in use (the cache's pages are charged to "
+            "the cgroup of the process that creates it); ask for less, or raise the limit")
     loading = load_beside()  # numba loads the word kernels while the pages are allocated
     try:
         seg = Segment(name, create_size=geo.size, writable=True, mode=mode)
