@@ -75,10 +75,27 @@ class BrokerRun:
         return self.h.attach(self.name, sup=sup)
 
     def freeze(self, frozen: bool) -> None:
-        """SIGSTOP the broker and return once every thread of it is stopped; or SIGCONT it."""
+        """SIGSTOP the broker and return once every thread of it is stopped; or SIGCONT it and
+        return once it leads every partition of the topic again (a KRaft broker stopped past
+        its session timeout is fenced by its controller: until it registers again, a new
+        client finds no leader, and a producer started then gave up after 15 s)."""
         os.kill(self.broker.pid, signal.SIGSTOP if frozen else signal.SIGCONT)
         if frozen:
             poll_until(lambda: threads_stopped(self.broker.pid), 10, "the broker's threads to stop")
+        else:
+            poll_until(self._leading, 120, "the broker to lead every partition again after SIGCONT")
+
+    def _leading(self) -> bool:
+        from shmcache.kafka.client import quiet_admin
+
+        try:  # straight to the broker, not through the gate
+            md = quiet_admin(self.broker.bootstrap).list_topics(self.topic, timeout=5)
+        except Exception:  # noqa: BLE001 - not answering yet
+            return False
+        t = md.topics.get(self.topic)
+        if t is None or t.error is not None:  # no such topic (yet): the broker answers, nothing to lead
+            return t is None or t.error.code() == 3  # UNKNOWN_TOPIC_OR_PART
+        return all(p.leader >= 0 for p in t.partitions.values())
 
     def start_frozen_at(self, api_key: int, *args: str) -> SupervisorProc:
         """Start a supervisor (flags `args`) with the gate armed at its first `api_key`
