@@ -55,12 +55,8 @@ class Owners:
         """A bucket lock's owner `word` is alive: a writer row (the 1-d W_* table) holds it
         and is alive. A writer takes its row before it takes any bucket's lock."""
         word = int(word)
-        if word == 0:
-            return False
-        if not self.locks:
-            return liveness.is_alive(word)
-        if word == my_word():
-            return True
+        if word == 0 or not self.locks or word == my_word():
+            return self.alive(word, -1)  # no row to find: the lock's index is not looked at
         first = writer_row_word(0)
         for r in np.flatnonzero(writers[L.W_OWNER::L.ROW_WORDS] == word).tolist():
             if self.alive(word, first + r * L.ROW_WORDS):
@@ -96,16 +92,12 @@ class Owners:
         is word `first` of the file), each holding its owner word in its word 0: a free row
         (0) first, else one whose owner died (its counters stay, so totals never drop).
         Returns the row, or -1 if live owners hold all."""
+        if not self.locks:
+            return liveness.claim_row(words, nrows, L.ROW_WORDS, me)
         for want_free in (True, False):
             for row in range(nrows):
                 at = row * L.ROW_WORDS
-                cur = int(load_word(words, at))
-                if (cur == 0) != want_free:
-                    continue
-                if self.locks:
-                    if self.claim(words, at, first + at, me):
-                        return row
-                elif (want_free or not liveness.is_alive(cur)) and cas_word(words, at, cur, me) == cur:
+                if (int(load_word(words, at)) == 0) == want_free and self.claim(words, at, first + at, me):
                     return row
         return -1
 

@@ -179,12 +179,12 @@ class ReaderStats:
         self._seg = seg
         self._claimed = not seg.writable  # a read-only row is never claimed: add() is a no-op
         h = np.frombuffer(seg.mm, np.int64, 3)
-        ours = _ours(h, creation_id)
+        ours, version = _ours(h, creation_id), int(h[H_VERSION])
         del h
         if not ours:
             self.close()
             return
-        self.owners = owners.Owners(seg.fd, int(np.frombuffer(seg.mm, np.int64, 2)[H_VERSION]) >= LOCKS_SINCE)
+        self.owners = owners.Owners(seg.fd, version >= LOCKS_SINCE)
         self.rows = np.frombuffer(seg.mm, np.int64, MAX_READERS * L.ROW_WORDS, L.PAGE)
 
     def _claim(self) -> np.ndarray | None:
