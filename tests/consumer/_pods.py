@@ -18,16 +18,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
+import subprocess
 import sys
 from pathlib import Path
+
+import psutil
+
+from _waits import poll_until
 
 NOBODY, NOGROUP = 65534, 65534
 
 # run by sh as the pod's pid 1 (root): lay `expose` open, then become the user and exec argv
 _INIT = r"""
 set -e
-uid="$1"; gid="$2"; expose="$3"; shift 3
+uid="$1"; gid="$2"; groups="$3"; expose="$4"; shift 4
 if [ -n "$expose" ]; then
     keep=$(mktemp -d)
     mount --bind "$expose" "$keep"
@@ -38,6 +44,9 @@ if [ -n "$expose" ]; then
 fi
 if [ "$uid" = - ]; then
     exec "$@"
+fi
+if [ -n "$groups" ]; then
+    exec setpriv --reuid "$uid" --regid "$gid" --groups "$groups" -- "$@"
 fi
 exec setpriv --reuid "$uid" --regid "$gid" --clear-groups -- "$@"
 """
@@ -64,13 +73,71 @@ def _closed_dir(path: Path) -> Path | None:
     return None
 
 
-def pod(argv: list[str], *, uid: int | None = None, gid: int | None = None) -> list[str]:
-    """The command line that runs argv as pid 1 of a pod of its own (as `uid`:`gid`, no
-    supplementary groups, when uid is given)."""
+def pod(argv: list[str], *, uid: int | None = None, gid: int | None = None, groups: tuple[int, ...] = ()) -> list[str]:
+    """The command line that runs argv as pid 1 of a pod of its own (as `uid`:`gid` with
+    the supplementary `groups`, a pod's securityContext.supplementalGroups, when uid is
+    given)."""
     expose = ""
     if uid is not None:
         closed = _closed_dir(Path(os.path.realpath(sys.executable)))
         expose = str(closed) if closed is not None else ""
     who = ["-", "-"] if uid is None else [str(uid), str(gid if gid is not None else uid)]
-    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--", "sh", "-c", _INIT, "pod", *who, expose,
-            *argv]
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "--", "sh", "-c", _INIT, "pod", *who,
+            ",".join(map(str, groups)), expose, *argv]
+
+
+class Pod:
+    """argv running in a pod of its own (`pod`), started at once, and stopped as a kubelet
+    or Docker stops a container: SIGTERM to its pid 1, SIGKILL (the whole namespace) after
+    the grace period. `cgroup`: a memory cgroup's directory the pod runs in from its first
+    instruction. Its output goes to `log`."""
+
+    def __init__(self, argv: list[str], *, log: Path, env: dict | None = None, cgroup: Path | None = None,
+                 uid: int | None = None, gid: int | None = None, groups: tuple[int, ...] = ()):
+        line = pod(argv, uid=uid, gid=gid, groups=groups)
+        if cgroup is not None:
+            line = ["sh", "-c", f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"', "join", *line]
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(line, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         env=None if env is None else {**os.environ, **env})
+        self.pid1: psutil.Process | None = None
+
+    def init(self) -> psutil.Process:
+        """The pod's pid 1 (the child of the unshare(1) process), once it runs."""
+        if self.pid1 is None:
+            def child():
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"the pod exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                return next(iter(psutil.Process(self.proc.pid).children()), None)
+            self.pid1 = poll_until(child, 30, "the pod's pid 1")
+        return self.pid1
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace: float) -> int | None:
+        """SIGTERM to pid 1, then its exit code within `grace` seconds; None (and SIGKILL) if it
+        did not exit in time."""
+        if self.running():
+            try:
+                self.init().send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+        try:
+            return self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL pid 1: the kernel kills every process of the namespace; wait for all of them."""
+        if self.running():
+            pid1 = self.init()
+            try:
+                procs = [pid1, *pid1.children(recursive=True)]
+                pid1.kill()
+            except psutil.NoSuchProcess:
+                procs = []
+            psutil.wait_procs(procs, 30)
+        self.proc.wait(30)
