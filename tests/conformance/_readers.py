@@ -123,9 +123,11 @@ def run_all(readers: list[Reader], *args: str, no_dac: bool = False,
 class Running:
     """A reader's command under way: its stdout lines, each with its arrival (monotonic)."""
 
-    def __init__(self, reader: Reader, *args: str):
+    def __init__(self, reader: Reader, *args: str, wrap=None):
+        """`wrap`: what the command line runs in (tests/consumer/_pods.py's pod: a PID namespace)."""
         self.reader = reader
-        self.proc = subprocess.Popen([*reader.argv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        argv = [*reader.argv, *args]
+        self.proc = subprocess.Popen(argv if wrap is None else wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=_env(), cwd=REPO)
         self.lines: queue.Queue = queue.Queue()
         self.seen: list[tuple[float, str]] = []

@@ -6,7 +6,9 @@ it, and optionally as another user. Needs root (unshare(1), setpriv(1)).
 its namespace (so a pid it publishes means nothing anywhere else), /proc is its
 namespace's, and /dev/shm is the machine's (the pods share it, as a hostPath or an IPC
 namespace shares it). With `--kill-child`, the pod's processes go with the unshare(1)
-process that started it: killing that one kills the pod.
+process that started it: killing that one kills the pod (as another user too: setpriv's
+`--pdeathsig keep` restores the parent-death signal the kernel clears at the change of
+user).
 
 The other user must be able to run the program. Where the interpreter sits under a
 directory only root may enter (a pyenv under /root on this machine), the pod lays that
@@ -46,9 +48,9 @@ if [ "$uid" = - ]; then
     exec "$@"
 fi
 if [ -n "$groups" ]; then
-    exec setpriv --reuid "$uid" --regid "$gid" --groups "$groups" -- "$@"
+    exec setpriv --pdeathsig keep --reuid "$uid" --regid "$gid" --groups "$groups" -- "$@"
 fi
-exec setpriv --reuid "$uid" --regid "$gid" --clear-groups -- "$@"
+exec setpriv --pdeathsig keep --reuid "$uid" --regid "$gid" --clear-groups -- "$@"
 """
 
 

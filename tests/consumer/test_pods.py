@@ -16,7 +16,10 @@ Held here, on one live topology:
 - a second supervisor started in another pod is refused, naming pid 1 of another PID
   namespace;
 - the daemon's pod killed: every reader says `no-supervisor` at once, and `wait-ready`
-  exits 1.
+  exits 1;
+- the cache then destroyed and made again by the next daemon pod: a `wait-ready` of every
+  reader, started before, returns 0 for the new cache, and a watch (Python, Go) follows the
+  name: not-found, then the key's value again, with nothing but a miss between.
 Needs root (namespaces, another uid)."""
 
 from __future__ import annotations
@@ -60,9 +63,19 @@ def readers() -> list[R.Reader]:
     return found
 
 
+def _as_nobody(argv: list[str]) -> list[str]:
+    """argv as pid 1 of a pod of its own, as nobody. The pods here share this machine's /tmp,
+    where JVMs of one user and one pid (1, in every pod) would keep their perf data in one
+    file (/tmp/hsperfdata_nobody/1), and the second to start warn about it on stdout; a pod
+    of a cluster has a /tmp of its own. So the JVMs here keep none."""
+    if Path(argv[0]).name == "java":
+        argv = [argv[0], "-XX:-UsePerfData", *argv[1:]]
+    return pod(argv, uid=NOBODY, gid=NOGROUP)
+
+
 def _in_pod(reader: R.Reader, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """One command of the contract, run by `reader` as pid 1 of a pod of its own, as nobody."""
-    argv = pod([*reader.argv, *args], uid=NOBODY, gid=NOGROUP)
+    argv = _as_nobody([*reader.argv, *args])
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, "CI": "true"})
     assert not (reader.jvm and R.JVM_WARNING.search(p.stderr)), p.stderr[-1000:]
     return p
@@ -73,7 +86,7 @@ def _status(reader: R.Reader, name: str) -> dict:
     try:
         return json.loads(p.stdout)
     except ValueError:
-        raise AssertionError(f"{reader}: status --json: exit {p.returncode}: {p.stdout[-300:]!r} {p.stderr[-500:]!r}")
+        raise AssertionError(f"{reader}: status --json: exit {p.returncode}: {p.stdout[:300]!r} ... {p.stdout[-300:]!r} {p.stderr[-500:]!r}")
 
 
 def _inner(sup) -> psutil.Process:
@@ -112,7 +125,7 @@ def test_a_daemon_in_its_own_pod_serves_readers_in_others(harness, kafka_topic, 
             f.seek(L.PAGE + i * L.ROW_WORDS * L.WORD)
             f.write(bytes(8))
     before = _rows(comp)[:, reader_stats.R_OWNER].copy()
-    watch = subprocess.Popen(pod([*go.argv, "watch", name, hexkeys[0], "600"], uid=NOBODY, gid=NOGROUP),
+    watch = subprocess.Popen(_as_nobody([*go.argv, "watch", name, hexkeys[0], "600"]),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
         # the watch's row: a free one it claimed at its first lookup (earlier readers' rows are free
@@ -153,6 +166,58 @@ def test_a_daemon_in_its_own_pod_serves_readers_in_others(harness, kafka_topic, 
         assert (st["ready"], st["supervisor_alive"], st["reason"]) == (False, False, "no-supervisor"), f"{r}: {st}"
         p = _in_pod(r, "wait-ready", "--timeout", "0.5", name)
         assert p.returncode == 1 and "no live supervisor" in p.stderr, f"{r}: wait-ready: {p.returncode} {p.stderr}"
+
+    # -- the cache destroyed, and made again by the next daemon pod: each reader's wait-ready, started
+    #    before, returns 0 for the new cache; a watch in a pod of its own follows the name ---------------
+    hit = f"hit {sent[keys[2]].hex()}"
+    watches = [R.Running(r, "watch", name, hexkeys[2], "600", wrap=_as_nobody) for r in readers[:2]]
+    waits = []
+    try:
+        for w in watches:
+            _line(w, hit)
+        waits = [R.Running(r, "wait-ready", "--timeout", "240", name, wrap=_as_nobody) for r in readers]
+        poll_until(lambda: all(_maps_cache(w.proc.pid, name) for w in [*watches, *waits]), 120,
+                   "every reader in its pod to map the cache")
+        host.close()
+        shmcache.destroy(name)
+        for w in watches:
+            _line(w, "error not-found: ")
+        harness.supervisor(name, topic, harness.group("pods-again"), memory="40MiB",
+                           args=("--mode", "640", "--reader-group", str(NOGROUP)), wrap=pod)
+        for w in watches:  # the new cache is empty until its daemon applied the key: a miss, never another value
+            _line(w, hit, passing=" miss")
+        for w in waits:
+            assert w.proc.wait(300) == 0, f"{w.reader}: wait-ready after the re-create: {w.stderr()[-1000:]}"
+            got = w.next_line(30)
+            assert got is not None and json.loads(got[1])["ready"] is True, f"{w.reader}: {got!r}"
+    finally:
+        for w in [*watches, *waits]:
+            w.stop()
+
+
+def _line(w: R.Running, want: str, timeout: float = 240, passing: str | None = None) -> None:
+    """w's next line holds `want` (a watch prints each change of outcome once), after any
+    number of lines that end with `passing`."""
+    while True:
+        got = w.next_line(timeout)
+        if not (got is not None and passing is not None and got[1].endswith(passing)):
+            break
+    assert got is not None and want in got[1], f"{w.reader}: {got!r}, wanted {want!r}; stderr {w.stderr()[-1000:]!r}"
+
+
+def _maps_cache(pid: int, name: str) -> bool:
+    """The process pid, or a descendant (the pod's pid 1 under unshare), maps /dev/shm/name."""
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False
+    for p in procs:
+        try:
+            if any(m.path.removesuffix(" (deleted)") == f"/dev/shm/{name}" for m in p.memory_maps(grouped=False)):
+                return True
+        except psutil.Error:
+            pass
+    return False
 
 
 def _rows(path: str) -> np.ndarray:
