@@ -64,6 +64,16 @@ def available() -> str | None:
     return None
 
 
+def ns_pid(p: psutil.Process) -> int:
+    """p's pid in its own PID namespace (the last of /proc/PID/status's NSpid): what it
+    publishes, and what a status shows of it (1 for a pod's pid 1)."""
+    with open(f"/proc/{p.pid}/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    return p.pid  # a kernel without NSpid (before 4.1): no namespaces of its own here
+
+
 def _closed_dir(path: Path) -> Path | None:
     """The directory under the first directory on `path`'s way that others may not enter
     (/root/.pyenv for /root/.pyenv/versions/3.11/bin/python), or None."""

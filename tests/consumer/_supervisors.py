@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 import shmcache
+from _pods import ns_pid
 from _topic_model import Model, StreamProducer, produce_and_wait
 from _waits import poll_until, wait_applied, wait_gone
 from shmcache.consumer.worker import forkserver
@@ -64,6 +65,8 @@ class SupervisorProc(SupervisorProcess):
         if wrap is not None:  # run inside something (_pods.pod: a PID namespace of its own)
             argv = wrap(argv)
         super().__init__(argv, log_path)
+        self.wrapped = wrap is not None
+        self._inner: psutil.Process | None = None
         self._log = None
         self._seen: dict[int, psutil.Process] = {}  # every descendant ever seen, for cleanup
 
@@ -73,6 +76,24 @@ class SupervisorProc(SupervisorProcess):
                                      stderr=subprocess.STDOUT, cwd=str(self.log_path.parent), env=self.env)
         self._seen[self.proc.pid] = psutil.Process(self.proc.pid)
         return self
+
+    def inner(self) -> psutil.Process:
+        """The supervisor itself: the process started, or, wrapped in a pod, the pod's pid 1
+        (the child of the unshare(1) process started)."""
+        if self._inner is None:
+            if not self.wrapped:
+                self._inner = psutil.Process(self.proc.pid)
+            else:
+                def child():
+                    self.check_running()
+                    return next(iter(psutil.Process(self.proc.pid).children()), None)
+                self._inner = poll_until(child, 30, "the pod's pid 1")
+        return self._inner
+
+    @property
+    def status_pid(self) -> int:
+        """Its pid as status shows it: in its own PID namespace (1 in a pod)."""
+        return ns_pid(self.inner()) if self.wrapped else self.proc.pid
 
     def children(self) -> list[psutil.Process]:
         """The supervisor's live descendants (workers, multiprocessing's resource tracker); remembered."""
@@ -105,8 +126,14 @@ class SupervisorProc(SupervisorProcess):
         return True
 
     def signal(self, sig: int) -> None:
+        """`sig` to the supervisor (a pod's pid 1, not the unshare(1) process that waits for it:
+        as a kubelet stops a container; a SIGKILL there ends every process of the pod)."""
         self.children()  # remember the workers before they may be orphaned
-        self.proc.send_signal(sig)
+        if self.wrapped:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                self.inner().send_signal(sig)
+        else:
+            self.proc.send_signal(sig)
 
     def wait(self, timeout: float) -> int | None:
         try:

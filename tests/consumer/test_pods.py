@@ -89,11 +89,6 @@ def _status(reader: R.Reader, name: str) -> dict:
         raise AssertionError(f"{reader}: status --json: exit {p.returncode}: {p.stdout[:300]!r} ... {p.stdout[-300:]!r} {p.stderr[-500:]!r}")
 
 
-def _inner(sup) -> psutil.Process:
-    """The supervisor itself: the pod's pid 1 (the child of the unshare process the harness started)."""
-    return poll_until(lambda: next(iter(psutil.Process(sup.proc.pid).children()), None), 30, "the pod's pid 1")
-
-
 def test_a_daemon_in_its_own_pod_serves_readers_in_others(harness, kafka_topic, readers):  # noqa: F811
     topic = kafka_topic(2)
     sent = produce_entries(harness.bootstrap, topic, {0: 40, 1: 40}, np.random.default_rng(52))
@@ -102,7 +97,7 @@ def test_a_daemon_in_its_own_pod_serves_readers_in_others(harness, kafka_topic, 
                              args=("--mode", "640", "--reader-group", str(NOGROUP)), wrap=pod)
     host = harness.attach(name, sup=sup)  # this test's own reader: the machine's PID namespace, another still
     assert host.wait_ready(timeout=120)["ready"]
-    inner = _inner(sup)
+    inner = sup.inner()
     assert host.status()["supervisor_pid"] == 1, "the supervisor is pid 1 of its pod"
     keys = list(sent)[:KEYS]
     hexkeys = [k.hex() for k in keys]

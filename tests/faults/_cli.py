@@ -47,15 +47,20 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", help="counts per kind, e.g. worker_kill=4,sup_kill=2 (member_join also leaves)")
     ap.add_argument("--late-orphans", action="store_true",
                     help="sup_kill: stop the old workers until the new ones started (a descheduled orphan)")
+    ap.add_argument("--pod", action="store_true",
+                    help="run each supervisor as pid 1 of a PID and mount namespace of its own, as a DaemonSet's "
+                         "pod (needs root)")
     ap.add_argument("--dir", help="where the broker, plan and logs go (default /tmp/flt-<id>)")
     ap.add_argument("--json", help="also write the result to this file")
     a = ap.parse_args(argv)
     if a.entries < 1000 or a.minutes <= 0:
         ap.error("give --entries >= 1000 and --minutes > 0")
+    if a.pod and a.late_orphans:
+        ap.error("--late-orphans needs workers that outlive their supervisor; in a pod they die with it")
     cfg = Config(entries=a.entries, minutes=a.minutes, format=a.format,
                  seed=a.seed if a.seed is not None else random.randrange(1 << 31), partitions=a.partitions,
                  workers=a.workers, session_timeout=a.session_timeout, late_orphans=a.late_orphans,
-                 workdir=a.dir or "")
+                 pod=a.pod, workdir=a.dir or "")
     if a.faults:
         try:
             cfg.faults = {k: int(v) for k, v in (x.split("=") for x in a.faults.split(","))}

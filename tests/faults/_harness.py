@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO / "tests" / "consumer"))
 import _stream  # noqa: E402
 from _checks import Checks, compare  # noqa: E402,F401 (compare: test_faults.py)
 from _inject import Fault, Injector, log  # noqa: E402,F401
+from _pods import pod  # noqa: E402
 from _broker import Broker, alive as _alive  # noqa: E402
 from _supervisors import SupervisorProc  # noqa: E402
 from _topic_model import KafkaProbe  # noqa: E402
@@ -84,10 +85,16 @@ class Config:
     burst_share: float = 0.05  # entries a burst sends ahead (catch-up kills, late orphans), of all
     skip_after_end: bool = True  # no fault once the stream ended (the smoke injects them all anyway)
     late_orphans: bool = False  # sup_kill: the old workers go on only after the new ones started
+    # each supervisor pid 1 of a pod of its own (tests/consumer/_pods.py: PID and mount namespaces),
+    # as a DaemonSet runs it; the reader and the checks stay in this namespace. A sup_kill there
+    # kills the whole pod (no orphans: late_orphans does not apply)
+    pod: bool = False
     workdir: str = ""
     verbose: bool = True
 
     def __post_init__(self):
+        if self.pod and self.late_orphans:
+            raise ValueError("late_orphans needs the workers to outlive their supervisor, which a pod does not allow")
         if not self.faults:
             self.faults = {k: max(1, round(n * self.minutes / 10)) for k, n in PER_10_MINUTES.items()}
 
@@ -131,7 +138,7 @@ class Run(Injector, Checks):
         sets = (f"session.timeout.ms={int(cfg.session_timeout * 1000)}",) if cfg.session_timeout else ()
         sup = SupervisorProc(self.dir / f"{name}-{n}.log", name, self.broker.bootstrap, self.topic, self.group,
                              workers=cfg.workers, fmt=cfg.format, memory=self.memory, commit_interval=0.5,
-                             sets=sets)
+                             sets=sets, wrap=pod if cfg.pod else None)
         self.sups.append(sup)
         sup.start()
         self.seen[sup.pid] = psutil.Process(sup.pid)

@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tests" / "consumer"))
 from _broker import alive as _alive  # noqa: E402
+from _pods import ns_pid  # noqa: E402
 from _supervisors import SupervisorProc  # noqa: E402
 from _waits import poll_until  # noqa: E402
 
@@ -66,7 +67,7 @@ class Injector:
                 if st["ready"] and st["rebalances"] == 0:
                     fault.false_ready += 1
                 settled = st["shared_group"] and not st["ready"] if shared else st["ready"]
-                if not (settled and st["rebalances"] >= 1 and st["supervisor_pid"] == sup.pid):
+                if not (settled and st["rebalances"] >= 1 and st["supervisor_pid"] == sup.status_pid):
                     ok = False
                     continue
                 applied = self._applied(st)
@@ -105,10 +106,10 @@ class Injector:
         before this supervisor was assigned anything (rebalances == 0), else 0."""
         def seen():
             st = self._status(self.name)
-            return st if (st and st["supervisor_pid"] == sup.pid) or not sup.running() else None
+            return st if (st and st["supervisor_pid"] == sup.status_pid) or not sup.running() else None
 
         st = poll_until(seen, 180, "the restarted supervisor to take the cache", interval=0.005)
-        return int(bool(st["ready"] and st["rebalances"] == 0 and st["supervisor_pid"] == sup.pid))
+        return int(bool(st["ready"] and st["rebalances"] == 0 and st["supervisor_pid"] == sup.status_pid))
 
     def _worker_pids(self) -> set[int]:
         return {w["pid"] for w in self._status(self.name)["workers"] if w["pid"]}
@@ -146,7 +147,7 @@ class Injector:
         worker's row can name no pid (see the report of issue 10's suite: an orphaned worker
         that exits late clears the row its successor claimed); then any worker, all partitions."""
         st = self._status(self.name)
-        kids = {p.pid: p for p in self.sup.workers()}
+        kids = {ns_pid(p): p for p in self.sup.workers()}  # by the pids rows hold: their own namespace's
         if not kids:
             raise AssertionError(f"supervisor {self.sup.pid} has no worker process")
         named = sorted({a["worker_pid"] for a in st["assigned"] if a["worker_pid"] in kids})

@@ -59,6 +59,25 @@ def test_orphaned_workers_exit_without_a_traceback(smoke):
     assert smoke["counts"]["EOFError tracebacks"] == 0
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a pod (unshare --pid --mount) needs root")
+def test_the_supervisor_in_a_pod_of_its_own(tmp_path):
+    """The smoke run with each supervisor pid 1 of a PID namespace of its own, as a DaemonSet's
+    pod, and the reader checking every value in this one: a worker killed while it catches
+    up, and the whole pod SIGKILLed (its workers die with it) and started again. No value
+    lost or wrong, and no false ready: a reader here never calls the cache ready while the
+    pod's supervisor is dead or not yet assigned."""
+    cfg = _harness.Config(entries=8_000, minutes=0.3, format="v1", seed=12, partitions=4, workers=2,
+                          malformed=2, lookups_per_s=20_000, session_timeout=6.0,
+                          faults={"worker_kill_catchup": 1, "sup_kill": 1}, skip_after_end=False, pod=True,
+                          workdir=str(tmp_path / "run"), verbose=False)
+    res = _harness.Run(cfg).run()
+    print("\n" + _cli.table(res))
+    assert not res["failures"], _cli.table(res)
+    assert sorted(f["kind"] for f in res["faults"]) == ["sup_kill", "worker_kill_catchup"]
+    assert all(f["recovery"] is not None for f in res["faults"])
+    assert res["false_ready"]["sup_kill"] == 0 and res["counts"]["read hits"] > 0
+
+
 @pytest.mark.skipif(not os.environ.get("SHMCACHE_FAULTS_ALL"), reason="about 2 minutes; SHMCACHE_FAULTS_ALL=1 runs it")
 def test_a_late_orphan_writes_nothing(tmp_path):
     """Two supervisor SIGKILLs while the workers apply a burst; the old workers are stopped until
