@@ -80,7 +80,7 @@ _GROUP_WEIGHT = {
     "tests/test_docs.py": 170, "bench/test_jvm_paths.py": 160, "bench/test_consume.py": 150,
     "tests/spark/test_java25.py": 150, "tests/consumer/test_pipeline_rebalance.py": 135,
     "tests/consumer/supervisor/test_snapshots.py": 130, "tests/faults/test_faults.py": 160,
-    "tests/consumer/supervisor/test_broker_outage.py": 110, "tests/consumer/test_pods.py": 120,
+    "tests/consumer/supervisor/test_broker_outage.py": 110, "tests/conformance/test_across_namespaces.py": 120,
     "tests/consumer/test_kit.py": 75,
 }
 

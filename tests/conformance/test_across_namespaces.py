@@ -1,4 +1,5 @@
-"""Where its users run it (issue 52): the daemon in a pod of its own, readers in others.
+"""The conformance scenarios across namespaces (issue 52): the daemon in a pod of its own,
+readers in others.
 
 On Kubernetes the daemon is a DaemonSet pod and each service a pod of its own: they share
 the node's /dev/shm (a hostPath), each in its own PID namespace, often as its own user.
@@ -35,6 +36,7 @@ import numpy as np
 import psutil
 import pytest
 
+import _readers as R
 import shmcache
 from _pods import NOBODY, NOGROUP, available, pod
 from _supervisors import harness  # noqa: F401  (fixture)
@@ -44,8 +46,6 @@ from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "conformance"))
-import _readers as R  # noqa: E402
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
 
