@@ -87,7 +87,7 @@ def create(name: str, mode: int, creation_id: int) -> None:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise NotACacheError(f"cache {name!r}: {path}{_WHAT} is {kind_of(st.st_mode)}, which shmcache did not "
-                             "make: remove it, then create the cache")
+                             "make")
     if st is not None:
         try:
             os.unlink(path)  # left by a cache of the same name that was removed by hand

@@ -18,6 +18,7 @@ the old or the new value. stats() is a snapshot assembled without locks.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
@@ -32,10 +33,13 @@ from shmcache.engine import reader_stats
 from shmcache.engine.lifecycle import check_mode, destroy, exists, list_caches, set_access  # noqa: F401  (this module's API)
 from shmcache.engine.reader import Packed, Reader
 from shmcache.engine.writer import Writer
-from shmcache.errors import CacheExistsError, CacheNotFoundError, CacheSpaceError, GeometryMismatchError, ShmcacheError
+from shmcache.errors import (CacheExistsError, CacheNotFoundError, CachePermissionError, CacheSpaceError,
+                             GeometryMismatchError, NotACacheError, ShmcacheError)
 from shmcache.ipc import memlimit
 from shmcache.ipc.atomics import load_beside, store_word
 from shmcache.ipc.segment import SHM_DIR, Segment, check_name, path_of, shm_free_bytes
+
+log = logging.getLogger("shmcache.engine")
 
 
 def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT_KEY_SIZE,
@@ -98,7 +102,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         del h
         # the companion just before the name: whoever finds the cache finds its companion
         # too, and a creator killed in between leaves only the companion (destroy removes it)
-        reader_stats.create(name, mode, creation_id)
+        _make_companion(name, mode, creation_id)
         seg.finish_create()  # the name: attachers find the cache now, whole
     except FileExistsError:  # another creator of the name got there first, with its companion or the name
         seg.close()  # the segment has no name: it goes with its mapping
@@ -119,6 +123,18 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         seg.close()
         reader_stats.unlink(name, creation_id)
         raise
+
+
+def _make_companion(name: str, mode: int, creation_id: int) -> None:
+    """The readers' companion (engine/reader_stats.py), which is optional: where what someone
+    else put at its name cannot be replaced (a directory, a FIFO, another user's file in
+    the sticky /dev/shm), the cache is made without it, its readers keep no shared counters,
+    and a warning says so; never a failed create. A companion another creator of the name
+    made meanwhile (CacheExistsError) goes on to create()'s race for the name."""
+    try:
+        reader_stats.create(name, mode, creation_id)
+    except (NotACacheError, CachePermissionError) as e:
+        log.warning("%s; the cache is made without it: its readers keep no shared hit and miss counters", e)
 
 
 def _companion_back(name: str) -> None:

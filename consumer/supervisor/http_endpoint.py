@@ -8,10 +8,19 @@
     GET anything else: the Prometheus exposition (prometheus-client's WSGI app)
     HEAD: the same headers, no body; any other method: 405 (Allow: GET, HEAD)
 
-Bounded, since anyone who reaches the port may connect: at most MAX_CONNECTIONS at once
-(one thread each; one more is closed at once, unanswered), each closed CONNECTION_S after
-it was accepted, however slowly its client sends or reads (else one that holds a
-connection open holds a thread for ever).
+Bounded, since anyone who reaches the port may connect, and answering a probe all the
+same while others hold connections open without finishing their requests:
+- at most MAX_CONNECTIONS connections at once, a thread each;
+- a connection whose request is not read whole within REQUEST_S of its accept is closed,
+  and one whose answer is not written within CONNECTION_S of its accept too, however
+  slowly its client sends or reads;
+- when every connection is taken, a new one takes the place of the oldest that has been
+  reading its request for IDLE_S or more (closed unanswered): a client that sends its
+  request at once, as a kubelet or a load balancer does, is never the one closed. A probe
+  is answered while idle connections are held and reopened, by any number of clients:
+  it waits at most about IDLE_S for each MAX_CONNECTIONS of them that came before it.
+  Only MAX_CONNECTIONS connections each being answered at once (whole requests whose
+  clients do not read the answers) make a new one wait, up to REQUEST_S, then close it.
 
 For a load balancer's health check or a Kubernetes readinessProbe (httpGet /ready):
 a machine whose replica is not whole, or behind, takes no traffic. The readiness is
@@ -29,13 +38,20 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 PATH = "/ready"
 
 
-MAX_CONNECTIONS = 16  # a scraper and a probe or two need a few; the rest are refused
+MAX_CONNECTIONS = 64  # a scraper and a probe or two need a few; the rest wait for a place or take an idle one's
+REQUEST_S = 2.0  # a request is read whole within this of its accept, or its connection is closed
 CONNECTION_S = 5.0  # a request is read, answered and written within this, or its connection is closed
+IDLE_S = 0.1  # a connection reading its request this long may lose its place to a new one
 METHODS = ("GET", "HEAD")
 
 
 class _Quiet(WSGIRequestHandler):
     timeout = CONNECTION_S  # each read and write on the connection (the server's sweep bounds the whole)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # the request line and every header: the request is read whole
+        self.server.read_whole(self.connection)
+        return ok
 
     def log_message(self, *args) -> None:  # a probe every second must not fill the log
         pass
@@ -68,6 +84,16 @@ def _plain(body: bytes) -> list[tuple[str, str]]:
             ("Content-Length", str(len(body)))]
 
 
+class _Open:
+    """A connection being served: when it was accepted, when it is shut down, and whether
+    its request is still being read."""
+
+    __slots__ = ("accepted", "deadline", "reading")
+
+    def __init__(self, accepted: float, deadline: float):
+        self.accepted, self.deadline, self.reading = accepted, deadline, True
+
+
 def start(collector, registry, host: str, port: int):
     """Serve /metrics and /ready on host:port from a daemon thread; returns (server, thread)."""
     from prometheus_client import make_wsgi_app
@@ -77,23 +103,52 @@ def start(collector, registry, host: str, port: int):
 
     class Server(ThreadingWSGIServer):
         """A thread a connection, at most MAX_CONNECTIONS of them, each shut down by the
-        serving loop's sweep (service_actions, every poll) CONNECTION_S after its accept."""
+        serving loop's sweep (service_actions, every poll) REQUEST_S after its accept while
+        its request is read, CONNECTION_S after it once it is answered; a new connection
+        takes the place of the oldest idle one when all are taken."""
 
         address_family = family
         request_queue_size = 128  # connections the kernel queues for accept (socketserver's 5 made a burst wait 1 s)
 
         def server_activate(self) -> None:
             self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-            self._open: dict = {}  # connection socket -> the monotonic time it is shut down at
+            self._open: dict = {}  # connection socket -> _Open
             self._lock = threading.Lock()
             super().server_activate()
 
         def verify_request(self, request, client_address) -> bool:
-            if not self._slots.acquire(blocking=False):
-                return False  # closed unanswered (shutdown_request)
+            give_up = time.monotonic() + REQUEST_S
+            while not self._slots.acquire(timeout=0.02):
+                self._evict_idle()
+                self.service_actions()  # the sweep goes on while this loop waits
+                if time.monotonic() > give_up:
+                    return False  # closed unanswered (shutdown_request)
+            now = time.monotonic()
             with self._lock:
-                self._open[request] = time.monotonic() + CONNECTION_S
+                self._open[request] = _Open(now, now + REQUEST_S)
             return True
+
+        def read_whole(self, request) -> None:
+            """request's connection has read its request: it is being answered."""
+            with self._lock:
+                c = self._open.get(request)
+                if c is not None and c.reading:
+                    c.reading, c.deadline = False, c.accepted + CONNECTION_S
+
+        def _evict_idle(self) -> None:
+            """Shut down the oldest connection that has been reading its request for IDLE_S or
+            more; its thread ends and gives up its place."""
+            now = time.monotonic()
+            with self._lock:
+                idle = [(c.accepted, r) for r, c in self._open.items() if c.reading and c.accepted <= now - IDLE_S]
+                if not idle:
+                    return
+                _, r = min(idle, key=lambda x: x[0])
+                self._open[r].reading = False  # chosen once
+            try:
+                r.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
         def shutdown_request(self, request) -> None:
             with self._lock:
@@ -107,7 +162,7 @@ def start(collector, registry, host: str, port: int):
         def service_actions(self) -> None:
             now = time.monotonic()
             with self._lock:
-                late = [r for r, at in self._open.items() if at <= now]
+                late = [r for r, c in self._open.items() if c.deadline <= now]
             for r in late:  # its thread's read or write returns at once, and the thread ends
                 try:
                     r.shutdown(socket.SHUT_RDWR)

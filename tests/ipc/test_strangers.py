@@ -176,16 +176,47 @@ def test_list_caches_skips_every_stranger_and_lists_the_caches(name, real_cache)
             os.unlink(p)
 
 
-def test_a_directory_at_the_readers_companion_is_refused_by_create(name):
-    """The companion's name is derived from the cache's: a directory put there stops
-    create() with an error naming it, and no cache is left half-made."""
-    os.mkdir(reader_stats.path_of(name))
+_CREATE_AND_READ = """
+    import shmcache
+    with shmcache.create(NAME, memory="34MiB") as w:
+        w.set(b"k" * 32, b"v")
+    with shmcache.attach(NAME) as r:
+        print(r.get(b"k" * 32), r.stats()["reader_hits"])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plants as root, creates as user nobody")
+@pytest.mark.parametrize("plant", ["directory", "fifo", "another user's file"])
+def test_whatever_is_planted_at_the_readers_companion_costs_only_the_counters(name, plant):
+    """The companion's name is derived from the cache's, so another user can put something
+    there first (issue 53, item 8): a directory, a FIFO, or a file of their own, which a
+    non-root creator may not remove from the sticky /dev/shm. create() was refused ("permission
+    denied removing the old ..."). The companion is optional: the cache is made, one warning
+    says it is made without it, and it serves; only its readers' shared counters are off."""
+    from _pods import NOBODY, NOGROUP, pod
+
+    comp = reader_stats.path_of(name)
+    if plant == "directory":
+        os.mkdir(comp)
+    elif plant == "fifo":
+        os.mkfifo(comp)
+    else:
+        Path(comp).write_bytes(b"someone else's" * 100)
     try:
-        with pytest.raises(shmcache.NotACacheError, match=f"cache '{name}': .*readers.* is a directory"):
-            shmcache.create(name, memory="34MiB")
-        assert not os.path.lexists(f"/dev/shm/{name}")
+        code = textwrap.dedent(_CREATE_AND_READ).replace("NAME", repr(name))
+        res = subprocess.run(pod([sys.executable, "-c", code], uid=NOBODY, gid=NOGROUP), capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0 and res.stdout.split() == ["b'v'", "0"], res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "the cache is made without it" in lines[0] and comp in lines[0], res.stderr
+        assert os.stat(f"/dev/shm/{name}").st_uid == NOBODY
     finally:
-        os.rmdir(reader_stats.path_of(name))
+        if os.path.lexists(f"/dev/shm/{name}"):
+            shmcache.destroy(name)
+        if os.path.isdir(comp):
+            os.rmdir(comp)
+        elif os.path.lexists(comp):
+            os.unlink(comp)
 
 
 def test_a_fifo_at_the_readers_companion_costs_only_the_reader_counters(name):
