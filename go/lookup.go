@@ -95,7 +95,8 @@ func (c *Cache) ContainsMany(keys []byte, out *Batch) error { return c.lookup(ke
 func (c *Cache) Get(key []byte) ([]byte, bool, error) {
 	b := batches.Get().(*Batch)
 	defer batches.Put(b)
-	if err := c.lookup(key, nil, b, true); err != nil {
+	one := [1][]byte{key} // one key of the cache's size: never a longer key read as several
+	if err := c.lookup(nil, one[:], b, true); err != nil {
 		return nil, false, err
 	}
 	if !b.Has(0) {
@@ -108,7 +109,8 @@ func (c *Cache) Get(key []byte) ([]byte, bool, error) {
 func (c *Cache) Contains(key []byte) (bool, error) {
 	b := batches.Get().(*Batch)
 	defer batches.Put(b)
-	if err := c.lookup(key, nil, b, false); err != nil {
+	one := [1][]byte{key}
+	if err := c.lookup(nil, one[:], b, false); err != nil {
 		return false, err
 	}
 	return b.Has(0), nil

@@ -108,3 +108,33 @@ func TestAnEmptyValueIsNotAMiss(t *testing.T) {
 		t.Fatal("the base golden segment has no empty value")
 	}
 }
+
+// Get and Contains take one key of the cache's size. A key of twice the size whose first
+// half is a present key was read as two keys, and Get answered the first half's value
+// (issue 53, item 4: `watch` with a 32-byte key on a cache of 16-byte keys).
+func TestOneKeyOfAnotherSizeIsRefused(t *testing.T) {
+	c := goldenCases(t)["base"]
+	r, err := AttachPath(writeGolden(t, c, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var present []byte
+	for _, k := range c.Keys {
+		if k.Value != nil {
+			present, _ = hex.DecodeString(k.Key)
+			break
+		}
+	}
+	if v, ok, err := r.Get(present); err != nil || !ok || v == nil {
+		t.Fatalf("the present key: %v %v %v", v, ok, err)
+	}
+	for _, key := range [][]byte{append(append([]byte{}, present...), present...), present[:16], nil} {
+		if v, ok, err := r.Get(key); !errors.Is(err, ErrKeySize) || ok || v != nil {
+			t.Errorf("Get of a %d-byte key: %x %v %v; want ErrKeySize", len(key), v, ok, err)
+		}
+		if ok, err := r.Contains(key); !errors.Is(err, ErrKeySize) || ok {
+			t.Errorf("Contains of a %d-byte key: %v %v; want ErrKeySize", len(key), ok, err)
+		}
+	}
+}

@@ -265,7 +265,7 @@ WATCHES = SCENARIOS["watch"]
 def test_watch(readers, scene, case):
     s = scene("watch")
     s.setup(case["setup"])
-    key = S.key("k").hex()
+    key = (S.key("k") * 4)[:case.get("key_bytes", len(S.key("k")))].hex()
     first = _outcome(case["first"])
     seconds = case.get("seconds", WATCH_SECONDS)
     watches = [R.Running(r, "watch", *case.get("args", []), s.name, key, str(seconds)) for r in readers]
