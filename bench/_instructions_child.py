@@ -37,12 +37,13 @@ def _lookup(label: str, n: int, batches: int, toggle) -> int:
         a = w.segment_arrays()
         counts = np.zeros(2, np.int64)
         calls = []
+        none_given_up = np.zeros(8192, np.bool_)  # the kernel's given_up (engine/layout.py NBUCKETS)
         for keys in ds.hit_batches[:batches + 1]:
             k8, k64 = _input.words(keys, a.geo[5])
             m = len(keys)
             hashes = xxh64_rows(keys).view(np.int64)  # in place for the "hashes given" variant
             calls.append((k8, k64, hashes, 0, np.zeros(m, np.bool_), np.zeros(m + 1, np.int64),
-                          np.empty(m * 200, np.uint8), 0, True, 160, -1, -1, 2000, counts))
+                          np.empty(m * 200, np.uint8), 0, True, 160, -1, -1, 2000, counts, none_given_up, False))
         LK.lookup(a.meta, a.index, a.ring8, a.ring64, a.geo, *calls[0])  # loaded and warm, not counted
         toggle()
         for c in calls[1:]:

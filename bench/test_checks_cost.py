@@ -86,7 +86,8 @@ def test_checks_cost_interleaved():
             if which == "miss":
                 k8, k64 = misses[j]
             if new:
-                LK.lookup(*args, k8, k64, hashes, 0, fnd, offsets, out, 0, True, 160, -1, -1, 2000, counts)
+                LK.lookup(*args, k8, k64, hashes, 0, fnd, offsets, out, 0, True, 160, -1, -1, 2000, counts,
+                          np.zeros(8192, np.bool_), False)
             else:
                 base.lookup(*args, k8, k64, hashes, 0, fnd, offsets, out, 0, True, 160, -1, -1, 2000, counts)
 

@@ -21,8 +21,10 @@ Invariants it keeps (layout in layout.py):
   damage: not counted.
 - Every call returns: a bucket that stays odd, or whose version keeps moving, for
   spin_limit tries hands the key back as STUCK; the caller (engine/reader.py Reader) decides to
-  read it as it stands, to yield and try again, or to give the key up as a miss and
-  go on from the next one.
+  read it as it stands, or to yield and try again. Once the call's bound has passed, the
+  caller calls with give_up: then the kernel itself gives such a bucket up (given_up[b])
+  and reports its keys missing, each a corruption counted, a given-up bucket's at once,
+  without handing anything back: the rest of the batch costs one pass, not one call a key.
 """
 
 from __future__ import annotations
@@ -85,17 +87,21 @@ def _prefetch_record(index, ring8, slots, ring, h, span):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found, offsets, out, out_pos,
-           want_values, value_guess, static_bucket, static_version, spin_limit, counters):
+           want_values, value_guess, static_bucket, static_version, spin_limit, counters, given_up, give_up):
     """Hash and look keys start.. up; returns (next index, out_pos, DONE | NEED_SPACE | STUCK).
 
-    hashes[i] receives each key's xxh64. found[i] is set per key; with want_values
+    hashes[i] receives each key's xxh64 in the call with start 0; a call again from a later
+    start (after NEED_SPACE or STUCK, with the same arrays) finds them there, so a batch is
+    hashed once however often it is handed back. found[i] is set per key; with want_values
     the value is copied to out[out_pos:] and offsets[i + 1] is its end.
     value_guess (bytes, e.g. the mean value length seen so far) sizes the prefetch of each record.
     NEED_SPACE: out is too small for key i's value. STUCK: key i's bucket stayed
     odd, or its version kept moving, for spin_limit tries; the caller checks the lock
     owner and calls again, with static_bucket and static_version set to accept that
     bucket as it stands while its version does not move (a dead writer's, or damage),
-    or it gives the key up (a miss) and calls again from the next key.
+    or, past its bound, calls again with give_up: then a bucket stuck for spin_limit tries
+    is marked in given_up (NBUCKETS bools) and its keys, and every key of a bucket marked
+    there, are misses, each counted in counters[C_CORRUPTIONS].
     counters[C_RETRIES] counts retries after a concurrent write, counters[C_CORRUPTIONS]
     damaged records met (see the module's docstring).
     """
@@ -104,7 +110,8 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
     lim = np.uint64(ring - RECORD_HEADER - ks)  # a record header and key fit from an offset <= lim
     n = hashes.shape[0]
     span = RECORD_HEADER + ks + (value_guess if want_values else 0)
-    hash_keys(keys8, keys64, kst, ks, hashes, start)
+    if start == 0:
+        hash_keys(keys8, keys64, kst, ks, hashes, 0)
     for j in range(start, min(n, start + _AHEAD_BUCKET)):
         _prefetch_bucket(meta, index, slots, hashes[np.uint64(j)])
     for j in range(start, min(n, start + _AHEAD_RECORD)):
@@ -123,12 +130,20 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
         koff = i * kst
         spins = 0
         bad = False
+        stuck = False
         while True:
             v1 = load_acquire(meta, mb + M_VERSION)
             if v1 & 1 and not (b == static_bucket and v1 == static_version):
+                if given_up[b]:
+                    stuck = True
+                    break
                 spins += 1
                 if spins >= spin_limit:
-                    return i, out_pos, STUCK
+                    if not give_up:
+                        return i, out_pos, STUCK
+                    given_up[b] = True
+                    stuck = True
+                    break
                 continue
             hit = -1
             vlen = 0
@@ -164,7 +179,16 @@ def lookup(meta, index, ring8, ring64, geo, keys8, keys64, hashes, start, found,
             counters[C_RETRIES] += 1
             spins += 1
             if spins >= spin_limit:  # a version that never settles: the caller bounds the wait
-                return i, out_pos, STUCK
+                if not give_up:
+                    return i, out_pos, STUCK
+                given_up[b] = True
+                stuck = True
+                break
+        if stuck:  # given up: a miss, and a corruption counted
+            counters[C_CORRUPTIONS] += 1
+            found[np.uint64(i)] = False
+            offsets[np.uint64(i + 1)] = out_pos
+            continue
         if bad and not (v1 & 1):
             counters[C_CORRUPTIONS] += 1
         found[np.uint64(i)] = hit >= 0

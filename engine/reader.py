@@ -49,6 +49,8 @@ SPIN_LIMIT = 2000
 # in 1,024 held buckets returns after about this long. A healthy writer holds a bucket for
 # microseconds.
 STUCK_GIVE_UP = 1.0
+# a call's given-up buckets before its bound: none (the kernel writes given_up only with give_up)
+_NONE_GIVEN_UP = np.zeros(L.NBUCKETS, np.bool_)
 
 
 # -- what a handle checks of a cache's file ----------------------------------------------------
@@ -335,13 +337,13 @@ class Reader:
         out = np.empty(max(n * self._avg_value, 1024) if want_values else 0, np.uint8)
         k8, k64 = _input.words(k, self._kstride)
         i, pos, static_b, static_v = 0, 0, -1, -1
-        given_up: set[int] = set()  # buckets this call stopped waiting for
+        given_up, give_up = _NONE_GIVEN_UP, False  # buckets this call stopped waiting for (none, read only)
         deadline = None  # the call's one wait on stuck buckets ends here (set when one is first met)
         retries0, corrupt0 = int(self._counts[LK.C_RETRIES]), int(self._counts[LK.C_CORRUPTIONS])
         while True:
             i, pos, status = LK.lookup(self._meta, self._index, self._ring8, self._ring64, self._geo, k8, k64,
                                        hashes, i, found, offsets, out, pos, want_values, self._avg_value, static_b,
-                                       static_v, SPIN_LIMIT, self._counts)
+                                       static_v, SPIN_LIMIT, self._counts, given_up, give_up)
             if status == LK.DONE:
                 break
             if status == LK.NEED_SPACE:
@@ -349,20 +351,15 @@ class Reader:
                 bigger[:pos] = out[:pos]
                 out = bigger
                 continue
-            b = int(hashes[i]) & (L.NBUCKETS - 1)
             if deadline is None:
                 deadline = time.monotonic() + STUCK_GIVE_UP
-            if b in given_up or time.monotonic() > deadline:  # every call returns in one bound
-                given_up.add(b)
-                self._counts[LK.C_CORRUPTIONS] += 1  # the key: a miss
-                found[i] = False
-                offsets[i + 1] = pos
-                i += 1
+            if time.monotonic() > deadline:  # every call returns in one bound: the kernel gives the rest up
+                given_up, give_up = np.zeros(L.NBUCKETS, np.bool_), True
                 continue
-            static_b, static_v = self._stuck_bucket(b, static_b, static_v)
+            static_b, static_v = self._stuck_bucket(int(hashes[i]) & (L.NBUCKETS - 1), static_b, static_v)
         self.raise_if_lost()  # zero pages read as misses: not this cache's answer
-        if given_up - self._warned:  # one line a call, naming the buckets this handle had not logged
-            new = sorted(given_up - self._warned)
+        if give_up and (new := sorted(set(np.flatnonzero(given_up).tolist()) - self._warned)):
+            # one line a call, naming the buckets this handle had not logged
             self._warned.update(new)
             log.warning("cache %r: %d bucket(s) stayed mid-write or kept changing for %.1f s (%s%s); their keys are "
                         "reported missing for this call", self.name, len(new), STUCK_GIVE_UP,

@@ -205,8 +205,14 @@ class Scene:
     # -- buckets held mid-write ------------------------------------------------------------------
 
     def keys_in_distinct_buckets(self, n: int) -> list[bytes]:
+        """n keys, each in a bucket of its own as long as there are buckets left (NBUCKETS),
+        then any."""
         keys, buckets, i = [], set(), 0
         while len(keys) < n:
+            if len(buckets) == L.NBUCKETS:
+                keys.append(struct.pack("<Q", i) * 4)
+                i += 1
+                continue
             k = struct.pack("<Q", i) * 4
             b = xxhash.xxh64_intdigest(k) & (L.NBUCKETS - 1)
             if b not in buckets:
@@ -216,29 +222,12 @@ class Scene:
         return keys
 
     def hold_every_bucket(self) -> subprocess.Popen:
-        """A live process that holds every bucket of the cache mid-write (its owner word in
-        M_LOCK, M_VERSION odd), as a writer stopped inside a write would, until it is killed:
-        a writer, its row and owner lock held (docs/segment-format.md, section 13)."""
-        code = (
-            "import mmap, os, struct, sys\n"
-            "import shmcache\n"
-            "from shmcache.engine import layout as L\n"
-            "from shmcache.ipc import liveness\n"
-            "w = shmcache.open(os.path.basename(sys.argv[1]))\n"
-            "me = liveness.owner_word()\n"
-            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
-            "m = mmap.mmap(fd, 0)\n"
-            "for b in range(L.NBUCKETS):\n"
-            "    row = L.FIXED_BYTES - L.NBUCKETS * L.ROW_WORDS * L.WORD + b * L.ROW_WORDS * L.WORD\n"
-            "    v = struct.unpack_from('<q', m, row + L.M_VERSION * 8)[0]\n"
-            "    struct.pack_into('<q', m, row + L.M_LOCK * 8, me)\n"
-            "    struct.pack_into('<q', m, row + L.M_VERSION * 8, v | 1)\n"
-            "print('held', flush=True)\n"
-            "sys.stdin.read()\n")
-        p = subprocess.Popen([sys.executable, "-c", code, str(self.path)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+        """A live process holding every bucket of the cache mid-write (tests/engine/_procs.py),
+        killed when the scene is cleared."""
+        from _procs import hold_every_bucket
+
+        p = hold_every_bucket(str(self.path))
         self.holders.append(p)
-        assert p.stdout.readline().strip() == "held", "the holder did not start"
         return p
 
     # -- golden control areas ------------------------------------------------------------------------

@@ -302,6 +302,39 @@ class Proc:
 # -- child roles --------------------------------------------------------------------------------
 
 
+_HOLDER = """
+import mmap, os, struct, sys
+import shmcache
+from shmcache.engine import layout as L
+from shmcache.ipc import liveness
+w = shmcache.open(os.path.basename(sys.argv[1]))
+me = liveness.owner_word()
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 0)
+for b in range(L.NBUCKETS):
+    row = L.FIXED_BYTES - L.NBUCKETS * L.ROW_WORDS * L.WORD + b * L.ROW_WORDS * L.WORD
+    v = struct.unpack_from('<q', m, row + L.M_VERSION * 8)[0]
+    struct.pack_into('<q', m, row + L.M_LOCK * 8, me)
+    struct.pack_into('<q', m, row + L.M_VERSION * 8, v | 1)
+print('held', flush=True)
+sys.stdin.read()
+"""
+
+
+def hold_every_bucket(path: str) -> subprocess.Popen:
+    """A live process that holds every bucket of the cache at `path` mid-write (its owner word
+    in M_LOCK, M_VERSION odd), as a writer stopped inside a write would, until it is killed
+    or its stdin closes: a writer, its row and owner lock held (docs/segment-format.md,
+    section 13)."""
+    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    if p.stdout.readline().strip() != "held":
+        p.kill()
+        p.wait()
+        raise AssertionError("the holder did not start")
+    return p
+
+
 def _say(**kw) -> None:
     sys.stdout.write(json.dumps(kw) + "\n")
     sys.stdout.flush()
