@@ -74,8 +74,9 @@ class State(enum.Enum):
 
 
 class Supervisor:
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig, snapshot_dir_fd: int | None = None):
         self.cfg = cfg
+        self._snapshot_dir_fd = snapshot_dir_fd  # snapshot_policy.check_dir's, made at the start
         self.state = State.INIT
         self.cache = None
         self.consumer = None
@@ -121,7 +122,7 @@ class Supervisor:
         joined = False
         try:
             existed = table.exists(self.cfg.name)
-            self.snapshots = snapshot_policy.SnapshotPolicy(self.cfg)
+            self.snapshots = snapshot_policy.SnapshotPolicy(self.cfg, self._snapshot_dir_fd)
             restored = None if existed else self.snapshots.restore_at_start()
             self.cache, self._segment_id = startup.open_cache(self.cfg)
             self.snapshots.opened(self.cache, restored is not None)
@@ -326,11 +327,12 @@ class Supervisor:
 
 
 def run(cfg: RunConfig) -> int:
-    snapshot_policy.check_dir(cfg.snapshot_dir)  # before anything starts: a ValueError naming it (exit 2 at the CLI)
+    # before anything starts: a ValueError naming it (exit 2 at the CLI); used by its descriptor from here on
+    snapshot_dir_fd = snapshot_policy.check_dir(cfg.snapshot_dir)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     log.info("shmcache supervisor pid %d", os.getpid())
-    sup = Supervisor(cfg)
+    sup = Supervisor(cfg, snapshot_dir_fd)
     code = 1
     try:
         code = sup.run()

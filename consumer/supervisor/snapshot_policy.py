@@ -138,27 +138,45 @@ def unfinished(directory, name: str) -> list[Path]:
     return sorted(out)
 
 
-def check_dir(directory) -> None:
+def check_dir(directory) -> int | None:
     """At a supervisor's start: `directory` (the snapshot dir) is a directory, made if it
     does not exist, that no other user may write to (one who could would plant the
     snapshot the next start restores); ValueError naming it otherwise (a file there, a
     parent that cannot be written, group or other write permission, another owner than
-    this user or root), before anything starts."""
+    this user or root), before anything starts.
+
+    Returns a descriptor of the very directory it checked (None without a directory): the
+    checks are made on what was opened (fstat), and the supervisor then reaches the
+    directory only through that descriptor (dir_path), never by its name again. A symbolic
+    link at `directory` (or on its way) that someone re-points after the start changes
+    nothing: snapshots still go to, and come from, the directory that was checked."""
     if not directory:
-        return
+        return None
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        st = os.stat(directory)
-    except FileExistsError:
-        raise ValueError(f"snapshot_dir {directory}: exists and is not a directory") from None
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileExistsError, NotADirectoryError):
+        try:
+            kind = kind_of(os.stat(directory).st_mode)
+        except OSError:
+            kind = "not a directory"
+        raise ValueError(f"snapshot_dir {directory}: is {kind}, not a directory") from None
     except OSError as e:
         raise ValueError(f"snapshot_dir {directory}: is not a directory and cannot be made: {e.strerror or e}") from e
-    if not stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"snapshot_dir {directory}: is {kind_of(st.st_mode)}, not a directory")
+    st = os.fstat(fd)
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or st.st_uid not in (os.geteuid(), 0):
+        os.close(fd)
         raise ValueError(f"snapshot_dir {directory}: mode {stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid}: "
                          "other users may write to it, and so plant the snapshot a start restores; give a "
                          f"directory of this user's (uid {os.geteuid()}) that only it may write (chmod go-w)")
+    return fd
+
+
+def dir_path(fd: int) -> str:
+    """The directory behind descriptor `fd` as a path this process resolves to it alone
+    (the kernel's link to the open file): what check_dir checked, whatever the name it
+    was given names now."""
+    return f"/proc/self/fd/{fd}"
 
 
 class _LogProgress:
@@ -180,9 +198,14 @@ class SnapshotPolicy:
     """One supervisor's snapshots; every method is a no-op without a snapshot_dir,
     except the gap check and the wire format word, which every cache keeps."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, dir_fd: int | None = None):
+        """`dir_fd`: check_dir's descriptor of cfg.snapshot_dir, if the caller checked it
+        already (the supervisor, at its start); else it is checked and opened here."""
         self.cfg = cfg
-        self.dir = cfg.snapshot_dir or ""
+        self.shown = cfg.snapshot_dir or ""  # the directory as the operator named it, for the log
+        if self.shown and dir_fd is None:
+            dir_fd = check_dir(self.shown)
+        self.dir = dir_path(dir_fd) if self.shown else ""  # used for every file operation
         self.cache = None
         self._thread: threading.Thread | None = None
         self._cancel = threading.Event()  # set as the supervisor's stop begins: the periodic snapshot gives up
@@ -199,9 +222,9 @@ class SnapshotPolicy:
         found, refused = scan(self.dir, cfg.name)
         for path, why in refused:
             log.warning("cache %r: not reading %s: %s (a snapshot directory's snapshots are this user's regular "
-                        "files)", cfg.name, path, why)
+                        "files)", cfg.name, self.show(path), why)
         for path in found:
-            log.info("cache %r: restoring from snapshot %s", cfg.name, path)
+            log.info("cache %r: restoring from snapshot %s", cfg.name, self.show(path))
             try:
                 # the snapshot's own size unless one was given: a default would shrink a larger table
                 out = snapshots.restore(path, cfg.name, memory=cfg.memory or None, max_value=cfg.max_value,
@@ -209,10 +232,11 @@ class SnapshotPolicy:
                                        key_size=cfg.key_size, topic=cfg.topic, wire_format=cfg.format,
                                        progress=_LogProgress(f"restoring {path.name}"), own=True)
             except (SnapshotError, OSError) as e:  # OSError: gone since listed, unreadable, a disk error
-                log.warning("cache %r: skipping snapshot %s: %s: %s", cfg.name, path, type(e).__name__, e)
+                log.warning("cache %r: skipping snapshot %s: %s: %s", cfg.name, self.show(path), type(e).__name__, e)
                 continue
+            out["snapshot"]["path"] = str(self.show(path))
             log.info("cache %r: restored %d entries from %s (%s, %.2f s, %d evicted); taken %.0f s ago; resuming "
-                     "from its offsets %s", cfg.name, out["entries"], path, out["mode"], out["seconds"],
+                     "from its offsets %s", cfg.name, out["entries"], self.show(path), out["mode"], out["seconds"],
                      out["evictions"], (time.time_ns() - out["snapshot"]["taken_ns"]) / 1e9,
                      out["snapshot"]["offsets"])
             if out["evictions"]:
@@ -222,7 +246,7 @@ class SnapshotPolicy:
                             cfg.name, out["evictions"], out["snapshot"]["entries"], cfg.memory,
                             units.format_bytes(out["snapshot"]["memory"]))
             return out
-        log.info("cache %r: no valid snapshot in %s; filling it from the topic's start", cfg.name, self.dir)
+        log.info("cache %r: no valid snapshot in %s; filling it from the topic's start", cfg.name, self.shown)
         return None
 
     def opened(self, cache, restored: bool) -> None:
@@ -236,7 +260,7 @@ class SnapshotPolicy:
         if self.dir:  # what a killed snapshot of this cache left (never read); none still being written
             for tmp in unfinished(self.dir, self.cfg.name):
                 if snapshots.remove_if_abandoned(tmp):
-                    log.info("removed %s, left by a snapshot that did not finish", tmp)
+                    log.info("removed %s, left by a snapshot that did not finish", self.show(tmp))
 
     # -- while running -------------------------------------------------------------------
 
@@ -297,30 +321,35 @@ class SnapshotPolicy:
         path = next_path(self.dir, self.cfg.name)
         t0 = time.monotonic()
         try:
-            Path(self.dir).mkdir(parents=True, exist_ok=True)
             info = snapshots.write(cache, path, progress=_LogProgress(f"snapshot {path.name}"), rate=rate,
                                   cancel=cancel)
         except SnapshotCancelled:
             log.info("cache %r: periodic snapshot abandoned: the supervisor stops (%s not written, its temporary "
-                     "file removed; the previous snapshots stay)", self.cfg.name, path)
+                     "file removed; the previous snapshots stay)", self.cfg.name, self.show(path))
             return None
         except (OSError, SnapshotError) as e:
             ctl.snapshot_failed()
-            log.error("cache %r: snapshot to %s failed: %s (the previous snapshots stay)", self.cfg.name, path, e)
+            log.error("cache %r: snapshot to %s failed: %s (the previous snapshots stay)", self.cfg.name,
+                      self.show(path), e)
             return None
         except Exception:  # noqa: BLE001 - a bug's error: counted and shown whole; the supervisor goes on
             ctl.snapshot_failed()
-            log.exception("cache %r: snapshot to %s failed (the previous snapshots stay)", self.cfg.name, path)
+            log.exception("cache %r: snapshot to %s failed (the previous snapshots stay)", self.cfg.name,
+                          self.show(path))
             return None
         took_ns = int((time.monotonic() - t0) * 1e9)
         for old in files(self.dir, self.cfg.name)[max(1, self.cfg.snapshot_keep):]:
             try:
                 old.unlink()
-                log.info("removed old snapshot %s (keeping %d)", old, self.cfg.snapshot_keep)
+                log.info("removed old snapshot %s (keeping %d)", self.show(old), self.cfg.snapshot_keep)
             except OSError as e:
-                log.warning("could not remove old snapshot %s: %s", old, e)
+                log.warning("could not remove old snapshot %s: %s", self.show(old), e)
         ctl.record_snapshot(info.taken_ns, info.bytes, took_ns)  # after: a status that counts it finds the old ones gone
-        return path
+        return self.show(path)
+
+    def show(self, path) -> Path:
+        """A file of the snapshot directory as the operator named the directory."""
+        return Path(self.shown) / Path(path).name
 
 
 def _entries(cache) -> int:

@@ -172,3 +172,39 @@ def test_snapshots_are_ordered_as_they_were_made_whatever_the_clock(name, tmp_pa
     assert not Path(older[0]).exists()
     out = policy.SnapshotPolicy(_cfg(name, d)).restore_at_start()
     assert out["snapshot"]["path"] == str(newest) and out["entries"] == 600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a link and a directory of another user need root")
+def test_a_link_re_pointed_after_the_start_changes_nothing(name, tmp_path):
+    """Issue 53, item 7: --snapshot-dir a symbolic link that another user owns, in a folder
+    anyone may write (as /tmp), pointing at this user's directory. Checked at the start, it
+    was then re-pointed at that user's own directory, and the supervisor's snapshots (the
+    cache's every value, 0600) went there, to be read, removed or swapped for the one the
+    next start restores. Now the directory is opened once, checked on what was opened, and
+    reached only through that descriptor: the snapshots stay where they were checked."""
+    anyone = tmp_path / "anyone"
+    anyone.mkdir()
+    os.chmod(anyone, 0o1777)
+    mine = tmp_path / "root-snaps"
+    mine.mkdir(mode=0o700)
+    theirs = anyone / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    link = anyone / "snaps"
+    link.symlink_to(mine)
+    os.lchown(link, NOBODY, NOBODY)
+    with _cache(name, 100) as w:
+        pol = policy.SnapshotPolicy(_cfg(name, link))  # the start: the link's target is checked, and opened
+        pol.opened(w, False)
+        link.unlink()  # the other user re-points the link at their own directory
+        link.symlink_to(theirs)
+        os.lchown(link, NOBODY, NOBODY)
+        taken = pol.take()
+        w.set_many([i.to_bytes(32, "big") for i in range(1000, 1100)], [b"w" * 50] * 100)
+        again = pol.take()
+    shmcache.destroy(name)
+    assert taken is not None and again is not None
+    assert sorted(p.name for p in mine.iterdir()) == sorted([taken.name, again.name])
+    assert list(theirs.iterdir()) == [], "a snapshot went to the other user's directory"
+    out = pol.restore_at_start()  # and the next restore reads the checked directory, not the link's new target
+    assert out["entries"] == 200 and Path(out["snapshot"]["path"]).name == again.name

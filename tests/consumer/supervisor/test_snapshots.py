@@ -309,28 +309,39 @@ def test_a_stop_abandons_a_slow_periodic_snapshot_and_takes_its_own(harness, kaf
         check_table(c, model.snapshot())
 
 
-@pytest.mark.parametrize("where", ["a file", "under a file", "a full disk"])
+@pytest.mark.parametrize("where", ["a file", "under a file", "removed after the start", "a full disk"])
 def test_a_snapshot_that_cannot_be_written_is_counted_and_raises_nothing(tmp_path, small_fs, where):
     """The supervisor's snapshots (SnapshotPolicy, on a real cache) where they cannot be
-    written: the snapshot dir is a regular file, or lies under one (it cannot be made), or
-    its disk is full (a small tmpfs of the test's own). take() returns None and counts a
-    failure; at_stop after a clean stop (what the supervisor's shutdown calls) raises
-    nothing and counts one more; no temporary file is left, the previous snapshot stays."""
+    written. A snapshot dir that is a regular file, or lies under one (it cannot be made),
+    is refused at the start (ValueError, exit 2 at the command line). One removed after the
+    start (the supervisor holds the directory it checked, not its name), or whose disk is
+    full (a small tmpfs of the test's own): take() returns None and counts a failure;
+    at_stop after a clean stop (what the supervisor's shutdown calls) raises nothing and
+    counts one more; no temporary file is left, the previous snapshot stays."""
     name = f"t-snapfail-{uuid.uuid4().hex[:8]}"
     previous = None
     if where == "a full disk":
         snaps = small_fs(64 << 10)
         previous = policy.path_for(snaps, name, 1)
         previous.write_bytes(MAGIC + b" an older one")
+    elif where == "removed after the start":
+        snaps = tmp_path / "snaps"
     else:
         (tmp_path / "afile").write_text("a file\n")
         snaps = tmp_path / "afile" if where == "a file" else tmp_path / "afile" / "snaps"
     cfg = RunConfig(name=name, bootstrap="127.0.0.1:1", topic="t", snapshot_dir=str(snaps), snapshot_interval=1)
+    if where in ("a file", "under a file"):
+        with pytest.raises(ValueError, match=f"snapshot_dir {snaps}: "):
+            policy.SnapshotPolicy(cfg)
+        assert (tmp_path / "afile").read_text() == "a file\n" and os.listdir(tmp_path) == ["afile"]
+        return
     try:
         with shmcache.create(name, memory="40MiB") as w:
             w.set(b"k" * 32, b"v")
             pol = policy.SnapshotPolicy(cfg)
             pol.opened(w, False)
+            if where == "removed after the start":
+                snaps.rmdir()
             assert pol.take() is None
             assert w.control.word(C.H_SNAPSHOT_FAILURES) == 1
             assert pol.at_stop(clean=True, wait=5)
@@ -340,7 +351,7 @@ def test_a_snapshot_that_cannot_be_written_is_counted_and_raises_nothing(tmp_pat
     if where == "a full disk":
         assert os.listdir(snaps) == [previous.name]
     else:
-        assert (tmp_path / "afile").read_text() == "a file\n" and os.listdir(tmp_path) == ["afile"]
+        assert not snaps.exists() and os.listdir(tmp_path) == []
 
 
 def test_a_periodic_snapshot_that_does_not_give_up_keeps_the_cache_mapped(tmp_path, monkeypatch, caplog):
