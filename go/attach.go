@@ -250,6 +250,9 @@ func (c *Cache) Name() string { return c.name }
 
 // Close unmaps the cache (and its companion). Never destroys; safe to call twice.
 func (c *Cache) Close() error {
+	if c == nil { // what a failed Attach returned: nothing to close
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true

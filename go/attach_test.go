@@ -134,3 +134,15 @@ func TestNamesAndNotFound(t *testing.T) {
 		t.Fatal("ErrPermission is fs.ErrPermission; ErrNotACache is not fs.ErrNotExist")
 	}
 }
+
+// Close on what a failed Attach returned (a nil *Cache) is no panic: `defer c.Close()`
+// written before the error is checked stays harmless.
+func TestCloseOfAFailedAttachIsANoOp(t *testing.T) {
+	c, err := Attach(fmt.Sprintf("no-such-cache-%d", os.Getpid()))
+	if !errors.Is(err, ErrNotFound) || c != nil {
+		t.Fatalf("Attach of a missing cache: %v %v", c, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@
 // builds it) of the [segment format], layout version 1.
 //
 //	c, err := shmcache.Attach("txmeta", shmcache.WithOwner("shmcache")) // read-only; errors.Is(err, shmcache.ErrNotFound)
+//	if err != nil { return err }
 //	defer c.Close()
 //	_, err = c.WaitReady(ctx)           // the whole topic applied, or an error saying why not
 //	var b shmcache.Batch                // reuse: no allocation per key

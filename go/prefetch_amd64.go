@@ -11,13 +11,11 @@ package shmcache
 //go:noescape
 func prefetchBuckets(t *table, hashes []uint64)
 
-// prefetchRecords asks for the lines of each hash's record as recordAhead finds them (the
-// index slots it reads are inside the key's bucket).
+// prefetchRecords asks for the lines of each hash's record as recordAhead (prefetch_other.go)
+// finds them (the index slots it reads are inside the key's bucket).
 //
 //go:noescape
 func prefetchRecords(t *table, hashes []uint64, want int64)
-
-const havePrefetch = true
 
 func (t *table) fetchBuckets(hashes []uint64) int64 {
 	prefetchBuckets(t, hashes)

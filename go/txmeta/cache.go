@@ -156,7 +156,7 @@ func (c *Cache) classify(found bool, v []byte, m *Meta, tip uint32) Outcome {
 // chainhash.Hash is a [32]byte: pass it as it is. Batches are many times faster a hash.
 func (c *Cache) GetMetaCached(ctx context.Context, hash [HashSize]byte, m *Meta) (Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return Miss, fmt.Errorf("txmeta: cache '%s': %w", c.r.Name(), err)
+		return Miss, c.ended(err)
 	}
 	s := c.singles.Get().(*single)
 	defer c.singles.Put(s)
@@ -224,7 +224,7 @@ func GetMetaCachedBatch[H ~[HashSize]byte](ctx context.Context, c *Cache, hashes
 
 func (c *Cache) getBatch(ctx context.Context, keys []byte, out *Batch) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("txmeta: cache '%s': %w", c.r.Name(), err)
+		return c.ended(err)
 	}
 	if err := c.r.GetMany(keys, &out.raw); err != nil {
 		return err
@@ -272,7 +272,8 @@ func growMetas(s []Meta, n int) []Meta {
 // closed) is 503 with the error.
 func (c *Cache) Health(ctx context.Context, checkLiveness bool) (int, string, error) {
 	if err := ctx.Err(); err != nil {
-		return http.StatusServiceUnavailable, fmt.Sprintf("txmeta cache '%s': %v", c.r.Name(), err), err
+		err = c.ended(err)
+		return http.StatusServiceUnavailable, err.Error(), err
 	}
 	st, err := c.r.Status()
 	switch {
@@ -319,4 +320,12 @@ func (c *Cache) GetCacheStats() (*CacheStats, error) {
 		Hits: c.hits.Load(), Misses: c.misses.Load(), HitOldTx: c.old.Load(),
 		Deletes: uint64(st.Deletes), Malformed: c.malformed.Load(),
 	}, nil
+}
+
+// ended is ctx's end as the reader's errors are (docs/go.md, Errors): a *shmcache.Error of
+// kind not-ready (shmcache.Kind says so, errors.Is(err, shmcache.ErrNotReady) holds) whose
+// cause is the context's error (errors.Is(err, context.Canceled), or DeadlineExceeded).
+func (c *Cache) ended(err error) error {
+	return &shmcache.Error{Cache: c.r.Name(), Kind: shmcache.ErrNotReady, Err: err,
+		Detail: fmt.Sprintf("txmeta: the context ended before the lookup: %v", err)}
 }
