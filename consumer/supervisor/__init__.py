@@ -12,6 +12,7 @@ group, the policy over its worker processes and the segment's control area.
     worker_handle.py   its handle on one worker process (states, stale kill, requests), backoff.py
     stop.py            the stop: drain, final commit, a last snapshot, within one budget
     snapshot_policy.py restore at start, snapshots while running, retention gaps
+    snapshot_dir.py    the snapshot directory: its files, their order, its checks, its descriptor
     metrics.py         the Prometheus metrics, and http_endpoint.py, which serves them and /ready
 
 A folder because the supervisor is one process with these parts, each a concept of its

@@ -51,7 +51,7 @@ from shmcache.kafka import client as kafka_client
 from shmcache.kafka import broker as broker_mod
 from shmcache.consumer.supervisor import commits as commits_mod
 from shmcache.consumer.worker import forkserver
-from shmcache.consumer.supervisor import snapshot_policy
+from shmcache.consumer.supervisor import snapshot_dir, snapshot_policy
 from shmcache.consumer.supervisor import startup
 from shmcache.consumer.supervisor import stop as stop_mod
 from shmcache.consumer.config import RunConfig
@@ -76,7 +76,7 @@ class State(enum.Enum):
 class Supervisor:
     def __init__(self, cfg: RunConfig, snapshot_dir_fd: int | None = None):
         self.cfg = cfg
-        self._snapshot_dir_fd = snapshot_dir_fd  # snapshot_policy.check_dir's, made at the start
+        self._snapshot_dir_fd = snapshot_dir_fd  # snapshot_dir.check_dir's, made at the start
         self.state = State.INIT
         self.cache = None
         self.consumer = None
@@ -328,7 +328,7 @@ class Supervisor:
 
 def run(cfg: RunConfig) -> int:
     # before anything starts: a ValueError naming it (exit 2 at the CLI); used by its descriptor from here on
-    snapshot_dir_fd = snapshot_policy.check_dir(cfg.snapshot_dir)
+    snapshot_dir_fd = snapshot_dir.check_dir(cfg.snapshot_dir)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     log.info("shmcache supervisor pid %d", os.getpid())

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shmcache
+from shmcache.consumer.supervisor import snapshot_dir as snapdir
 from shmcache.consumer.supervisor import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
@@ -183,9 +184,9 @@ def test_the_start_falls_back_to_the_older_snapshot(good, tmp_path, cache_name, 
     head, rest, good_path = good
     d = tmp_path / "snaps"
     d.mkdir()
-    older = policy.path_for(d, cache_name, 1_000)
+    older = snapdir.path_for(d, cache_name, 1_000)
     older.write_bytes(good_path.read_bytes())
-    newer = _craft(policy.path_for(d, cache_name, 2_000), _with(head, "offsets", [1 << 64, 0, 0]), rest)
+    newer = _craft(snapdir.path_for(d, cache_name, 2_000), _with(head, "offsets", [1 << 64, 0, 0]), rest)
     cfg = RunConfig(name=cache_name, bootstrap="127.0.0.1:1", topic=TOPIC, snapshot_dir=str(d))
     with caplog.at_level(logging.WARNING, "shmcache.snapshots"):
         out = policy.SnapshotPolicy(cfg).restore_at_start()

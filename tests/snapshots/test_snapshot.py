@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import shmcache
+from shmcache.consumer.supervisor import snapshot_dir as snapdir
 from shmcache.consumer.supervisor import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
@@ -144,7 +145,7 @@ def test_sigkill_during_snapshot_keeps_the_previous_one(cache_name, tmp_path):
         w.set_many(keys, [bytes(120)] * len(keys))
     d = tmp_path / "snaps"
     d.mkdir()
-    path = policy.path_for(d, cache_name, 1)
+    path = snapdir.path_for(d, cache_name, 1)
     cmd = [sys.executable, "-m", "shmcache", "snapshot", cache_name, str(path)]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     before = path.read_bytes()
@@ -172,7 +173,7 @@ def test_sigkill_during_snapshot_keeps_the_previous_one(cache_name, tmp_path):
     assert tmp.name.startswith(path.name + ".")
     assert path.read_bytes() == before
     assert S.verify(path).entries == 400_000
-    assert policy.files(d, cache_name) == [path]
+    assert snapdir.files(d, cache_name) == [path]
     with pytest.raises(SnapshotCorruptError, match=r"\.tmp"):
         S.verify(tmp)
 
@@ -361,22 +362,22 @@ def test_a_supervisor_start_leaves_a_snapshot_being_written(cache_name, tmp_path
     the same dir, stopped mid-write)."""
     with shmcache.create(cache_name, memory="40MiB") as w:
         _fill(w, 20_000, 13)
-        p, dead = _snapshot_mid_write(cache_name, policy.path_for(tmp_path, cache_name, 1), tmp_path)
+        p, dead = _snapshot_mid_write(cache_name, snapdir.path_for(tmp_path, cache_name, 1), tmp_path)
         p.kill()
         p.wait(30)
-        live_path = policy.path_for(tmp_path, cache_name, 2)
+        live_path = snapdir.path_for(tmp_path, cache_name, 2)
         stopped, live = _snapshot_mid_write(cache_name, live_path, tmp_path)
         os.kill(stopped.pid, signal.SIGSTOP)
         try:
-            assert policy.unfinished(tmp_path, cache_name) == [dead, live]
+            assert snapdir.unfinished(tmp_path, cache_name) == [dead, live]
             cfg = RunConfig(bootstrap="127.0.0.1:1", name=cache_name, topic="t", snapshot_dir=str(tmp_path))
             policy.SnapshotPolicy(cfg).opened(w, restored=False)
-            assert policy.unfinished(tmp_path, cache_name) == [live]
+            assert snapdir.unfinished(tmp_path, cache_name) == [live]
         finally:
             os.kill(stopped.pid, signal.SIGCONT)
             _, err = stopped.communicate(timeout=300)
     assert stopped.returncode == 0, err
-    assert policy.unfinished(tmp_path, cache_name) == [] and policy.files(tmp_path, cache_name) == [live_path]
+    assert snapdir.unfinished(tmp_path, cache_name) == [] and snapdir.files(tmp_path, cache_name) == [live_path]
 
 
 def test_a_snapshot_replaces_only_a_snapshot(cache_name, tmp_path):

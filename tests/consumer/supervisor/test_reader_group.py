@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import shmcache
-from shmcache.consumer.supervisor import snapshot_policy as policy
+from shmcache.consumer.supervisor import snapshot_dir as snapdir
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import reader_stats
 from shmcache import snapshots as S
@@ -95,7 +95,7 @@ def test_a_reader_group_attaches_to_the_runs_cache_and_its_restore(tmp_path):
         assert _access(name) == (0o640, GROUP, 0o660, GROUP)
         with shmcache.open(name) as w:  # the test writes what the readers read (this cache has no workers)
             w.set(KEY, VALUE)
-            S.write(w, policy.path_for(snaps, name, 1))
+            S.write(w, snapdir.path_for(snaps, name, 1))
         assert _read_as(name, MEMBER, [GROUP, MEMBER]) == ["ok", repr(VALUE)]
         kind, said = _read_as(name, STRANGER, [STRANGER])
         assert kind == "CachePermissionError" and f"cache {name!r}" in said and "permission denied" in said, said

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import shmcache
-from shmcache.consumer.supervisor import snapshot_policy as policy
+from shmcache.consumer.supervisor import snapshot_dir as snapdir
 from shmcache import snapshots as S
 
 from _waits import poll_until, stop_popen
@@ -55,7 +55,7 @@ def test_the_start_restores_at_the_snapshots_size_unless_told_and_says_what_a_sm
             w.set_many(keys, (np.arange(ENTRIES + 1, dtype=np.int64) * 64, np.ones(ENTRIES * 64, np.uint8)))
             assert w.stats()["entries"] == ENTRIES and w.stats()["evictions"] == 0, w.stats()
             size = w.geometry.size
-            S.write(w, policy.path_for(snaps, name, 1))
+            S.write(w, snapdir.path_for(snaps, name, 1))
         shmcache.destroy(name)
         # no --memory: the snapshot's own geometry, a straight copy, nothing evicted
         p = _run(name, snaps, tmp_path / "own.log")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import shmcache
+from shmcache.consumer.supervisor import snapshot_dir as snapdir
 from shmcache.consumer.supervisor import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache import snapshots as S
@@ -63,16 +64,16 @@ def test_the_start_reads_only_this_users_regular_files(name, tmp_path, caplog):
     d = tmp_path / "snaps"
     d.mkdir(mode=0o700)
     with _cache(name, 1000) as w:
-        good = S.write(w, policy.path_for(d, name, 1_000)).path
+        good = S.write(w, snapdir.path_for(d, name, 1_000)).path
         outside = S.write(w, tmp_path / "outside.snap").path
     shmcache.destroy(name)
-    fifo = policy.path_for(d, name, 4_000)
+    fifo = snapdir.path_for(d, name, 4_000)
     os.mkfifo(fifo, 0o600)
-    link = policy.path_for(d, name, 3_000)
+    link = snapdir.path_for(d, name, 3_000)
     link.symlink_to(outside)
     strangers = []
     if os.geteuid() == 0:
-        stranger = policy.path_for(d, name, 2_000)
+        stranger = snapdir.path_for(d, name, 2_000)
         stranger.write_bytes(Path(outside).read_bytes())
         os.chown(stranger, NOBODY, NOBODY)
         strangers.append(stranger)
@@ -142,7 +143,7 @@ def test_a_directory_others_may_write_stops_the_start(name, tmp_path, how):
     else:
         os.chmod(d, 0o777 if how == "world-writable" else 0o770)
     with pytest.raises(ValueError, match=f"snapshot_dir {d}: .*other users may write to it"):
-        policy.check_dir(d)
+        snapdir.check_dir(d)
     p = subprocess.run([sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", "127.0.0.1:1",
                         "--topic", "t", "--snapshot-dir", str(d)], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
@@ -150,7 +151,7 @@ def test_a_directory_others_may_write_stops_the_start(name, tmp_path, how):
     assert not shmcache.exists(name)
     if how != "another owner":
         os.chmod(d, 0o700)
-        policy.check_dir(d)  # the same directory, only its writer may write: taken
+        snapdir.check_dir(d)  # the same directory, only its writer may write: taken
 
 
 def test_snapshots_are_ordered_as_they_were_made_whatever_the_clock(name, tmp_path):
@@ -161,14 +162,14 @@ def test_snapshots_are_ordered_as_they_were_made_whatever_the_clock(name, tmp_pa
     d.mkdir(mode=0o700)
     ahead = time.time_ns() + 86_400 * 10**9
     with _cache(name, 100) as w:
-        older = [S.write(w, policy.path_for(d, name, ahead + i)).path for i in (0, 1)]
+        older = [S.write(w, snapdir.path_for(d, name, ahead + i)).path for i in (0, 1)]
         w.set_many([i.to_bytes(32, "big") for i in range(1000, 1500)], [b"w" * 50] * 500)
         pol = policy.SnapshotPolicy(_cfg(name, d, keep=2))
         pol.opened(w, False)
         newest = pol.take()
     shmcache.destroy(name)
     assert newest is not None and newest.exists()
-    assert policy.files(d, name) == [newest, Path(older[1])]
+    assert snapdir.files(d, name) == [newest, Path(older[1])]
     assert not Path(older[0]).exists()
     out = policy.SnapshotPolicy(_cfg(name, d)).restore_at_start()
     assert out["snapshot"]["path"] == str(newest) and out["entries"] == 600

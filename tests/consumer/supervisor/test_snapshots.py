@@ -18,6 +18,7 @@ import pytest
 import xxhash
 
 import shmcache
+from shmcache.consumer.supervisor import snapshot_dir as snapdir
 from shmcache.consumer.supervisor import snapshot_policy as policy
 from shmcache.consumer.config import RunConfig
 from shmcache.engine.control import layout as C
@@ -125,9 +126,9 @@ def test_reboot_restores_from_the_newest_valid_snapshot(harness, kafka_topic):
     snaps = h.tmp_path / "snaps"
     args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600", "--snapshot-keep", "2")
     first = _fill_stop_remove(h, name, topic, group, model, 300, args)
-    (good,) = policy.files(snaps, name)  # written at the clean stop
+    (good,) = snapdir.files(snaps, name)  # written at the clean stop
     assert S.verify(good).offsets == tuple(first)
-    newer = [policy.path_for(snaps, name, S.read_header(good).taken_ns + i) for i in (1, 2, 3)]
+    newer = [snapdir.path_for(snaps, name, S.read_header(good).taken_ns + i) for i in (1, 2, 3)]
     data = good.read_bytes()
     flipped = bytearray(data)
     flipped[len(data) // 2] ^= 1
@@ -162,7 +163,7 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     snaps = h.tmp_path / "snaps"
     args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600")
     ends = _fill_stop_remove(h, name, topic, h.group("ret"), model, 90, args)
-    assert len(policy.files(snaps, name)) == 1
+    assert len(snapdir.files(snaps, name)) == 1
     futures = kafka_admin.delete_records([TopicPartition(topic, p, ends[p]) for p in range(PARTS)])
     for f in futures.values():
         f.result(timeout=30)
@@ -180,8 +181,8 @@ def test_retention_snapshot_keeps_deleted_records_and_gap_is_reported(harness, k
     # 3 taken, 2 kept (a 4th may be named at any moment: the count and the files are read
     # together until they agree, which they never do if the oldest are not removed)
     poll_until(lambda: sup3.check_running() and r3.status()["snapshot"]["count"] >= 3
-               and len(policy.files(bare_snaps, bare)) <= 2, 120,
-               lambda: f"3 snapshots, 2 kept: {r3.status()}, {policy.files(bare_snaps, bare)}")
+               and len(snapdir.files(bare_snaps, bare)) <= 2, 120,
+               lambda: f"3 snapshots, 2 kept: {r3.status()}, {snapdir.files(bare_snaps, bare)}")
     st = r3.status()
     assert st["caught_up"] and not st["ready"] and not st["gaps_accepted"], st
     assert st["restore"]["state"] == "no valid snapshot" and st["snapshot"]["failures"] == 0
@@ -218,7 +219,7 @@ def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafk
     snaps = h.tmp_path / "snaps"
     args = ("--snapshot-dir", str(snaps), "--snapshot-interval", "3600")
     first = _fill_stop_remove(h, name, topic, group, model, 120, args)
-    (previous,) = policy.files(snaps, name)  # written at the clean stop
+    (previous,) = snapdir.files(snaps, name)  # written at the clean stop
     before = previous.read_bytes()
     slow = ("--snapshot-dir", str(snaps), "--snapshot-interval", "0.2", "--snapshot-rate", "1MiB")
     sup = h.supervisor(name, topic, group, args=slow)
@@ -234,7 +235,7 @@ def test_sigkill_during_a_periodic_snapshot_keeps_the_previous_one(harness, kafk
     sup.kill()  # and its workers, as a machine that went down would
     (tmp,) = tmps()
     assert previous.read_bytes() == before
-    assert policy.files(snaps, name) == [previous]
+    assert snapdir.files(snaps, name) == [previous]
     assert S.verify(previous).offsets == tuple(first)
     with pytest.raises(SnapshotCorruptError, match=r"\.tmp"):
         S.verify(tmp)
@@ -274,7 +275,7 @@ def test_a_stop_abandons_a_slow_periodic_snapshot_and_takes_its_own(harness, kaf
     ends = produce_and_wait(h, topic, model, PARTS, rate=200.0, max_batches=60)
     wait_applied(r, ends, 120, sup)
     assert sup.terminate() == 0, sup.log_text()[-3000:]
-    (previous,) = policy.files(snaps, name)  # written at that clean stop
+    (previous,) = snapdir.files(snaps, name)  # written at that clean stop
     before = previous.read_bytes()
     slow = ("--snapshot-dir", str(snaps), "--snapshot-interval", "0.2", "--snapshot-rate", "256KiB",
             "--stop-timeout", str(STOP_TIMEOUT))
@@ -299,7 +300,7 @@ def test_a_stop_abandons_a_slow_periodic_snapshot_and_takes_its_own(harness, kaf
     assert "Traceback" not in logs and "did not give up" not in logs, logs[-3000:]
     st = r.status()
     assert st["snapshot"]["failures"] == 0, st["snapshot"]
-    newest, *older = policy.files(snaps, name)
+    newest, *older = snapdir.files(snaps, name)
     assert older == [previous] and previous.read_bytes() == before
     assert S.verify(newest).offsets == tuple(ends) == tuple(applied(r, PARTS))  # the clean stop's, offsets final
     copy = h.cache_name("slowstop-copy")
@@ -322,7 +323,7 @@ def test_a_snapshot_that_cannot_be_written_is_counted_and_raises_nothing(tmp_pat
     previous = None
     if where == "a full disk":
         snaps = small_fs(64 << 10)
-        previous = policy.path_for(snaps, name, 1)
+        previous = snapdir.path_for(snaps, name, 1)
         previous.write_bytes(MAGIC + b" an older one")
     elif where == "removed after the start":
         snaps = tmp_path / "snaps"
