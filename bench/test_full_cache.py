@@ -112,6 +112,7 @@ def test_full_cache():
     offsets = np.zeros(P.BATCH + 1, np.int64)
     out = np.empty(P.BATCH * P.VALUE_MAX, np.uint8)
     counts = np.zeros(2, np.int64)
+    none_given_up = np.zeros(8192, np.bool_)  # the lookup kernel's given_up (engine/layout.py NBUCKETS)
     names, handles, sizes = [], [], {}
     report = [f"a full cache, N={n:,}: CPU ns per key (thread time), median of {ROUNDS} interleaved rounds; "
               f"load average {os.getloadavg()[0]:.1f}"]
@@ -142,7 +143,7 @@ def test_full_cache():
             for k8, k64 in batches[s // P.BATCH:(e + P.BATCH - 1) // P.BATCH]:
                 m = len(k8) // kst
                 (LK if today else LKB).lookup(*args, k8, k64, hashes[:m], 0, found[:m], offsets[:m + 1], out, 0, True,
-                                               160, -1, -1, 2000, counts)
+                                               160, -1, -1, 2000, counts, none_given_up, False)
         return run
 
     try:

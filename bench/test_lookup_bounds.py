@@ -99,6 +99,7 @@ def test_lookup_bounds():
     n = P.bench_n()
     rounds = P.bench_rounds()
     counts = np.zeros(2, np.int64)
+    none_given_up = np.zeros(8192, np.bool_)  # the lookup kernel's given_up (engine/layout.py NBUCKETS)
     tables: list = []
     try:
         _table(n, tables)
@@ -107,7 +108,8 @@ def test_lookup_bounds():
             arrays = table[1].segment_arrays()
             args = (arrays.meta, arrays.index, arrays.ring8, arrays.ring64, arrays.geo)
             for k8, k64, hashes, found, offsets, out in table[2][lo:hi]:
-                kernel.lookup(*args, k8, k64, hashes, 0, found, offsets, out, 0, True, 160, -1, -1, 2000, counts)
+                kernel.lookup(*args, k8, k64, hashes, 0, found, offsets, out, 0, True, 160, -1, -1, 2000, counts,
+                              none_given_up, False)
             return sum(len(b[2]) for b in table[2][lo:hi])
 
         for table in tables:

@@ -114,12 +114,13 @@ def check_dir(directory) -> int | None:
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (FileExistsError, NotADirectoryError):
+    except (FileExistsError, NotADirectoryError) as e:
         try:
-            kind = kind_of(os.stat(directory).st_mode)
-        except OSError:
-            kind = "not a directory"
-        raise ValueError(f"snapshot_dir {directory}: is {kind}, not a directory") from None
+            what = f"is {kind_of(os.stat(directory).st_mode)}"
+        except OSError:  # a file on its way: it cannot be made
+            raise ValueError(f"snapshot_dir {directory}: is not a directory and cannot be made: "
+                             f"{e.strerror or e}") from None
+        raise ValueError(f"snapshot_dir {directory}: exists and is not a directory ({what})") from None
     except OSError as e:
         raise ValueError(f"snapshot_dir {directory}: is not a directory and cannot be made: {e.strerror or e}") from e
     st = os.fstat(fd)
