@@ -79,7 +79,7 @@ pytestmark = [pytest.mark.skipif(JAR is None or not (TEST_CLASSES / "io" / "shmc
 
 # name: (JAVA_HOME, JVM options, the access Segment.access() must report)
 CONFIGS = {
-    "unsafe 17": (JDK17, [], "unsafe opener-thread"),
+    "unsafe 17": (JDK17, [], "unsafe open-nonblock"),
     "unsafe 25": (JDK25, ["-Dshmcache.memory=unsafe", "--sun-misc-unsafe-memory-access=allow",
                           "--enable-native-access=ALL-UNNAMED"], "unsafe open-nonblock"),
     "segment 25": (JDK25, ["--sun-misc-unsafe-memory-access=deny", "--enable-native-access=ALL-UNNAMED"],
@@ -156,7 +156,7 @@ def test_the_batch_lookup_on_each_path(cache):
 def test_the_spark_lookup_on_jdk_17_and_25(cache):
     pytest.importorskip("pyspark")
     name, _, spark_keys, value_bytes = cache
-    want = {"17": "unsafe opener-thread", "25": "memory-segment open-nonblock"}
+    want = {"17": "unsafe open-nonblock", "25": "memory-segment open-nonblock"}
     got: dict[str, list[dict]] = {}
     for run in range(RUNS):  # a session a process, the two JDKs alternated
         for feature in ("17", "25") if run % 2 == 0 else ("25", "17"):

@@ -64,7 +64,8 @@ def mvn(build: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedP
 
 
 BASE_TESTS = ("AccessTest", "GoldenTest", "FaultTest", "OwnerTest", "LayoutTest", "StuckTest", "CutShortTest",
-              "CompanionTest", "OpenTest", "FollowTest", "ModeTest", "StatusTest", "CliTest", "XXH64Test")
+              "CompanionTest", "OpenTest", "FollowTest", "ModeTest", "StatusTest", "CliTest", "XXH64Test",
+              "BudgetTest")
 SPARK_TESTS = ("spark.TxMetaTest",)
 
 

@@ -104,18 +104,23 @@ class Scene:
             os.close(fd)
 
     def _sparse(self, size: int) -> None:
-        """A file of about `size` bytes (a real cache's size for that memory) whose first page
-        is a whole cache's header and whose every other byte is a hole: what a stranger
-        could plant at a name."""
+        """A file of about `size` bytes (a real cache's size for that memory, up to the 2^46
+        slots a bucket may have) whose first page is a whole cache's header and whose every
+        other byte is a hole: what a stranger could plant at a name."""
         t = self._temp()
-        with shmcache.create(t, memory=size):  # made to read back one real header
+        with shmcache.create(t, memory="34MiB"):  # made to read back one real header
             pass
         with open(SHM / t, "rb") as f:
-            header = f.read(L.PAGE)
+            header = bytearray(f.read(L.PAGE))
         shmcache.destroy(t)
+        key_size = struct.unpack_from("<q", header, L.H_KEY_SIZE * L.WORD)[0]
+        max_value = struct.unpack_from("<q", header, L.H_MAX_VALUE * L.WORD)[0]
+        geo = L.Geometry.plan(size, key_size, max_value)  # that header, for `size`
+        for word, v in ((L.H_SLOTS, geo.slots), (L.H_RING, geo.ring), (L.H_SIZE, geo.size)):
+            struct.pack_into("<q", header, word * L.WORD, v)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, struct.unpack_from("<q", header, L.H_SIZE * L.WORD)[0])
+            os.ftruncate(fd, geo.size)
             os.pwrite(fd, header, 0)
         finally:
             os.close(fd)
@@ -179,14 +184,35 @@ class Scene:
 
     # -- churn: the name changing again and again ------------------------------------------------
 
-    def exchange_loop(self, seconds: float) -> subprocess.Popen:
-        """A process that swaps a FIFO and the file at the name (renameat2 RENAME_EXCHANGE)
-        as fast as it can for `seconds`: a reader's type check and its open are then split
-        by a swap now and then, the hardest case of a FIFO at the name."""
+    def exchange_loop(self, seconds: float, kind: str = "fifo-exchange") -> subprocess.Popen:
+        """A process that swaps the file at the name with another (renameat2 RENAME_EXCHANGE,
+        one system call: the name always holds one of the two) as fast as it can for
+        `seconds`, and leaves the name as it found it. A reader's look at the name and its
+        open are then split by a swap now and then, the hardest case of each `kind`:
+          fifo-exchange   the cache and a FIFO
+          other-exchange  the cache and another valid cache (k = "v2") that user nobody owns,
+                          of mode 0644
+          mode-exchange   the cache and another valid cache (k = "v2") of mode 0666
+          planted         at a name without a cache: nobody's FIFO and nobody's file of
+                          random bytes, both removed at the end (the name holds nothing)"""
         t = self._temp()
-        os.mkfifo(SHM / t, 0o600)
+        if kind in ("fifo-exchange", "planted"):
+            os.mkfifo(SHM / t, 0o600)
+        elif kind in ("other-exchange", "mode-exchange"):
+            self._cache(t, {"k": "v2"})
+        else:
+            raise AssertionError(f"unknown churn {kind!r}")
+        if kind == "planted":
+            self._random(self.path)
+            os.chown(self.path, NOBODY, -1)
+        if kind in ("planted", "other-exchange"):
+            os.chown(SHM / t, NOBODY, -1)
+        if kind == "other-exchange":
+            os.chmod(SHM / t, 0o644)  # readable by the readers: only the owner check stands in the way
+        if kind == "mode-exchange":
+            os.chmod(SHM / t, 0o666)
         code = (
-            "import ctypes, sys, time\n"
+            "import ctypes, os, sys, time\n"
             "libc = ctypes.CDLL(None, use_errno=True)\n"
             "a, b, end = sys.argv[1].encode(), sys.argv[2].encode(), time.monotonic() + float(sys.argv[3])\n"
             "n = 0\n"
@@ -196,8 +222,12 @@ class Scene:
             "    n += 1\n"
             "if n % 2:\n"
             f"    libc.renameat2({_AT_FDCWD}, a, {_AT_FDCWD}, b, {_RENAME_EXCHANGE})\n"
+            "if sys.argv[4] == 'remove':\n"
+            "    os.unlink(a)\n"
+            "    os.unlink(b)\n"
             "print(n)\n")
-        p = subprocess.Popen([sys.executable, "-c", code, str(self.path), str(SHM / t), str(seconds)],
+        p = subprocess.Popen([sys.executable, "-c", code, str(self.path), str(SHM / t), str(seconds),
+                              "remove" if kind == "planted" else "keep"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.holders.append(p)
         return p

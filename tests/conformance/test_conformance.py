@@ -258,6 +258,15 @@ def _expect_line(w: R.Running, want: str, since: float, within: float | None, wh
         assert at - since <= within, f"{w.reader}: {want!r} came {at - since:.2f} s after {what}, over {within} s"
 
 
+def _settle(w: R.Running, want: str, what: str) -> None:
+    """Reads w's lines until one is `want` (at most 30 s after the last came)."""
+    while True:
+        got = w.next_line(timeout=30)
+        assert got is not None, f"{w.reader}: no {want!r} after the {what}; stderr: {w.stderr()[-500:]!r}"
+        if got[1].partition(" ")[2].startswith(want):
+            return
+
+
 WATCHES = SCENARIOS["watch"]
 
 
@@ -273,9 +282,12 @@ def test_watch(readers, scene, case):
         for w in watches:
             _expect_line(w, first, 0, None, "the start")
         if "churn" in case:
-            churn = s.exchange_loop(seconds=5)
+            churn = s.exchange_loop(seconds=case.get("churn_seconds", 5), kind=case["churn"])
             assert churn.wait(timeout=60) == 0, churn.stderr.read()
             allowed = {_outcome(a) for a in case["allowed"]}
+            if "settle" in case:  # the watch's line for the name as the churn left it, before the steps
+                for w in watches:
+                    _settle(w, _outcome(case["settle"]), case["churn"])
         for step in case.get("steps", []):
             t = time.monotonic()
             s.step(step["do"])

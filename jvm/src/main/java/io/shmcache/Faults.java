@@ -48,9 +48,12 @@ final class Faults {
     /** Whether the JVM throws an unsafe access's error at the next native-to-Java transition (JDK 21+). */
     static final boolean AT_TRANSITION = Runtime.version().feature() >= 21;
 
-    /** Whether e is the JVM's report of a fault in an unsafe memory access (a file cut short under a mapping). */
+    /**
+     * Whether e is the JVM's report of a fault in an unsafe memory access (a file cut short
+     * under a mapping), or a read a mapping could not serve ({@link Mapping.Unmappable}).
+     */
     static boolean isFault(Throwable e) {
-        return e instanceof InternalError && e.getMessage() != null && e.getMessage().contains("unsafe memory access");
+        return e instanceof Mapping.Unmappable || e instanceof InternalError && e.getMessage() != null && e.getMessage().contains("unsafe memory access");
     }
 
     /**

@@ -10,13 +10,14 @@ import java.nio.file.Path;
  * file, and saying which file it opened. The one place a file is opened: the cache and its
  * readers' companion both come through here.
  *
- * <p>{@link #INSTANCE} is what {@link Jdk} picks. On JDK 17-21 it is {@link ThreadOpener}:
- * Java 17's NIO cannot open with {@code O_NONBLOCK}, so each open runs on an opener thread
- * and the caller waits a bounded time (see there). On JDK 22+ it is {@code NativeOpener}
- * (src/main/java22), which calls {@code open(2)} with {@code O_NONBLOCK | O_NOFOLLOW |
- * O_CLOEXEC} through the foreign function API on the caller's thread, where this class's
- * module may call native code ({@code --enable-native-access}, which Spark passes and the
- * runnable jar's manifest sets); elsewhere, ThreadOpener again.
+ * <p>{@link #INSTANCE} is what {@link Jdk} picks: a {@link DescriptorOpener}, which calls
+ * {@code open(2)} with {@code O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC} on the caller's thread and
+ * makes every check on what it opened: on JDK 17-21 the {@link DispatcherOpener} (the JDK's
+ * own {@code open}), on JDK 22+ {@code NativeOpener} (src/main/java22: the foreign function
+ * API, where this class's module may call native code: {@code --enable-native-access}, which
+ * Spark passes and the runnable jar's manifest sets). Where neither can serve (another JVM's
+ * class library, or JDK 22+ without native access) the {@link ThreadOpener}: each open on an
+ * opener thread, the caller waiting a bounded time (see there).
  */
 interface FileOpener {
     FileOpener INSTANCE = Jdk.opener();
@@ -31,7 +32,10 @@ interface FileOpener {
      */
     Opened open(String cache, Path path, boolean write, String what);
 
-    /** An open file (its channel, opened with O_NOFOLLOW) and what lstat said of the name just after. */
+    /**
+     * An open file (its channel) and what was seen of it: the fstat of that very file (a
+     * DescriptorOpener), or, from the ThreadOpener, what lstat said of the name just after.
+     */
     record Opened(FileChannel channel, FileStat stat) {
         /** Closes it (nothing was read from it, or nothing more will be). */
         void close() {

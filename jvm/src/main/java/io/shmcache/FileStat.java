@@ -9,11 +9,11 @@ import java.nio.file.attribute.UserPrincipal;
 import java.util.Map;
 
 /**
- * What {@code lstat(2)} says of a name (no link followed): the file's identity (device,
- * inode), its type and mode bits, its owner and its size. Java 17 has no {@code fstat} of
- * an open file, so its reader looks at the name before and after it opens it and keeps the
- * file only if both looks saw the same regular file ({@link ThreadOpener}); on JDK 22+ the
- * opened descriptor is looked at ({@link #ofOpen}).
+ * What {@code lstat(2)} says of a name (no link followed), or {@code fstat(2)} of an open
+ * file ({@link #ofOpen}): the file's identity (device, inode), its type and mode bits, its
+ * owner and its size. Every check of an opened file is made on its fstat
+ * ({@link DescriptorOpener}); only the {@link ThreadOpener}, the fallback where no
+ * descriptor can be had, looks at the name before and after it opens it.
  */
 record FileStat(long dev, long ino, int mode, int uid, UserPrincipal owner, long size) {
     private static final int S_IFMT = 0170000, S_IFREG = 0100000, S_IFDIR = 0040000, S_IFLNK = 0120000,

@@ -5,7 +5,8 @@ import java.nio.channels.FileChannel;
 
 /**
  * What this JDK reads shared memory and opens files with: on JDK 17-21 the
- * {@link UnsafeMapping} and the {@link ThreadOpener}. The jar is multi-release:
+ * {@link UnsafeMapping} and the {@link DispatcherOpener} (the {@link ThreadOpener} only where
+ * the JDK's own open cannot be reached). The jar is multi-release:
  * {@code META-INF/versions/22/io/shmcache/Jdk.class} takes this class's place on JDK 22+,
  * where a MemorySegment mapping and an {@code open(2)} with {@code O_NONBLOCK} serve
  * instead (src/main/java22). The rest of the package is the same class files on every JDK.
@@ -23,6 +24,7 @@ final class Jdk {
     }
 
     static FileOpener opener() {
-        return new ThreadOpener();
+        FileOpener o = DispatcherOpener.ifUsable();
+        return o != null ? o : new ThreadOpener();
     }
 }

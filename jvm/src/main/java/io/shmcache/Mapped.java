@@ -188,6 +188,9 @@ final class Mapped {
     }
 
     static ShmcacheException.Corrupt cutShort(String cache, Path path, Throwable cause) {
+        if (cause instanceof Mapping.Unmappable u) {
+            return new ShmcacheException.Corrupt(cache, null, path + ": " + u.getMessage(), u);
+        }
         return new ShmcacheException.Corrupt(cache, null, path + " was cut short while this process mapped it "
                 + "(truncated by a process that may write it); its content is gone from this handle: attach again, "
                 + "or destroy and re-create the cache", cause);

@@ -79,4 +79,19 @@ interface Mapping {
      * prefetch instruction).
      */
     long touch(long[] at, int n);
+
+    /**
+     * A read this mapping cannot serve: the window it falls in cannot be mapped (the file no
+     * longer reaches it, or the JVM's budget of mappings is spent: {@link UnsafeMapping}). An
+     * {@link InternalError}, as the JVM's report of a fault in a load is, so that every call
+     * of this package meets it in the {@code catch} that meets a fault ({@link Faults#isFault}),
+     * and makes it {@link ShmcacheException.Corrupt} of the call, naming what happened.
+     */
+    final class Unmappable extends InternalError {
+        private static final long serialVersionUID = 1L;
+
+        Unmappable(String message) {
+            super(message);
+        }
+    }
 }

@@ -122,9 +122,9 @@ public final class Segment implements AutoCloseable {
 
     /**
      * How this JVM reads caches: its memory access, "unsafe" (JDK 17-21) or "memory-segment"
-     * (JDK 22+), and its open, "open-nonblock" ({@code open(2)} with {@code O_NONBLOCK}, JDK
-     * 22+ where native access is enabled) or "opener-thread"; e.g. "memory-segment
-     * open-nonblock".
+     * (JDK 22+), and its open, "open-nonblock" ({@code open(2)} with {@code O_NONBLOCK}: the
+     * JDK's own on JDK 17-21, the foreign function API's on JDK 22+ where native access is
+     * enabled) or "opener-thread" (elsewhere); e.g. "memory-segment open-nonblock".
      */
     public static String access() {
         return Jdk.memory() + " " + (FileOpener.INSTANCE instanceof ThreadOpener ? "opener-thread" : "open-nonblock");

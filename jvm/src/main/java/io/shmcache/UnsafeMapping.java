@@ -8,6 +8,9 @@ import java.nio.Buffer;
 import java.nio.ByteOrder;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.atomic.AtomicInteger;
 import sun.misc.Unsafe;
 
 /**
@@ -21,18 +24,25 @@ import sun.misc.Unsafe;
  * 8-aligned and CHUNK is a multiple of 8, so no word straddles two windows; byte runs
  * (keys, values) are split where they cross one.
  *
- * <p>{@link #unmap()} unmaps the windows at once through their cleaners
- * ({@code Unsafe.invokeCleaner}).
+ * <p>A window is mapped when it is first read (the first at once: the header), not at
+ * attach: each is a mapping of its own, and the kernel allows a process
+ * {@code vm.max_map_count} of them (65,530 by default), which a file of 64 TiB, a sparse
+ * one planted at a name with a header declaring that size, would spend whole at 1 GiB a
+ * window, and the JVM would abort on its next mapping of anything. The windows this JVM
+ * holds are counted against {@link #BUDGET}, a quarter of that count: a read that needs a
+ * window past it throws {@link Mapping.Unmappable} (a corrupt cache for its caller), as
+ * does a window the file no longer reaches (cut short: mapping it read-only fails). A
+ * read-write mapping (a companion, one window) is mapped whole at once, since mapping past
+ * its end would grow the file.
  */
 final class UnsafeMapping implements Mapping {
     static final int CHUNK_BITS = 30;
     static final long CHUNK = 1L << CHUNK_BITS;
     private static final long IN_CHUNK = CHUNK - 1;
-    private static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
     private static final boolean LITTLE = ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN;
     private static final VarHandle KEY_LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
 
-    private static final Unsafe U;
+    static final Unsafe U; // also DispatcherOpener's way to the JDK's own open(2)
     private static final long ADDRESS; // java.nio.Buffer.address: where a direct buffer's memory starts
     private static final long BYTES = Unsafe.ARRAY_BYTE_BASE_OFFSET;
 
@@ -47,30 +57,86 @@ final class UnsafeMapping implements Mapping {
         }
     }
 
-    private final long size;
-    private final MappedByteBuffer[] chunks; // kept reachable: the mapping lives as long as this object
-    private final long[] base;               // each window's address
+    /** How many windows this JVM maps at most, all mappings together: a quarter of vm.max_map_count. */
+    static final int BUDGET = budget();
+    private static final AtomicInteger MAPPED = new AtomicInteger();
 
-    private UnsafeMapping(long size, MappedByteBuffer[] chunks) {
+    private final FileChannel ch;
+    private final long from;
+    private final long size;
+    private final FileChannel.MapMode mode;
+    private final MappedByteBuffer[] chunks; // kept reachable: a window lives as long as this object
+    private final long[] base;               // each window's address; 0 until it is mapped
+    private boolean unmapped;                // guarded by this
+
+    private UnsafeMapping(FileChannel ch, long from, long size, FileChannel.MapMode mode) {
+        this.ch = ch;
+        this.from = from;
         this.size = size;
-        this.chunks = chunks;
-        this.base = new long[chunks.length];
-        for (int i = 0; i < chunks.length; i++) {
-            base[i] = U.getLong(chunks[i], ADDRESS);
+        this.mode = mode;
+        int n = (int) ((size + CHUNK - 1) >>> CHUNK_BITS);
+        this.chunks = new MappedByteBuffer[n];
+        this.base = new long[n];
+    }
+
+    /** {@link Mapping#map}: the file as windows of CHUNK bytes, the first mapped now (read-write: all). */
+    static UnsafeMapping map(FileChannel ch, long from, long size, boolean write) throws IOException {
+        UnsafeMapping m = new UnsafeMapping(ch, from, size, write ? FileChannel.MapMode.READ_WRITE
+                : FileChannel.MapMode.READ_ONLY);
+        try {
+            for (int i = 0; i < (write ? m.base.length : Math.min(1, m.base.length)); i++) {
+                m.window(i);
+            }
+        } catch (Mapping.Unmappable e) {
+            m.unmap();
+            throw new IOException(e.getMessage(), e);
+        }
+        return m;
+    }
+
+    private static int budget() {
+        try {
+            String s = Files.readString(Path.of("/proc/sys/vm/max_map_count")).trim();
+            return Math.max(64, Integer.parseInt(s) / 4);
+        } catch (IOException | RuntimeException e) {
+            return 65530 / 4;
         }
     }
 
-    /** {@link Mapping#map}: the file as windows of CHUNK bytes. */
-    static UnsafeMapping map(FileChannel ch, long from, long size, boolean write) throws IOException {
-        int n = (int) ((size + CHUNK - 1) >>> CHUNK_BITS);
-        MappedByteBuffer[] chunks = new MappedByteBuffer[n];
-        FileChannel.MapMode mode = write ? FileChannel.MapMode.READ_WRITE : FileChannel.MapMode.READ_ONLY;
-        for (int i = 0; i < n; i++) {
-            long at = (long) i << CHUNK_BITS;
-            chunks[i] = ch.map(mode, from + at, Math.min(CHUNK, size - at));
-            chunks[i].order(ByteOrder.LITTLE_ENDIAN);
+    /** Windows mapped now in this JVM (tests). */
+    static int mapped() {
+        return MAPPED.get();
+    }
+
+    /**
+     * The address of window i, mapping it first if it is not yet: the slow path of
+     * {@link #address}, taken once a window.
+     */
+    private synchronized long window(int i) {
+        if (base[i] != 0) {
+            return base[i];
         }
-        return new UnsafeMapping(size, chunks);
+        if (unmapped) { // never: a caller reads only while it holds the mapping (Mapped counts them)
+            throw new IllegalStateException("a read of a mapping already unmapped");
+        }
+        if (MAPPED.incrementAndGet() > BUDGET) {
+            MAPPED.decrementAndGet();
+            throw new Mapping.Unmappable("a read needs window " + i + " of " + base.length + " (1 GiB each) of a file of "
+                    + size + " bytes, and this JVM already maps the " + BUDGET + " windows it allows itself (a quarter "
+                    + "of vm.max_map_count): no more are mapped");
+        }
+        long at = (long) i << CHUNK_BITS;
+        MappedByteBuffer b;
+        try {
+            b = ch.map(mode, from + at, Math.min(CHUNK, size - at));
+        } catch (IOException | RuntimeException e) {
+            MAPPED.decrementAndGet();
+            throw new Mapping.Unmappable("window " + i + " (bytes " + (from + at) + " on) of the file cannot be mapped: "
+                    + e.getMessage() + "; the file was cut short while this process mapped it");
+        }
+        chunks[i] = b;
+        base[i] = U.getLong(b, ADDRESS);
+        return base[i];
     }
 
     @Override
@@ -80,9 +146,16 @@ final class UnsafeMapping implements Mapping {
 
     /** Unmaps every window now (the buffers' cleaners). */
     @Override
-    public void unmap() {
+    public synchronized void unmap() {
+        if (unmapped) {
+            return;
+        }
+        unmapped = true;
         for (MappedByteBuffer c : chunks) {
-            U.invokeCleaner(c);
+            if (c != null) {
+                U.invokeCleaner(c);
+                MAPPED.decrementAndGet();
+            }
         }
     }
 
@@ -94,7 +167,9 @@ final class UnsafeMapping implements Mapping {
         if (pos < 0 || pos > size - n) {
             throw new IndexOutOfBoundsException("position " + pos + " (+" + n + ") of a mapping of " + size + " bytes");
         }
-        return base[(int) (pos >>> CHUNK_BITS)] + (pos & IN_CHUNK);
+        int i = (int) (pos >>> CHUNK_BITS);
+        long b = base[i];
+        return (b != 0 ? b : window(i)) + (pos & IN_CHUNK);
     }
 
     /** The address of the word at pos (checked as every read is). */
@@ -121,7 +196,9 @@ final class UnsafeMapping implements Mapping {
 
     @Override
     public boolean compareAndSet(long pos, long expect, long value) {
-        return LONGS.compareAndSet(chunks[(int) (pos >>> CHUNK_BITS)], (int) (pos & IN_CHUNK), expect, value);
+        long a = address(pos, Layout.WORD);
+        return LITTLE ? U.compareAndSwapLong(null, a, expect, value)
+                : U.compareAndSwapLong(null, a, Long.reverseBytes(expect), Long.reverseBytes(value));
     }
 
     @Override

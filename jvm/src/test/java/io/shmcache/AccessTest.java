@@ -9,10 +9,10 @@ import org.junit.jupiter.api.Test;
 
 /**
  * The multi-release jar gives each JDK its path (docs/jvm.md "JDKs"), and these tests run on
- * the jar itself: JDK 17-21 read memory through sun.misc.Unsafe and open on an opener
- * thread; JDK 22+ read a MemorySegment and, where this code may call native code
- * ({@code --enable-native-access}), open with open(2) and O_NONBLOCK on the caller's
- * thread. So a test leg on JDK 25 that still ran the base classes fails here.
+ * the jar itself: JDK 17-21 read memory through sun.misc.Unsafe and open with the JDK's
+ * own open(2) and O_NONBLOCK; JDK 22+ read a MemorySegment and, where this code may call
+ * native code ({@code --enable-native-access}), open with open(2) and O_NONBLOCK through the
+ * foreign function API; both on the caller's thread. So a test leg on JDK 25 that still ran the base classes fails here.
  */
 class AccessTest {
     final ShmFiles shm = new ShmFiles();
@@ -35,7 +35,7 @@ class AccessTest {
     void eachJdkTakesItsPath() {
         boolean segment = Runtime.version().feature() >= 22;
         assertEquals((segment ? "memory-segment" : "unsafe") + " "
-                + (segment && nativeAccess() ? "open-nonblock" : "opener-thread"), Segment.access());
+                + (!segment || nativeAccess() ? "open-nonblock" : "opener-thread"), Segment.access());
         assertEquals(segment ? "SegmentMapping" : "UnsafeMapping", mappingOf().getClass().getSimpleName());
     }
 
