@@ -30,7 +30,7 @@ import sys
 
 import shmcache
 from shmcache.cli import stop
-from shmcache.cli.args import CONTRACT, ArgParser
+from shmcache.cli.args import CONTRACT, ArgParser, one_line
 from shmcache.errors import error_kind
 
 COMMANDS = (  # (command, module in shmcache.cli)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return _closed_pipe()
     except (shmcache.ShmcacheError, ValueError, OSError) as e:
         kind = f"{error_kind(e)}: " if a.command in CONTRACT else ""  # docs/reader-contract.md
-        print(f"shmcache: {kind}{e}", file=sys.stderr)
+        print(f"shmcache: {kind}{one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         signum = stop.STOP.signum or signal.SIGINT

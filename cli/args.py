@@ -7,6 +7,7 @@ command line needs it (the commands' bodies live in this package).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import NoReturn
 
@@ -23,16 +24,37 @@ CONTRACT = ("get", "watch", "stats", "status", "wait-ready")
 
 
 class ArgParser(argparse.ArgumentParser):
-    """argparse, with its errors on one line (exit 2) instead of a usage block."""
+    """argparse, with its errors on one line (exit 2) instead of a usage block, as a
+    bad-argument (docs/reader-contract.md): an unknown command or option, a missing or
+    extra argument, no command at all."""
 
     def error(self, message: str) -> NoReturn:
-        kind = "bad-argument: " if self.prog.split()[-1] in CONTRACT and self.prog != "shmcache" else ""
-        usage_error(f"{'shmcache: ' if kind else ''}{kind}{self.prog}: {message} (see {self.prog} --help)")
+        command = self.prog.removeprefix("shmcache").strip()  # "get" of "shmcache get"; "" for the command itself
+        contract_error(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
 
 
 def contract_error(message: str) -> NoReturn:
-    """A bad argument of a contract command: `shmcache: bad-argument: message`, exit 2."""
-    usage_error(f"shmcache: bad-argument: {message}")
+    """A bad argument: `shmcache: bad-argument: message`, one line, exit 2."""
+    usage_error(f"shmcache: bad-argument: {one_line(message)}")
+
+
+def one_line(message: str) -> str:
+    """A message as one line of an error (docs/reader-contract.md): a line break in it, as
+    from a name or an argument given with one, written as its escape."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
+# What a number of seconds is (watch's SECONDS, wait-ready's --timeout): golden/contract.json
+_SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
+
+
+def seconds_arg(text: str, what: str) -> float:
+    """A number of seconds as the contract has it: 1-9 ASCII digits, optionally a point and
+    1-9 more; no sign, exponent, underscore, space or infinity. A bad-argument otherwise."""
+    if not _SECONDS.fullmatch(text):
+        contract_error(f"{what} {text!r} is not a number of seconds (digits, optionally a point and more digits, "
+                       f"under 10^9)")
+    return float(text)
 
 
 def hex_arg(text: str, what: str) -> bytes:

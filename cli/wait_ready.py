@@ -12,7 +12,7 @@ import math
 import sys
 import time
 
-from shmcache.cli.args import cache_arguments, contract_error
+from shmcache.cli.args import cache_arguments, seconds_arg
 from shmcache.engine.control.status import why
 from shmcache.engine.reattach import follow
 from shmcache.errors import CacheNotFoundError
@@ -28,14 +28,7 @@ def add_arguments(w) -> None:
 
 
 def run(a) -> int:
-    timeout = math.inf
-    if a.timeout is not None:
-        try:
-            timeout = float(a.timeout)
-        except ValueError:
-            timeout = -1.0
-        if not 0 <= timeout:
-            contract_error(f"--timeout {a.timeout!r} is not a number of seconds")
+    timeout = math.inf if a.timeout is None else seconds_arg(a.timeout, "--timeout")
     deadline = time.monotonic() + timeout
     followed = follow(a.name, owner=a.owner)  # a bad name or owner: bad-argument, exit 2
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from shmcache.cli.args import cache_arguments, contract_error
+from shmcache.cli.args import cache_arguments, one_line, seconds_arg
 from shmcache.cli.get_key import hex_keys
 from shmcache.engine.reattach import Followed, follow
 from shmcache.errors import ShmcacheError, error_kind
@@ -24,16 +24,6 @@ def add_arguments(w) -> None:
     cache_arguments(w)
     w.add_argument("key", metavar="HEXKEY", help="the key in hex")
     w.add_argument("seconds", metavar="SECONDS", help="how long to watch")
-
-
-def _seconds(text: str) -> float:
-    try:
-        s = float(text)
-    except ValueError:
-        s = -1.0
-    if not 0 <= s < float("inf"):
-        contract_error(f"SECONDS {text!r} is not a number of seconds")
-    return s
 
 
 def outcome(followed: Followed, key: bytes) -> tuple[str, str]:
@@ -50,18 +40,18 @@ def outcome(followed: Followed, key: bytes) -> tuple[str, str]:
 
 def run(a) -> int:
     key = hex_keys([a.key])[0]
-    seconds = _seconds(a.seconds)
+    seconds = seconds_arg(a.seconds, "SECONDS")
     followed = follow(a.name, owner=a.owner)  # a bad name or owner: bad-argument, exit 2
     start = time.monotonic()
     last = None
     try:
         while True:  # one lookup at least, however short SECONDS: the first outcome is always told
-            now = time.monotonic() - start
             what, detail = outcome(followed, key)
+            now = time.monotonic() - start  # when the outcome was known: after the lookup, however long it took
             same = (what, detail.split(":")[0] if what == "error" else detail)  # an error's kind, not its words
             if same != last:
                 last = same
-                print(f"{now:.3f} {what}" + (f" {detail}" if detail else ""), flush=True)
+                print(f"{now:.3f} {what}" + (f" {one_line(detail)}" if detail else ""), flush=True)
             if time.monotonic() - start >= seconds:
                 return 0
             time.sleep(PACE_S)

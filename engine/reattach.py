@@ -4,13 +4,14 @@ A cache destroyed and created again under the same name is a new file (another
 inode, ipc.segment.identity): a long-lived reader (the metrics endpoint, a Spark
 executor's Python worker) that kept its old mapping would go on reading a dead
 table. `Followed.reader()` looks at what is at the name (one lstat, no symlink
-followed) and re-attaches when it changed; it only ever `table.attach()`es
-(read-only: never written, never unlinked).
+followed) and re-attaches when it changed, or when the file mapped was made writable by its
+group or others (chmod): the attach's checks then refuse it (unsafe mode) until its mode is
+safe again. It only ever `table.attach()`es (read-only: never written, never unlinked).
 """
 
 from __future__ import annotations
 
-from shmcache.ipc.segment import check_name, identity, owner_uid
+from shmcache.ipc.segment import check_name, look, owner_uid
 
 
 def follow(name: str, owner: int | str | None = None) -> "Followed":
@@ -34,12 +35,12 @@ class Followed:
         self.name = name
         self.owner = owner  # attach(owner=): every re-attach checks whose the new file is
         self._reader = None
-        self._id = None  # identity of the segment attached: another one means a re-created cache
+        self._id = None  # look() of the segment attached: another file, or a mode others may write now
         self.attached_now = False  # the last reader() call (re)attached
 
     def _identity(self):
         try:
-            return identity(self.name)  # what is at the name now (a symlink is not followed)
+            return look(self.name)  # what is at the name now (a symlink is not followed), and its mode
         except OSError:
             return None
 

@@ -13,6 +13,8 @@ import (
 	"math/bits"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -215,6 +217,9 @@ func (c *Cache) lookup(flat []byte, list [][]byte, out *Batch, want bool) (err e
 		out.Found[n>>6] = found64
 	}
 	out.sink = sink // keeps the touching loads
+	if len(out.givenUp) > 0 {
+		c.warnGivenUp(out.givenUp)
+	}
 	hits := int64(out.Hits())
 	if want && hits > 0 {
 		c.valueGuess.Store(min(int64(len(out.Data))/hits+1, s.geo.MaxValue))
@@ -260,8 +265,6 @@ func (c *Cache) readStuck(t *table, h uint64, key unsafe.Pointer, out *Batch, wa
 			if !contains(out.givenUp, b) {
 				out.givenUp = append(out.givenUp, b)
 			}
-			c.warn(b, "bucket %d stayed mid-write or kept changing while this call waited 1 s in all on "+
-				"stuck buckets; its keys are reported missing for this call", b)
 			out.Corruptions++ // the key: a miss
 			return false
 		}
@@ -423,6 +426,32 @@ func (c *Cache) stuckBucket(t *table, b, staticB, staticV int64, out *Batch) (in
 	}
 	runtime.Gosched() // a live writer is mid-write (or just finished): read again
 	return staticB, staticV
+}
+
+// warnGivenUp logs, in one line a call, the buckets given up in it that this handle had not
+// logged before (the first 8 named), as the Python and Java readers word it.
+func (c *Cache) warnGivenUp(buckets []int64) {
+	if c.Logf == nil {
+		return
+	}
+	var fresh []string
+	n := 0
+	for _, b := range buckets {
+		if _, seen := c.warned.LoadOrStore(b, true); !seen {
+			if n++; n <= 8 {
+				fresh = append(fresh, strconv.FormatInt(b, 10))
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	more := ""
+	if n > 8 {
+		more = ", ..."
+	}
+	c.Logf("shmcache: cache '%s': %d bucket(s) stayed mid-write or kept changing for 1 s (%s%s); their keys are "+
+		"reported missing for this call", c.name, n, strings.Join(fresh, ", "), more)
 }
 
 func (c *Cache) warn(b int64, format string, args ...any) {

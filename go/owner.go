@@ -10,6 +10,10 @@ import (
 	"strconv"
 )
 
+// LargestUID is the largest uid WithOwner may name: 2^32 - 2 ((uid_t) -1 is no user's;
+// golden/contract.json).
+const LargestUID = 1<<32 - 2
+
 // unsafeModeBits are the mode bits that let a file's group or others write it.
 const unsafeModeBits = 0o022
 
@@ -39,11 +43,13 @@ func (o options) ownerUID(cache string) (int64, error) {
 				return int64(uid), nil
 			}
 		}
-		if uid, err := strconv.ParseUint(o.owner, 10, 32); err == nil && isDigits(o.owner) {
+		if uid, err := strconv.ParseUint(o.owner, 10, 32); err == nil && isDigits(o.owner) && len(o.owner) <= 10 &&
+			uid <= LargestUID {
 			return int64(uid), nil
 		}
 	}
-	return -1, newErr(cache, ErrBadArgument, "owner %q: no such user on this machine (a user name or a uid)", o.owner)
+	return -1, newErr(cache, ErrBadArgument, "owner %q: no such user on this machine (a user name, or a uid from 0 "+
+		"to %d)", o.owner, uint64(LargestUID))
 }
 
 func isDigits(s string) bool {

@@ -58,7 +58,7 @@ func openRegular(cache, path string, write bool) (int, fileInfo, error) {
 			"file)", path, kindOf(st.Mode))
 	}
 	return fd, fileInfo{size: st.Size, blocks: st.Blocks, uid: st.Uid, mode: st.Mode & 0o7777,
-		ident: identity{uint64(st.Dev), st.Ino}}, nil
+		ident: identity{uint64(st.Dev), st.Ino, st.Mode&unsafeModeBits != 0}}, nil
 }
 
 func kindAt(path string) string {
@@ -89,16 +89,21 @@ func kindOf(mode uint32) string {
 	return "not a regular file"
 }
 
-// identity is (device, inode) of what is at path now, without following a symlink; ok
+// identity is (device, inode) of what is at path now, without following a symlink, and
+// whether its mode lets its group or others write it (a chmod of the very file mapped is a
+// change a following handle acts on: it attaches again, and the mode check refuses it); ok
 // false if nothing is there.
-type identity struct{ dev, ino uint64 }
+type identity struct {
+	dev, ino   uint64
+	unsafeMode bool
+}
 
 func identityAt(path string) (identity, bool) {
 	var st unix.Stat_t
 	if unix.Lstat(path, &st) != nil {
 		return identity{}, false
 	}
-	return identity{uint64(st.Dev), st.Ino}, true
+	return identity{uint64(st.Dev), st.Ino, st.Mode&unsafeModeBits != 0}, true
 }
 
 func pread(fd int, n int) []byte {

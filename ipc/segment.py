@@ -90,6 +90,10 @@ def user_text(uid: int) -> str:
         return f"uid {uid}"
 
 
+# The largest uid an owner may name: 2^32 - 2 ((uid_t) -1 is no user's; golden/contract.json)
+LARGEST_UID = 4294967294
+
+
 def owner_uid(owner, name: str) -> int | None:
     """A reader's `owner=` (a user name, or a uid) as a uid; None for None. ValueError naming
     the cache for a user this machine does not have."""
@@ -97,15 +101,16 @@ def owner_uid(owner, name: str) -> int | None:
 
     if owner is None:
         return None
-    if isinstance(owner, int) and not isinstance(owner, bool) and owner >= 0:
+    if isinstance(owner, int) and not isinstance(owner, bool) and 0 <= owner <= LARGEST_UID:
         return owner
     if isinstance(owner, str) and owner:
         try:
             return pwd.getpwnam(owner).pw_uid
-        except KeyError:
-            if owner.isdigit():
+        except (KeyError, ValueError):  # ValueError: a NUL in it
+            if re.fullmatch(r"[0-9]{1,10}", owner) and int(owner) <= LARGEST_UID:
                 return int(owner)
-    raise ValueError(f"cache {name!r}: owner={owner!r}: no such user on this machine (a user name or a uid)")
+    raise ValueError(f"cache {name!r}: owner={owner!r}: no such user on this machine (a user name, or a uid from "
+                     f"0 to {LARGEST_UID})")
 
 
 def open_regular(name: str, path: str, flags: int, *, what: str = "") -> int:
@@ -149,6 +154,17 @@ def identity(name: str) -> tuple[int, int] | None:
     nothing is. A holder of a mapping compares it with the one it mapped: another value
     means the cache was destroyed, re-created or replaced under it."""
     return _identity_at(path_of(name))
+
+
+def look(name: str) -> tuple[int, int, bool] | None:
+    """What a handle that follows the name sees of it at each look (docs/segment-format.md,
+    "Following a name"): identity() and whether the file's mode now lets its group or others
+    write it (a chmod of the very file mapped is a change too); None if nothing is there."""
+    try:
+        st = os.lstat(path_of(name))
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, bool(st.st_mode & 0o022)
 
 
 def _identity_at(path: str) -> tuple[int, int] | None:

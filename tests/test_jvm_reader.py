@@ -65,7 +65,7 @@ def mvn(build: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedP
 
 BASE_TESTS = ("AccessTest", "GoldenTest", "FaultTest", "OwnerTest", "LayoutTest", "StuckTest", "CutShortTest",
               "CompanionTest", "OpenTest", "FollowTest", "ModeTest", "StatusTest", "CliTest", "XXH64Test",
-              "BudgetTest")
+              "BudgetTest", "ContractTest")
 SPARK_TESTS = ("spark.TxMetaTest",)
 
 

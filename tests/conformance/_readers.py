@@ -103,20 +103,32 @@ def run(reader: Reader, *args: str, no_dac: bool = False, timeout: float = 120) 
 def run_all(readers: list[Reader], *args: str, no_dac: bool = False,
             timeout: float = 120) -> dict[str, subprocess.CompletedProcess]:
     """The same command from every reader at once (each its own process)."""
-    procs = {r.name: subprocess.Popen([*(NO_DAC if no_dac else []), *r.argv, *args], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO) for r in readers}
-    out = {}
+    return {r.name: p for (r, _), p in run_many(readers, [list(args)], no_dac=no_dac, timeout=timeout).items()}
+
+
+def run_many(readers: list[Reader], commands: list[list[str]], *, width: int = 16, no_dac: bool = False,
+             timeout: float = 120) -> dict[tuple[Reader, int], subprocess.CompletedProcess]:
+    """Each command (an argv after the program) from every reader, `width` processes at a
+    time: {(reader, the command's index): its result}."""
+    todo = [(r, i) for i in range(len(commands)) for r in readers]
+    out: dict[tuple[Reader, int], subprocess.CompletedProcess] = {}
+    running: dict[tuple[Reader, int], subprocess.Popen] = {}
     try:
-        for name, p in procs.items():
+        while todo or running:
+            while todo and len(running) < width:
+                r, i = todo.pop(0)
+                running[r, i] = subprocess.Popen([*(NO_DAC if no_dac else []), *r.argv, *commands[i]],
+                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                 env=_env(), cwd=REPO)
+            (r, i), p = next(iter(running.items()))  # the oldest: they end in about the order they started
             so, se = p.communicate(timeout=timeout)
-            out[name] = subprocess.CompletedProcess(p.args, p.returncode, so, se)
+            out[r, i] = _quiet(r, subprocess.CompletedProcess(p.args, p.returncode, so, se))
+            del running[r, i]
     finally:
-        for p in procs.values():
+        for p in running.values():
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    for r in readers:
-        _quiet(r, out[r.name])
     return out
 
 
@@ -162,3 +174,21 @@ class Running:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+
+
+def error_line(reader: Reader, p: subprocess.CompletedProcess, kind: str, says=()) -> list[str]:
+    """What is wrong with p's error, [] if nothing: exit 2 (1 for not-ready), one stderr line
+    `PROGRAM: KIND: message`, the message holding each of `says`."""
+    wrong = []
+    want_exit = 1 if kind == "not-ready" else 2
+    lines = p.stderr.strip().splitlines()
+    if p.returncode != want_exit:
+        wrong.append(f"exit {p.returncode}, not {want_exit}")
+    if len(lines) != 1 or not lines[0].startswith(f"{reader.program}: {kind}: "):
+        wrong.append(f"stderr is not one line '{reader.program}: {kind}: ...'")
+    for s in says:
+        if s not in p.stderr:
+            wrong.append(f"the message does not say {s!r}")
+    if p.stdout.strip():
+        wrong.append("something on stdout")
+    return wrong

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import mmap
 import os
 import pwd
 import re
@@ -15,6 +16,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -50,6 +52,7 @@ class Scene:
         self.made: list[Path] = []  # temporary names beside it
         self.holders: list[subprocess.Popen] = []
         self._locks_fd = -1  # the file description holding the installed file's owner locks
+        self._beating: threading.Event | None = None  # set: keep_ages's thread stops
 
     @property
     def path(self) -> Path:
@@ -158,6 +161,8 @@ class Scene:
         verb, _, arg = action.partition(" ")
         if verb == "truncate":
             os.truncate(self.path, int(arg))
+        elif verb == "chmod":
+            os.chmod(self.path, int(arg, 8))
         elif verb == "truncate-companion":
             os.truncate(reader_stats.path_of(self.name), int(arg))
         elif verb == "set":
@@ -272,6 +277,27 @@ class Scene:
         self.install(G.image(case, owners, time.monotonic_ns()))
         self.hold_locks(case["locked"])
 
+    def keep_ages(self, case: dict) -> None:
+        """Keep the installed control golden's time words (its `ages`: heartbeats, a stall's
+        start) that many seconds before now, as live owners keep their heartbeats: a thread
+        stores them every 0.5 s until the scene is cleared. For a
+        scenario that must read "ready" however long a loaded machine takes to run it (a
+        heartbeat goes stale after 10 s)."""
+        ages = {int(off): seconds for off, seconds in case.get("ages", {}).items()}
+        stop = self._beating = threading.Event()
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        mm = mmap.mmap(fd, 0)
+        os.close(fd)
+
+        def beat() -> None:
+            while not stop.wait(0.5):
+                now = time.monotonic_ns()
+                for off, seconds in ages.items():  # aligned words: one 8-byte copy each
+                    struct.pack_into("<q", mm, off, now - int(seconds * 1e9))
+            mm.close()
+
+        threading.Thread(target=beat, daemon=True).start()
+
     def hold_locks(self, offsets) -> None:
         """Hold the owner locks (docs/segment-format.md, section 13) of the words at these file
         offsets of the cache installed now, as their owners would; the ones held before go."""
@@ -295,6 +321,8 @@ class Scene:
             os.unlink(path)
 
     def clear(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
         self.drop_locks()
         for p in self.holders:
             if p.poll() is None:

@@ -17,7 +17,6 @@ import re
 import subprocess
 import time
 import tomllib
-import warnings
 from pathlib import Path
 
 import pytest
@@ -33,75 +32,13 @@ GOLDEN_KINDS = {"not_a_cache": "not-a-cache", "version": "unknown-version", "cor
 WATCH_SECONDS = 60.0
 
 
-@pytest.fixture(scope="session")
-def readers() -> list[R.Reader]:
-    """The readers to hold to the contract: all three (Java on JDK 17 and on JDK 25), less one
-    whose toolchain is missing; SHMCACHE_CONFORMANCE_READERS=python,go narrows them (while one
-    is being worked on)."""
-    only = [n for n in os.environ.get("SHMCACHE_CONFORMANCE_READERS", "").split(",") if n]
-    found, missing = [], []
-    for name, make in (("python", R.python_reader), ("go", R.go_reader), ("java", R.java_reader),
-                       ("java25", R.java25_reader)):
-        if only and name not in only:
-            continue
-        r = make()
-        (found if isinstance(r, R.Reader) else missing).append(r)
-    for why in missing:
-        warnings.warn(f"conformance: a reader is left out: {why}")
-    return found
-
-
 def _outcome(text: str) -> str:
     """A scenario's outcome as a watch prints it: "hit v1" is the hit of value "v1"."""
     verb, _, v = text.partition(" ")
     return f"hit {S.value(v).hex()}" if verb == "hit" else text
 
 
-@pytest.fixture
-def scene(request):
-    made: list[S.Scene] = []
-
-    def make(tag: str, name: str | None = None) -> S.Scene:
-        s = S.Scene(tag, name)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.clear()
-
-
-@pytest.fixture(scope="module")
-def roles():
-    """A live process for each role a control golden names, and its owner word."""
-    procs = {role: subprocess.Popen(["sleep", "3600"]) for role in ("supervisor", "worker", "holder")}
-    try:
-        yield {role: (p.pid, S.live_owner(p.pid)) for role, p in procs.items()}
-    finally:
-        for p in procs.values():
-            p.kill()
-            p.wait()
-
-
 # -- checks ------------------------------------------------------------------------------------
-
-
-def _error_line(reader: R.Reader, p: subprocess.CompletedProcess, kind: str, says=()) -> list[str]:
-    """What is wrong with p's error, [] if nothing: exit 2 (1 for not-ready), one stderr line
-    `PROGRAM: KIND: message`, the message holding each of `says`."""
-    wrong = []
-    want_exit = 1 if kind == "not-ready" else 2
-    lines = p.stderr.strip().splitlines()
-    if p.returncode != want_exit:
-        wrong.append(f"exit {p.returncode}, not {want_exit}")
-    if len(lines) != 1 or not lines[0].startswith(f"{reader.program}: {kind}: "):
-        wrong.append(f"stderr is not one line '{reader.program}: {kind}: ...'")
-    for s in says:
-        if s not in p.stderr:
-            wrong.append(f"the message does not say {s!r}")
-    if p.stdout.strip():
-        wrong.append("something on stdout")
-    return wrong
 
 
 def _judge(results: dict[str, subprocess.CompletedProcess], readers, exp: dict) -> None:
@@ -111,7 +48,7 @@ def _judge(results: dict[str, subprocess.CompletedProcess], readers, exp: dict) 
     for r in readers:
         p = results[r.name]
         if "kind" in exp:
-            wrong = _error_line(r, p, exp["kind"], exp.get("says", ()))
+            wrong = R.error_line(r, p, exp["kind"], exp.get("says", ()))
         else:
             wrong = []
             if p.returncode != exp["exit"]:
@@ -415,7 +352,7 @@ def test_wait_ready(readers, scene, roles, case):
                 out.append(item[1])
             p = subprocess.CompletedProcess(w.proc.args, rc, "\n".join(out) + ("\n" if out else ""), w.stderr())
             if "kind" in case:
-                wrong = _error_line(w.reader, p, case["kind"], case.get("says", ()))
+                wrong = R.error_line(w.reader, p, case["kind"], case.get("says", ()))
             else:
                 wrong = [] if rc == case["exit"] else [f"exit {rc}"]
                 try:

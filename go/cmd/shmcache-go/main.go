@@ -23,8 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -133,7 +133,7 @@ func parse(argv []string) (*command, *exit) {
 		case "--timeout":
 			s, err := seconds(value)
 			if err != nil {
-				return nil, badArgument("--timeout %q is not a number of seconds", value)
+				return nil, badArgument("--timeout %q is %v", value, err)
 			}
 			c.timeout = &s
 		}
@@ -147,14 +147,23 @@ func parse(argv []string) (*command, *exit) {
 	return c, nil
 }
 
-// seconds is a number of seconds, finite and not negative.
+// secondsRE is what a number of seconds is (golden/contract.json): 1-9 ASCII digits,
+// optionally a point and 1-9 more; no sign, exponent, underscore, space or infinity.
+var secondsRE = regexp.MustCompile(`^[0-9]{1,9}(\.[0-9]{1,9})?$`)
+
+// seconds is a number of seconds as the contract has it.
 func seconds(text string) (float64, error) {
-	s, err := strconv.ParseFloat(text, 64)
-	if err != nil || s < 0 || math.IsInf(s, 0) || math.IsNaN(s) {
-		return 0, errors.New("not a number of seconds")
+	if !secondsRE.MatchString(text) {
+		return 0, errors.New("not a number of seconds (digits, optionally a point and more digits, under 10^9)")
 	}
-	return s, nil
+	return strconv.ParseFloat(text, 64)
 }
+
+// oneLine is a message as one line of output (docs/reader-contract.md): a line break in it,
+// as from a name or an argument given with one, written as its escape.
+func oneLine(s string) string { return lineBreaks.Replace(s) }
+
+var lineBreaks = strings.NewReplacer("\r", `\r`, "\n", `\n`)
 
 func (c *command) attach() (*shmcache.Cache, error) {
 	var opts []shmcache.Option
@@ -228,7 +237,7 @@ func watch(c *command, out io.Writer) *exit {
 	}
 	limit, err := seconds(c.args[2])
 	if err != nil {
-		return badArgument("SECONDS %q is not a number of seconds", c.args[2])
+		return badArgument("SECONDS %q is %v", c.args[2], err)
 	}
 	start := time.Now()
 	var r *shmcache.Cache
@@ -239,7 +248,6 @@ func watch(c *command, out io.Writer) *exit {
 	}()
 	last := ""
 	for { // one lookup at least, however short SECONDS: the first outcome is always told
-		elapsed := time.Since(start).Seconds()
 		var line, same string
 		if r == nil {
 			r, err = c.attach()
@@ -262,9 +270,9 @@ func watch(c *command, out io.Writer) *exit {
 		default:
 			same, line = "miss", "miss"
 		}
-		if same != last {
+		if same != last { // ELAPSED: when the outcome was known, after the lookup however long it took
 			last = same
-			fmt.Fprintf(out, "%.3f %s\n", elapsed, line)
+			fmt.Fprintf(out, "%.3f %s\n", time.Since(start).Seconds(), oneLine(line))
 		}
 		if time.Since(start).Seconds() >= limit {
 			return nil
@@ -396,7 +404,7 @@ func run(argv []string, out io.Writer) *exit {
 func main() {
 	if e := run(os.Args[1:], os.Stdout); e != nil {
 		if e.line != "" {
-			fmt.Fprintln(os.Stderr, e.line)
+			fmt.Fprintln(os.Stderr, oneLine(e.line))
 		}
 		os.Exit(e.code)
 	}

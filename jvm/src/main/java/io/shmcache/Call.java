@@ -33,6 +33,7 @@ public final class Call implements AutoCloseable {
     private final Segment seg;
     private long hits, misses, retries, corruptions;
     private long deadline; // STUCK_GIVE_UP after this call first found a bucket stuck; 0: none yet
+    private final java.util.TreeSet<Long> givenUp = new java.util.TreeSet<>(); // buckets given up in this call
     private long staticB = -1, staticV = -1; // a bucket accepted at an odd version, as it stands
     // the last probe's results
     private boolean bad;
@@ -77,6 +78,10 @@ public final class Call implements AutoCloseable {
     public void flush() {
         if (hits + misses > 0) {
             seg.count(hits, misses, retries, corruptions);
+        }
+        if (!givenUp.isEmpty()) {
+            seg.warnGivenUp(givenUp);
+            givenUp.clear();
         }
         hits = misses = retries = corruptions = 0;
         deadline = 0;
@@ -125,7 +130,7 @@ public final class Call implements AutoCloseable {
                 deadline = now + STUCK_GIVE_UP_NS; // the call's one wait on stuck buckets starts now
             }
             if (now - deadline >= 0) { // every call returns in one bound
-                seg.warn(b, "stayed mid-write or kept changing for 1 s; its keys are reported missing for this call");
+                givenUp.add(b); // told once a call, at its flush
                 corruptions++; // the key: a miss
                 value = null;
                 break;

@@ -46,12 +46,12 @@ record FileStat(long dev, long ino, int mode, int uid, UserPrincipal owner, long
                 ((Number) a.get("size")).longValue());
     }
 
-    /** Identity and size only, for the look at the name a following handle makes every 0.1 s. */
+    /** Identity, mode and size only, for the look at the name a following handle makes every 0.1 s. */
     static FileStat identity(Path path) {
         try {
-            Map<String, Object> a = Files.readAttributes(path, "unix:dev,ino,size", LinkOption.NOFOLLOW_LINKS);
-            return new FileStat(((Number) a.get("dev")).longValue(), ((Number) a.get("ino")).longValue(), S_IFREG, -1,
-                    null, ((Number) a.get("size")).longValue());
+            Map<String, Object> a = Files.readAttributes(path, "unix:dev,ino,mode,size", LinkOption.NOFOLLOW_LINKS);
+            return new FileStat(((Number) a.get("dev")).longValue(), ((Number) a.get("ino")).longValue(),
+                    ((Number) a.get("mode")).intValue(), -1, null, ((Number) a.get("size")).longValue());
         } catch (IOException e) {
             return null; // nothing there (or nothing this process may look at: nothing usable)
         }
@@ -64,6 +64,11 @@ record FileStat(long dev, long ino, int mode, int uid, UserPrincipal owner, long
     /** The same file (device and inode) as other. */
     boolean sameFile(FileStat other) {
         return other != null && dev == other.dev && ino == other.ino;
+    }
+
+    /** Whether the mode lets the file's group or others write it (format section 4: never read). */
+    boolean unsafeMode() {
+        return (mode & 0022) != 0;
     }
 
     /** The permission bits, 0-0777. */

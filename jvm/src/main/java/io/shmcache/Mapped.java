@@ -68,7 +68,7 @@ final class Mapped {
             if (owner != null) {
                 owner.check(cache, path, st, "");
             }
-            if ((st.perms() & 0022) != 0) {
+            if (st.unsafeMode()) {
                 throw new ShmcacheException.UnsafeMode(cache, path + " has mode " + String.format("%04o", st.perms())
                         + " (owner " + Users.text(st.uid()) + "): its group or others may write it, so anyone could have "
                         + "put its content there; no shmcache creator makes such a file: refusing to read it (destroy "
@@ -87,7 +87,7 @@ final class Mapped {
                         + "segment");
             }
             check(cache, path, size, i -> head.getLong(i * (int) WORD), head.getLong(0));
-            Mapping m = Mapping.map(ch, 0, size, false);
+            Mapping m = map(cache, path, ch, size);
             boolean ok = false;
             long[] geo; // checked again on the mapping: the file may have changed since
             try {
@@ -112,6 +112,28 @@ final class Mapped {
             if (!kept) {
                 close(ch); // refused: nothing of it is kept
             }
+        }
+    }
+
+    /**
+     * The whole file, read-only: {@code size} bytes, as read a moment ago. A file cut short
+     * since cannot be mapped that far (the JDK says "Channel not open for writing"): that is
+     * {@link ShmcacheException.Corrupt} ("cut short"), as a file cut short under a mapping is.
+     */
+    static Mapping map(String cache, Path path, FileChannel ch, long size) throws IOException {
+        try {
+            return Mapping.map(ch, 0, size, false);
+        } catch (IOException e) {
+            long now;
+            try {
+                now = ch.size();
+            } catch (IOException ignored) {
+                throw e;
+            }
+            if (now < size) {
+                throw cutShort(cache, path, e);
+            }
+            throw e;
         }
     }
 

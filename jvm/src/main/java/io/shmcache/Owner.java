@@ -15,7 +15,7 @@ import java.nio.file.attribute.UserPrincipalNotFoundException;
  */
 public final class Owner {
     private final String spec;
-    private final UserPrincipal user; // the JDK's Unix principals are equal iff their uids are
+    private final UserPrincipal user; // the JDK's Unix principals are equal iff their uids are; null: by uid
     private final long uid;           // -1: given as a name (its uid is the principal's)
 
     private Owner(String spec, UserPrincipal user, long uid) {
@@ -35,24 +35,37 @@ public final class Owner {
             throw new IllegalArgumentException("shmcache: cache '" + cache + "': owner=" + (spec == null ? "null" : "''")
                     + ": expected a user name or a uid");
         }
-        UserPrincipal p;
-        try {
-            p = FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByName(spec);
-        } catch (UserPrincipalNotFoundException e) {
-            p = null;
-        } catch (IOException | UnsupportedOperationException e) {
-            throw new IllegalArgumentException("shmcache: cache '" + cache + "': owner='" + spec + "': cannot look "
-                    + "users up on this machine: " + e, e);
+        boolean digits = spec.matches("[0-9]{1,10}");
+        long uid = digits ? Long.parseLong(spec) : -1;
+        UserPrincipal p = null;
+        if (digits || !takenAsUid(spec)) { // the JDK takes "+0", "-1" and other scripts' digits for a uid: never here
+            try {
+                p = FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByName(spec);
+            } catch (UserPrincipalNotFoundException e) {
+                p = null;
+            } catch (IOException | UnsupportedOperationException e) {
+                throw new IllegalArgumentException("shmcache: cache '" + cache + "': owner='" + spec + "': cannot look "
+                        + "users up on this machine: " + e, e);
+            }
         }
-        long uid = -1;
-        if (spec.chars().allMatch(c -> c >= '0' && c <= '9') && spec.length() <= 10) {
-            uid = Long.parseLong(spec); // the JDK, too, takes digits that name no user as a uid
-        }
-        if (p == null || uid > 0xFFFFFFFFL || spec.matches("-[0-9]+")) { // the JDK would take "-1" as uid -1
+        if (p == null && !(digits && uid <= LARGEST_UID)) {
             throw new IllegalArgumentException("shmcache: cache '" + cache + "': owner='" + spec + "': no such user on "
-                    + "this machine (a user name or a uid)");
+                    + "this machine (a user name, or a uid from 0 to " + LARGEST_UID + ")");
         }
-        return new Owner(spec, p, uid);
+        return new Owner(spec, p, uid); // p null: a uid past the JDK's int, compared as a number
+    }
+
+    /** The largest uid an owner may name: 2^32 - 2 ((uid_t) -1 is no user's; golden/contract.json). */
+    public static final long LARGEST_UID = 4294967294L;
+
+    /** Whether the JDK's lookup would take spec, no user's name, as a uid (Integer.parseInt would). */
+    private static boolean takenAsUid(String spec) {
+        try {
+            Integer.parseInt(spec);
+            return true;
+        } catch (NumberFormatException e) {
+            return false;
+        }
     }
 
     /** The owner as given (a user name, or a uid's digits). */
@@ -89,9 +102,9 @@ public final class Owner {
         return uid >= 0 ? Users.text(u) : "uid " + u + " (" + spec + ")";
     }
 
-    /** Whether the file of this lstat belongs to this owner. */
+    /** Whether the file of this stat belongs to this owner. */
     boolean owns(FileStat st) {
-        return user.equals(st.owner());
+        return user != null ? user.equals(st.owner()) : (st.uid() & 0xFFFFFFFFL) == uid;
     }
 
     @Override

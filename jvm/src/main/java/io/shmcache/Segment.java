@@ -384,7 +384,9 @@ public final class Segment implements AutoCloseable {
             return;
         }
         FileStat at = FileStat.identity(path);
-        if (s.m != null && s.m.stat.sameFile(at)) {
+        // the file mapped, its mode still safe (a chmod letting others write it is a change:
+        // it is opened again, and the mode check refuses it until its mode is safe again)
+        if (s.m != null && s.m.stat.sameFile(at) && !(follow && at.unsafeMode())) {
             if (at.size() < s.m.map.size()) {
                 s.m.lost = true;
                 s.m.retire();
@@ -434,6 +436,25 @@ public final class Segment implements AutoCloseable {
         Companion k = state.comp;
         if (k != null) {
             k.add(h, m, r, c);
+        }
+    }
+
+    /**
+     * Logs, in one line a call, the buckets given up in it that this handle had not logged
+     * before (the first 8 named), as the Python and Go readers word it.
+     */
+    void warnGivenUp(java.util.Collection<Long> buckets) {
+        java.util.List<String> fresh = new java.util.ArrayList<>();
+        int n = 0;
+        for (long b : buckets) {
+            if (warned.add(b) && ++n <= 8) {
+                fresh.add(Long.toString(b));
+            }
+        }
+        if (n > 0) {
+            LOG.log(System.Logger.Level.WARNING, "shmcache: cache ''{0}'': {1} bucket(s) stayed mid-write or kept "
+                    + "changing for 1 s ({2}{3}); their keys are reported missing for this call", name,
+                    Integer.toString(n), String.join(", ", fresh), n > 8 ? ", ..." : "");
         }
     }
 

@@ -138,4 +138,19 @@ class CutShortTest {
             assertThrows(ShmcacheException.Corrupt.class, seg::status);
         }
     }
+
+    @Test
+    void aFileCutShortBetweenItsSizeAndItsMappingIsCorruptNotNotACache() throws IOException {
+        Path p = Path.of(Layout.SHM_DIR, shm.name("cut-at-attach"));
+        Goldens.write(p, Goldens.bytes(BASE));
+        try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(p)) {
+            long size = ch.size(); // read by the attach; then the file is cut short, then mapped
+            try (RandomAccessFile f = new RandomAccessFile(p.toFile(), "rw")) {
+                f.setLength(Layout.PAGE);
+            }
+            ShmcacheException.Corrupt e = assertThrows(ShmcacheException.Corrupt.class,
+                    () -> Mapped.map("x", p, ch, size));
+            assertTrue(e.getMessage().contains("cut short"), e.getMessage());
+        }
+    }
 }

@@ -33,6 +33,10 @@ public final class Main {
     private static final double WATCH_PACE_S = 0.01; // between a watch's lookups
 
     public static void main(String[] args) {
+        // the JDK's log lines (a given-up bucket's warning) on one line each, not its two
+        if (System.getProperty("java.util.logging.SimpleFormatter.format") == null) {
+            System.setProperty("java.util.logging.SimpleFormatter.format", "%4$s: %5$s%n");
+        }
         int code;
         try {
             code = run(args, System.out);
@@ -49,8 +53,16 @@ public final class Main {
 
     /** `PROGRAM: KIND: message` on stderr; exit status 2. */
     private static int error(String kind, String message) {
-        System.err.println(PROGRAM + ": " + kind + ": " + plain(message));
+        System.err.println(PROGRAM + ": " + kind + ": " + oneLine(plain(message)));
         return 2;
+    }
+
+    /**
+     * A message as one line of output (docs/reader-contract.md): a line break in it, as from
+     * a name or an argument given with one, written as its escape.
+     */
+    static String oneLine(String message) {
+        return message.replace("\r", "\\r").replace("\n", "\\n");
     }
 
     /** The message without this package's "shmcache: " prefix: the program's name stands there. */
@@ -113,14 +125,14 @@ public final class Main {
             case "stats" -> stats(a, owner, out);
             case "status" -> status(a, owner, out);
             case "wait-ready" -> waitReady(a, owner, out);
-            default -> throw new Usage(PROGRAM + ": unknown command '" + a.command
+            default -> throw new Usage("unknown command '" + a.command
                     + "' (commands: get, watch, stats, status, wait-ready)");
         };
     }
 
     private static Args parse(String[] argv) {
         if (argv.length == 0) {
-            throw new Usage(PROGRAM + ": a command is needed: get, watch, stats, status or wait-ready");
+            throw new Usage("a command is needed: get, watch, stats, status or wait-ready");
         }
         String command = argv[0], owner = null, timeout = null, decode = null;
         boolean json = false, options = true;
@@ -131,7 +143,7 @@ public final class Main {
                 options = false;
             } else if (options && (s.equals("--owner") || s.equals("--timeout") || s.equals("--decode"))) {
                 if (i + 1 >= argv.length) {
-                    throw new Usage(PROGRAM + " " + command + ": " + s + " needs a value");
+                    throw new Usage(command + ": " + s + " needs a value");
                 }
                 if (s.equals("--owner")) {
                     owner = argv[++i];
@@ -149,29 +161,29 @@ public final class Main {
             } else if (options && s.equals("--json")) {
                 json = true;
             } else if (options && s.startsWith("-") && s.length() > 1) {
-                throw new Usage(PROGRAM + " " + command + ": unknown option " + s);
+                throw new Usage(command + ": unknown option " + s);
             } else {
                 rest.add(s);
             }
         }
         if (timeout != null && !command.equals("wait-ready")) {
-            throw new Usage(PROGRAM + " " + command + ": unknown option --timeout");
+            throw new Usage(command + ": unknown option --timeout");
         }
         if (json && (command.equals("get") || command.equals("watch"))) {
-            throw new Usage(PROGRAM + " " + command + ": unknown option --json");
+            throw new Usage(command + ": unknown option --json");
         }
         if (decode != null && !command.equals("get")) {
-            throw new Usage(PROGRAM + " " + command + ": unknown option --decode");
+            throw new Usage(command + ": unknown option --decode");
         }
         if (decode != null && !decode.equals("txmeta")) {
-            throw new Usage(PROGRAM + " get: --decode '" + decode + "': the one format it decodes is txmeta");
+            throw new Usage("get: --decode '" + decode + "': the one format it decodes is txmeta");
         }
         return new Args(command, owner, json, timeout, decode, rest);
     }
 
     private static void need(Args a, int least, int most, String usage) {
         if (a.rest.size() < least || a.rest.size() > most) {
-            throw new Usage(PROGRAM + " " + a.command + ": expected " + usage + ", got " + a.rest.size()
+            throw new Usage(a.command + ": expected " + usage + ", got " + a.rest.size()
                     + " argument(s)");
         }
     }
@@ -184,22 +196,20 @@ public final class Main {
         }
     }
 
-    private static double seconds(String what, String text, boolean infinite) {
-        double s;
-        String t = text.trim().toLowerCase(Locale.ROOT);
-        if (t.equals("inf") || t.equals("infinity") || t.equals("+inf")) {
-            s = Double.POSITIVE_INFINITY;
-        } else {
-            try {
-                s = Double.parseDouble(t);
-            } catch (NumberFormatException e) {
-                s = -1;
-            }
+    /** What a number of seconds is (golden/contract.json). */
+    private static final java.util.regex.Pattern SECONDS = java.util.regex.Pattern.compile("[0-9]{1,9}(\\.[0-9]{1,9})?");
+
+    /**
+     * A number of seconds as the contract has it: 1-9 ASCII digits, optionally a point and
+     * 1-9 more; no sign, exponent, underscore, space or infinity (to wait for as long as it
+     * takes, wait-ready is given no --timeout).
+     */
+    private static double seconds(String what, String text) {
+        if (!SECONDS.matcher(text).matches()) {
+            throw new Usage(what + " '" + text + "' is not a number of seconds (digits, optionally a point and more "
+                    + "digits, under 10^9)");
         }
-        if (!(s >= 0) || (!infinite && Double.isInfinite(s))) {
-            throw new Usage(what + " '" + text + "' is not a number of seconds");
-        }
-        return s;
+        return Double.parseDouble(text);
     }
 
     /**
@@ -235,12 +245,11 @@ public final class Main {
     private static int watch(Args a, Owner owner, PrintStream out) {
         need(a, 3, 3, "NAME HEXKEY SECONDS");
         byte[] key = hexKey(0, a.rest.get(1));
-        double seconds = seconds("SECONDS", a.rest.get(2), false);
+        double seconds = seconds("SECONDS", a.rest.get(2));
         long start = System.nanoTime();
         String last = null;
         try (Segment seg = Segment.follow(a.rest.get(0), owner)) {
             while (true) { // one lookup at least, however short SECONDS: the first outcome is always told
-                double now = (System.nanoTime() - start) / 1e9;
                 String what, same;
                 try {
                     byte[] v = seg.get(key);
@@ -250,9 +259,10 @@ public final class Main {
                     what = "error " + e.kind() + ": " + plain(e.getMessage());
                     same = "error " + e.kind();
                 }
-                if (!same.equals(last)) {
+                if (!same.equals(last)) { // ELAPSED: when the outcome was known, after the lookup however long it took
                     last = same;
-                    out.println(String.format(Locale.ROOT, "%.3f", now) + " " + what);
+                    double now = (System.nanoTime() - start) / 1e9;
+                    out.println(String.format(Locale.ROOT, "%.3f", now) + " " + oneLine(what));
                     out.flush();
                 }
                 if ((System.nanoTime() - start) / 1e9 >= seconds) {
@@ -289,13 +299,13 @@ public final class Main {
     /** wait-ready: the status once ready (0); not ready by the timeout (1, naming why not). */
     private static int waitReady(Args a, Owner owner, PrintStream out) {
         need(a, 1, 1, "NAME");
-        double timeout = a.timeout == null ? Double.POSITIVE_INFINITY : seconds("--timeout", a.timeout, true);
+        double timeout = a.timeout == null ? Double.POSITIVE_INFINITY : seconds("--timeout", a.timeout);
         try (Segment seg = Segment.follow(a.rest.get(0), owner)) {
             Status st = seg.waitReady(timeout);
             out.println(st.toJson());
             return 0;
         } catch (ShmcacheException.NotReady e) {
-            System.err.println(PROGRAM + ": " + e.kind() + ": " + plain(e.getMessage()));
+            System.err.println(PROGRAM + ": " + e.kind() + ": " + oneLine(plain(e.getMessage())));
             return 1;
         }
     }
