@@ -74,14 +74,14 @@ SPARK_GROUP = "tests/spark (the session's Spark)"
 # first so that none of them starts last and leaves the other workers idle; a group not named
 # here is short. Only the order of the run depends on these figures, never what runs.
 _GROUP_WEIGHT = {
-    "tests/conformance/test_conformance.py": 630, SPARK_GROUP: 750,
+    "tests/conformance/test_conformance.py": 700, SPARK_GROUP: 750,
     "tests/test_jvm_reader.py": 340, "tests/consumer/supervisor/test_broker_frozen_assign.py": 260,
     "tests/spark/test_cluster.py": 250, "tests/test_go_reader.py": 190, "bench/test_cluster.py": 175,
     "tests/test_docs.py": 170, "bench/test_jvm_paths.py": 160, "bench/test_consume.py": 150,
     "tests/spark/test_java25.py": 150, "tests/consumer/test_pipeline_rebalance.py": 135,
     "tests/consumer/supervisor/test_snapshots.py": 130, "tests/faults/test_faults.py": 160,
     "tests/consumer/supervisor/test_broker_outage.py": 110, "tests/conformance/test_across_namespaces.py": 120,
-    "tests/consumer/test_kit.py": 75,
+    "tests/consumer/test_kit.py": 75, "tests/conformance/test_arguments.py": 90,
 }
 
 
