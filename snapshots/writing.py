@@ -30,6 +30,7 @@ import mmap
 import os
 import re
 import secrets
+import signal
 import stat
 import struct
 import threading
@@ -94,12 +95,21 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
     counts = np.zeros(2, np.int64)
     sums = xxhash.xxh3_64()
     remove_abandoned(path)  # what writers of PATH that were killed left beside it
+    # A stop (SIGINT, SIGTERM, SIGHUP: a KeyboardInterrupt from the command line's handler)
+    # that comes while the temporary file is made waits, blocked, and is raised inside the
+    # try below, which removes that file: never between its creation and the try.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     try:
         out = SnapshotOut(path, rate, cancel)
     except OSError as e:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         raise _not_written(e, path, f"could not create a file in {os.path.dirname(os.path.abspath(path))}") from e
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
     tmp = out.path
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came meanwhile is raised here
         out.write(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
         for b0 in range(0, L.NBUCKETS, nb):
             _copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path)
@@ -217,6 +227,7 @@ def _copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, pa
 # -- the file, written light on the readers beside it ----------------------------------------
 
 TMP_SUFFIX = ".tmp"  # how the name of every snapshot being written ends
+_STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}  # the signals a command stops on (cli/stop.py)
 _TMP = re.compile(r"(.+)\.[0-9a-f]{16}" + re.escape(TMP_SUFFIX))
 
 
