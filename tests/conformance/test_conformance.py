@@ -175,6 +175,8 @@ def test_a_batch_over_held_buckets_returns_after_one_bound(readers, scene, case)
         took = time.monotonic() - t0
         _judge({r.name: p}, [r], {"about": case["about"], "exit": case["exit"], "out": ["-"] * case["keys"]})
         assert took < case["within"], f"{r}: a batch of {case['keys']} keys over held buckets took {took:.1f} s"
+        # the buckets given up are told in one warning line a call (Java wrote two lines a bucket)
+        assert len(p.stderr.splitlines()) == 1, f"{r}: {len(p.stderr.splitlines())} lines on stderr: {p.stderr[:300]!r}"
         corrupt = json.loads(R.run(r, "stats", "--json", s.name).stdout)["corruptions"] - corrupt0
         assert corrupt == case["corruptions"], f"{r}: {corrupt} corruptions counted, not {case['corruptions']}"
 

@@ -170,7 +170,11 @@ func (c *command) attach() (*shmcache.Cache, error) {
 	if c.owner != nil {
 		opts = append(opts, shmcache.WithOwner(*c.owner))
 	}
-	return shmcache.Attach(c.args[0], opts...)
+	r, err := shmcache.Attach(c.args[0], opts...)
+	if r != nil { // its warnings (a bucket given up, damage read as it stands) on stderr, as the other readers log them
+		r.Logf = func(format string, args ...any) { fmt.Fprintln(os.Stderr, oneLine(fmt.Sprintf(format, args...))) }
+	}
+	return r, err
 }
 
 func hexKey(i int, text string) ([]byte, *exit) {
