@@ -30,10 +30,10 @@ func keysInBuckets(n int) []byte {
 	return keys
 }
 
-// Every bucket held mid-write by a live process (odd version, the lock this process's
-// owner word, as a writer stopped mid-write leaves it): a batch of 1,024 keys in 1,024
-// buckets waits STUCK_GIVE_UP in all, not per key, and counts 1,024 corruptions.
-func TestTheStuckBoundIsPerCall(t *testing.T) {
+// attachHeld is a cache every bucket of which is held mid-write by a live process (odd
+// version, the lock this process's owner word, as a writer stopped mid-write leaves it),
+// closed at the test's end.
+func attachHeld(t *testing.T) *Cache {
 	path := t.TempDir() + "/held.shm"
 	me := OwnerWord(os.Getpid())
 	writeSegment(t, path, header(32, 256, minSlots, 512), false, func(data []byte) {
@@ -47,7 +47,15 @@ func TestTheStuckBoundIsPerCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Every bucket held mid-write by a live process (odd version, the lock this process's
+// owner word, as a writer stopped mid-write leaves it): a batch of 1,024 keys in 1,024
+// buckets waits STUCK_GIVE_UP in all, not per key, and counts 1,024 corruptions.
+func TestTheStuckBoundIsPerCall(t *testing.T) {
+	c := attachHeld(t)
 	keys := keysInBuckets(1024)
 	var b Batch
 	t0 := time.Now()
@@ -68,20 +76,7 @@ func TestTheStuckBoundIsPerCall(t *testing.T) {
 // loads on its bucket and searched the list of buckets given up: 3.3 s for 200,000 keys,
 // about 33 s for these.
 func TestTheStuckBoundHoldsForTwoMillionKeys(t *testing.T) {
-	path := t.TempDir() + "/held.shm"
-	me := OwnerWord(os.Getpid())
-	writeSegment(t, path, header(32, 256, minSlots, 512), false, func(data []byte) {
-		for b := int64(0); b < NBuckets; b++ {
-			row := metaOff + b*rowWords*word
-			binary.LittleEndian.PutUint64(data[row+mLock*word:], uint64(me))
-			binary.LittleEndian.PutUint64(data[row+mVersion*word:], 1)
-		}
-	})
-	c, err := AttachPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := attachHeld(t)
 	const n = 2_000_000
 	keys := make([]byte, n*32)
 	rng := rand.New(rand.NewPCG(55, 3))
