@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -99,17 +100,39 @@ func asJSON(t *testing.T, st Status) map[string]any {
 	return v
 }
 
-// The fields of docs/reader-contract.md's status table, and of each assigned partition.
+// The fields of the contract's status, and of each assigned partition, and the ages among
+// them: golden/contract.json, the contract as data.
 var (
-	statusFields = []string{"name", "topic", "partitions", "supervisor_pid", "supervisor_alive", "supervisor_stale",
-		"supervisor_heartbeat_age_s", "broker", "broker_waiting_s", "lookup_error", "lookup_failing_s", "assigning",
-		"assigned", "unassigned", "elsewhere", "shared_group", "group_members", "group_others", "gap_partitions",
-		"gap_offsets", "gaps_accepted", "caught_up", "ready", "reason", "why"}
-	partitionFields = []string{"partition", "worker", "applied", "high_watermark", "latest", "lag", "caught_up",
-		"worker_down", "gap"}
-	ageFields = map[string]bool{"supervisor_heartbeat_age_s": true, "broker_waiting_s": true, "lookup_failing_s": true}
-	seconds   = regexp.MustCompile(`\d+ s\b`)
+	statusFields, partitionFields, ageList = contractStatus()
+	ageFields                              = setOf(ageList)
+	seconds                                = regexp.MustCompile(`\d+ s\b`)
 )
+
+func contractStatus() (fields, partitionFields, ages []string) {
+	data, err := os.ReadFile(filepath.Join("..", "golden", "contract.json"))
+	if err != nil {
+		panic(err)
+	}
+	var c struct {
+		Status struct {
+			Fields          []string `json:"fields"`
+			PartitionFields []string `json:"partition_fields"`
+			Ages            []string `json:"ages"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil || len(c.Status.Fields) == 0 {
+		panic(fmt.Sprintf("golden/contract.json: no status fields (%v)", err))
+	}
+	return c.Status.Fields, c.Status.PartitionFields, c.Status.Ages
+}
+
+func setOf(s []string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range s {
+		m[x] = true
+	}
+	return m
+}
 
 // sameStatus compares the Go and the Python reader's status field by field: every field of
 // the contract, ages within 2 s (the two read at different times), and the sentences

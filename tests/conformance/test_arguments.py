@@ -121,3 +121,18 @@ def test_the_contracts_table_of_arguments_is_the_files():
     table = dict(re.findall(r"^\| `([a-z]+)` \| (.+) \|$", section, re.M))
     assert table == {name: a["rule"] for name, a in ARGS.items()}, \
         "docs/reader-contract.md's argument rules are not golden/contract.json's"
+
+
+def test_the_contracts_status_and_stats_fields_and_reasons_are_the_files():
+    text = (REPO / "docs" / "reader-contract.md").read_text()
+    status = text.split("### `status` and `wait-ready`", 1)[1].split("\n\n", 3)[2]  # the table
+    firsts = [row.split("|")[1] for row in status.splitlines()[2:]]
+    named = [f for cell in firsts for f in re.findall(r"`([a-z_]+)`", cell)]
+    assert named == CONTRACT["status"]["fields"], "docs/reader-contract.md's status fields are not golden/contract.json's"
+    inner = re.search(r"\| `assigned` \| a list of `\{([a-z_, ]+)\}`", status).group(1).split(", ")
+    assert inner == CONTRACT["status"]["partition_fields"], "an assigned partition's fields"
+    stats = text.split("### `stats`", 1)[1].split("The command's own handle", 1)[0]
+    assert re.findall(r"`([a-z_]+)`", stats) == CONTRACT["stats"]["fields"], "the stats fields"
+    spec = (REPO / "docs" / "segment-format.md").read_text().split("**Why not.**", 1)[1].split("| Constant |", 1)[0]
+    reasons = re.findall(r"^\| `([a-z-]+)` \|", spec, re.M)
+    assert ["ready", *reasons] == CONTRACT["status"]["reasons"], "the spec's readiness reasons (section 14)"

@@ -279,20 +279,22 @@ def test_status_of_a_golden_control_area(readers, scene, roles, case):
         if got != want or not pattern.match(str(st.get("why"))):
             bad.append(f"{r}: {got} why={st.get('why')!r}; wanted {want} why={exp['status']['why']!r}")
         missing = [f for f in CONTRACT_STATUS_FIELDS if f not in st]
+        missing += sorted({f"assigned[].{f}" for a in st.get("assigned") or [] for f in CONTRACT["status"]["partition_fields"]
+                           if f not in a})
         if missing:
             bad.append(f"{r}: status lacks {missing}")
     assert not bad, exp["about"] + "\n" + "\n".join(bad)
 
 
-CONTRACT_STATUS_FIELDS = (
-    "name", "topic", "partitions", "supervisor_pid", "supervisor_alive", "supervisor_stale",
-    "supervisor_heartbeat_age_s", "broker", "broker_waiting_s", "lookup_error", "lookup_failing_s", "assigning",
-    "assigned", "unassigned", "elsewhere", "shared_group", "group_members", "group_others", "gap_partitions",
-    "gap_offsets", "gaps_accepted", "caught_up", "ready", "reason", "why")
-CONTRACT_STATS_FIELDS = (
-    "name", "entries", "bytes_used", "capacity_bytes", "max_entries", "memory", "evictions", "lock_takeovers",
-    "sets", "deletes", "writers", "reader_hits", "reader_misses", "reader_batches", "readers", "corruptions",
-    "key_size", "max_value", "buckets", "layout_version", "creation_id", "created_s")
+CONTRACT = json.loads((HERE.parents[1] / "golden" / "contract.json").read_text())  # the contract as data
+CONTRACT_STATUS_FIELDS = tuple(CONTRACT["status"]["fields"])
+CONTRACT_STATS_FIELDS = tuple(CONTRACT["stats"]["fields"])
+
+
+def test_every_readiness_reason_has_a_golden_control_area():
+    """Every reason of the contract is some golden control area's, so every reader is held to
+    each (test_status_of_a_golden_control_area), and no golden gives a reason it lacks."""
+    assert {c["status"]["reason"] for c in CONTROL.values()} == set(CONTRACT["status"]["reasons"])
 
 
 def test_stats_give_the_same_figures(readers, scene):
