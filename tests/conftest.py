@@ -74,7 +74,7 @@ SPARK_GROUP = "tests/spark (the session's Spark)"
 # first so that none of them starts last and leaves the other workers idle; a group not named
 # here is short. Only the order of the run depends on these figures, never what runs.
 _GROUP_WEIGHT = {
-    "tests/conformance/test_conformance.py": 700, SPARK_GROUP: 750,
+    "tests/conformance/test_conformance.py": 600, "tests/conformance/test_watch.py": 150, SPARK_GROUP: 750,
     "tests/test_jvm_reader.py": 340, "tests/consumer/supervisor/test_broker_frozen_assign.py": 260,
     "tests/spark/test_cluster.py": 250, "tests/test_go_reader.py": 190, "bench/test_cluster.py": 175,
     "tests/test_docs.py": 170, "bench/test_jvm_paths.py": 160, "bench/test_consume.py": 150,
