@@ -43,14 +43,17 @@ log = logging.getLogger("shmcache.engine")
 
 
 def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT_KEY_SIZE,
-           max_value: int | None = L.DEFAULT_MAX_VALUE, mode: int = 0o600, exist_ok: bool = False) -> Writer:
+           max_value: int | None = L.DEFAULT_MAX_VALUE, mode: int = 0o600, exist_ok: bool = False,
+           group: int | None = None) -> Writer:
     """Create a cache of fixed size `memory` and return a writer on it.
 
     FileExistsError (CacheExistsError) if it exists, unless exist_ok=True, which opens
     it instead: its key size and max_value must match, and its memory stays as it was
     (`memory` is then not planned, so one too small for this max_value is no error).
     max_value=None: the existing cache's own, or L.DEFAULT_MAX_VALUE for a new one.
-    The writer's `created` says whether this call made the cache."""
+    The writer's `created` says whether this call made the cache. `group`: a gid the new
+    file is given before it is named (with mode 0o640, its readers'), so that no reader of
+    that group ever finds it at the name without access; an existing cache's is left."""
     check_name(name)
     key_size = _whole(name, "key_size", key_size, 1, L.MAX_KEY_SIZE)
     if max_value is not None:
@@ -100,6 +103,12 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
             loading.join()
         store_word(h, L.H_MAGIC, L.MAGIC)
         del h
+        if group is not None:  # before the name: a reader of the group never meets it without access
+            try:
+                os.fchown(seg.fd, -1, group)
+            except PermissionError as e:
+                raise CachePermissionError(f"cache {name!r}: cannot give it group {group}: {e.strerror}; only a "
+                                           f"group its user (uid {os.geteuid()}) belongs to") from None
         # the companion just before the name: whoever finds the cache finds its companion
         # too, and a creator killed in between leaves only the companion (destroy removes it)
         _make_companion(name, mode, creation_id)

@@ -57,7 +57,8 @@ def open_cache(cfg):
 
     mode, gid = cfg.file_mode, cfg.reader_gid  # a group that does not exist stops the start before anything
     cache = table.create(cfg.name, memory=cfg.create_memory, key_size=cfg.key_size,
-                            max_value=cfg.max_value, mode=0o600 if mode is None else mode, exist_ok=True)
+                            max_value=cfg.max_value, mode=0o600 if mode is None else mode, exist_ok=True,
+                            group=gid)  # a new cache has its readers' group before its name
     # first, by compare-and-swap: of two supervisors started at once one holds the word, the
     # other stops here (a look, then a store after the orphans' wait, let both through)
     other = cache.control.claim_supervisor()

@@ -144,3 +144,17 @@ def test_a_reader_group_that_does_not_exist_stops_the_start_in_one_line(tmp_path
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "reader_group='no-such-group-x': no such group" in p.stderr, p.stderr[-2000:]
     assert not shmcache.exists(name)
+
+
+def test_a_new_cache_is_named_with_its_readers_group_already_given():
+    """table.create(group=): the gid is the file's before it has its name, so that a reader
+    of that group never finds it at the name without access (a reader in another pod met
+    'permission denied' in that window when the supervisor gave the group after creating)."""
+    from shmcache.engine import table
+
+    name = f"t-group-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    with table.create(name, memory="34MiB", mode=0o640, group=GROUP) as w:
+        assert w.created
+        st = os.stat(path_of(name))
+        assert (st.st_gid, st.st_mode & 0o777) == (GROUP, 0o640)
+    shmcache.destroy(name)
