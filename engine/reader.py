@@ -34,7 +34,7 @@ from shmcache.engine import owners, reader_stats
 from shmcache.engine.control.area import ControlView
 from shmcache.errors import ClosedError, CorruptCacheError, LayoutVersionError, NotACacheError, UnsafeModeError
 from shmcache.ipc.atomics import load_word
-from shmcache.ipc.segment import Segment, owner_uid, path_of, user_text
+from shmcache.ipc.segment import UNSAFE_MODE_BITS, Segment, owner_uid, path_of, user_text
 
 log = logging.getLogger("shmcache.engine")
 
@@ -99,7 +99,7 @@ def header_check(name: str):
 
     def check(fd: int, size: int) -> None:
         st = os.fstat(fd)
-        if st.st_mode & 0o022:
+        if st.st_mode & UNSAFE_MODE_BITS:
             raise UnsafeModeError(
                 f"cache {name!r}: {path} has mode {st.st_mode & 0o777:04o} (owner {user_text(st.st_uid)}): its group or "
                 "others may write it, so anyone could have put its content there; no shmcache creator makes such a "

@@ -90,6 +90,9 @@ def user_text(uid: int) -> str:
         return f"uid {uid}"
 
 
+# The mode bits that let a file's group or others write it: a reader never reads such a
+# cache (docs/segment-format.md, section 4), at attach or at a following handle's look.
+UNSAFE_MODE_BITS = 0o022
 # The largest uid an owner may name: 2^32 - 2 ((uid_t) -1 is no user's; golden/contract.json)
 LARGEST_UID = 4294967294
 
@@ -164,7 +167,7 @@ def look(name: str) -> tuple[int, int, bool] | None:
         st = os.lstat(path_of(name))
     except FileNotFoundError:
         return None
-    return st.st_dev, st.st_ino, bool(st.st_mode & 0o022)
+    return st.st_dev, st.st_ino, bool(st.st_mode & UNSAFE_MODE_BITS)
 
 
 def _identity_at(path: str) -> tuple[int, int] | None:
