@@ -102,8 +102,21 @@ def test_seconds_the_contract_takes_are_taken(readers, cache):
 
 
 def test_pythons_kinds_are_the_contracts():
-    told = {kind for _, kind in errors._KINDS} | {"error"}
-    assert told == set(KINDS), f"Python's kinds {sorted(told)} against the contract's {sorted(KINDS)}"
+    """Every error class names its own kind, one of the file's; together they (and a system
+    refusal's `error`) are all of the file's kinds."""
+    told = {}
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert "kind" in vars(cls), f"{name} names no kind of its own"
+        told[name] = cls.kind
+    unknown = {n: k for n, k in told.items() if k not in KINDS}
+    assert not unknown, f"kinds not in golden/contract.json: {unknown}"
+    assert set(told.values()) | {errors.error_kind(OSError(12, "Cannot allocate memory"))} == set(KINDS)
+
+
+def test_an_error_class_that_names_no_kind_is_refused_where_it_is_defined():
+    with pytest.raises(TypeError, match="Unnamed names no kind"):
+        type("Unnamed", (errors.CacheNotFoundError,), {"__doc__": "inherits not-found, says nothing"})
 
 
 def test_the_contracts_table_of_kinds_is_the_files():

@@ -7,7 +7,7 @@ package io.shmcache;
  * readers' command contract gives each (docs/reader-contract.md, "Errors"): the same word
  * for the same case in the Python, Go and Java readers.
  */
-public class ShmcacheException extends RuntimeException {
+public abstract class ShmcacheException extends RuntimeException {
     private static final long serialVersionUID = 1L;
     private final String cache;
 
@@ -29,20 +29,16 @@ public class ShmcacheException extends RuntimeException {
     /**
      * The contract's word for this error: {@code not-found}, {@code not-a-cache},
      * {@code corrupt}, {@code unknown-version}, {@code wrong-owner}, {@code unsafe-mode},
-     * {@code permission}, {@code bad-argument} or {@code not-ready} ({@code error} for a
-     * closed handle, which no command meets).
+     * {@code permission}, {@code bad-argument} or {@code not-ready}: each kind of error names
+     * its own (ContractTest holds them to golden/contract.json), none falls back to another.
      */
-    public String kind() {
-        return "error";
-    }
+    public abstract String kind();
 
     /**
      * The same error again, thrown anew (a handle that follows a name throws what is at the
      * name on every lookup while it is there): the same kind and message, this stack.
      */
-    ShmcacheException again() {
-        return new ShmcacheException(cache, getMessage(), getCause(), true);
-    }
+    abstract ShmcacheException again();
 
     /** Nothing at the name (or it went away): Python's CacheNotFoundError. */
     public static final class NotFound extends ShmcacheException {
@@ -130,7 +126,9 @@ public class ShmcacheException extends RuntimeException {
     public static final class BadName extends ShmcacheException {
         private static final long serialVersionUID = 1L;
         BadName(String cache, String message) { super(cache, message, null); }
+        private BadName(String cache, String message, boolean whole) { super(cache, message, null, whole); }
         @Override public String kind() { return "bad-argument"; }
+        @Override BadName again() { return new BadName(cache(), getMessage(), true); }
     }
 
     /** A key that is not the cache's key size. */
@@ -140,6 +138,7 @@ public class ShmcacheException extends RuntimeException {
         /** A message given whole, naming the cache itself. */
         public KeySize(String cache, String message, boolean whole) { super(cache, message, null, whole); }
         @Override public String kind() { return "bad-argument"; }
+        @Override KeySize again() { return new KeySize(cache(), getMessage(), true); }
     }
 
     /**
@@ -156,11 +155,16 @@ public class ShmcacheException extends RuntimeException {
         /** The last status read (null if the cache was not there). */
         public Status status() { return status; }
         @Override public String kind() { return "not-ready"; }
+        @Override NotReady again() { return new NotReady(cache(), getMessage(), status); }
     }
 
     /** A handle used after close(). */
     public static final class Closed extends ShmcacheException {
         private static final long serialVersionUID = 1L;
         Closed(String cache) { super(cache, "this handle is closed", null); }
+        private Closed(Closed first) { super(first.cache(), first.getMessage(), null, true); }
+        /** A bad argument, as Python's ClosedError and Go's ErrClosed are: the caller's handle. */
+        @Override public String kind() { return "bad-argument"; }
+        @Override Closed again() { return new Closed(this); }
     }
 }

@@ -9,6 +9,7 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
+import java.io.UncheckedIOException;
 import java.io.Writer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -39,14 +40,32 @@ class StatusTest {
     static final Path CONTROL = Goldens.DIR.resolve("control");
     static final Path PYTHON = Goldens.DIR.resolve("../.venv/bin/python").normalize();
     static final ObjectMapper JSON = new ObjectMapper();
-    /** The contract's fields (docs/reader-contract.md), compared between the readers; ages compared apart. */
-    static final List<String> FIELDS = List.of("topic", "partitions", "supervisor_pid", "supervisor_alive",
-            "supervisor_stale", "broker", "lookup_error", "assigning", "unassigned", "elsewhere", "shared_group",
-            "group_members", "group_others", "gap_partitions", "gap_offsets", "gaps_accepted", "caught_up", "ready",
-            "reason");
-    static final List<String> PARTITION_FIELDS = List.of("partition", "worker", "applied", "high_watermark", "latest",
-            "lag", "caught_up", "worker_down", "gap");
-    static final List<String> AGES = List.of("supervisor_heartbeat_age_s", "broker_waiting_s", "lookup_failing_s");
+    /** golden/contract.json's "status": the contract's fields, reasons and ages (docs/reader-contract.md). */
+    static final JsonNode CONTRACT = contract();
+    /** The ages, compared apart: as far apart as the two reads were. */
+    static final List<String> AGES = strings(CONTRACT.get("ages"));
+    /**
+     * The fields compared equal between the readers: all of the contract's but the ages, the
+     * name (each reader's own handle), assigned (compared a partition at a time) and why
+     * (compared with its numbers of seconds apart).
+     */
+    static final List<String> FIELDS = strings(CONTRACT.get("fields")).stream()
+            .filter(f -> !AGES.contains(f) && !List.of("name", "assigned", "why").contains(f)).toList();
+    static final List<String> PARTITION_FIELDS = strings(CONTRACT.get("partition_fields"));
+
+    private static JsonNode contract() {
+        try {
+            return JSON.readTree(Goldens.DIR.resolve("contract.json").toFile()).get("status");
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    private static List<String> strings(JsonNode array) {
+        List<String> out = new ArrayList<>();
+        array.forEach(n -> out.add(n.asText()));
+        return List.copyOf(out);
+    }
 
     static Process supervisor, worker;
     static LockHolder holder; // holds the live words' owner locks (format section 13)

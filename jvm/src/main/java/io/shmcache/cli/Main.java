@@ -30,6 +30,8 @@ public final class Main {
     private Main() {}
 
     static final String PROGRAM = "shmcache-jvm";
+    /** The contract's kind for an error that is none of {@link ShmcacheException}'s: the system refused. */
+    public static final String OTHER_KIND = "error";
     private static final double WATCH_PACE_S = 0.01; // between a watch's lookups
 
     public static void main(String[] args) {
@@ -46,6 +48,8 @@ public final class Main {
             code = error(e.kind(), e.getMessage());
         } catch (IllegalArgumentException e) { // an unknown --owner user
             code = error("bad-argument", e.getMessage());
+        } catch (RuntimeException e) { // anything else the system refused
+            code = error(OTHER_KIND, String.valueOf(e));
         }
         System.out.flush();
         System.exit(code);
