@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from shmcache.formats import registry as wire_formats
+
 HELP = "the main job end to end: Kafka broker, supervisor, load generator, reader"
 
 
@@ -9,7 +11,7 @@ def add_arguments(dm) -> None:
     dm.add_argument("--entries", type=int, help="entries to produce (default 2,000,000; 20,000 with --cluster)")
     dm.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     dm.add_argument("--partitions", type=int, default=8, help="partitions of the demo topic (default 8)")
-    dm.add_argument("--format", choices=("v1", "v2"), default="v1", help="wire format (default v1)")
+    dm.add_argument("--format", choices=wire_formats.SPARK, default="v1", help="wire format (default v1)")
     dm.add_argument("--bootstrap", help="use this Kafka broker instead of starting the project's local one")
     dm.add_argument("--memory", default="auto", help="cache size (default: enough that nothing is evicted)")
     dm.add_argument("--sample", type=int, default=100_000, help="sent keys the reader checks (default 100,000)")

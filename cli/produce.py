@@ -6,7 +6,7 @@ import time
 
 from shmcache.cli.args import key_values
 from shmcache.cli.progress import ProgressLine
-from shmcache.formats import FORMATS
+from shmcache.formats import registry as wire_formats
 from shmcache.formats.proto import HASH_FORMS
 
 HELP = "load generator: Teranode-shaped txmeta to a Kafka topic"
@@ -16,7 +16,7 @@ def add_arguments(pr) -> None:
     pr.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port[,host:port]")
     pr.add_argument("--topic", required=True)
     pr.add_argument("--count", type=int, default=1_000_000, help="entries to send (default 1,000,000)")
-    pr.add_argument("--format", choices=FORMATS, default="v1",
+    pr.add_argument("--format", choices=wire_formats.NAMES, default="v1",
                     help="wire format (default v1; kv: a message per entry, keyed by its hash; proto: Teranode's "
                          "protobuf message per entry, keyed by its txHash)")
     pr.add_argument("--proto-hash", choices=HASH_FORMS, default="raw",

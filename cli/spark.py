@@ -14,6 +14,7 @@ import sys
 from contextlib import contextmanager
 
 from shmcache.cli.args import key_values
+from shmcache.formats import registry as wire_formats
 
 HELP = "Spark jobs: example data, publish to Kafka, lookup, audit"
 
@@ -38,7 +39,7 @@ def add_arguments(sk) -> None:
     j.add_argument("input", help="Parquet of txmeta rows (file or directory)")
     j.add_argument("--bootstrap", required=True)
     j.add_argument("--topic", required=True)
-    j.add_argument("--format", choices=("v1", "v2"), default="v1")
+    j.add_argument("--format", choices=wire_formats.SPARK, default="v1")
     j.add_argument("--partitions", type=int, help="the topic's partitions (default: asked of the broker)")
     j.add_argument("--max-entries", type=int, default=1024, help="entries per message (default 1024)")
     j.add_argument("--set", action="append", metavar="KEY=VALUE", help="a Kafka producer setting, repeatable")

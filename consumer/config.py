@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from shmcache.engine import layout as L
 from shmcache.engine import units
-from shmcache.formats import FORMATS
+from shmcache.formats import registry as wire_formats
 from shmcache.ipc.machine import machine
 
 STRATEGIES = ("cooperative-sticky", "range", "roundrobin")
@@ -127,7 +127,7 @@ class RunConfig:
     workers: int = setting(2, "worker processes (default {default})")
     # proto: the upstream Teranode topic, a protobuf message per transaction (formats/proto.py)
     format: str = setting("v1", "wire format (default {default}; proto: Teranode's protobuf message per "
-                                "transaction)", choices=FORMATS)
+                                "transaction)", choices=wire_formats.NAMES)
     commit_interval: float = setting(1.0, "seconds between commits (default {default})")
     assignment: str = setting("cooperative-sticky", "partition.assignment.strategy (default {default})",
                               choices=STRATEGIES)
@@ -189,13 +189,11 @@ class RunConfig:
             raise ValueError("bootstrap: give the Kafka bootstrap servers (host:port[,host:port])")
         if not self.topic:
             raise ValueError("topic: give the Kafka topic that fills the cache")
-        if self.format not in FORMATS:
-            raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
-        if self.format == "proto":  # said once at the start, not by every worker as it dies
-            from shmcache.formats import proto
-
-            if not proto.available():
-                raise ValueError("format='proto': the protobuf package is not installed (pip install 'shmcache[kafka]')")
+        fmt = wire_formats.get(self.format)
+        try:
+            fmt.require()  # said once at the start, not by every worker as it dies
+        except ImportError as e:
+            raise ValueError(str(e)) from None
         if self.assignment not in STRATEGIES:
             raise ValueError(f"assignment={self.assignment!r}: expected one of {', '.join(STRATEGIES)}")
         for name, (lo, hi, above) in _RANGES.items():
@@ -213,8 +211,9 @@ class RunConfig:
         if self.max_value is not None and (isinstance(self.max_value, bool) or not isinstance(self.max_value, int)
                                            or not 0 <= self.max_value <= 0xFFFFFFFF):
             raise ValueError(f"max_value={self.max_value!r}: expected bytes 0..{0xFFFFFFFF} (or unset: the cache's own)")
-        if self.format != "kv" and self.key_size != 32:
-            raise ValueError(f"key_size={self.key_size}: the txmeta formats carry 32-byte keys; use format='kv'")
+        if fmt.key_size not in (None, self.key_size):
+            raise ValueError(f"key_size={self.key_size}: format {fmt.name!r} carries {fmt.key_size}-byte keys; use a "
+                             f"format of any key size ({', '.join(f.name for f in wire_formats.FORMATS.values() if f.key_size is None)})")
         for key, value in self.kafka.items():
             if key in RESERVED_KAFKA:
                 raise ValueError(f"kafka setting {key!r} is set by shmcache itself; use {RESERVED_KAFKA[key]} instead")

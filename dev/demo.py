@@ -44,6 +44,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from shmcache.formats import registry as wire_formats
 from shmcache.dev.demo_report import CatchUpBars, summarize
 from shmcache.dev.local_kafka import LocalBroker, LocalKafkaError
 from shmcache.dev.run_process import SupervisorProcess, alive
@@ -357,14 +358,11 @@ def run(entries: int = 2_000_000, workers: int = 2, partitions: int = 8, fmt: st
         bootstrap: str | None = None, memory: int | str = "auto", sample: int = 100_000,
         delete_share: float = 0.1, seed: int | None = None, name: str | None = None, keep: bool = False) -> int:
     """Run the demo; returns the exit code (0: every check held)."""
-    from shmcache.formats import wire
-
     if entries < 1:
         raise ValueError(f"entries={entries}: must be >= 1")
     if sample < 1:
         raise ValueError(f"sample={sample}: must be >= 1")
-    if fmt == "v2" and wire.V2_BUCKETS % partitions:
-        raise ValueError(f"partitions={partitions}: v2 needs a divisor of {wire.V2_BUCKETS}")
+    wire_formats.get_spark(fmt).check_topic(partitions)
     mem = auto_memory(entries) if memory == "auto" else parse_bytes(memory)
     demo = Demo(entries=entries, workers=workers, partitions=partitions, fmt=fmt, bootstrap=bootstrap, memory=mem,
                 sample=sample, delete_share=delete_share, seed=seed, name=name, keep=keep,

@@ -179,7 +179,7 @@ def hashes_of(column) -> np.ndarray:
 
 def _values_equal(o1, d1, o2, d2) -> np.ndarray:
     """Per row: is value i of (o1, d1) byte-equal to value i of (o2, d2)? Array operations only."""
-    from shmcache.produce.producer import take
+    from shmcache.formats.registry import take
 
     l1, l2 = np.diff(o1), np.diff(o2)
     eq = l1 == l2
@@ -196,7 +196,7 @@ def check_sample(name: str, truth_path: str, sample: int, seed: int | None, min_
     import pyarrow.compute as pc
 
     from shmcache.engine import table
-    from shmcache.produce.producer import take
+    from shmcache.formats.registry import take
 
     state = final_state(truth_path)
     rng = np.random.default_rng(seed)

@@ -60,7 +60,7 @@ from typing import Callable
 import numpy as np
 
 from shmcache.formats import partitioners, proto, txmeta, wire
-from shmcache.formats import FORMATS
+from shmcache.formats import registry as wire_formats
 # the ground truth is part of what the load generator offers (produce/ground_truth.py)
 from shmcache.produce.ground_truth import GroundTruthWriter, final_state, ground_truth_schema, hashes_of  # noqa: F401
 from shmcache.produce.producer import BROKER_WAIT_S, TxmetaProducer
@@ -69,13 +69,6 @@ ADD, DELETE = wire.ADD, wire.DELETE
 # 4096 entries of at most 8+32+1+4 + 21+3*(32+4+4)+4 = 194 B stay under Kafka's
 # 1 MB default message.max.bytes.
 MAX_BATCH = 4096
-# bytes on the wire per entry besides its value: v1/v2 entry headers, kv's message key; proto
-# (raw txHash): its message key (32 B), the txHash field (32 B) and the protobuf framing below
-# (a DELETE's action field, 2 B, is not counted: its missing content's framing makes up for it)
-PROTO_FRAMING = 1 + 1 + 1 + 2  # txHash's tag and length; content's tag and length (2 B: values of 128 B..16 KiB)
-ENTRY_OVERHEAD = {"v1": wire.V1_ENTRY_HEADER, "v2": wire.V2_ENTRY_HEADER, "kv": 32,
-                  "proto": 2 * proto.RAW_SIZE + PROTO_FRAMING}
-PROTO_HEX_EXTRA = 2 * (proto.HEX_SIZE - proto.RAW_SIZE)  # a hex txHash is 32 B longer, in the field and the key
 
 # Producer settings for throughput, as Teranode's validator produces: no
 # compression (tx hashes are random bytes), batches of whole messages with a
@@ -109,8 +102,7 @@ class LoadConfig:
     broker_wait: float = BROKER_WAIT_S  # seconds for the broker's first answer (the topic's creation, its metadata)
 
     def validate(self) -> None:
-        if self.format not in FORMATS:
-            raise ValueError(f"format={self.format!r}: expected one of {', '.join(FORMATS)}")
+        wire_formats.get(self.format)
         if self.proto_hash not in proto.HASH_FORMS:
             raise ValueError(f"proto_hash={self.proto_hash!r}: expected one of {', '.join(proto.HASH_FORMS)}")
         if self.count < 0:
@@ -182,15 +174,14 @@ class Generator:
 
     def __init__(self, fmt: str, partitions: int, delete_share: float, rng: np.random.Generator,
                  proto_hash: str = "raw"):
-        if fmt not in FORMATS:
-            raise ValueError(f"format={fmt!r}: expected one of {', '.join(FORMATS)}")
+        self.wire = wire_formats.get(fmt)
         self.fmt = fmt
         self.proto_hash = proto_hash  # proto: the Kafka key is the txHash as sent, raw or hex
         self.partitions = partitions
         self.delete_share = delete_share
         self.rng = rng
         # v1: one pool per target partition; v2, kv, proto: one pool (deletes follow their key)
-        self.pools = [_Pool() for _ in range(partitions if fmt == "v1" else 1)]
+        self.pools = [_Pool() for _ in range(partitions if self.wire.by_message else 1)]
         self.next_partition = 0
         self.recent: np.ndarray | None = None  # the last batch's hashes: parents of the next
 
@@ -205,7 +196,7 @@ class Generator:
         if n < 1:
             raise ValueError(f"batch of {n} entries: must be >= 1")
         rng = self.rng
-        if self.fmt == "v1":
+        if self.wire.by_message:
             part = self.next_partition
             self.next_partition = (part + 1) % self.partitions
             pool = self.pools[part]
@@ -239,12 +230,7 @@ class Generator:
         """The partition each entry of `b` is sent to."""
         if b.partition is not None:
             return np.full(len(b), b.partition, np.int32)
-        if self.fmt == "kv":
-            return partitioners.murmur2_partitions(b.keys, self.partitions).astype(np.int32)
-        if self.fmt == "proto":
-            fields = proto.hash_fields(b.keys, self.proto_hash)
-            return partitioners.murmur2_partitions(fields, self.partitions).astype(np.int32)
-        return partitioners.v2_partition(wire.xxh64_keys(b.keys), self.partitions).astype(np.int32)
+        return self.wire.partitions_of(b.keys, self.partitions, self.proto_hash)
 
 
 # -- producing -----------------------------------------------------------------------------
@@ -282,8 +268,7 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
                               proto_hash=cfg.proto_hash)
     gen = Generator(cfg.format, producer.partitions, cfg.delete_share, np.random.default_rng(cfg.seed),
                     proto_hash=cfg.proto_hash)
-    overhead = ENTRY_OVERHEAD[cfg.format] + (PROTO_HEX_EXTRA if cfg.format == "proto" and cfg.proto_hash == "hex"
-                                             else 0)
+    overhead = wire_formats.get(cfg.format).overhead(cfg.proto_hash)  # bytes on the wire an entry besides its value
     truth = GroundTruthWriter(cfg.ground_truth) if cfg.ground_truth else None
     st = LoadStats(total=cfg.count, partitions=producer.partitions, started=time.monotonic())
     try:

@@ -42,8 +42,9 @@ import xxhash
 
 from shmcache.kafka import client as kafka_client
 from shmcache.kafka import topics
-from shmcache.formats import partitioners, proto, wire
-from shmcache.formats import FORMATS
+from shmcache.formats import proto
+from shmcache.formats import registry as wire_formats
+from shmcache.formats.registry import as_offsets
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 
 BROKER_WAIT_S = 15.0  # for the topic's metadata, asked once as the producer starts
@@ -58,12 +59,10 @@ class TxmetaProducer:
         `proto_hash`: how the proto format writes txHash, "raw" (32 bytes) or "hex"."""
         from confluent_kafka import KafkaException, Producer
 
-        if format not in FORMATS:
-            raise ValueError(f"format={format!r}: expected one of {', '.join(FORMATS)}")
+        self.wire = wire_formats.get(format)
         if proto_hash not in proto.HASH_FORMS:
             raise ValueError(f"proto_hash={proto_hash!r}: expected one of {', '.join(proto.HASH_FORMS)}")
-        if format == "proto":
-            proto.message_class()  # ImportError now, saying what to install, not at the first send
+        self.wire.require()  # ImportError now, saying what to install, not at the first send
         self.topic = topic
         self.format = format
         self.proto_hash = proto_hash
@@ -92,8 +91,10 @@ class TxmetaProducer:
         if t is None or t.error is not None:
             raise ValueError(f"topic {topic!r} not found on {bootstrap}")
         self.partitions = len(t.partitions)
-        if format == "v2" and wire.V2_BUCKETS % self.partitions:
-            raise ValueError(f"topic {topic!r} has {self.partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
+        try:
+            self.wire.check_topic(self.partitions)
+        except ValueError as e:
+            raise ValueError(f"topic {topic!r}: {e}") from None
         self.sent_messages = 0
         self.delivered_messages = 0  # acknowledged with their offset, or found in the topic by flush()
         self.misrouted = 0  # v1/kv/proto messages acknowledged on another partition than murmur2(key) gives
@@ -140,30 +141,9 @@ class TxmetaProducer:
         actions = np.asarray(actions, np.uint8)
         if len(keys) == 0:
             return
-        if self.format == "v1":
-            key = keys[0].tobytes()
-            self._produce(wire.encode_v1(keys, actions, values), key=key,
-                          expect=partitioners.murmur2_partition(key, self.partitions))
-        elif self.format == "v2":
-            parts = partitioners.v2_partition(wire.xxh64_keys(keys), self.partitions)
-            offsets, data = _as_offsets(values, len(keys))
-            for p in np.unique(parts).tolist():
-                idx = np.flatnonzero(parts == p)  # keeps wire order within the partition
-                self._produce(wire.encode_v2(keys[idx], actions[idx], take(offsets, data, idx)), partition=p)
-        elif self.format == "proto":
-            fields = proto.hash_fields(keys, self.proto_hash)  # each message's Kafka key: its txHash as sent
-            expect = partitioners.murmur2_partitions(fields, self.partitions).tolist()
-            flat, width = fields.tobytes(), fields.shape[1]
-            for i, msg in enumerate(proto.encode(keys, actions, values, form=self.proto_hash)):
-                self._produce(msg, key=flat[i * width:(i + 1) * width], expect=expect[i])
-        else:
-            offsets, data = _as_offsets(values, len(keys))
-            expect = partitioners.murmur2_partitions(keys, self.partitions).tolist()
-            deletes = (actions == wire.DELETE).tolist()
-            buf, o = data.tobytes(), offsets.tolist()  # slicing bytes, not numpy, per entry
-            for i in range(len(keys)):
-                value = None if deletes[i] else buf[o[i]:o[i + 1]]
-                self._produce(value, key=keys[i].tobytes(), expect=expect[i])
+        offsets, data = as_offsets(values, len(keys))
+        for m in self.wire.encode(keys, actions, offsets, data, self.partitions, self.proto_hash):
+            self._produce(m.value, key=m.key, partition=m.partition, expect=m.expect)
 
     def poll(self, timeout: float = 0.0) -> None:
         """Serve delivery reports for up to `timeout` seconds (e.g. while pacing)."""
@@ -290,27 +270,3 @@ def produce_waiting(producer, topic: str, value, key, partition, on_delivery, st
             producer.poll(0.05)
             if stop is not None and stop():
                 raise RuntimeError("stopped while the local queue was full")
-
-
-def take(offsets: np.ndarray, data: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Values idx[0], idx[1], ... of (offsets, data) as a new (offsets, data) pair,
-    gathered with array operations (no per-value Python objects)."""
-    offsets = np.asarray(offsets, np.int64)
-    idx = np.asarray(idx, np.int64)
-    starts = offsets[idx]
-    lens = offsets[idx + 1] - starts
-    out = np.zeros(len(idx) + 1, np.int64)
-    np.cumsum(lens, out=out[1:])
-    # byte j of the result comes from data[starts[i] + (j - out[i])] for the value i holding j
-    src = np.repeat(starts - out[:-1], lens) + np.arange(out[-1], dtype=np.int64)
-    return out, np.asarray(data, np.uint8)[src]
-
-
-def _as_offsets(values, n: int) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(values, tuple):
-        return np.asarray(values[0], np.int64), np.asarray(values[1], np.uint8)
-    values = [b"" if v is None else v for v in values]
-    lens = np.fromiter(map(len, values), np.int64, n)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    return offsets, np.frombuffer(b"".join(values), np.uint8)

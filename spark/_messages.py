@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from shmcache.formats import registry as wire_formats
 from shmcache.formats import wire
 from shmcache.spark import _keys, _partition
 
@@ -31,8 +32,6 @@ MAX_ENTRIES = 1024  # entries per message, as Teranode's validator batches them
 # A message stays under Kafka's default 1 MiB limits (the producer's max.request.size,
 # the broker's message.max.bytes) with room for the record batch's own headers.
 MAX_BYTES = 900_000
-ENTRY_HEADER = {"v1": wire.V1_ENTRY_HEADER, "v2": wire.V2_ENTRY_HEADER}
-MESSAGE_HEADER = {"v1": wire.V1_HEADER, "v2": wire.V2_HEADER}
 WHO = "shmcache.spark.publish"
 
 
@@ -146,15 +145,14 @@ def cut(kparts, sizes, max_entries, max_bytes, header):
 def encode_messages(e: Entries, fmt: str, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES):
     """(keys, values, partitions) of the messages for entries `e`, in order: keys are
     the first tx hash of each message (v1) or None (v2)."""
-    if fmt not in ENTRY_HEADER:
-        raise ValueError(f"format={fmt!r}: expected v1 or v2")
-    encoder = wire.encode_v1 if fmt == "v1" else wire.encode_v2
-    sizes = ENTRY_HEADER[fmt] + np.diff(e.offsets)
-    starts = cut(e.kparts, sizes, max_entries, max_bytes, MESSAGE_HEADER[fmt])
+    wf = wire_formats.get_spark(fmt)
+    encoder, entry_header = wf.encode_message, wf.overhead("raw")
+    sizes = entry_header + np.diff(e.offsets)
+    starts = cut(e.kparts, sizes, max_entries, max_bytes, wf.header)
     keys, values, parts = [], [], []
     for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):  # one call per message
         values.append(encoder(e.keys[a:b], e.actions[a:b], (e.offsets[a:b + 1], e.data)))
-        keys.append(e.keys[a].tobytes() if fmt == "v1" else None)
+        keys.append(e.keys[a].tobytes() if wf.by_message else None)  # v1: keyed by its first hash
         parts.append(int(e.kparts[a]))
     return keys, values, parts
 
@@ -164,6 +162,8 @@ def message_batches(batches, *, fmt: str, max_entries: int = MAX_ENTRIES, max_by
 
     The last run of each batch is held back and prepended to the next batch, so a
     run of one kpart that spans batches is cut only by the limits."""
+    wf = wire_formats.get_spark(fmt)
+    entry_header = wf.overhead("raw")
     pending: Entries | None = None
     for batch in batches:
         e = Entries.from_arrow(batch)
@@ -174,8 +174,8 @@ def message_batches(batches, *, fmt: str, max_entries: int = MAX_ENTRIES, max_by
         other = np.flatnonzero(e.kparts != e.kparts[-1])
         tail = int(other[-1]) + 1 if len(other) else 0  # where the last kpart run starts
         # hold back the run's unfinished message: whole messages before it go now
-        sizes = ENTRY_HEADER[fmt] + np.diff(e.offsets[tail:])
-        run_starts = cut(e.kparts[tail:], sizes, max_entries, max_bytes, MESSAGE_HEADER[fmt])
+        sizes = entry_header + np.diff(e.offsets[tail:])
+        run_starts = cut(e.kparts[tail:], sizes, max_entries, max_bytes, wf.header)
         split = tail + int(run_starts[-2])
         pending = e.slice(split, len(e))
         if split:

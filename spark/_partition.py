@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from shmcache.formats import partitioners, wire
+from shmcache.formats import registry as wire_formats
 
 def v1_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
     """The partition Kafka's default partitioner gives each key (int32)."""
@@ -31,11 +32,9 @@ def v2_partitions(keys: np.ndarray, partitions: int) -> np.ndarray:
 
 
 def partitions_of(keys: np.ndarray, partitions: int, fmt: str) -> np.ndarray:
-    if fmt == "v1":
-        return v1_partitions(keys, partitions)
-    if fmt == "v2":
-        return v2_partitions(keys, partitions)
-    raise ValueError(f"format={fmt!r}: expected v1 or v2")
+    """The partition each entry's message goes to: v1 keys a message by its first hash, so its
+    entries are grouped by murmur2 of each (a message a run of one partition); v2 by bucket."""
+    return (v1_partitions if wire_formats.get_spark(fmt).by_message else v2_partitions)(keys, partitions)
 
 
 def _check(partitions) -> None:

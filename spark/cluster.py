@@ -42,6 +42,7 @@ from pathlib import Path
 import psutil
 
 from shmcache.ipc import liveness
+from shmcache.formats import registry as wire_formats
 from shmcache.spark._cluster_procs import (HOST, ClusterError, ClusterRunningError, NoClusterError, free_port,
                                            mnt_ns, record, shm_mounted, spark_home, wait_for)
 from shmcache.spark._cluster_state import READY_TIMEOUT_S, STATE, STOP_TIMEOUT_S, Cluster
@@ -190,7 +191,7 @@ def main(argv=None) -> int:
     s.add_argument("--name", default="txmeta", help="cache name (default txmeta)")
     s.add_argument("--cache-memory", default="256MiB", help="each replica's size (default 256MiB)")
     s.add_argument("--run-workers", type=int, default=1, help="worker processes per shmcache run (default 1)")
-    s.add_argument("--format", default="v1", choices=("v1", "v2"))
+    s.add_argument("--format", default="v1", choices=wire_formats.SPARK)
     for name, help_ in (("stop", "stop everything by pid"), ("status", "the state and each replica's /ready")):
         x = sub.add_parser(name, help=help_)
         x.add_argument("--dir", required=True)

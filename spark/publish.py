@@ -47,6 +47,7 @@ from functools import partial
 
 from shmcache.kafka import client as kafka_client
 from shmcache.kafka import topics
+from shmcache.formats import registry as wire_formats
 from shmcache.formats import wire
 from shmcache.errors import BrokerUnavailableError, KafkaRequestError
 from shmcache.spark import _messages
@@ -88,8 +89,7 @@ def publish(spark, path, bootstrap: str, topic: str, *, format: str = "v1", key_
     asked of the broker when not given (needs confluent-kafka on the driver)."""
     from shmcache.spark import _source
 
-    if format not in ("v1", "v2"):
-        raise ValueError(f"{WHO}: format={format!r}; expected v1 or v2 (kv topics are not txmeta batches)")
+    wf = _format(format)
     if not 1 <= max_entries <= _messages.MAX_ENTRIES * 64:
         raise ValueError(f"{WHO}: max_entries={max_entries} must be 1..{_messages.MAX_ENTRIES * 64}")
     if max_bytes < wire.V2_HEADER + wire.V2_ENTRY_HEADER + wire.MAX_VALUE:
@@ -97,8 +97,10 @@ def publish(spark, path, bootstrap: str, topic: str, *, format: str = "v1", key_
     t0 = time.monotonic()
     if partitions is None:
         partitions = topic_partitions(bootstrap, topic)
-    if format == "v2" and wire.V2_BUCKETS % partitions:
-        raise ValueError(f"{WHO}: topic {topic!r} has {partitions} partitions; v2 needs a divisor of {wire.V2_BUCKETS}")
+    try:
+        wf.check_topic(partitions)
+    except ValueError as e:
+        raise ValueError(f"{WHO}: topic {topic!r}: {e}") from None
     src = _source.read(spark, path, key_col=key_col, delete_col=delete_col, deletes=deletes, who=WHO)
     return send(spark, src.adds, src.deletes, bootstrap, topic, format=format, key_col=key_col,
                 partitions=partitions, max_entries=max_entries, max_bytes=max_bytes, kafka_options=kafka_options,
@@ -129,7 +131,8 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
     records = ordered.mapInArrow(partial(_records_counted, step3, counts["messages"], counts["bytes"], written,
                                          partitions),
                                  RECORD_SCHEMA)
-    records = records.drop("partition") if format == "v1" else records.select(F.col("value"), F.col("partition"))
+    # v1: a message goes where its key (its first hash) does; v2: to its bucket's partition, given
+    records = records.drop("partition") if wire_formats.get_spark(format).by_message else records.select(F.col("value"), F.col("partition"))
 
     w = records.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
     options = {**PRODUCER, **(kafka_options or {})}
@@ -150,6 +153,14 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
     return PublishReport(topic=topic, format=format, partitions=partitions, adds=counts["adds"].value,
                          deletes=counts["deletes"].value, messages=counts["messages"].value,
                          bytes=counts["bytes"].value, seconds=time.monotonic() - t0)
+
+
+def _format(name: str):
+    """The registry's format (formats/registry.py) if Spark writes it; a ValueError naming it, if not."""
+    try:
+        return wire_formats.get_spark(name)
+    except ValueError as e:
+        raise ValueError(f"{WHO}: {e}") from None
 
 
 def topic_partitions(bootstrap: str, topic: str, timeout: float = 30.0) -> int:

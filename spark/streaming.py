@@ -54,8 +54,7 @@ def publish_stream(spark, path_or_none, bootstrap: str, topic: str, *, checkpoin
     `path_or_none`, or `stream`) to `topic`; returns the StreamingQuery. `trigger` is
     passed to writeStream.trigger (e.g. {"availableNow": True}); `reports`, a list,
     collects each batch's (batch id, PublishReport)."""
-    if format not in ("v1", "v2"):
-        raise ValueError(f"{WHO}: format={format!r}; expected v1 or v2")
+    _publish._format(format)  # a format Spark writes (formats/registry.py), or a ValueError naming it
     if stream is None:
         if path_or_none is None:
             raise ValueError(f"{WHO}: give a directory of Parquet files or stream=")

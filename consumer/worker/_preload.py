@@ -12,6 +12,8 @@ try:
     liveness.set_process_name(forkserver.NAME)  # what ps and top show of the fork server
     forkserver.die_with_supervisor()
     if warm.is_warm():
-        loop.load_decoders(("v1", "kv"))
+        from shmcache.formats import registry
+
+        loop.load_decoders([f for f in registry.FORMATS.values() if f.preload])
 except Exception:  # noqa: BLE001 - a fork server that died here would fail every worker's start
     pass

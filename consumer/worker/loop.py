@@ -39,7 +39,8 @@ import numpy as np
 
 from shmcache.kafka import client as kafka_client
 from shmcache.consumer.worker import lock_wait, log_replaced
-from shmcache.formats import proto, wire, wire_batch
+from shmcache.formats import registry as wire_formats
+from shmcache.formats import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker.profile import Profile
 from shmcache.engine.table import open_writer  # imported here: the fork server preloads it for every worker
@@ -60,6 +61,7 @@ class Worker:
         self.rows = self.cache.control.partition_rows
         self.me = self.cache.control.worker_row(index)
         self.cache.on_wait = lock_wait.LockWait(index, self.me, self.parent)  # beats while a live writer's lock holds it
+        self.format = wire_formats.get(cfg.format)  # its decoder (formats/registry.py)
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
         self.me.claim(liveness.owner_word())
@@ -80,7 +82,7 @@ class Worker:
         """Decode and apply an empty batch of this worker's format: numba loads the decode and
         apply kernels for exactly these argument types (compiled once by `shmcache warm`, which
         the supervisor ran before starting workers; see consumer/warm.py); no entry changes."""
-        for batch in _decode_empty(self.cfg.format, self.scratch):  # batch and message-by-message paths
+        for batch in self.format.warm(self.scratch):  # batch and message-by-message paths
             apply_batch(self.cache, batch)
 
     # -- commands ---------------------------------------------------------------------------
@@ -200,12 +202,7 @@ class Worker:
                                    lambda p: self.rows.generation(p) == self.owned.get(p), self.index)
         good, replaced = log_replaced.split(fetched, self.next)
         if good:
-            if self.cfg.format == "kv":
-                self._apply_kv(good)
-            elif self.cfg.format == "proto":
-                self._apply_proto(good)
-            else:
-                self._apply_wire_batch(good)
+            self._apply_messages(good)
             self.me.count_messages(len(good))
             self.prof.messages += len(good)
             self.prof.batches += 1
@@ -214,57 +211,23 @@ class Worker:
             self.next[p] = log_replaced.start_over(self.consumer, self.cfg.topic, self.rows, p, offset,
                                                    self.next[p], current, bool(self.paused_until), self.index)
 
-    def _apply_wire_batch(self, msgs) -> None:
-        """The whole consume() batch as one decode and one apply (formats/wire_batch.py): the
-        fixed cost of a decode and an apply is paid once per batch, not once per message.
-        Message by message when any of them is not clean, so that damage is found, logged
-        and counted per message, and the entries before it in its message still applied."""
-        batch = wire_batch.decode_many([m.value() for m in msgs], self.scratch, max_value=self.cache.max_value)
-        if batch is None:
-            for m in msgs:
-                self._apply_wire(m)
-            return
-        self.me.count_unknown(batch.unknown_actions)
-        self.prof.mark("decode")
-        self._apply_batch(batch)
-        self.prof.mark("apply")
-
-    def _apply_wire(self, m) -> None:
-        value = m.value()
-        batch = wire.decode(value if value is not None else b"", max_value=self.cache.max_value)
-        if batch.error is not None:
-            self.me.count_malformed()
-            log.warning("malformed message %s [%d] @ %d: %s; applied the %d entries before the damage",
-                        m.topic(), m.partition(), m.offset(), batch.error, len(batch.actions))
-        self.me.count_unknown(batch.unknown_actions)
-        self.prof.mark("decode")
-        self._apply_batch(batch)
-        self.prof.mark("apply")
-
-    def _apply_kv(self, msgs) -> None:
-        batch = wire.decode_kv([m.key() for m in msgs], [m.value() for m in msgs],
-                               key_size=self.cfg.key_size, max_value=self.cache.max_value)
-        for i in batch.skipped.tolist():  # an ndarray: `or ()` on it raised for any size but 1
+    def _apply_messages(self, msgs) -> None:
+        """The whole consume() batch through the format's decoder (formats/registry.py) in one
+        go, then applied: the fixed cost of a decode and an apply is paid once per batch, not
+        once per message. Each malformed message is counted and logged at its offset; the
+        entries the format keeps of it, and the messages around it, are applied."""
+        fmt = self.format
+        decoded = fmt.decode([m.value() for m in msgs], [m.key() for m in msgs] if fmt.keyed else None,
+                             key_size=self.cfg.key_size, max_value=self.cache.max_value, scratch=self.scratch)
+        for i, why in decoded.malformed:
             m = msgs[i]
             self.me.count_malformed()
-            log.warning("malformed message %s [%d] @ %d: key of %s bytes or value over %d bytes; skipped",
-                        m.topic(), m.partition(), m.offset(), len(m.key() or b""), self.cache.max_value)
+            log.warning("malformed message %s [%d] @ %d: %s", m.topic(), m.partition(), m.offset(), why)
+        for batch in decoded.batches:
+            self.me.count_unknown(batch.unknown_actions)
         self.prof.mark("decode")
-        self._apply_batch(batch)
-        self.prof.mark("apply")
-
-    def _apply_proto(self, msgs) -> None:
-        """The upstream topic (formats/proto.py): a protobuf parse per message, then the batch
-        decoded, checked and applied as one. A malformed message is counted, logged and skipped;
-        the messages around it are applied."""
-        batch, reasons = proto.decode_many([m.value() for m in msgs], max_value=self.cache.max_value)
-        for i, reason in zip(batch.skipped.tolist(), reasons):
-            m = msgs[i]
-            self.me.count_malformed()
-            log.warning("malformed message %s [%d] @ %d: %s; skipped", m.topic(), m.partition(), m.offset(), reason)
-        self.me.count_unknown(batch.unknown_actions)
-        self.prof.mark("decode")
-        self._apply_batch(batch)
+        for batch in decoded.batches:
+            self._apply_batch(batch)
         self.prof.mark("apply")
 
     def _apply_batch(self, batch) -> None:
@@ -320,13 +283,4 @@ def load_decoders(fmts) -> None:
     server's preload (consumer/worker/_preload.py) on a warm install, so that a forked worker
     starts with them loaded."""
     for fmt in fmts:
-        _decode_empty(fmt, wire_batch.Scratch())
-
-
-def _decode_empty(fmt: str, scratch) -> list:
-    """Empty batches of this format through each decode path (numba loads its kernels)."""
-    if fmt == "kv":
-        return [wire.decode_kv([], [])]
-    if fmt == "proto":  # its batches have kv's array types: the same apply kernel
-        return [proto.decode_many([])[0]]
-    return [wire_batch.decode_many([bytes(4)], scratch), wire.decode(bytes(4))]  # v1, count 0
+        fmt.warm(wire_batch.Scratch())

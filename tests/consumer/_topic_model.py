@@ -22,7 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 from _waits import poll_until
-from shmcache.formats import partitioners, wire
+from shmcache.formats import partitioners, registry, wire, wire_batch
 from shmcache.produce.producer import TxmetaProducer
 
 ADD, DELETE = wire.ADD, wire.DELETE
@@ -61,7 +61,7 @@ class Model:
         and keys that appear twice in the batch (ADD then DELETE, DELETE then ADD).
         Returns (keys (n, 32) uint8, actions, values) and applies it to the model."""
         with self.lock:
-            if self.fmt == "v1":
+            if registry.get(self.fmt).by_message:  # v1: a message is keyed by its first key
                 part = self.next_part
                 self.next_part = (self.next_part + 1) % self.partitions
             else:
@@ -250,6 +250,7 @@ def replay_topic(bootstrap: str, topic: str, upto: list[int], fmt: str) -> dict[
     c.assign([TopicPartition(topic, p, 0) for p in want])
     table: dict[bytes, bytes | None] = {}
     pos = {p: 0 for p in want}
+    wf, scratch = registry.get(fmt), wire_batch.Scratch()  # the format's own decoder (formats/registry.py)
     deadline = time.monotonic() + 60
     try:
         while any(pos[p] < want[p] for p in want):
@@ -261,10 +262,10 @@ def replay_topic(bootstrap: str, topic: str, upto: list[int], fmt: str) -> dict[
                     continue
                 assert o == pos[p], f"partition {p}: expected offset {pos[p]}, got {o}"
                 pos[p] = o + 1
-                if fmt == "kv":
-                    table[m.key()] = m.value()
-                else:
-                    b = wire.decode(m.value())
+                d = wf.decode([m.value()], [m.key()], key_size=wire.KEY_SIZE, max_value=wire.MAX_VALUE,
+                              scratch=scratch)
+                assert not d.malformed, f"{fmt} message at {p}/{o}: {d.malformed}"
+                for b in d.batches:
                     for i in range(len(b)):
                         k = b.keys[i].tobytes()
                         table[k] = b.value(i) if b.actions[i] == ADD else None

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 
 import shmcache
 from shmcache.consumer import warm
-from shmcache.formats import wire
+from shmcache.formats import registry, wire
 
 from _supervisors import harness  # noqa: F401
 from _topic_model import ADD, DELETE, KafkaProbe, Model, check_table, produce_and_wait
@@ -31,7 +31,7 @@ PARTITIONS = 4
 
 # -- 1. known batches -> the model's table ----------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", ["v1", "v2", "kv"])
+@pytest.mark.parametrize("fmt", registry.NAMES)
 def test_table_equals_model(harness, kafka_topic, fmt):
     topic = kafka_topic(PARTITIONS)
     model = Model(fmt, PARTITIONS, seed=1)
@@ -63,7 +63,7 @@ def test_table_equals_model(harness, kafka_topic, fmt):
     assert started in sup.log_text(), sup.log_text()[-3000:]
 
 
-@pytest.mark.parametrize("fmt", ["v1", "v2"])
+@pytest.mark.parametrize("fmt", [f.name for f in registry.FORMATS.values() if f.batched])
 def test_a_backlog_is_applied_a_consume_batch_at_a_time(harness, kafka_topic, fmt):
     """A backlog of messages is decoded and applied a whole consume() call at a time
     (formats/wire_batch.py), not one table batch per message, and still gives the

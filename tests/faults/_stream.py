@@ -305,7 +305,7 @@ class StreamProducer(threading.Thread):
 
     def _batch(self, b: int) -> None:
         from shmcache.formats import partitioners, wire
-        from shmcache.produce.producer import take
+        from shmcache.formats.registry import take
 
         pl = self.plan
         s, e = int(pl.batch_start[b]), int(pl.batch_start[b + 1])

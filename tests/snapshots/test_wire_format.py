@@ -13,6 +13,7 @@ import pytest
 import xxhash
 
 import shmcache
+from shmcache.formats import registry
 from shmcache.engine.control import layout as C
 from shmcache import snapshots as S
 from shmcache.snapshots.format import FORMAT_VERSION, HEAD, MAGIC
@@ -61,7 +62,7 @@ def _rewrite(src: Path, dst: Path, wire_format: str) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("fmt", ["", "v1", "v2", "kv"], ids=lambda f: f or "none")
+@pytest.mark.parametrize("fmt", ["", *registry.NAMES], ids=lambda f: f or "none")
 def test_a_snapshot_of_an_earlier_format_reads_and_restores_as_before(cache_names, tmp_path, fmt):
     src = _snapshot_of(cache_names("src"), tmp_path / "src.snap", 0)
     path = _rewrite(Path(src.path), tmp_path / f"{fmt or 'none'}.snap", fmt)

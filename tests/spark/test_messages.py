@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shmcache.formats import partitioners, txmeta, wire
+from shmcache.formats import partitioners, registry, txmeta, wire
 from shmcache.spark import _messages as M
 from shmcache.spark import _partition
 
@@ -61,7 +61,7 @@ def test_entries_carry_the_metabytes_and_partition():
     assert d.column("kpart").to_pylist() == _partition.v2_partitions(keys, P).tolist()
 
 
-@pytest.mark.parametrize("fmt", ["v1", "v2"])
+@pytest.mark.parametrize("fmt", registry.SPARK)
 @pytest.mark.parametrize("batch", [333, 5000])
 def test_messages_keep_order_partition_and_limits(fmt, batch):
     keys, meta, table = _rows(5000, seed=1)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from shmcache.formats import partitioners, wire
+from shmcache.formats import partitioners, registry, wire
 from shmcache.spark import _partition
 
 
@@ -22,5 +22,8 @@ def test_v2_partitions_equal_wire():
     assert got.tolist() == partitioners.v2_partition(wire.xxh64_keys(keys), 8).tolist()
     with pytest.raises(ValueError, match="divisor of 8192"):
         _partition.v2_partitions(keys, 3)
-    with pytest.raises(ValueError, match="expected v1 or v2"):
-        _partition.partitions_of(keys, 8, "kv")
+    for fmt in set(registry.NAMES) - set(registry.SPARK):  # a message an entry: not Spark's to write
+        with pytest.raises(ValueError, match=f"format='{fmt}': Spark writes v1, v2 \\({fmt} is a message an entry"):
+            _partition.partitions_of(keys, 8, fmt)
+    with pytest.raises(ValueError, match="format='v3': Spark writes v1, v2$"):
+        _partition.partitions_of(keys, 8, "v3")
