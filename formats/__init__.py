@@ -8,11 +8,7 @@ Used by the consumer (decode) and by the producers and Spark (encode); built on 
 engine's public hash and the little-endian loads it reads with (engine/xxh64.py),
 and on nothing of Kafka's: no module here imports confluent-kafka.
 
-FORMATS names the formats a topic may hold (`--format`), in the order of the codes the
-segment and a snapshot keep for them (engine/control/layout.py WIRE_FORMATS, append only:
-a code's meaning is for good, so the names are the segment's and this is their one list).
+`registry` holds the formats a topic may hold (`--format`), one entry each, in the order of
+the codes the segment and a snapshot keep for them (engine/control/layout.py WIRE_FORMATS,
+append only: a code's meaning is for good); every place that takes a format takes it there.
 """
-
-from shmcache.engine.control.layout import WIRE_FORMATS as FORMATS
-
-__all__ = ["FORMATS"]
