@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import _peers as P  # bench/ is put on sys.path by bench/conftest.py
+from shmtest.bench import peers as P
 
 BASE = "a6b975c"  # the last commit before the checks
 REPO = Path(__file__).resolve().parent.parent

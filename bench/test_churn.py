@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-import _peers as P
+from shmtest.bench import peers as P
 import shmcache
 from shmcache.engine import layout as L
 from shmcache.engine import units

@@ -5,7 +5,7 @@ function in the executors' JVM, its jar sent on spark.jars), the Python lookup
 (`engine="python"`: a `mapInArrow`), a broadcast join, the no-op of the JVM lookup's shape
 (`constants`: the same job with the lookup replaced by constant columns of its output
 types) and the Python round trip of that shape (`columns`); every way writes every row to
-the same sink (Spark's `noop` data source). bench/_spark_ways.py says what each way does.
+the same sink (Spark's `noop` data source). tests/lib/shmtest/bench/spark_ways.py says what each way does.
 
     SHMCACHE_CLUSTER_BENCH_N=5000000 SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY=2g SHMCACHE_CLUSTER_BENCH_DRIVER_MEMORY=4g SHMCACHE_CLUSTER_BENCH_ROUNDS=3 .venv/bin/python -m pytest bench/test_cluster.py -p no:cacheprovider -s
     SHMCACHE_CLUSTER_BENCH_N=10000000 ... (the issue's two sizes; as memory allows: two replicas of ~5.7 GiB at 10M)
@@ -14,7 +14,7 @@ the same sink (Spark's `noop` data source). bench/_spark_ways.py says what each 
 SHMCACHE_CLUSTER_BENCH_N: entries (default 20,000, the smoke size); _EXECUTOR_MEMORY (1g),
 _DRIVER_MEMORY (the broadcast is built there; 2g), _ROUNDS (timed runs per way; 1).
 
-The driver is a child process (bench/_cluster_run.py). Asserted: the JVM and Python
+The driver is a child process (tests/lib/shmtest/bench/cluster_run.py). Asserted: the JVM and Python
 lookups, the no-ops and (when it runs) the join return every row, the lookups and the join
 every value byte; the join may fail (that is a finding, printed with its error); never
 speed. Printed: rows/s of each way, JVM / Python, JVM / no-op (constants), the per-row cost
@@ -30,7 +30,6 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 N = int(os.environ.get("SHMCACHE_CLUSTER_BENCH_N", "20000").replace("_", ""))
 pytestmark = pytest.mark.timeout(1200 + N // 1_000)
 
@@ -46,7 +45,7 @@ def test_cluster_jvm_python_join_and_noop(tmp_path):
 
     if jvm_jar(required=False) is None:
         pytest.skip("the shmcache JVM jar is not built (scripts/setup, or cd jvm && mvn -q package)")
-    argv = [sys.executable, os.path.join(HERE, "_cluster_run.py"), "--n", str(N), "--dir", str(tmp_path),
+    argv = [sys.executable, "-P", "-m", "shmtest.bench.cluster_run", "--n", str(N), "--dir", str(tmp_path),
             "--rounds", os.environ.get("SHMCACHE_CLUSTER_BENCH_ROUNDS", "1"),
             "--executor-memory", os.environ.get("SHMCACHE_CLUSTER_BENCH_EXECUTOR_MEMORY", "1g"),
             "--driver-memory", os.environ.get("SHMCACHE_CLUSTER_BENCH_DRIVER_MEMORY", "2g")]

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-import _peers as P  # bench/ is put on sys.path by bench/conftest.py
+from shmtest.bench import peers as P
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_VALUE = 256

@@ -7,7 +7,7 @@ for changes too small to see in CPU time on a shared host.
 Counted: a lookup hit (today's kernel and each of bench/test_lookup_bounds.py's variants,
 50 batches of 1024 hits in a table of N entries), and a fresh ADD (hashes given, 20
 batches of 20,000 into an empty 512 MiB cache; today's apply kernel and each of
-ADD_VARIANTS below). Each runs in bench/_instructions_child.py,
+shmtest.bench.kernel_variants). Each runs in tests/lib/shmtest/bench/instructions_child.py,
 natively first (numba compiles into a cache of this run's own), then under
 `valgrind --tool=callgrind --collect-atstart=no`, counting only between the two calls
 of a 3-line C helper around the measured kernel calls: not Python, not the set-up.
@@ -31,33 +31,13 @@ from pathlib import Path
 
 import pytest
 
-import _peers as P  # bench/ is put on sys.path by bench/conftest.py
+from shmtest.bench import kernel_variants
+from shmtest.bench import peers as P
 
 HERE = Path(__file__).resolve().parent
-CHILD = HERE / "_instructions_child.py"
+CHILD = ["-P", "-m", "shmtest.bench.instructions_child"]  # tests/lib/shmtest/bench/instructions_child.py
 TOGGLE_C = "#include <valgrind/callgrind.h>\nvoid cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }\n"
 LOOKUP_BATCHES, ADD_N, ADD_BATCHES = 50, 20_000, 20
-# The apply kernel (engine/_kernels.py apply_entries) with one part taken away, as
-# test_lookup_bounds.py's VARIANTS do for the lookup: what each part costs in instructions.
-ADD_VARIANTS = {
-    "no bucket prefetch": [("        if i + _AHEAD_BUCKET < n:\n", "        if False:\n"),
-                           ("    for j in range(start, min(n, start + _AHEAD_BUCKET)):", "    for j in range(0):")],
-    "no record prefetch": [("        if i + _AHEAD_RECORD < n:\n", "        if False:\n"),
-                           ("    for j in range(start, min(n, start + _AHEAD_RECORD)):", "    for j in range(0):")],
-    "no eviction stages": [("    staged = NBUCKETS * ring > _STAGED_FROM\n", "    staged = False\n")],
-    "no bucket check": [("        if v & 1 or not _bucket_ok(meta, mb, ring, max_live):", "        if v & 1:")],
-}
-
-
-def add_variant(label: str):
-    """engine/_kernels.py with ADD_VARIANTS[label]'s edits, imported as a module of its own."""
-    src = (HERE.parent / "engine" / "_kernels.py").read_text().replace("from __future__ import annotations", "")
-    for old, new in ADD_VARIANTS[label]:
-        assert old in src, f"variant {label!r}: {old!r} is no longer in engine/_kernels.py"
-        src = src.replace(old, new)
-    return P.import_source(src, "_kernels_" + label.replace(" ", "_"), "shmcache-bench-add-variants")
-
-
 def _cpu_env(cache_dir: str) -> dict:
     """This host's CPU and features for numba, AVX-512 removed, and a numba cache of our own."""
     import llvmlite.binding as llvm
@@ -69,7 +49,7 @@ def _cpu_env(cache_dir: str) -> dict:
 
 def _count(env: dict, toggle: str, *args) -> tuple[int, int]:
     """(instructions counted, keys measured) of one child."""
-    cmd = [sys.executable, str(CHILD), *map(str, args), toggle]
+    cmd = [sys.executable, *CHILD, *map(str, args), toggle]
     native = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     assert native.returncode == 0, native.stderr[-2000:]
     vg = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=/dev/null",
@@ -97,7 +77,6 @@ def test_instructions_per_key():
         pytest.skip("instruction counts are taken on demand (see bench/README.md), not in CI")
     if not (shutil.which("valgrind") and shutil.which("cc") and Path("/usr/include/valgrind/callgrind.h").exists()):
         pytest.skip("needs valgrind, its headers and a C compiler")
-    import test_lookup_bounds
 
     n = P.bench_n()
     lines = [f"instructions per key (callgrind, kernel calls only); lookups: {LOOKUP_BATCHES} batches of 1024 "
@@ -108,7 +87,13 @@ def test_instructions_per_key():
         Path(src).write_text(TOGGLE_C)
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", toggle, src], check=True)
         env = _cpu_env(os.path.join(tmp, "numba"))
-        today = _rows(lines, env, toggle, "lookup", "lookup hit", test_lookup_bounds.VARIANTS, n, LOOKUP_BATCHES)
-        _rows(lines, env, toggle, "add", "fresh ADD", ADD_VARIANTS, ADD_N, ADD_BATCHES)
+        today = _rows(lines, env, toggle, "lookup", "lookup hit", kernel_variants.VARIANTS, n, LOOKUP_BATCHES)
+        _rows(lines, env, toggle, "add", "fresh ADD", kernel_variants.ADD_VARIANTS, ADD_N, ADD_BATCHES)
     print("\n" + "\n".join(lines), file=sys.stderr)
     assert today and today > 0
+
+
+@pytest.mark.parametrize("label", sorted(kernel_variants.ADD_VARIANTS))
+def test_each_add_variant_still_applies_to_todays_kernel(label):
+    """As bench/test_lookup_bounds.py's variants: held to today's engine/_kernels.py in every run."""
+    assert kernel_variants.add_variant(label).apply_entries is not None

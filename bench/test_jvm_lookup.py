@@ -36,7 +36,7 @@ import uuid
 import numpy as np
 import pytest
 
-import _peers as P  # bench/ is on sys.path (bench/conftest.py)
+from shmtest.bench import peers as P
 import shmcache
 from shmcache.formats import txmeta
 from shmcache.spark import _lookup, _session, lookup

@@ -9,7 +9,7 @@ a process a configuration, the three alternated process after process, run after
 - `segment 25`: JDK 25 as it runs for a user: the jar's META-INF/versions/22 classes (a
   MemorySegment read with ValueLayout accesses), Unsafe's memory access denied.
 
-Then the Spark lookup on local[2] (bench/_jvm_paths_spark.py: the batched JVM lookup,
+Then the Spark lookup on local[2] (tests/lib/shmtest/bench/jvm_paths_spark.py: the batched JVM lookup,
 engine="jvm", and the Python lookup, each an action over 10 N keys, rounds interleaved),
 with Spark's JVM on JDK 17 and on JDK 25 (JAVA_HOME), a session a process, alternated, each
 printing the path its executors take (io.shmcache.Segment.access()).
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import _peers as P  # bench/ is on sys.path (bench/conftest.py)
+from shmtest.bench import peers as P
 import shmcache
 from shmcache.formats import txmeta
 
@@ -161,7 +161,7 @@ def test_the_spark_lookup_on_jdk_17_and_25(cache):
     for run in range(RUNS):  # a session a process, the two JDKs alternated
         for feature in ("17", "25") if run % 2 == 0 else ("25", "17"):
             env = {**os.environ, "JAVA_HOME": JDK17 if feature == "17" else JDK25}
-            p = subprocess.run([sys.executable, str(REPO / "bench" / "_jvm_paths_spark.py"), name, str(spark_keys),
+            p = subprocess.run([sys.executable, "-P", "-m", "shmtest.bench.jvm_paths_spark", name, str(spark_keys),
                                 str(ROUNDS if not SMOKE else 1)], capture_output=True, text=True, env=env,
                                timeout=1800, cwd=REPO)
             assert p.returncode == 0, f"the Spark lookup on JDK {feature} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"

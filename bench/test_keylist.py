@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-import _peers as P
+from shmtest.bench import peers as P
 import shmcache
 from shmcache.engine import _input
 

@@ -37,38 +37,13 @@ import gc
 import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-import _peers as P  # bench/ is put on sys.path by bench/conftest.py
+from shmtest.bench import peers as P
 
-REPO = Path(__file__).resolve().parent.parent
-VARIANTS = {
-    "no prefetch": [("    for j in range(start, min(n, start + _AHEAD_BUCKET)):", "    for j in range(0):"),
-                    ("    for j in range(start, min(n, start + _AHEAD_RECORD)):", "    for j in range(0):"),
-                    ("        if i + _AHEAD_BUCKET < n:", "        if False:"),
-                    ("        if i + _AHEAD_RECORD < n:", "        if False:")],
-    "hashes given": [("    hash_keys(keys8, keys64, kst, ks, hashes, start)", "    pass")],
-    "no value copy": [("copy_bytes(out, out_pos, ring8, hit, vlen)", "out[out_pos] = ring8[hit]")],
-    "one version line": [("load_acquire(meta, mb + M_VERSION)", "load_acquire(meta, (mb & 7) + M_VERSION)")],
-    "half as far ahead": [("_AHEAD_BUCKET = 32\n_AHEAD_RECORD = 16", "_AHEAD_BUCKET = 16\n_AHEAD_RECORD = 8")],
-    "index only": [("if ring64[np.uint64(w)] == h:", "if w >= 0:"),
-                   ("word = ring64[np.uint64(w + 1)]", "word = (np.int64(F_LIVE) << 32) | 100"),
-                   ("elif _key_eq(ring8, ring64, rbase + off + RECORD_HEADER, keys8, keys64, koff, ks):", "else:"),
-                   ("copy_bytes(out, out_pos, ring8, hit, vlen)", "out[out_pos] = 1"),
-                   ("        if i + _AHEAD_RECORD < n:", "        if False:"),
-                   ("    for j in range(start, min(n, start + _AHEAD_RECORD)):", "    for j in range(0):")],
-}
-
-
-def _variant(label: str):
-    src = (REPO / "engine" / "_lookup.py").read_text().replace("from __future__ import annotations", "")
-    for old, new in VARIANTS[label]:
-        assert old in src, f"variant {label!r}: {old!r} is no longer in engine/_lookup.py"
-        src = src.replace(old, new)
-    return P.import_source(src, "_lookup_" + label.replace(" ", "_"), "shmcache-bench-lookup-bounds")
+from shmtest.bench.kernel_variants import VARIANTS, lookup_variant
 
 
 def _table(n: int, tables: list) -> tuple:
@@ -95,7 +70,7 @@ def test_lookup_bounds():
 
     if os.environ.get("CI") == "true":  # compiling four more kernels costs a minute of the suite's time
         pytest.skip("what bounds a lookup is measured on demand (see bench/README.md), not in CI")
-    kernels = {"today": LK, **{label: _variant(label) for label in VARIANTS}}
+    kernels = {"today": LK, **{label: lookup_variant(label) for label in VARIANTS}}
     n = P.bench_n()
     rounds = P.bench_rounds()
     counts = np.zeros(2, np.int64)
@@ -146,3 +121,11 @@ def test_lookup_bounds():
         for name, w, _ in tables:
             w.close()
             shmcache.destroy(name)
+
+
+@pytest.mark.parametrize("label", sorted(VARIANTS))
+def test_each_lookup_variant_still_applies_to_todays_kernel(label):
+    """The measurement above runs on demand; its variants are held to today's source in every
+    run, so that an edit of engine/_lookup.py that one no longer matches fails here, not on
+    the day someone measures ('hashes given' did, unseen, from the kernel's start argument on)."""
+    assert lookup_variant(label).lookup is not None

@@ -39,8 +39,8 @@ import time
 import numpy as np
 from numba import njit
 
-import _peers as P
-import _summary as S
+from shmtest.bench import peers as P
+from shmtest.bench import summary as S
 import shmcache
 from shmcache.engine import layout as L
 from shmcache.engine import units

@@ -45,8 +45,8 @@ import psutil
 import pytest
 
 import shmcache
-import _consume_topics as CT  # bench/ is on sys.path (bench/conftest.py): the consume benchmark's data
-import test_consume as TC  # its topic maker
+from shmtest.bench import consume_topics as CT  # the consume benchmark's data
+from shmtest.bench import consume_runs as TC  # the consume benchmark's runs and topic maker
 from shmcache.kafka import topics
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import units

@@ -1,7 +1,7 @@
 """Spark benchmark (issues "Spark pipeline" and 14): looking keys up from Spark executors
 through `shmcache.spark.lookup`, against the usual Spark way, a broadcast hash join with
 the same data as a DataFrame, and against Spark's own Arrow round trip (no-op
-`mapInArrow`s: bench/_spark_ways.py says what each way does).
+`mapInArrow`s: tests/lib/shmtest/bench/spark_ways.py says what each way does).
 
     SHMCACHE_SPARK_BENCH_N=1000000 .venv/bin/python -m pytest bench/test_spark.py -p no:cacheprovider --benchmark-enable -s
     CI=true .venv/bin/python -m pytest bench/test_spark.py -p no:cacheprovider     # smoke, N = 20,000
@@ -46,9 +46,9 @@ import uuid
 import numpy as np
 import pytest
 
-import _peers as P  # bench/ is put on sys.path by bench/conftest.py
-import _summary as S
-import _spark_ways as ways
+from shmtest.bench import peers as P
+from shmtest.bench import summary as S
+from shmtest.bench import spark_ways as ways
 import psutil
 import shmcache
 from shmcache.formats import txmeta

@@ -27,10 +27,10 @@ import uuid
 import numpy as np
 import pytest
 
-import _peers as P
+from shmtest.bench import peers as P
 import shmcache
 from shmcache.kafka import topics
-import test_consume as C
+from shmtest.bench import consume_runs as C
 
 ENTRIES = 20_000
 MODES = ["warm", "cold"] if os.environ.get("SHMCACHE_BENCH_COLD") else ["warm"]

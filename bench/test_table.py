@@ -24,8 +24,8 @@ import time
 
 import pytest
 
-import _peers as P  # bench/ is put on sys.path by bench/conftest.py
-import _summary as S
+from shmtest.bench import peers as P
+from shmtest.bench import summary as S
 
 N = P.bench_n()
 ROUNDS = P.bench_rounds()

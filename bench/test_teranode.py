@@ -42,7 +42,7 @@ import numpy as np
 import psutil
 import pytest
 
-import _peers as P
+from shmtest.bench import peers as P
 import shmcache
 from shmcache.formats import txmeta
 
@@ -245,8 +245,8 @@ def _stop_tree(proc: subprocess.Popen) -> None:
 
 
 def test_warm_start(program, kafka_broker, kafka_admin, tmp_path):
-    import test_consume as C
-    from _consume_topics import Topic
+    from shmtest.bench import consume_runs as C
+    from shmtest.bench.consume_topics import Topic
     from shmcache.kafka import topics
     from shmcache.produce import loadgen
 

@@ -11,7 +11,7 @@ weighs less than in wall time) of each step:
   it hands over (what a worker's "fetch" costs it beyond librdkafka's own threads);
 - decode: `wire_batch.decode_many` as the worker calls it (each message walked once),
   and beside it, on the same call, the two passes it replaced (a scan of every
-  message for its counts, then a gather: bench/_wire_two_pass.py), the order
+  message for its counts, then a gather: tests/lib/shmtest/bench/wire_two_pass.py), the order
   alternating;
 - apply: `Writer.apply` of the decoded batch into a fresh segment (a fill: no entry
   evicts), as `worker.apply_batch` calls it.
@@ -30,10 +30,10 @@ import uuid
 
 import numpy as np
 
-import _peers as P
-import _wire_two_pass as _before
+from shmtest.bench import peers as P
+from shmtest.bench import wire_two_pass as _before
 import shmcache
-from _consume_topics import BATCH, chunks, messages_of
+from shmtest.bench.consume_topics import BATCH, chunks, messages_of
 from shmcache.formats import wire, wire_batch, _wire_kernels as _k
 from shmcache.consumer.worker.loop import apply_batch
 
@@ -43,7 +43,7 @@ CALL = 256  # messages a consume() call hands over (consumer/config.py RunConfig
 def _two_passes(values: list, scratch: wire_batch.Scratch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """decode_many as it was up to commit 94080f9, for clean v1 messages: copied back to back
     as today, then every message scanned for its counts and every message gathered (the
-    kernels of bench/_wire_two_pass.py), into new arrays. (keys, value starts, lens)."""
+    kernels of tests/lib/shmtest/bench/wire_two_pass.py), into new arrays. (keys, value starts, lens)."""
     m = len(values)
     ends = np.cumsum([len(v) for v in values])
     starts = np.empty(m, np.int64)

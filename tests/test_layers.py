@@ -208,20 +208,55 @@ def test_no_circle():
     assert not _circles(GRAPH), _circles(GRAPH)
 
 
-def test_no_circle_in_bench():
-    """bench/'s helper modules import each other one way only (its test modules, too)."""
-    bench = {f.stem: f for f in (ROOT / "bench").glob("*.py")}
+def _helper_graph() -> dict[str, set[str]]:
+    """The test helpers' package (tests/lib/shmtest) as a graph: module -> the modules of the
+    package it imports."""
+    lib = ROOT / "tests" / "lib"
+    mods = {".".join(f.relative_to(lib).with_suffix("").parts).removesuffix(".__init__"): f
+            for f in (lib / "shmtest").rglob("*.py")}
     graph = {}
-    for name, f in bench.items():
+    for name, f in mods.items():
+        tree = ast.parse(f.read_text(), str(f))
+        # a script's entry (`if __name__ == "__main__":`) and type hints' imports are no dependency
+        tree.body = [n for n in tree.body if not (isinstance(n, ast.If) and ast.unparse(n.test) in (
+            "__name__ == '__main__'", "TYPE_CHECKING"))]
         found = set()
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and not node.level:
-                found.add(node.module or "")
-        graph[name] = {m for m in found if m in bench and m != name}
+                found |= {node.module or ""} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[name] = {m for m in found if m in mods and m not in (name, "shmtest")}
+    return graph
+
+
+def test_no_circle_in_the_test_helpers():
+    """The helpers' modules import each other one way only."""
+    graph = _helper_graph()
     assert sum(len(v) for v in graph.values()) > 10  # the imports are seen at all
     assert not _circles(graph), _circles(graph)
+
+
+def test_tests_and_benchmarks_find_their_helpers_by_name():
+    """No test, benchmark or helper edits sys.path or loads a file by its path to find a
+    helper, and none imports another test module: the helpers are the installed package
+    `shmtest` (the one loader of generated source, peers.import_source, is a benchmark's
+    way to compile edited kernels, not to find code)."""
+    found = []
+    for f in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]):
+        text = f.read_text()
+        rel = f.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(text, rel)):
+            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys" \
+                    and rel != "tests/lib/shmtest/bench/peers.py":
+                found.append(f"{rel}:{node.lineno}: sys.path")
+            if isinstance(node, ast.Attribute) and node.attr == "spec_from_file_location":
+                found.append(f"{rel}:{node.lineno}: a module loaded by its path")
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{rel}:{node.lineno}: imports {n}" for n in names if n.split(".")[0].startswith(("test_", "_"))
+                      and n != "__future__"]
+    assert not found, "\n".join(found)
 
 
 def test_private_modules_stay_in_their_folder():

@@ -2,9 +2,7 @@
 the golden values every decoder (this, go/txmeta, the JVM's TxMeta) is held to."""
 
 import json
-import os
 import struct
-import sys
 
 import numpy as np
 import pytest
@@ -13,8 +11,7 @@ from hypothesis import strategies as st
 
 from shmcache.formats import txmeta
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _txmeta_golden as golden  # noqa: E402
+from shmtest import golden_txmeta as golden
 
 
 def _one(fee, size, flags, parents, vouts, height):
@@ -177,12 +174,12 @@ def test_from_arrow_errors():
         txmeta.from_arrow(good.set_column(3, "parents", short))
 
 
-# -- the golden values (golden/txmeta/cases.json, made by tests/_txmeta_golden.py) ------------------
+# -- the golden values (golden/txmeta/cases.json, made by tests/lib/shmtest/golden_txmeta.py) ------------------
 
 
 def test_committed_golden_values_are_what_the_generator_makes():
     assert golden.PATH.read_text() == golden.render(golden.build()), \
-        "golden/txmeta/cases.json is stale: rerun .venv/bin/python tests/_txmeta_golden.py"
+        "golden/txmeta/cases.json is stale: rerun .venv/bin/python -m shmtest.golden_txmeta"
 
 
 def test_the_decoder_gives_every_golden_decode():

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-// goldenCase is one case of golden/txmeta/cases.json (tests/_txmeta_golden.py).
+// goldenCase is one case of golden/txmeta/cases.json (tests/lib/shmtest/golden_txmeta.py).
 type goldenCase struct {
 	Name   string `json:"name"`
 	Value  string `json:"value"`

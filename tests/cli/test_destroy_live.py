@@ -9,7 +9,7 @@ import sys
 
 import shmcache
 
-from _supervisors import harness  # noqa: F401
+from shmtest.supervisors import harness  # noqa: F401
 
 
 def _destroy(name: str, *flags: str) -> subprocess.CompletedProcess:

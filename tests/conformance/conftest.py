@@ -1,21 +1,14 @@
 """The conformance suite's fixtures (the readers, a scene at a cache's name, the live
-processes of a control golden's roles); its helpers (_readers, _scene) and the golden control
-areas' (tests/engine/_golden_control.py) import as top-level modules, as tests/engine's do."""
+processes of a control golden's roles); its helpers are shmtest.readers and shmtest.scene."""
 
 import os
 import subprocess
-import sys
 import warnings
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-for path in (HERE, os.path.join(os.path.dirname(HERE), "engine")):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-import _readers as R  # noqa: E402  (found through the path above)
-import _scene as S  # noqa: E402
+from shmtest import readers as R
+from shmtest import scene as S
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ readers in others.
 On Kubernetes the daemon is a DaemonSet pod and each service a pod of its own: they share
 the node's /dev/shm (a hostPath), each in its own PID namespace, often as its own user.
 Here, one machine: `shmcache run` is pid 1 of a PID and mount namespace of its own
-(_pods.py), on the real broker; every reader (Python, Go, Java on JDK 17 and 25) runs its
+(shmtest/pods.py), on the real broker; every reader (Python, Go, Java on JDK 17 and 25) runs its
 commands (docs/reader-contract.md) as pid 1 of another, as user nobody in the cache's
 reader group. Before owner locks (docs/segment-format.md, section 13), no reader outside
 the daemon's namespace ever saw it ready: each looked its pid up in its own /proc.
@@ -36,12 +36,12 @@ import numpy as np
 import psutil
 import pytest
 
-import _readers as R
+from shmtest import readers as R
 import shmcache
-from _pods import NOBODY, NOGROUP, available, pod
-from _supervisors import harness  # noqa: F401  (fixture)
-from _topic_model import produce_entries
-from _waits import poll_until, wait_gone
+from shmtest.pods import NOBODY, NOGROUP, available, pod
+from shmtest.supervisors import harness  # noqa: F401  (fixture)
+from shmtest.topic_model import produce_entries
+from shmtest.waits import poll_until, wait_gone
 from shmcache.engine import layout as L
 from shmcache.engine import reader_stats
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import _readers as R
-import _scene as S
+from shmtest import readers as R
+from shmtest import scene as S
 
 from shmcache import errors
 

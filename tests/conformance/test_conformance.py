@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import time
@@ -21,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-import _readers as R
-import _scene as S
+from shmtest import readers as R
+from shmtest import scene as S
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = tomllib.loads((HERE / "scenarios.toml").read_text())

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import _readers as R
-import _scene as S
+from shmtest import readers as R
+from shmtest import scene as S
 
 SCENARIOS = tomllib.loads((Path(__file__).resolve().parent / "scenarios.toml").read_text())
 # A watch's SECONDS: a scenario with `to_the_end` waits for its watches to exit 0 when their

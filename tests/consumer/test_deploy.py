@@ -31,8 +31,8 @@ from shmcache.consumer.config import RunConfig
 from shmcache.dev.local_kafka import free_ports
 from shmcache.consumer.supervisor.metrics import MetricsServer
 
-from _supervisors import REPO, harness  # noqa: F401
-from _waits import poll_until
+from shmtest.supervisors import REPO, harness  # noqa: F401
+from shmtest.waits import poll_until
 
 DEPLOY = REPO / "deploy"
 PARTITIONS = 4

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import Model
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import Model
 
 GO = shutil.which("go")
 GO_DIR = Path(__file__).resolve().parents[2] / "go"

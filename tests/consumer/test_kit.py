@@ -9,7 +9,7 @@ cluster and no Docker engine here, so what can be held without them is:
   and in the config, the memory limit = the cache's memory + the daemon's headroom, a grace
   period longer than the supervisor's stop budget; compose.yaml the same;
 - the exact commands their containers run, run as those containers would run them: each
-  as pid 1 of a pod of its own (_pods.py: PID and mount namespaces), as the manifest's uid,
+  as pid 1 of a pod of its own (shmtest/pods.py: PID and mount namespaces), as the manifest's uid,
   gid and supplementalGroups, sharing the machine's /dev/shm, on the real broker. The
   reader's init container, started before the daemon, waits and exits 0 once the cache is
   ready; the DaemonSet's readiness probe is 503, then 200; compose's healthcheck exits 0; a
@@ -40,9 +40,9 @@ import yaml
 
 import shmcache
 
-from _pods import Pod, available, pod
-from _supervisors import REPO, harness  # noqa: F401  (fixture)
-from _waits import poll_until
+from shmtest.pods import Pod, available, pod
+from shmtest.supervisors import REPO, harness  # noqa: F401  (fixture)
+from shmtest.waits import poll_until
 from shmcache.consumer.config import RunConfig
 from shmcache.dev.local_kafka import free_ports
 from shmcache.engine.units import parse_bytes

@@ -12,9 +12,9 @@ have latest >= applied and lag = latest - applied.
 """
 
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model
-from _waits import poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model
+from shmtest.waits import poll_until, wait_applied
 
 PARTITIONS = 2
 BATCHES = 120  # ~26 entries each: ~3,100 entries, several seconds at MAX_RATE

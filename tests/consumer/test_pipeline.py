@@ -22,9 +22,9 @@ import shmcache
 from shmcache.consumer import warm
 from shmcache.formats import registry, wire
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import ADD, DELETE, KafkaProbe, Model, check_table, produce_and_wait
-from _waits import applied, assert_no_worker_restarted, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import ADD, DELETE, KafkaProbe, Model, check_table, produce_and_wait
+from shmtest.waits import applied, assert_no_worker_restarted, wait_applied
 
 PARTITIONS = 4
 

@@ -22,9 +22,9 @@ import time
 
 import pytest
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table
-from _waits import applied, assert_no_worker_restarted, poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table
+from shmtest.waits import applied, assert_no_worker_restarted, poll_until, wait_applied
 
 PARTITIONS = 8
 RATE = 150  # entries/s per worker of A: 300/s for A's two workers

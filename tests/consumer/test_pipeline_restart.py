@@ -20,9 +20,9 @@ import pytest
 
 import shmcache
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table, replay_topic
-from _waits import applied, poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table, replay_topic
+from shmtest.waits import applied, poll_until, wait_applied
 
 PARTITIONS = 4
 

@@ -18,9 +18,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from shmcache.formats import partitioners, proto, txmeta, wire
 from shmcache.produce import loadgen
 
-from _supervisors import REPO, harness  # noqa: F401
-from _topic_model import ADD, DELETE, KafkaProbe, check_table
-from _waits import applied, assert_no_worker_restarted, wait_applied
+from shmtest.supervisors import REPO, harness  # noqa: F401
+from shmtest.topic_model import ADD, DELETE, KafkaProbe, check_table
+from shmtest.waits import applied, assert_no_worker_restarted, wait_applied
 
 PARTITIONS = 4
 

@@ -13,15 +13,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _supervisors import harness  # noqa: E402,F401
-from _waits import wait_applied  # noqa: E402
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.waits import wait_applied
 
 GO = shutil.which("go")
 GO_DIR = Path(__file__).resolve().parents[2] / "go"

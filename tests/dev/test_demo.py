@@ -3,12 +3,9 @@ runs it (no terminal): it exits 0, says every check held, reports what the summa
 promises, and leaves nothing behind (no process it started, no segment, no broker,
 no temporary directory)."""
 
-import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _demo_run import assert_nothing_left, demo_tmp_dirs, run_demo  # noqa: E402
+from shmtest.demo_run import assert_nothing_left, demo_tmp_dirs, run_demo
 
 ENTRIES = 20_000
 

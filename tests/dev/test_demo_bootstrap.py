@@ -12,9 +12,8 @@ import sys
 
 import shmcache
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _demo_run import ENV, REPO, DemoRun, alive, assert_nothing_left, run_demo  # noqa: E402
-from _waits import poll_until  # noqa: E402
+from shmtest.demo_run import ENV, REPO, DemoRun, alive, assert_nothing_left, run_demo
+from shmtest.waits import poll_until
 
 
 def _topic_of(out: str) -> str:

@@ -20,8 +20,7 @@ import uuid
 
 import shmcache
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _demo_run import REPO, alive  # noqa: E402
+from shmtest.demo_run import REPO, alive
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 STOP_BOUND_S = 240  # the demo's cleanup steps' own bounds (tests/dev/test_demo_bootstrap.py)

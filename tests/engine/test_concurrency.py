@@ -2,22 +2,19 @@
 or mixed value while writers change the same buckets, and two writers on the same
 keys leave each key holding one writer's value whole.
 
-Children are separate interpreters (tests/engine/_procs.py) started with subprocess;
+Children are separate interpreters (tests/lib/shmtest/procs.py) started with subprocess;
 they signal "ready" after their kernels are loaded and all start on one "go".
 """
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
 
 import shmcache
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _procs import check_table, key_pool, make_values, universe, verify  # noqa: E402
+from shmtest.procs import check_table, key_pool, make_values, universe, verify
 
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 

@@ -3,14 +3,12 @@ attach and open with CorruptCacheError naming the field; damaged bucket state in
 table costs a counted miss (readers) or a counted repair (writers), never a signal or a hang.
 
 Everything that could crash or hang on the code before these checks runs in a child
-process (tests/engine/_fuzz_child.py) with a timeout, so a regression fails the test
+process (tests/lib/shmtest/fuzz_child.py) with a timeout, so a regression fails the test
 instead of killing or hanging the suite.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -18,8 +16,7 @@ import pytest
 import shmcache
 from shmcache.engine import layout as L
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _procs import check_table, key_pool, make_values  # noqa: E402
+from shmtest.procs import check_table, key_pool, make_values
 
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 BOUND = 20.0  # any one command of a child (a few batch calls over the keys) must answer within this

@@ -1,7 +1,7 @@
 """Invariant 4 with real processes: a writer SIGKILLed inside set_many leaves no lock held
 forever and no bucket unreadable.
 
-A child (tests/engine/_procs.py crash_writer) loops set_many over 60k keys in two big
+A child (tests/lib/shmtest/procs.py crash_writer) loops set_many over 60k keys in two big
 batches, so it is almost always inside the apply kernel, holding some bucket's lock; the
 parent SIGKILLs it at a random moment and reaps it. Then a reader reads every bucket
 (before any repair), another writer process writes one key into every bucket (taking
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 import time
 
 import numpy as np
@@ -22,8 +21,7 @@ import pytest
 import shmcache
 from shmcache.engine import layout as L
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _procs import Proc, check_table, key_pool, probe_keys, verify  # noqa: E402
+from shmtest.procs import Proc, check_table, key_pool, probe_keys, verify
 
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 BOUND = 5.0  # a reader's or writer's pass over all 8192 buckets must end within this

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import sys
 from collections import Counter
 
 import numpy as np
@@ -30,8 +29,7 @@ import shmcache
 from shmcache.engine.control import layout as C
 from shmcache.engine import layout as L
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _procs import BIG, key_pool, make_values  # noqa: E402
+from shmtest.procs import BIG, key_pool, make_values
 
 START_TIMEOUT = 60.0  # a cold numba cache compiles the kernels in each child
 BOUND = 30.0  # one command: a few dozen batch calls over the keys (the machine is shared and slow)

@@ -1,4 +1,4 @@
-"""The golden segments (golden/, made by tests/engine/_golden.py; docs/segment-format.md,
+"""The golden segments (golden/, made by tests/lib/shmtest/golden_segments.py; docs/segment-format.md,
 section 12): the committed files are exactly what the generator makes, and the Python
 reader gives every answer they expect. Every other reader's tests (go/) run the same
 files and expectations."""
@@ -19,8 +19,8 @@ from shmcache.engine import reader as R
 from shmcache.errors import CorruptCacheError, LayoutVersionError, NotACacheError
 from shmcache.ipc import liveness
 
-from _golden import GOLDEN
-from _golden_cases import build, expectations
+from shmtest.golden_segments import GOLDEN
+from shmtest.golden_cases import build, expectations
 
 EXPECT = json.loads((GOLDEN / "expect.json").read_text())["cases"]
 ERRORS = {"not_a_cache": NotACacheError, "version": LayoutVersionError, "corrupt": CorruptCacheError}

@@ -15,7 +15,7 @@ import numpy as np
 import shmcache
 from shmcache.engine import reader as R
 
-from _procs import hold_every_bucket
+from shmtest.procs import hold_every_bucket
 
 KEYS = 200_000
 

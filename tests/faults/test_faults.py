@@ -13,16 +13,13 @@ values after the new workers took its partitions.
 """
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _cli  # noqa: E402
-import _harness  # noqa: E402
-import _stream  # noqa: E402
+from shmtest.faults import cli as _cli
+from shmtest.faults import harness as _harness
+from shmtest.faults import stream as _stream
 
 SMOKE = {"worker_kill_catchup": 1, "sup_kill": 1, "broker_kill": 1}
 ALL = {"worker_kill": 1, "worker_kill_catchup": 1, "sup_term": 1, "sup_kill": 1, "broker_term": 1,

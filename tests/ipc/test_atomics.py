@@ -37,12 +37,11 @@ from shmcache.ipc.atomics import (
     store_word,
 )
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CHILD = os.path.join(HERE, "_atomics_child.py")
+CHILD = ["-P", "-m", "shmtest.atomics_child"]  # tests/lib/shmtest/atomics_child.py
 N = int(os.environ.get("SHMCACHE_ATOMICS_N", "200000"))
-CHILD_TIMEOUT = 180.0  # each child compiles its kernels (no disk cache: see _atomics_child.py)
+CHILD_TIMEOUT = 180.0  # each child compiles its kernels (no disk cache: see shmtest/atomics_child.py)
 WORDS = 64
-COUNT, PAIR = 8, 40  # as in _atomics_child.py
+COUNT, PAIR = 8, 40  # as in shmtest/atomics_child.py
 
 
 @njit
@@ -146,7 +145,7 @@ def shm_file():
 
 def _run_children(argvs: list[list[str]]) -> list[dict]:
     """Start every child, wait for all (bounded), stop any left by pid; their JSON results."""
-    procs = [subprocess.Popen([sys.executable, CHILD, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, *CHILD, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for argv in argvs]
     try:
         outs = []

@@ -10,22 +10,8 @@ import pytest
 
 import shmcache
 from shmcache.ipc.mapping import HUGE_PAGE
+from shmtest.pages import pmd_mapped_kib
 
-SMAPS_PMD = ("ShmemPmdMapped:", "FilePmdMapped:")
-
-
-def pmd_mapped_kib(addr: int, pid: str = "self") -> int:
-    """kB of the mapping starting at `addr` that this process maps with 2 MiB entries."""
-    inside = False
-    total = 0
-    with open(f"/proc/{pid}/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                inside = int(head.split("-")[0], 16) == addr
-            elif inside and head in SMAPS_PMD:
-                total += int(line.split()[1])
-    return total
 
 
 @pytest.fixture
@@ -57,9 +43,8 @@ def test_a_reader_process_gets_huge_mappings_without_asking(big_cache):
         pytest.skip("this kernel refused MADV_COLLAPSE on tmpfs: 4 KiB pages only")
     code = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         import shmcache
-        from test_hugepages import pmd_mapped_kib
+        from shmtest.pages import pmd_mapped_kib
         from shmcache.engine import layout as L
         r = shmcache.attach({big_cache.name!r})
         print(r._seg.addr % (2 << 20), pmd_mapped_kib(r._seg.addr), r._seg.huge)
@@ -79,9 +64,8 @@ def test_a_cache_is_whole_and_huge_the_moment_its_name_appears():
     name = f"t-huge-{uuid.uuid4().hex[:10]}"
     code = textwrap.dedent(f"""
         import os, sys, time
-        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
         import shmcache
-        from test_hugepages import pmd_mapped_kib
+        from shmtest.pages import pmd_mapped_kib
         from shmcache.engine import layout as L
         path = "/dev/shm/" + {name!r}
         print("ready", flush=True)

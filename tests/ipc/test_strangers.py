@@ -193,7 +193,7 @@ def test_whatever_is_planted_at_the_readers_companion_costs_only_the_counters(na
     non-root creator may not remove from the sticky /dev/shm. create() was refused ("permission
     denied removing the old ..."). The companion is optional: the cache is made, one warning
     says it is made without it, and it serves; only its readers' shared counters are off."""
-    from _pods import NOBODY, NOGROUP, pod
+    from shmtest.pods import NOBODY, NOGROUP, pod
 
     comp = reader_stats.path_of(name)
     if plant == "directory":

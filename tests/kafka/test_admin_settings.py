@@ -10,7 +10,7 @@ import logging
 from shmcache.kafka import client as kafka_client
 from shmcache.consumer.config import RunConfig
 
-from _waits import poll_until
+from shmtest.waits import poll_until
 
 
 def _debug_lines(caplog) -> list[str]:

@@ -20,8 +20,8 @@ import pytest
 from shmcache.formats import partitioners, proto, registry, txmeta, wire
 from shmcache.produce import loadgen
 
-from _supervisors import REPO
-from _topic_model import KafkaProbe, replay_topic
+from shmtest.supervisors import REPO
+from shmtest.topic_model import KafkaProbe, replay_topic
 
 ADD, DELETE = wire.ADD, wire.DELETE
 

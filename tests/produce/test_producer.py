@@ -7,7 +7,7 @@ librdkafka acknowledges some messages without their offset (Message.offset() is 
   one for a moment (kafka/topics.py), while a later request of the same partition was
   in flight and then succeeded; librdkafka then acks the refused message "implicitly".
   That lost a message in a test of this suite. Here the refusal is made on demand: the
-  broker sits behind a gate (tests/consumer/_kafka_gate.py refuse_produce) that answers
+  broker sits behind a gate (tests/lib/shmtest/kafka_gate.py refuse_produce) that answers
   the producer's first request itself, once its second one is in flight.
 
 The producer must tell the two apart and fail on the second, naming the partition. The
@@ -32,9 +32,9 @@ from shmcache.produce.producer import TxmetaProducer
 from shmcache.kafka.topics import create_topic, end_offsets
 from shmcache.errors import KafkaRequestError
 
-from _private_broker import broker_run
-from _topic_model import KafkaProbe, Model
-from _waits import poll_until
+from shmtest.private_broker import broker_run
+from shmtest.topic_model import KafkaProbe, Model
+from shmtest.waits import poll_until
 
 
 def test_a_delivery_acknowledged_without_its_offset_ends_at_the_brokers_end(kafka_broker, kafka_topic):

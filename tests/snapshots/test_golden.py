@@ -1,5 +1,5 @@
 """Snapshots stay readable: the golden snapshot of every format version (golden/snapshots/,
-made by tests/snapshots/_golden.py with the shmcache of that version) is read and restored by
+made by tests/lib/shmtest/golden_snapshots.py with the shmcache of that version) is read and restored by
 today's code, header and every key as it was written; a snapshot of a version this shmcache
 does not read is refused with one message naming both versions, and nothing is made."""
 
@@ -30,7 +30,7 @@ def _golden(version: str, tmp_path: Path) -> Path:
 
 
 def test_every_format_version_up_to_todays_has_its_golden_snapshot():
-    """A new FORMAT_VERSION comes with its golden file (tests/snapshots/_golden.py), and the older ones stay."""
+    """A new FORMAT_VERSION comes with its golden file (tests/lib/shmtest/golden_snapshots.py), and the older ones stay."""
     assert VERSIONS == [f"v{n}" for n in range(1, FORMAT_VERSION + 1)], VERSIONS
     assert sorted(p.name for p in GOLDEN.glob("*.snap.gz")) == sorted(f"{v}.snap.gz" for v in VERSIONS)
 

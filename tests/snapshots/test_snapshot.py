@@ -27,7 +27,7 @@ from shmcache.snapshots.writing import SnapshotOut
 from shmcache.errors import SnapshotCancelled, SnapshotCorruptError, SnapshotError
 from shmcache.ipc.segment import path_of
 
-from _procs import check_table, universe, verify
+from shmtest.procs import check_table, universe, verify
 
 
 def _tmps(d) -> list[Path]:

@@ -1,11 +1,10 @@
 """tests/spark: one local[2] SparkSession for the whole test session (with the Kafka
-connector's jars), and the `harness` of tests/consumer/_supervisors.py (real `shmcache
+connector's jars), and the `harness` of tests/lib/shmtest/supervisors.py (real `shmcache
 run` supervisors, cleaned up by pid, segments destroyed). The Kafka broker is the
 session's one, from tests/conftest.py.
 """
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,8 @@ import pytest
 import shmcache
 
 HERE = Path(__file__).resolve().parent
-CONSUMER_TESTS = HERE.parent / "consumer"
-if str(CONSUMER_TESTS) not in sys.path:
-    sys.path.insert(0, str(CONSUMER_TESTS))  # for `import _supervisors`, as tests/consumer does
 
-from _supervisors import harness  # noqa: E402,F401  (a fixture: supervisors, readers, segments)
+from shmtest.supervisors import harness  # noqa: F401 (a fixture: supervisors, readers, segments)
 
 
 @pytest.fixture(scope="session")

@@ -86,8 +86,8 @@ def test_jvm_and_python_agree_on_a_cache_filled_by_shmcache_run(spark, harness, 
     keys never sent, and the JVM's hits are exactly the keys left live."""
     from confluent_kafka import Producer
 
-    from _topic_model import KafkaProbe
-    from _waits import wait_applied
+    from shmtest.topic_model import KafkaProbe
+    from shmtest.waits import wait_applied
 
     topic = kafka_topic(2)
     rng = np.random.default_rng(43)

@@ -21,9 +21,8 @@ from shmcache import cli
 from shmcache.formats import partitioners, txmeta, wire
 from shmcache.spark import audit, datagen, lookup, publish
 
-# tests/consumer's, put on sys.path by conftest
-from _topic_model import KafkaProbe, check_table
-from _waits import wait_applied
+from shmtest.topic_model import KafkaProbe, check_table
+from shmtest.waits import wait_applied
 
 PARTITIONS = 4
 

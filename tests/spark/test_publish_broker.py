@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from shmcache.errors import BrokerUnavailableError
-from _private_broker import broker_run  # tests/consumer, on the path by tests/spark/conftest.py
-from _topic_model import KafkaProbe
+from shmtest.private_broker import broker_run  # tests/consumer, on the path by tests/spark/conftest.py
+from shmtest.topic_model import KafkaProbe
 
 CHILD = """
 import sys
@@ -68,7 +68,7 @@ def test_acks_0_messages_still_on_their_way_are_waited_for(spark, tmp_path):
     job ends with the topic still empty. The publish looks again until the topic holds
     all it wrote (a CI run on a loaded machine failed here before it did)."""
     from shmcache.spark import datagen, publish
-    from _kafka_gate import PRODUCE
+    from shmtest.kafka_gate import PRODUCE
 
     client = "t-late-spark"
     datagen.write(tmp_path / "src", 20000, seed=5)

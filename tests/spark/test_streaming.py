@@ -22,9 +22,8 @@ import pytest
 from shmcache.formats import partitioners, txmeta, wire
 from shmcache.spark import _session, datagen, lookup, streaming
 
-# tests/consumer's, put on sys.path by conftest
-from _topic_model import KafkaProbe, check_table
-from _waits import wait_applied
+from shmtest.topic_model import KafkaProbe, check_table
+from shmtest.waits import wait_applied
 
 PARTITIONS = 4
 FILES, ROWS = 5, 600

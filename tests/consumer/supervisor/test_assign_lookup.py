@@ -21,7 +21,7 @@ import shmcache
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.supervisor.start_offsets import LookUp
 
-from _topic_model import produce_entries
+from shmtest.topic_model import produce_entries
 
 EMPTY, PLAIN, DELETED, TRANSACTIONS = range(4)
 

@@ -1,7 +1,7 @@
 """A broker that stops answering while an assignment asks it where the partitions start
 (consumer/supervisor/start_offsets.py: the group's committed offsets, the partitions' watermarks), against
 a broker of the test's own. The freeze is put exactly there: the broker sits behind a
-gate (tests/consumer/_kafka_gate.py) that stops every connection at the supervisor's
+gate (tests/lib/shmtest/kafka_gate.py) that stops every connection at the supervisor's
 first OffsetFetch (committed offsets) or ListOffsets (watermarks) request; the broker is
 SIGSTOPped while the request waits at the gate, then the gate opens onto the frozen broker.
 
@@ -37,10 +37,10 @@ from shmcache.kafka.broker import PROBE_TIMEOUT_S
 from shmcache.consumer.supervisor.start_offsets import LOOKUP_TIMEOUT_S, ROLE
 from shmcache.engine.control.status import why
 
-from _kafka_gate import LIST_OFFSETS, OFFSET_FETCH, SUPERVISOR_CLIENT
-from _private_broker import broker_run
-from _topic_model import KafkaProbe, check_table
-from _waits import applied, poll_until, wait_applied
+from shmtest.kafka_gate import LIST_OFFSETS, OFFSET_FETCH, SUPERVISOR_CLIENT
+from shmtest.private_broker import broker_run
+from shmtest.topic_model import KafkaProbe, check_table
+from shmtest.waits import applied, poll_until, wait_applied
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"
@@ -48,7 +48,7 @@ WAITING = "waiting for the broker"
 
 def _gated_run(tmp_path, tag: str, *, seed: int, batches: int, partitions: int = PARTITIONS):
     """The stage of every test here: a broker of the test's own behind the gate, topic
-    t-<tag>, `batches` Model batches on it (tests/consumer/_private_broker.py broker_run)."""
+    t-<tag>, `batches` Model batches on it (tests/lib/shmtest/private_broker.py broker_run)."""
     return broker_run(tmp_path, tag, partitions, seed=seed, batches=batches, gated=True)
 
 

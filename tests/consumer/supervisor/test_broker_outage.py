@@ -26,10 +26,10 @@ import urllib.request
 
 import shmcache
 
-from _private_broker import broker_run, free_ports
-from _supervisors import Harness
-from _topic_model import check_table
-from _waits import assert_no_worker_restarted, poll_until, wait_applied
+from shmtest.private_broker import broker_run, free_ports
+from shmtest.supervisors import Harness
+from shmtest.topic_model import check_table
+from shmtest.waits import assert_no_worker_restarted, poll_until, wait_applied
 
 PARTITIONS = 3
 WAITING = "waiting for the broker"

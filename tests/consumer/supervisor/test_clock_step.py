@@ -28,9 +28,9 @@ import re
 
 import psutil
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import Model, check_table, produce_and_wait
-from _waits import poll_until, running
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import Model, check_table, produce_and_wait
+from shmtest.waits import poll_until, running
 
 from shmcache.engine.control import layout as C
 

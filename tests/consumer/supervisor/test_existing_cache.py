@@ -13,9 +13,9 @@ import shmcache
 from shmcache.formats import wire
 from shmcache.ipc.segment import path_of
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import ADD, check_table
-from _waits import assert_no_worker_restarted, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import ADD, check_table
+from shmtest.waits import assert_no_worker_restarted, wait_applied
 
 MAX_VALUE = 256  # the created cache's; run's default is 4096
 

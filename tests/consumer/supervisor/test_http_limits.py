@@ -24,7 +24,7 @@ import shmcache
 from shmcache.consumer.supervisor import http_endpoint
 from shmcache.consumer.supervisor.metrics import MetricsServer
 
-from _waits import poll_until
+from shmtest.waits import poll_until
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ from shmcache.produce import loadgen
 from shmcache.dev.local_kafka import free_ports
 from shmcache.consumer.supervisor.metrics import CacheCollector
 
-from _supervisors import REPO, harness  # noqa: F401
-from _waits import poll_until
+from shmtest.supervisors import REPO, harness  # noqa: F401
+from shmtest.waits import poll_until
 
 PARTITIONS = 4
 

@@ -9,7 +9,7 @@ import uuid
 
 import shmcache
 
-from _supervisors import harness  # noqa: F401
+from shmtest.supervisors import harness  # noqa: F401
 
 
 def _run(name: str, bootstrap: str, topic: str) -> subprocess.CompletedProcess:

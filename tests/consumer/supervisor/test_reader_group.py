@@ -26,7 +26,7 @@ from shmcache.engine import reader_stats
 from shmcache import snapshots as S
 from shmcache.ipc.segment import path_of
 
-from _waits import poll_until, stop_popen
+from shmtest.waits import poll_until, stop_popen
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="readers of other uids: needs root")
 

@@ -18,7 +18,7 @@ import shmcache
 from shmcache.consumer.supervisor import snapshot_dir as snapdir
 from shmcache import snapshots as S
 
-from _waits import poll_until, stop_popen
+from shmtest.waits import poll_until, stop_popen
 
 REPO = Path(__file__).resolve().parents[3]
 ENTRIES = 250_000  # 64-byte values: what a 64 MiB cache holds without evicting, a 40 MiB one not

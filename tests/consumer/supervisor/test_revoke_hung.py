@@ -18,9 +18,9 @@ meanwhile and its table equals the model; commits equal the topic's end.
 
 import psutil
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table, produce_and_wait
-from _waits import poll_until, running, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table, produce_and_wait
+from shmtest.waits import poll_until, running, wait_applied
 
 PARTITIONS = 2
 DRAIN_S = 6.0

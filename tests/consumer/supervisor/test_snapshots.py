@@ -27,9 +27,9 @@ from shmcache import snapshots as S
 from shmcache.errors import SnapshotCorruptError
 from shmcache.snapshots.format import HEAD, MAGIC
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table, produce_and_wait
-from _waits import applied, poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table, produce_and_wait
+from shmtest.waits import applied, poll_until, wait_applied
 
 PARTS = 3
 

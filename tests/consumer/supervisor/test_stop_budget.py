@@ -28,8 +28,8 @@ import psutil
 
 import shmcache
 
-from _private_broker import broker_run
-from _waits import running, wait_applied, wait_gone
+from shmtest.private_broker import broker_run
+from shmtest.waits import running, wait_applied, wait_gone
 
 PARTITIONS = 4
 DRAIN_S = 6.0  # drain_timeout: the hung worker is killed at it

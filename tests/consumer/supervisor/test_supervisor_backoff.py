@@ -15,8 +15,8 @@ import sys
 import time
 
 
-from _supervisors import harness  # noqa: F401
-from _waits import poll_until
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.waits import poll_until
 
 from shmcache.consumer.supervisor.backoff import BACKOFF_RESET_S, backoff_s
 

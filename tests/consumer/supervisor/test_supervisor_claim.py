@@ -18,7 +18,7 @@ import pytest
 import shmcache
 from shmcache.engine.control import layout as C
 
-from _waits import poll_until, stop_popen
+from shmtest.waits import poll_until, stop_popen
 
 REPO = Path(__file__).resolve().parents[3]
 

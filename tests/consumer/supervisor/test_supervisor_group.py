@@ -25,9 +25,9 @@ import pytest
 import shmcache
 from shmcache.consumer.supervisor.metrics import CacheCollector
 
-from _supervisors import REPO, harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table
-from _waits import applied, poll_until, wait_applied
+from shmtest.supervisors import REPO, harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table
+from shmtest.waits import applied, poll_until, wait_applied
 
 PARTITIONS = 4
 FAST = ("heartbeat.interval.ms=500",)

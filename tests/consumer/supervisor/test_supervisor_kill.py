@@ -22,9 +22,9 @@ import time
 
 import pytest
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table
-from _waits import applied, poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table
+from shmtest.waits import applied, poll_until, wait_applied
 
 PARTITIONS = 4
 PR_SET_CHILD_SUBREAPER = 36

@@ -14,9 +14,9 @@ import shmcache
 from shmcache.engine import reader_stats
 from shmcache.ipc.segment import path_of
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import Model, produce_and_wait
-from _waits import poll_until
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import Model, produce_and_wait
+from shmtest.waits import poll_until
 
 
 @pytest.mark.parametrize("how", ["unlink", "replace"])

@@ -15,9 +15,9 @@ import os
 
 import psutil
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, produce_and_wait
-from _waits import applied, resume, wait_applied, wait_gone
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, produce_and_wait
+from shmtest.waits import applied, resume, wait_applied, wait_gone
 
 import shmcache
 

@@ -10,9 +10,9 @@ from confluent_kafka.admin import NewPartitions
 
 from shmcache.kafka.topics import wait_answering
 
-from _supervisors import Harness
-from _topic_model import produce_entries
-from _waits import poll_until
+from shmtest.supervisors import Harness
+from shmtest.topic_model import produce_entries
+from shmtest.waits import poll_until
 
 BOUND = 60.0  # far below the 300 s of librdkafka's default refresh, far above the 5 s of ours
 

@@ -37,9 +37,9 @@ from shmcache.consumer.config import RunConfig
 from shmcache.consumer.supervisor.topic_id import TopicIdentity
 from shmcache.kafka.topics import create_topic
 
-from _supervisors import Harness
-from _topic_model import KafkaProbe, produce_entries
-from _waits import applied, poll_until, wait_applied
+from shmtest.supervisors import Harness
+from shmtest.topic_model import KafkaProbe, produce_entries
+from shmtest.waits import applied, poll_until, wait_applied
 
 PARTITIONS = 2
 OLD, NEW, MORE = 100, 10, 150  # messages per partition: the old topic, the new one, then produced to it

@@ -20,9 +20,9 @@ import sys
 
 import psutil
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table, produce_and_wait
-from _waits import poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table, produce_and_wait
+from shmtest.waits import poll_until, wait_applied
 
 import shmcache
 from shmcache.engine.control import layout as C

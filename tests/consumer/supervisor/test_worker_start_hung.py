@@ -28,9 +28,9 @@ import psutil
 
 from shmcache.engine.control.status import why
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import Model, check_table, produce_and_wait
-from _waits import poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import Model, check_table, produce_and_wait
+from shmtest.waits import poll_until, wait_applied
 
 PARTITIONS = 4
 START_S = 8.0  # --worker-start-timeout here; the default (120 s) would only make the test slower. The

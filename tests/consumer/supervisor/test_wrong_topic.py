@@ -10,9 +10,9 @@ a topic that exists but is another; then the right one, which fetches only what 
 import subprocess
 import sys
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import Model, check_table, produce_and_wait
-from _waits import applied, poll_until, wait_applied
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import Model, check_table, produce_and_wait
+from shmtest.waits import applied, poll_until, wait_applied
 
 import shmcache
 from shmcache.engine.control import layout as C

@@ -27,10 +27,10 @@ import psutil
 import shmcache
 from shmcache.consumer.worker import forkserver
 
-from _private_broker import free_ports
-from _supervisors import Harness, harness  # noqa: F401
-from _topic_model import KafkaProbe, Model, check_table
-from _waits import applied, poll_until, wait_applied
+from shmtest.private_broker import free_ports
+from shmtest.supervisors import Harness, harness  # noqa: F401
+from shmtest.topic_model import KafkaProbe, Model, check_table
+from shmtest.waits import applied, poll_until, wait_applied
 
 WAITING = "waiting for the broker"
 PARTITIONS = 4

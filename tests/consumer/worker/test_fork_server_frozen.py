@@ -28,9 +28,9 @@ import time
 
 import psutil
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import Model, check_table, produce_and_wait
-from _waits import poll_until, resume, running, wait_applied, wait_gone
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import Model, check_table, produce_and_wait
+from shmtest.waits import poll_until, resume, running, wait_applied, wait_gone
 
 import shmcache
 

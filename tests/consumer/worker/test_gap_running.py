@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from confluent_kafka import TopicPartition
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import produce_entries
-from _waits import applied, poll_until
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import produce_entries
+from shmtest.waits import applied, poll_until
 
 import shmcache
 

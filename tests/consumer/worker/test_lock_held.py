@@ -23,9 +23,9 @@ import numpy as np
 import psutil
 import xxhash
 
-from _supervisors import harness  # noqa: F401
-from _topic_model import Model, check_table, produce_and_wait
-from _waits import poll_until
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import Model, check_table, produce_and_wait
+from shmtest.waits import poll_until
 
 from shmcache.formats import wire
 from shmcache.engine import layout as L

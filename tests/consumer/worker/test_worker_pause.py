@@ -21,7 +21,7 @@ from shmcache.consumer.config import RunConfig
 from shmcache.consumer.supervisor.worker_handle import WorkerHandle, request_all
 from shmcache.engine.control import layout as C
 
-from _waits import poll_until
+from shmtest.waits import poll_until
 
 BURST = 300  # one-entry messages per partition and cycle: several seconds' worth at max_rate=1
 CYCLES = 2

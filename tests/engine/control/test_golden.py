@@ -1,4 +1,4 @@
-"""The golden control areas (golden/control/, made by tests/engine/_golden_control.py;
+"""The golden control areas (golden/control/, made by tests/lib/shmtest/golden_control.py;
 docs/segment-format.md section 14): the committed files are what the generator makes, and
 the Python reader's status gives every case's expected ready, caught_up, reason and why.
 The conformance suite (tests/conformance/) asks the Go and Java readers the same."""
@@ -17,8 +17,8 @@ import pytest
 import shmcache
 from shmcache.ipc import liveness
 
-import _golden_control as G
-from _golden import GOLDEN
+from shmtest import golden_control as G
+from shmtest.golden_segments import GOLDEN
 
 CASES = G.load()
 

@@ -109,7 +109,7 @@ class StatusTest {
 
     /**
      * A case's segment with its live owner words (the processes of the roles, by pid) and ages
-     * filled (tests/engine/_golden_control.py image()).
+     * filled (tests/lib/shmtest/golden_control.py image()).
      */
     static byte[] image(JsonNode c, long supervisorPid, long workerPid) throws IOException {
         byte[] data;

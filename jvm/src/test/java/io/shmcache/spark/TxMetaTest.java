@@ -22,7 +22,7 @@ import org.junit.jupiter.api.Test;
 
 /**
  * shmcache_txmeta's decoder on the golden txmeta values that the Python and Go decoders
- * are held to as well (golden/txmeta/cases.json, made by tests/_txmeta_golden.py), and on
+ * are held to as well (golden/txmeta/cases.json, made by tests/lib/shmtest/golden_txmeta.py), and on
  * hand-made values: the fields of a record, a missing height, no parents, and every
  * malformed shape a null, never an exception; and the JSON object {@code get --decode
  * txmeta} prints (TxMetaValue.json, the same parse) for every golden value.

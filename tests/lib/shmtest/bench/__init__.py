@@ -1,0 +1,1 @@
+"""The benchmarks' helpers (bench/): peers and datasets (`peers`), summary tables (`summary`), and the child processes and data of single benchmarks."""

@@ -1,0 +1,1 @@
+"""The fault suite (tests/faults, scripts/faults): a run (`harness`), its faults (`inject`), its end checks (`checks`), the producer and reader (`stream`), its command line (`cli`), the broker it restarts (`broker`)."""
