@@ -41,6 +41,7 @@ import numpy as np
 import pytest
 
 from shmtest.bench import peers as P
+from shmtest.toolchains import JDK17, JDK25
 import shmcache
 from shmcache.formats import txmeta
 
@@ -56,11 +57,6 @@ WAYS = ("row at a time", "chunk 256", "packed 256")
 SPARK_REPEAT = 10
 
 
-def _find_jdk(feature: str) -> str | None:
-    p = subprocess.run([str(JVM / "find-jdk"), feature], capture_output=True, text=True)
-    return p.stdout.strip() or None
-
-
 def _jar() -> Path | None:
     """$SHMCACHE_JVM_JAR (another build: its test classes beside it, in ../test-classes), else jvm/target's."""
     if os.environ.get("SHMCACHE_JVM_JAR"):
@@ -69,7 +65,7 @@ def _jar() -> Path | None:
     return jars[-1] if jars else None
 
 
-JDK17, JDK25, JAR = _find_jdk("17"), _find_jdk("25"), _jar()
+JAR = _jar()
 TEST_CLASSES = None if JAR is None else JAR.parent / "test-classes"
 pytestmark = [pytest.mark.skipif(JAR is None or not (TEST_CLASSES / "io" / "shmcache" / "BatchBench.class").exists(),
                                  reason="the shmcache JVM jar and its test classes are not built (scripts/setup)"),

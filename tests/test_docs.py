@@ -171,3 +171,29 @@ def test_every_symptom_of_troubleshooting_links_to_its_section():
     assert len(rows) >= 9, rows
     for row in rows:
         assert re.search(r"\]\([a-z-]+\.md(#[a-z0-9-]+)?\) \|$", row), f"no link to read on: {row[:60]}"
+
+
+STUCK_BOUND = re.compile(r"`STUCK_GIVE_UP` \(([\d.]+) s\)")
+STUCK_TALK = re.compile(r"(stuck|mid-write|held buckets|given up|gives? their keys up)", re.I)
+SECONDS = re.compile(r"\b\d+(?:\.\d+)? s\b")
+
+
+def test_the_stuck_bound_is_named_and_its_value_is_the_specs_everywhere():
+    """The stuck bucket's bound is one constant (docs/segment-format.md section 7, every
+    reader's STUCK_GIVE_UP): a page that gives it says its name, and the seconds it writes
+    beside the name are the constant's, so a change of the bound that misses a page fails here."""
+    from shmcache.engine.reader import STUCK_GIVE_UP
+
+    said, wrong, unnamed = 0, [], []
+    for page in PAGES:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            for m in STUCK_BOUND.finditer(line):
+                said += 1
+                if float(m.group(1)) != STUCK_GIVE_UP:
+                    wrong.append(f"{page.name}:{n}: {m.group(0)}")
+            if STUCK_TALK.search(line) and SECONDS.search(line) and "STUCK_GIVE_UP" not in line \
+                    and ("bucket" in line or "in all" in line or "deadline" in line):
+                unnamed.append(f"{page.name}:{n}: {line.strip()}")
+    assert said >= 5, "the pages no longer name the bound"
+    assert not wrong, f"the bound is {STUCK_GIVE_UP:g} s: {wrong}"
+    assert not unnamed, f"the stuck bound in seconds without its name: {unnamed}"

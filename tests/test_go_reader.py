@@ -14,22 +14,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-GO_DIR = Path(__file__).resolve().parents[1] / "go"
+from shmtest.toolchains import GO, GO_DIR
+from shmtest.toolchains import go as _go
+
 BENCH_DIR = GO_DIR / "bench"
-GO = shutil.which("go")
 pytestmark = pytest.mark.skipif(GO is None, reason="go is not installed: the Go reader (go/) is not built or tested")
-
-
-def _go(*args: str, cgo: bool = False, timeout: float = 300, env: dict | None = None, cwd: Path = GO_DIR) -> str:
-    env = {**os.environ, "CGO_ENABLED": "1" if cgo else "0", "SHMCACHE_PYTHON": sys.executable, **(env or {})}
-    p = subprocess.run([GO, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"go {' '.join(args)} failed:\n{p.stdout}\n{p.stderr}"
-    return p.stdout
 
 
 def test_gofmt_vet_and_a_pure_go_build():

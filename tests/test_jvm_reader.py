@@ -31,36 +31,12 @@ import pytest
 
 import shmcache
 
-JVM_DIR = Path(__file__).resolve().parents[1] / "jvm"
-MVN, JAVA = shutil.which("mvn"), shutil.which("java")
+from shmtest.toolchains import BUILD_JDK, JAVA, JDK17, JDK25, JVM_DIR, MVN, mvn
+
 pytestmark = pytest.mark.skipif(MVN is None or JAVA is None,
                                 reason="java or mvn is not installed: the Java reader (jvm/) is not built or tested")
-
-
-def find_jdk(feature: str, javac: bool = False) -> str | None:
-    """The JAVA_HOME of an installed JDK of that feature release ("25", "22+"), None if none."""
-    p = subprocess.run([str(JVM_DIR / "find-jdk"), *(["--javac"] if javac else []), feature], capture_output=True,
-                       text=True)
-    return p.stdout.strip() or None
-
-
-BUILD_JDK = find_jdk("22+", javac=True)  # Maven's, for the jar's JDK 22+ classes (scripts/setup's choice)
-JDK17, JDK25 = find_jdk("17"), find_jdk("25")
 # the JVM's own warnings (sun.misc.Unsafe's deprecation, a restricted method called), never the reader's log
 JVM_WARNING = re.compile(r"^WARNING: (?!shmcache: )|VM warning", re.M)
-
-
-def mvn(build: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    """`mvn -q -B -o ARGS` in jvm/ on the build JDK, online once if offline lacks something (a fresh ~/.m2).
-    Its output goes to `build` (the pom's shmcache.build.dir), never jvm/target: that is scripts/setup's
-    jar, which the Spark tests and the conformance suite load while this runs beside them."""
-    env = {**os.environ, **({"JAVA_HOME": BUILD_JDK} if BUILD_JDK else {})}
-    run = lambda *flags: subprocess.run([MVN, "-q", "-B", *flags, f"-Dshmcache.build.dir={build}", *args],
-                                        cwd=JVM_DIR, capture_output=True, text=True, timeout=timeout, env=env)
-    p = run("-o")
-    if p.returncode != 0 and "offline" in p.stdout + p.stderr:
-        p = run()
-    return p
 
 
 BASE_TESTS = ("AccessTest", "GoldenTest", "FaultTest", "OwnerTest", "LayoutTest", "StuckTest", "CutShortTest",

@@ -253,7 +253,10 @@ def test_tests_and_benchmarks_find_their_helpers_by_name():
             if isinstance(node, ast.Attribute) and node.attr == "spec_from_file_location":
                 found.append(f"{rel}:{node.lineno}: a module loaded by its path")
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
+                [node.args[0].value] if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(
+                    node.func, "attr", "")) in ("__import__", "import_module") and node.args and isinstance(
+                    node.args[0], ast.Constant) and isinstance(node.args[0].value, str) else []
             found += [f"{rel}:{node.lineno}: imports {n}" for n in names if n.split(".")[0].startswith(("test_", "_"))
                       and n != "__future__"]
     assert not found, "\n".join(found)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from shmtest import golden_control
 from shmtest import readers as R
 from shmtest import scene as S
 
@@ -70,6 +71,7 @@ def test_get(readers, scene, case):
     _judge(results, readers, {**case, **({"out": _values(case["out"])} if "out" in case else {})})
 
 
+@pytest.mark.contract  # in scripts/test --quick: every reader over the goldens
 @pytest.mark.parametrize("case", sorted(S.golden_cases()))
 def test_golden_segment(readers, scene, roles, case):
     """Every golden segment: refused with its kind (naming the field), or every key's answer."""
@@ -174,6 +176,7 @@ def test_a_batch_over_held_buckets_returns_after_one_bound(readers, scene, case)
 CONTROL = S.control_cases()
 
 
+@pytest.mark.contract  # in scripts/test --quick: every reader over the goldens
 @pytest.mark.parametrize("case", sorted(CONTROL))
 def test_status_of_a_golden_control_area(readers, scene, roles, case):
     """Each golden control area: the same ready, caught_up, reason and why from every reader."""
@@ -181,7 +184,7 @@ def test_status_of_a_golden_control_area(readers, scene, roles, case):
     s = scene("status")
     s.install_control(exp, {r: w for r, (_, w) in roles.items()})
     results = R.run_all(readers, "status", "--json", s.name)
-    pattern = re.compile(__import__("_golden_control").why_pattern(exp, roles["supervisor"][0]))
+    pattern = re.compile(golden_control.why_pattern(exp, roles["supervisor"][0]))
     bad = []
     for r in readers:
         p = results[r.name]

@@ -28,11 +28,18 @@ VARIANTS = {
 
 def lookup_variant(label: str):
     """engine/_lookup.py with VARIANTS[label]'s edits, imported as a module of its own."""
-    src = (REPO / "engine" / "_lookup.py").read_text().replace("from __future__ import annotations", "")
-    for old, new in VARIANTS[label]:
-        assert old in src, f"variant {label!r}: {old!r} is no longer in engine/_lookup.py"
+    return _edited("_lookup", VARIANTS[label], label, "shmcache-bench-lookup-bounds")
+
+
+def _edited(module: str, edits: list, label: str, folder: str):
+    """The engine module `module` (engine/_lookup.py, engine/_kernels.py) with `edits` ((old, new)
+    pairs) made, imported as a module of its own;
+    an edit whose old text is no longer there fails, naming it."""
+    src = (REPO / "engine" / f"{module}.py").read_text().replace("from __future__ import annotations", "")
+    for old, new in edits:
+        assert old in src, f"variant {label!r}: {old!r} is no longer in engine/{module}.py"
         src = src.replace(old, new)
-    return P.import_source(src, "_lookup_" + label.replace(" ", "_"), "shmcache-bench-lookup-bounds")
+    return P.import_source(src, f"{module}_" + label.replace(" ", "_"), folder)
 
 
 # The apply kernel (engine/_kernels.py apply_entries) with one part taken away, as
@@ -49,8 +56,4 @@ ADD_VARIANTS = {
 
 def add_variant(label: str):
     """engine/_kernels.py with ADD_VARIANTS[label]'s edits, imported as a module of its own."""
-    src = (REPO / "engine" / "_kernels.py").read_text().replace("from __future__ import annotations", "")
-    for old, new in ADD_VARIANTS[label]:
-        assert old in src, f"variant {label!r}: {old!r} is no longer in engine/_kernels.py"
-        src = src.replace(old, new)
-    return P.import_source(src, "_kernels_" + label.replace(" ", "_"), "shmcache-bench-add-variants")
+    return _edited("_kernels", ADD_VARIANTS[label], label, "shmcache-bench-add-variants")
