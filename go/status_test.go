@@ -22,7 +22,7 @@ import (
 	"time"
 )
 
-// pyControl is testdata/control.py: a real Python Writer whose control area it sets as a
+// pyControl is shmtest.control_writer (tests/lib/shmtest/control_writer.py): a real Python Writer whose control area it sets as a
 // scenario says, and the Python reader's status() of it (or of another cache).
 type pyControl struct {
 	name  string
@@ -32,7 +32,7 @@ type pyControl struct {
 	done  chan error
 }
 
-// startControl starts testdata/control.py on a cache of the test's own and waits for its
+// startControl starts shmtest.control_writer on a cache of the test's own and waits for its
 // "ready"; the process is stopped by pid and its cache removed when the test ends.
 func startControl(t *testing.T, what string) *pyControl {
 	name, _ := shmName(t, what)
@@ -40,7 +40,7 @@ func startControl(t *testing.T, what string) *pyControl {
 }
 
 func startControlNamed(t *testing.T, name string) *pyControl {
-	cmd := exec.Command(python(t), "testdata/control.py", name)
+	cmd := exec.Command(python(t), "-P", "-m", "shmtest.control_writer", name)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -52,7 +52,7 @@ func startControlNamed(t *testing.T, name string) *pyControl {
 	t.Cleanup(func() { p.stop(t) })
 	p.lines.Buffer(nil, 1<<20)
 	if !p.lines.Scan() || p.lines.Text() != "ready" {
-		t.Fatalf("testdata/control.py did not start: %q", p.lines.Text())
+		t.Fatalf("shmtest.control_writer did not start: %q", p.lines.Text())
 	}
 	return p
 }
@@ -70,7 +70,7 @@ func (p *pyControl) stop(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		p.cmd.Process.Kill()
 		<-p.done
-		t.Errorf("testdata/control.py did not exit at the end of its input")
+		t.Errorf("shmtest.control_writer did not exit at the end of its input")
 	}
 }
 
@@ -78,7 +78,7 @@ func (p *pyControl) stop(t *testing.T) {
 func (p *pyControl) ask(t *testing.T, line string) map[string]any {
 	fmt.Fprintln(p.stdin, line)
 	if !p.lines.Scan() {
-		t.Fatalf("testdata/control.py did not answer %q", line)
+		t.Fatalf("shmtest.control_writer did not answer %q", line)
 	}
 	var v map[string]any
 	if err := json.Unmarshal(p.lines.Bytes(), &v); err != nil {

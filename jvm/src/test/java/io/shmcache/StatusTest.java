@@ -134,20 +134,23 @@ class StatusTest {
         return "^" + Pattern.quote(text).replace("{s}", "\\E\\d+\\Q") + "$";
     }
 
-    /** The Python reader's status() of cache name, as JSON, from a Python process that reads a name a line. */
-    static JsonNode pythonStatus(BufferedReader out, Writer in, String name) throws IOException {
-        in.write(name + "\n");
-        in.flush();
-        String line = out.readLine();
-        assertNotNull(line, "the Python reader answered for " + name);
-        return JSON.readTree(line);
+    /**
+     * The one writer of control areas for the cross-language checks (tests/lib/shmtest/control_writer.py,
+     * Go's status_test.go runs it too) on a cache of its own, started and past its "ready".
+     */
+    static Process controlWriter(String name) throws IOException {
+        return new ProcessBuilder(PYTHON.toString(), "-P", "-m", "shmtest.control_writer", name)
+                .redirectError(ProcessBuilder.Redirect.INHERIT).start();
     }
 
-    static final String READER = String.join("\n",
-            "import json, sys, shmcache",
-            "for line in sys.stdin:",
-            "    with shmcache.attach(line.strip()) as r:",
-            "        print(json.dumps(r.status()), flush=True)");
+    /** The control writer's answer to one line (`status NAME`, `scenario S`): the Python reader's status(). */
+    static JsonNode pythonSays(BufferedReader out, Writer in, String line) throws IOException {
+        in.write(line + "\n");
+        in.flush();
+        String answer = out.readLine();
+        assertNotNull(answer, "the Python control writer answered " + line);
+        return JSON.readTree(answer);
+    }
 
     /**
      * The contract's fields of two readers' status equal; ages as far apart as the two reads
@@ -187,10 +190,10 @@ class StatusTest {
         Assumptions.assumeTrue(Files.isExecutable(PYTHON), "the Python reader (.venv) is not installed");
         JsonNode cases = cases();
         assertTrue(cases.size() >= 15, "the golden control areas are there");
-        Process py = new ProcessBuilder(PYTHON.toString(), "-c", READER).redirectError(ProcessBuilder.Redirect.INHERIT)
-                .start();
+        Process py = controlWriter(shm.name("python-reader"));
         try (BufferedReader out = new BufferedReader(new InputStreamReader(py.getInputStream(), StandardCharsets.UTF_8));
              Writer in = new OutputStreamWriter(py.getOutputStream(), StandardCharsets.UTF_8)) {
+            assertEquals("ready", out.readLine(), "the Python control writer started");
             for (Iterator<Map.Entry<String, JsonNode>> it = cases.fields(); it.hasNext();) {
                 Map.Entry<String, JsonNode> e = it.next();
                 JsonNode c = e.getValue();
@@ -207,7 +210,7 @@ class StatusTest {
                 assertEquals(want.get("caught_up").asBoolean(), st.caughtUp(), e.getKey() + ": caught_up");
                 assertEquals(want.get("reason").asText(), st.reason(), e.getKey() + ": reason; why " + st.why());
                 assertTrue(Pattern.matches(whyPattern(c), st.why()), e.getKey() + ": why " + st.why());
-                JsonNode python = pythonStatus(out, in, name);
+                JsonNode python = pythonSays(out, in, "status " + name);
                 assertSameStatus(python, JSON.readTree(st.toJson()), (System.nanoTime() - t0) / 1e9, e.getKey());
             }
         } finally {
@@ -218,84 +221,22 @@ class StatusTest {
         }
     }
 
-    /** The states the live Python writer (status_writer.py below) walks its cache through. */
+    /** The control writer's scenarios the live test walks a cache through, one a reason or more. */
     static final List<String> STEPS = List.of("ready", "lagging", "worker-stale", "lookup-error", "shared-group",
-            "broker-waiting", "assigning", "supervisor-stale", "gap", "gap-accepted", "no-supervisor");
-
-    static final String WRITER = String.join("\n",
-            "import json, sys, time",
-            "import shmcache",
-            "from shmcache.engine.control import layout as C",
-            "from shmcache.ipc import liveness",
-            "name = sys.argv[1]",
-            "w = shmcache.create(name, memory='4MiB', max_value=64)",
-            "try:",
-            "    c = w.control",
-            "    assert c.claim_supervisor() == 0",
-            "    c.reset_supervisor(worker_stale_s=5)",
-            "    c.set_topic('txmeta', 3)",
-            "    c.broker_up()",
-            "    c.worker_row(0).claim(liveness.owner_word())",  // its owner lock too (format section 13)
-            "    def worker(beat_age=0.0):",
-            "        c.workers[0, C.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age * 1e9)",
-            "        c.workers[0, C.K_STARTS] = 1",
-            "        c.set_worker_handle(0, 'up', 0)",
-            "    def assign(p, applied, hw):",
-            "        c.partition_rows.assign(p, applied, hw, -1, 0)",
-            "    worker()",
-            "    for p in range(3):",
-            "        assign(p, 100 + p, 100 + p)",
-            "    c.count('rebalances')",
-            "    print('created', flush=True)",
-            "    for line in sys.stdin:",
-            "        step = line.strip()",
-            "        c.beat()",
-            "        if step == 'lagging':",
-            "            assign(1, 5, 20)",
-            "        elif step == 'worker-stale':",
-            "            assign(1, 101, 101); worker(beat_age=30)",
-            "        elif step == 'lookup-error':",
-            "            worker(); c.partition_rows.unassign(2)",
-            "            c.set_lookup_failure('looking up where partitions [2] start: timed out', time.monotonic_ns() - 30 * 10**9)",
-            "        elif step == 'shared-group':",
-            "            c.set_lookup_failure('', 0)",
-            "            c.set_group(2, [{'client_id': 'shmcache-b', 'host': 'host-b', 'instance_id': 'b-1'}], {2: 0})",
-            "        elif step == 'broker-waiting':",
-            "            assign(2, 102, 102); c.set_group(0, [], {})",
-            "            c.broker_waiting(time.monotonic_ns() - 7 * 10**9)",
-            "        elif step == 'assigning':",
-            "            c.broker_up(); c.set_assigning(True)",
-            "        elif step == 'supervisor-stale':",
-            "            c.set_assigning(False); c._h[C.H_SUPERVISOR_HEARTBEAT] = time.monotonic_ns() - 30 * 10**9",
-            "        elif step == 'gap':",
-            "            c.flag_gap(1, 1234)",
-            "        elif step == 'gap-accepted':",
-            "            c._h[C.H_ACCEPT_GAPS] = 1",
-            "        elif step == 'no-supervisor':",
-            "            c.release_supervisor()",
-            "        with shmcache.attach(name) as r:",
-            "            print(json.dumps(r.status()), flush=True)",
-            "finally:",
-            "    w.close()",
-            "    shmcache.destroy(name)");
+            "broker-waiting", "assigning", "stale-supervisor", "gap", "gap-accepted", "no-supervisor");
 
     @Test
     void aLivePythonWritersControlAreaReadsAsThePythonReaderReadsIt() throws Exception {
         Assumptions.assumeTrue(Files.isExecutable(PYTHON), "the Python writer (.venv) is not installed");
         String name = shm.name("live-writer");
-        Process py = new ProcessBuilder(PYTHON.toString(), "-c", WRITER, name).redirectError(ProcessBuilder.Redirect.INHERIT)
-                .start();
+        Process py = controlWriter(name);
         try (BufferedReader out = new BufferedReader(new InputStreamReader(py.getInputStream(), StandardCharsets.UTF_8));
              Writer in = new OutputStreamWriter(py.getOutputStream(), StandardCharsets.UTF_8)) {
-            assertEquals("created", out.readLine(), "the Python writer made its cache");
+            assertEquals("ready", out.readLine(), "the Python writer made its cache");
             List<String> reasons = new ArrayList<>();
             try (Segment r = Segment.attach(name)) {
                 for (String step : STEPS) {
-                    in.write(step + "\n");
-                    in.flush();
-                    String line = out.readLine();
-                    assertNotNull(line, "the Python writer answered " + step);
-                    JsonNode python = JSON.readTree(line);
+                    JsonNode python = pythonSays(out, in, "scenario " + step);
                     Status st = r.status();
                     assertSameStatus(python, JSON.readTree(st.toJson()), 1.0, step);
                     reasons.add(st.reason());

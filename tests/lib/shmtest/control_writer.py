@@ -1,8 +1,10 @@
-"""Control areas written by the real Python engine, and the Python reader's status() of
-them, for the Go tests (status_test.go): compares the Go reader's readiness with the
-Python reader's, field by field.
+"""The one writer of control areas for the cross-language checks: the real Python engine sets
+a cache's control words as a scenario says, and the Python reader's status() of it is the
+answer the Go reader (go/status_test.go) and the Java reader (StatusTest.java) must give,
+field by field. (The golden control areas, golden/control/, are golden_control.py's.)
 
-    control.py NAME     creates cache NAME (a Writer), prints "ready", then answers lines:
+    python -P -m shmtest.control_writer NAME
+                        creates cache NAME (a Writer), prints "ready", then answers lines:
       scenario S        sets the control words as scenario S says (each from a clean
                         state, as tests/engine/control/test_area.py sets them) and prints the
                         Python reader's status() of NAME as one JSON line
@@ -195,6 +197,11 @@ def scenario(w, s: str, workers: list[int]) -> None:
             assign(w, p, 100 * p, 100 * p + p % 3, p % 3 == 0, owner=1 + p % 6)
         assign(w, 6, -1, -1, False, owner=0, latest=-1)  # no worker, lag unknown
         assign(w, 7, 5, 2, False, owner=99, latest=3)  # owner out of range, applied past the target
+    elif s == "worker-stale":  # every partition caught up, its one worker's heartbeat 30 s old
+        clean(w, 3, worker_stale_s=5.0)
+        worker(w, 0, workers[0], beat_age_s=30.0)
+        for p in range(3):
+            assign(w, p, 10 + p, 10 + p, True)
     elif s == "worker-not-running":
         clean(w, 1)
         assign(w, 0, 1, 1, True, owner=5)  # worker 4's row is not in use
@@ -276,4 +283,5 @@ def main() -> None:
         shmcache.destroy(name, force=True)
 
 
-main()
+if __name__ == "__main__":
+    main()
