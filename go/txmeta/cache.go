@@ -103,8 +103,12 @@ func (c *Cache) Reader() *shmcache.Cache { return c.r }
 // Name is the cache's name.
 func (c *Cache) Name() string { return c.r.Name() }
 
-// Close closes the handle if Attach made it. It never destroys the cache.
+// Close closes the handle if Attach made it. It never destroys the cache. Close of a nil
+// *Cache (what a failed Attach returned) does nothing, as the reader's Close.
 func (c *Cache) Close() error {
+	if c == nil {
+		return nil
+	}
 	if c.owned {
 		return c.r.Close()
 	}

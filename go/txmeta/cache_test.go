@@ -359,3 +359,15 @@ func TestHealthAndContext(t *testing.T) {
 		t.Errorf("stats of a destroyed cache: %v", err)
 	}
 }
+
+// TestCloseOfAFailedAttachIsNothing: the package example's `defer c.Close()` after a failed
+// Attach (a nil *Cache) returns nil instead of panicking, as the reader's Close does.
+func TestCloseOfAFailedAttachIsNothing(t *testing.T) {
+	c, err := Attach("t-txmeta-no-such-cache-"+t.Name(), Config{})
+	if err == nil || c != nil {
+		t.Fatalf("Attach of no cache: %v, %v", c, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close of a nil *Cache: %v", err)
+	}
+}

@@ -8,6 +8,7 @@
 // which outlives their restarts.
 //
 //	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288})
+//	if err != nil { return err }                          // shmcache.Kind(err) says why
 //	defer c.Close()
 //	err = c.WaitReady(ctx)                                // the whole topic applied
 //	c.SetBlockHeight(tip)                                 // the horizon: older values are "old"

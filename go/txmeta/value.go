@@ -35,10 +35,10 @@ import (
 
 // Sizes of the layout.
 const (
-	HashSize   = 32                           // a tx hash (chainhash.Hash)
-	FixedSize  = 8 + 8 + 1 + 4                // fee + size + flags + parentCount
-	HeightSize = 4                            // the optional block height
-	MinSize    = FixedSize + HashSize + 4 + 4 // one parent with one vout, no height: 61
+	HashSize   = 32            // a tx hash (chainhash.Hash)
+	FixedSize  = 8 + 8 + 1 + 4 // fee + size + flags + parentCount
+	HeightSize = 4             // the optional block height
+	MinSize    = FixedSize     // no parents, no height: the smallest value that decodes (21)
 )
 
 // Bits of Flags, as Teranode's meta.Data reads them (stores/utxo/meta).

@@ -223,3 +223,22 @@ func TestMarshalJSONIsTheGoldenObject(t *testing.T) {
 		}
 	}
 }
+
+// TestMinSizeIsTheSmallestValueThatDecodes: a value of MinSize bytes (no parents, no height)
+// decodes, and one byte less is malformed, so a caller that checks a length against MinSize
+// refuses nothing Decode takes.
+func TestMinSizeIsTheSmallestValueThatDecodes(t *testing.T) {
+	v := make([]byte, MinSize)
+	binary.LittleEndian.PutUint64(v, 1234)
+	binary.LittleEndian.PutUint64(v[8:], 250)
+	var m Meta
+	if err := m.Decode(v); err != nil {
+		t.Fatalf("a value of MinSize (%d) bytes: %v", MinSize, err)
+	}
+	if m.Fee != 1234 || m.Size != 250 || len(m.Parents) != 0 || m.HasHeight {
+		t.Fatalf("decoded %+v", m)
+	}
+	if err := m.Decode(v[:MinSize-1]); err == nil {
+		t.Fatalf("a value of %d bytes decoded", MinSize-1)
+	}
+}
