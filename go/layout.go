@@ -109,6 +109,11 @@ const (
 	kOwner       = 0
 	kHeartbeat   = 1
 	kStarts      = 2
+	kAdds        = 3
+	kDeletes     = 4
+	kMalformed   = 5
+	kUnknown     = 6
+	kMessages    = 7
 	pApplied     = 0
 	pHighWater   = 1
 	pOwner       = 2

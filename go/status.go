@@ -72,6 +72,30 @@ type Status struct {
 	Ready                   bool              `json:"ready"`
 	Reason                  string            `json:"reason"` // "ready", or a word of the table in section 14
 	Why                     string            `json:"why"`    // "" when ready, else that table's sentence
+	Workers                 []WorkerStatus    `json:"workers"`
+}
+
+// WorkerStatus is a worker row in use (the spec's section 14, "The workers"): the
+// supervisor's worker process, its state, and what it applied since its slot was first
+// started: entries by action, Kafka messages, malformed messages (their valid prefix
+// applied) and entries of an unknown action (skipped). The same figures as the
+// supervisor's `shmcache status`.
+type WorkerStatus struct {
+	Worker           int      `json:"worker"`
+	PID              *int64   `json:"pid"` // nil: the row has no owner yet
+	Alive            bool     `json:"alive"`
+	State            string   `json:"state"`            // a WORKER_STATES word
+	RestartFailures  int64    `json:"restart_failures"` // its deaths in a row (the supervisor's backoff)
+	NextRestartS     *float64 `json:"next_restart_s"`   // backing off: when its restart is due, unix seconds
+	HeartbeatAgeS    *float64 `json:"heartbeat_age_s"`  // nil: no heartbeat yet
+	Stale            bool     `json:"stale"`            // up, its heartbeat older than the supervisor's bound
+	WaitingForBucket *int64   `json:"waiting_for_bucket"`
+	Starts           int64    `json:"starts"`
+	Adds             int64    `json:"adds"`
+	Deletes          int64    `json:"deletes"`
+	Messages         int64    `json:"messages"`
+	Malformed        int64    `json:"malformed"`
+	UnknownActions   int64    `json:"unknown_actions"`
 }
 
 // Status reads the control area now.
@@ -145,6 +169,7 @@ type worker struct {
 	stale   bool    // up, its heartbeat older than the live supervisor's bound
 	ageS    float64 // its heartbeat's age
 	waiting int64   // the bucket whose lock, held by another live process, it waits for; -1 none
+	row     WorkerStatus
 }
 
 // down is why a partition's worker applies nothing now; nil: up and beating.
@@ -168,7 +193,7 @@ func status(s *segment, name string) Status {
 		r.now = monotonicNS()
 	}
 	st := Status{Name: name, Assigned: []PartitionStatus{}, Unassigned: []int{}, Elsewhere: []int{},
-		GroupOthers: []GroupMember{}, GapPartitions: []int{}}
+		GroupOthers: []GroupMember{}, GapPartitions: []int{}, Workers: []WorkerStatus{}}
 	// an assignment is published row by row: the rows are read between two looks at these
 	rebalances, assigning := r.word(hRebalances), r.word(hAssigning)
 	n := int(r.word(hPartitions))
@@ -211,6 +236,11 @@ func status(s *segment, name string) Status {
 		st.Assigned = append(st.Assigned, ps)
 	}
 	workers := r.workers(st.SupervisorAlive)
+	for i := range maxWorkers {
+		if w := workers[i]; w != nil {
+			st.Workers = append(st.Workers, w.row)
+		}
+	}
 	for i := range st.Assigned {
 		p := &st.Assigned[i]
 		var w *worker
@@ -284,11 +314,13 @@ func (r control) workers(supAlive bool) map[int]*worker {
 			continue
 		}
 		alive := s.owners.alive(owner, workersOff/word+int64(i)*rowWords+kOwner)
-		published := ""
+		published, failures, restartAt := "", int64(0), int64(0)
 		if supAlive {
-			if code := r.word(hWorkerHandles+i) & 0xFF; code >= 1 && code <= int64(len(workerStates)) {
+			handle := r.word(hWorkerHandles + i)
+			if code := handle & 0xFF; code >= 1 && code <= int64(len(workerStates)) {
 				published = workerStates[code-1]
 			}
+			failures, restartAt = handle>>8&0xFFFF, handle>>24
 		}
 		w := &worker{waiting: -1, ageS: float64(r.now-beat) / 1e9}
 		switch {
@@ -306,6 +338,22 @@ func (r control) workers(supAlive bool) map[int]*worker {
 		w.stale = alive && bound > 0 && beat > 0 && r.now-beat > bound
 		if wait, ok := waits[owner]; alive && ok {
 			w.waiting = wait - 1
+		}
+		w.row = WorkerStatus{Worker: i, Alive: alive, State: w.state, RestartFailures: failures, Stale: w.stale,
+			Starts: atomic.LoadInt64(&row[kStarts]), Adds: atomic.LoadInt64(&row[kAdds]),
+			Deletes: atomic.LoadInt64(&row[kDeletes]), Messages: atomic.LoadInt64(&row[kMessages]),
+			Malformed: atomic.LoadInt64(&row[kMalformed]), UnknownActions: atomic.LoadInt64(&row[kUnknown])}
+		if owner != 0 {
+			w.row.PID = ptr(owner >> 32)
+		}
+		if restartAt > 0 && published == "backing-off" {
+			w.row.NextRestartS = ptr(float64(restartAt) / 10)
+		}
+		if beat != 0 {
+			w.row.HeartbeatAgeS = ptr(w.ageS)
+		}
+		if w.waiting >= 0 {
+			w.row.WaitingForBucket = ptr(w.waiting)
 		}
 		out[i] = w
 	}

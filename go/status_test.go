@@ -156,6 +156,7 @@ func sameStatus(t *testing.T, what string, gov, pyv map[string]any) {
 			if gok != pok || (gok && math.Abs(gf-pf) > 2) {
 				t.Errorf("%s: %s: Go %v, Python %v", what, f, g, p)
 			}
+		case f == "workers": // row by row, below
 		case f == "why":
 			if seconds.ReplaceAllString(g.(string), "N s") != seconds.ReplaceAllString(p.(string), "N s") {
 				t.Errorf("%s: why:\n  Go     %q\n  Python %q", what, g, p)
@@ -187,6 +188,49 @@ func sameStatus(t *testing.T, what string, gov, pyv map[string]any) {
 			}
 		}
 	}
+	sameWorkers(t, what, gov["workers"], pyv["workers"])
+}
+
+// sameWorkers compares the worker rows of the Go and the Python reader's status: the same
+// rows, each with the same fields and values, heartbeat ages within 2 s.
+func sameWorkers(t *testing.T, what string, g, p any) {
+	t.Helper()
+	gl, _ := g.([]any)
+	pl, ok := p.([]any)
+	if !ok || gl == nil || len(gl) != len(pl) {
+		t.Errorf("%s: workers: Go %#v, Python %#v", what, g, p)
+		return
+	}
+	for i := range pl {
+		gw, pw := gl[i].(map[string]any), pl[i].(map[string]any)
+		if len(gw) != len(pw) {
+			t.Errorf("%s: worker row %d: Go's fields %v, Python's %v", what, i, keysOf(gw), keysOf(pw))
+		}
+		for k, pv := range pw {
+			gv, ok := gw[k]
+			gf, gok := gv.(float64)
+			pf, pok := pv.(float64)
+			switch {
+			case !ok:
+				t.Errorf("%s: worker row %d: no %s in Go's", what, i, k)
+			case k == "heartbeat_age_s" && gok && pok:
+				if math.Abs(gf-pf) > 2 {
+					t.Errorf("%s: worker row %d: %s: Go %v, Python %v", what, i, k, gv, pv)
+				}
+			case !reflect.DeepEqual(gv, pv):
+				t.Errorf("%s: worker row %d: %s: Go %#v, Python %#v", what, i, k, gv, pv)
+			}
+		}
+	}
+}
+
+func keysOf(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Control areas set by a real Python Writer (a supervisor, workers, partitions, a group, a

@@ -144,6 +144,8 @@ def test_the_contracts_status_and_stats_fields_and_reasons_are_the_files():
     assert named == CONTRACT["status"]["fields"], "docs/reader-contract.md's status fields are not golden/contract.json's"
     inner = re.search(r"\| `assigned` \| a list of `\{([a-z_, ]+)\}`", status).group(1).split(", ")
     assert inner == CONTRACT["status"]["partition_fields"], "an assigned partition's fields"
+    rows = re.search(r"\| `workers` \| a list of `\{([a-z_, ]+)\}`", status).group(1).split(", ")
+    assert rows == CONTRACT["status"]["worker_fields"], "a worker row's fields"
     stats = text.split("### `stats`", 1)[1].split("The command's own handle", 1)[0]
     assert re.findall(r"`([a-z_]+)`", stats) == CONTRACT["stats"]["fields"], "the stats fields"
     spec = (REPO / "docs" / "segment-format.md").read_text().split("**Why not.**", 1)[1].split("| Constant |", 1)[0]

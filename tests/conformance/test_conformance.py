@@ -200,6 +200,8 @@ def test_status_of_a_golden_control_area(readers, scene, roles, case):
         missing = [f for f in CONTRACT_STATUS_FIELDS if f not in st]
         missing += sorted({f"assigned[].{f}" for a in st.get("assigned") or [] for f in CONTRACT["status"]["partition_fields"]
                            if f not in a})
+        missing += sorted({f"workers[].{f}" for w in st.get("workers") or [] for f in CONTRACT["status"]["worker_fields"]
+                           if f not in w})
         if missing:
             bad.append(f"{r}: status lacks {missing}")
     assert not bad, exp["about"] + "\n" + "\n".join(bad)

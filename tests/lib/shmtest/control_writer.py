@@ -83,13 +83,19 @@ def clean(w, nparts: int, **supervisor) -> None:
     c.set_topic("txmeta-go", nparts)
 
 
-def worker(w, i: int, owner: int, beat_age_s: float = 0.0, state: str = "up") -> None:
+def worker(w, i: int, owner: int, beat_age_s: float = 0.0, state: str = "up", failures: int = 0,
+           restart_in_s: float = 0.0) -> None:
+    """Worker row i in use by `owner`, its counts its own (so that a reader's rows can be told
+    apart), as the supervisor's handle says `state` (backing off: `failures` deaths in a row,
+    its restart due in `restart_in_s`)."""
     c = w.control
     c.workers[i, C.K_HEARTBEAT] = time.monotonic_ns() - int(beat_age_s * 1e9)
     c.workers[i, C.K_OWNER] = owner
     hold(owners.worker_row_word(i), owner)
-    c.workers[i, C.K_STARTS] = 1
-    c.set_worker_handle(i, state, 0)
+    c.workers[i, C.K_STARTS] = 1 + failures
+    c.workers[i, [C.K_ADDS, C.K_DELETES, C.K_MESSAGES, C.K_MALFORMED, C.K_UNKNOWN]] = [
+        1000 * (i + 1), 10 * (i + 1), 100 + i, i, 2 * i]
+    c.set_worker_handle(i, state, failures, time.time_ns() + int(restart_in_s * 1e9) if restart_in_s else 0)
 
 
 def assign(w, p: int, applied: int, hw: int, caught_up: bool, owner: int = 1, latest: int | None = None) -> None:
@@ -187,7 +193,7 @@ def scenario(w, s: str, workers: list[int]) -> None:
     elif s == "lagging":
         clean(w, 25, worker_stale_s=2.0)
         worker(w, 0, workers[0])
-        worker(w, 1, workers[1], state="backing-off")
+        worker(w, 1, workers[1], state="backing-off", failures=3, restart_in_s=4.0)
         worker(w, 2, workers[2], state="stopping")
         worker(w, 3, workers[3], beat_age_s=6.0)
         worker(w, 4, dead_word())

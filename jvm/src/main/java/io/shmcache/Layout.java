@@ -104,6 +104,11 @@ final class Layout {
     static final int K_OWNER = 0;
     static final int K_HEARTBEAT = 1;
     static final int K_STARTS = 2;
+    static final int K_ADDS = 3;
+    static final int K_DELETES = 4;
+    static final int K_MALFORMED = 5;
+    static final int K_UNKNOWN = 6;
+    static final int K_MESSAGES = 7;
     static final int W_OWNER = 0;
     static final int W_SETS = 1;
     static final int W_DELETES = 2;

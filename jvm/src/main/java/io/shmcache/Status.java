@@ -15,6 +15,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.stream.Collectors;
 
@@ -56,13 +57,15 @@ import java.util.stream.Collectors;
  * @param gapOffsets offsets retention deleted before this table had them, summed
  * @param reason "ready", or why not in one word (format section 14's table)
  * @param why "" when ready, else the sentence of that table
+ * @param workers the worker rows in use, in row order (format section 14, "The workers")
  */
 public record Status(String name, String topic, int partitions, Long supervisorPid, boolean supervisorAlive,
                      Double supervisorHeartbeatAgeS, boolean supervisorStale, List<Partition> assigned,
                      List<Integer> unassigned, List<Integer> elsewhere, Long groupMembers, List<Member> groupOthers,
                      boolean sharedGroup, boolean caughtUp, boolean ready, boolean gapsAccepted, boolean assigning,
                      String broker, Double brokerWaitingS, String lookupError, Double lookupFailingS,
-                     List<Integer> gapPartitions, long gapOffsets, String reason, String why) {
+                     List<Integer> gapPartitions, long gapOffsets, String reason, String why,
+                     List<Worker> workers) {
 
     /**
      * A partition assigned here.
@@ -80,6 +83,30 @@ public record Status(String name, String topic, int partitions, Long supervisorP
     public record Partition(int partition, Integer worker, long applied, long highWatermark, long latest, Long lag,
                             boolean caughtUp, String workerDown, boolean gap) {}
 
+    /**
+     * A worker row in use: the supervisor's worker process, its state, and what it applied
+     * since its slot was first started (the figures of the supervisor's `shmcache status`).
+     *
+     * @param worker its row's index
+     * @param pid its process's pid (null: the row has no owner yet)
+     * @param alive whether that process is alive
+     * @param state a WORKER_STATES word, as format section 14 judges it
+     * @param restartFailures its deaths in a row (the supervisor's backoff; 0 without a live supervisor)
+     * @param nextRestartS backing off: when its restart is due, in unix seconds (else null)
+     * @param heartbeatAgeS seconds since its last loop (null: none yet)
+     * @param stale up, its heartbeat older than the live supervisor's bound
+     * @param waitingForBucket the bucket whose lock, held by another live process, its write waits for (null: none)
+     * @param starts starts of its slot
+     * @param adds ADD entries applied
+     * @param deletes DELETE entries applied
+     * @param messages Kafka messages applied
+     * @param malformed malformed messages (the entries the format keeps of each applied)
+     * @param unknownActions entries of an unknown action, skipped
+     */
+    public record Worker(int worker, Long pid, boolean alive, String state, long restartFailures, Double nextRestartS,
+                         Double heartbeatAgeS, boolean stale, Long waitingForBucket, long starts, long adds,
+                         long deletes, long messages, long malformed, long unknownActions) {}
+
     /** Another member of the consumer group, and the partitions of the topic it holds. */
     public record Member(String clientId, String host, String instanceId, List<Integer> partitions) {}
 
@@ -92,7 +119,7 @@ public record Status(String name, String topic, int partitions, Long supervisorP
         return new Status(name, topic, partitions, supervisorPid, supervisorAlive, supervisorHeartbeatAgeS,
                 supervisorStale, assigned, unassigned, elsewhere, groupMembers, groupOthers, sharedGroup, caughtUp, ready,
                 gapsAccepted, assigning, broker, brokerWaitingS, lookupError, lookupFailingS, gapPartitions, gapOffsets,
-                reason, why);
+                reason, why, workers);
     }
 
     private static final String WAITING = "waiting for the broker";
@@ -216,7 +243,7 @@ public record Status(String name, String topic, int partitions, Long supervisorP
             Status st = new Status(name, topic, n, sup > 0 ? sup >> 32 : null, supAlive, beat, stale, parts,
                     unassigned, elsewhere, g.members, g.others, !g.others.isEmpty() || (g.members != null && g.members > 1),
                     caughtUp, caughtUp && (!gaps || accepted), accepted, !settled, broker, waiting, lookupError,
-                    lookupFailing, gapParts, h(H_GAP_OFFSETS), "", "");
+                    lookupFailing, gapParts, h(H_GAP_OFFSETS), "", "", List.copyOf(workers.values()));
             String[] rw = reasonWhy(st);
             return st.withReason(rw[0], rw[1]);
         }
@@ -247,7 +274,7 @@ public record Status(String name, String topic, int partitions, Long supervisorP
                     waits.put(o, w);
                 }
             }
-            Map<Integer, Worker> out = new HashMap<>();
+            Map<Integer, Worker> out = new TreeMap<>(); // in row order
             for (int i = 0; i < MAX_WORKERS; i++) {
                 long owner = row(WORKERS_OFF, i, K_OWNER), hb = row(WORKERS_OFF, i, K_HEARTBEAT);
                 if (owner == 0 && row(WORKERS_OFF, i, K_STARTS) == 0) {
@@ -255,9 +282,12 @@ public record Status(String name, String topic, int partitions, Long supervisorP
                 }
                 boolean alive = m.alive(owner, (WORKERS_OFF + (i * ROW_WORDS + K_OWNER) * WORD) / WORD);
                 String published = null;
+                long failures = 0, restartAt = 0;
                 if (supAlive) {
-                    long code = h(H_WORKER_HANDLES + i) & 0xFF;
+                    long handle = h(H_WORKER_HANDLES + i), code = handle & 0xFF;
                     published = code >= 1 && code <= WORKER_STATES.size() ? WORKER_STATES.get((int) code - 1) : null;
+                    failures = handle >>> 8 & 0xFFFF;
+                    restartAt = handle >> 24;
                 }
                 String state;
                 if (alive) { // backing-off: killed by the supervisor, not gone yet
@@ -271,7 +301,11 @@ public record Status(String name, String topic, int partitions, Long supervisorP
                 Double beatAge = hb != 0 ? (double) (ageNow - hb) / 1e9 : null;
                 boolean stale = alive && bound > 0 && hb > 0 && ageNow - hb > bound;
                 Long wait = alive ? waits.get(owner) : null;
-                out.put(i, new Worker(state, stale, beatAge, wait == null ? null : wait - 1));
+                out.put(i, new Worker(i, owner != 0 ? owner >> 32 : null, alive, state, failures,
+                        restartAt > 0 && "backing-off".equals(published) ? restartAt / 10.0 : null, beatAge, stale,
+                        wait == null ? null : wait - 1, row(WORKERS_OFF, i, K_STARTS), row(WORKERS_OFF, i, K_ADDS),
+                        row(WORKERS_OFF, i, K_DELETES), row(WORKERS_OFF, i, K_MESSAGES),
+                        row(WORKERS_OFF, i, K_MALFORMED), row(WORKERS_OFF, i, K_UNKNOWN)));
             }
             return out;
         }
@@ -320,9 +354,6 @@ public record Status(String name, String topic, int partitions, Long supervisorP
             return Group.NONE;
         }
     }
-
-    /** A worker row in use, as the partitions' worker_down reads it. */
-    private record Worker(String state, boolean stale, Double heartbeatAgeS, Long waitingForBucket) {}
 
     /** The group as the live supervisor last saw it. */
     private record Group(Long members, List<Member> others, List<Integer> elsewhere) {

@@ -46,11 +46,11 @@ class StatusTest {
     static final List<String> AGES = strings(CONTRACT.get("ages"));
     /**
      * The fields compared equal between the readers: all of the contract's but the ages, the
-     * name (each reader's own handle), assigned (compared a partition at a time) and why
+     * name (each reader's own handle), assigned and workers (compared a row at a time) and why
      * (compared with its numbers of seconds apart).
      */
     static final List<String> FIELDS = strings(CONTRACT.get("fields")).stream()
-            .filter(f -> !AGES.contains(f) && !List.of("name", "assigned", "why").contains(f)).toList();
+            .filter(f -> !AGES.contains(f) && !List.of("name", "assigned", "workers", "why").contains(f)).toList();
     static final List<String> PARTITION_FIELDS = strings(CONTRACT.get("partition_fields"));
 
     private static JsonNode contract() {
@@ -179,6 +179,29 @@ class StatusTest {
             }
         }
         assertEquals(seconds(py.get("why").asText()), seconds(java.get("why").asText()), what + ": why");
+        assertSameWorkers(py.get("workers"), java.get("workers"), apart, what);
+    }
+
+    /** The worker rows of two readers' status: the same rows, fields and values, heartbeat ages apart seconds. */
+    static void assertSameWorkers(JsonNode py, JsonNode java, double apart, String what) {
+        assertNotNull(java, what + ": the Java status has no workers");
+        assertEquals(py.size(), java.size(), what + ": worker rows");
+        for (int i = 0; i < py.size(); i++) {
+            JsonNode a = py.get(i), b = java.get(i);
+            List<String> names = new ArrayList<>(), javaNames = new ArrayList<>();
+            a.fieldNames().forEachRemaining(names::add);
+            b.fieldNames().forEachRemaining(javaNames::add);
+            assertEquals(new java.util.TreeSet<>(names), new java.util.TreeSet<>(javaNames), what + ": worker " + i);
+            for (String f : names) {
+                if (f.equals("heartbeat_age_s") && !a.get(f).isNull() && !b.get(f).isNull()) {
+                    assertEquals(a.get(f).asDouble(), b.get(f).asDouble(), apart + 0.5, what + ": worker " + i + " " + f);
+                } else if (a.get(f).isNumber() && b.get(f).isNumber()) {
+                    assertEquals(a.get(f).asDouble(), b.get(f).asDouble(), what + ": worker " + i + " " + f);
+                } else {
+                    assertEquals(a.get(f), b.get(f), what + ": worker " + i + " " + f);
+                }
+            }
+        }
     }
 
     private static String seconds(String why) {
