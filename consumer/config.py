@@ -212,8 +212,9 @@ class RunConfig:
                                            or not 0 <= self.max_value <= 0xFFFFFFFF):
             raise ValueError(f"max_value={self.max_value!r}: expected bytes 0..{0xFFFFFFFF} (or unset: the cache's own)")
         if fmt.key_size not in (None, self.key_size):
+            any_size = ", ".join(f.name for f in wire_formats.FORMATS.values() if f.key_size is None)
             raise ValueError(f"key_size={self.key_size}: format {fmt.name!r} carries {fmt.key_size}-byte keys; use a "
-                             f"format of any key size ({', '.join(f.name for f in wire_formats.FORMATS.values() if f.key_size is None)})")
+                             f"format of any key size ({any_size})")
         for key, value in self.kafka.items():
             if key in RESERVED_KAFKA:
                 raise ValueError(f"kafka setting {key!r} is set by shmcache itself; use {RESERVED_KAFKA[key]} instead")

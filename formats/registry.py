@@ -51,7 +51,6 @@ class WireFormat:
     # the key size the format carries (the txmeta formats: 32-byte tx hashes); None: any, the cache's
     key_size: int | None
     keyed: bool  # the decoder needs the messages' Kafka keys (kv: the key is the cache's key)
-    spark: bool  # Spark's publish and streaming write it (spark/publish.py), a message at a time by encode_message
     decode: Callable[..., Decoded]  # (values, keys, *, key_size, max_value, scratch) -> Decoded
     encode: Callable[..., list]  # (keys, actions, offsets, data, partitions, hash_form) -> [Message]
     partitions_of: Callable[..., np.ndarray]  # (keys, partitions, hash_form) -> each entry's partition
@@ -70,6 +69,12 @@ class WireFormat:
     def batched(self) -> bool:
         """Many entries a message (and one decode a consume() batch, formats/wire_batch.py)."""
         return self.encode_message is not None
+
+    @property
+    def spark(self) -> bool:
+        """Spark's publish and streaming write it (spark/publish.py): a batched format, a
+        message at a time by encode_message."""
+        return self.batched
 
     @property
     def code(self) -> int:
@@ -110,8 +115,8 @@ def _decode_txmeta(values, keys, *, key_size, max_value, scratch) -> Decoded:
 
 def _decode_kv(values, keys, *, key_size, max_value, scratch) -> Decoded:
     batch = wire.decode_kv(keys, values, key_size=key_size, max_value=max_value)
-    return Decoded([batch], [(i, f"key of {'no' if keys[i] is None else len(keys[i])} bytes or value over "
-                                 f"{max_value} bytes; skipped") for i in batch.skipped.tolist()])
+    return Decoded([batch], [(i, f"key of {len(keys[i] or b'')} bytes or value over {max_value} bytes; skipped")
+                             for i in batch.skipped.tolist()])
 
 
 def _decode_proto(values, keys, *, key_size, max_value, scratch) -> Decoded:
@@ -141,7 +146,7 @@ def _encode_v2(keys, actions, offsets, data, partitions, hash_form) -> list:
 
 def _encode_kv(keys, actions, offsets, data, partitions, hash_form) -> list:
     """A message an entry: its key the Kafka key, its value the message's (a DELETE a tombstone)."""
-    expect = partitioners.murmur2_partitions(keys, partitions).tolist()
+    expect = _by_key(keys, partitions).tolist()
     deletes = (actions == wire.DELETE).tolist()
     buf, o = data.tobytes(), offsets.tolist()  # slicing bytes, not numpy, per entry
     return [Message(None if deletes[i] else buf[o[i]:o[i + 1]], keys[i].tobytes(), None, expect[i])
@@ -151,7 +156,7 @@ def _encode_kv(keys, actions, offsets, data, partitions, hash_form) -> list:
 def _encode_proto(keys, actions, offsets, data, partitions, hash_form) -> list:
     """A KafkaTxMetaTopicMessage an entry, keyed by its txHash as sent (raw or hex)."""
     fields = proto.hash_fields(keys, hash_form)
-    expect = partitioners.murmur2_partitions(fields, partitions).tolist()
+    expect = _by_key(fields, partitions).tolist()
     flat, width = fields.tobytes(), fields.shape[1]
     return [Message(msg, flat[i * width:(i + 1) * width], None, expect[i])
             for i, msg in enumerate(proto.encode(keys, actions, (offsets, data), form=hash_form))]
@@ -184,12 +189,17 @@ def _partitions_v2(keys, partitions, hash_form) -> np.ndarray:
     return partitioners.v2_partition(wire.xxh64_keys(keys), partitions).astype(np.int32)
 
 
+def _by_key(rows, partitions) -> np.ndarray:
+    """The partition the producer's partitioner gives a message of each Kafka key (a row)."""
+    return partitioners.murmur2_partitions(rows, partitions).astype(np.int32)
+
+
 def _partitions_kv(keys, partitions, hash_form) -> np.ndarray:
-    return partitioners.murmur2_partitions(keys, partitions).astype(np.int32)
+    return _by_key(keys, partitions)
 
 
-def _partitions_proto(keys, partitions, hash_form) -> np.ndarray:
-    return partitioners.murmur2_partitions(proto.hash_fields(keys, hash_form), partitions).astype(np.int32)
+def _partitions_proto(keys, partitions, hash_form) -> np.ndarray:  # keyed by the txHash as sent
+    return _by_key(proto.hash_fields(keys, hash_form), partitions)
 
 
 # -- what else a format asks ------------------------------------------------------------------
@@ -227,18 +237,18 @@ _PROTO_FRAMING = 1 + 1 + 1 + 2
 
 FORMATS: dict[str, WireFormat] = {f.name: f for f in (
     WireFormat("v1", "Teranode's txmeta batch: entries a message, keyed by the first entry's key",
-               key_size=32, keyed=False, spark=True, decode=_decode_txmeta, encode=_encode_v1,
+               key_size=32, keyed=False, decode=_decode_txmeta, encode=_encode_v1,
                partitions_of=_partitions_v1, overhead=lambda form: wire.V1_ENTRY_HEADER, warm=_warm_txmeta,
                by_message=True, preload=True, header=wire.V1_HEADER, encode_message=wire.encode_v1),
     WireFormat("v2", f"v1 with each entry's xxh64; a partition a range of its {wire.V2_BUCKETS} xxh64 buckets",
-               key_size=32, keyed=False, spark=True, decode=_decode_txmeta, encode=_encode_v2,
+               key_size=32, keyed=False, decode=_decode_txmeta, encode=_encode_v2,
                partitions_of=_partitions_v2, overhead=lambda form: wire.V2_ENTRY_HEADER, warm=_warm_txmeta,
                check_topic=_v2_topic, header=wire.V2_HEADER, encode_message=wire.encode_v2),
     WireFormat("kv", "a message an entry: the Kafka key is the cache's key, a tombstone a DELETE",
-               key_size=None, keyed=True, spark=False, decode=_decode_kv, encode=_encode_kv,
+               key_size=None, keyed=True, decode=_decode_kv, encode=_encode_kv,
                partitions_of=_partitions_kv, overhead=lambda form: 32, warm=_warm_kv, preload=True),
     WireFormat("proto", "the upstream Teranode topic: a KafkaTxMetaTopicMessage a transaction",
-               key_size=32, keyed=False, spark=False, decode=_decode_proto, encode=_encode_proto,
+               key_size=32, keyed=False, decode=_decode_proto, encode=_encode_proto,
                partitions_of=_partitions_proto,
                overhead=lambda form: 2 * (proto.RAW_SIZE if form == "raw" else proto.HEX_SIZE) + _PROTO_FRAMING,
                warm=_warm_proto, require=_protobuf),

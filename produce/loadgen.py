@@ -268,7 +268,7 @@ def produce(cfg: LoadConfig, progress: Callable[[LoadStats], None] | None = None
                               proto_hash=cfg.proto_hash)
     gen = Generator(cfg.format, producer.partitions, cfg.delete_share, np.random.default_rng(cfg.seed),
                     proto_hash=cfg.proto_hash)
-    overhead = wire_formats.get(cfg.format).overhead(cfg.proto_hash)  # bytes on the wire an entry besides its value
+    overhead = gen.wire.overhead(cfg.proto_hash)  # bytes on the wire an entry besides its value
     truth = GroundTruthWriter(cfg.ground_truth) if cfg.ground_truth else None
     st = LoadStats(total=cfg.count, partitions=producer.partitions, started=time.monotonic())
     try:

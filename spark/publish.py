@@ -132,7 +132,8 @@ def send(spark, adds, deletes, bootstrap: str, topic: str, *, format: str, key_c
                                          partitions),
                                  RECORD_SCHEMA)
     # v1: a message goes where its key (its first hash) does; v2: to its bucket's partition, given
-    records = records.drop("partition") if wire_formats.get_spark(format).by_message else records.select(F.col("value"), F.col("partition"))
+    records = (records.drop("partition") if wire_formats.get_spark(format).by_message
+               else records.select(F.col("value"), F.col("partition")))
 
     w = records.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
     options = {**PRODUCER, **(kafka_options or {})}

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 import shmcache
-from shmcache.formats import wire
+from shmcache.formats import registry, wire
 from shmtest.bench import consume_profile as CP
 from shmtest.bench import peers as P
 from shmtest.bench.consume_topics import Topic, produce_topic  # noqa: F401 - produce_topic: the runs' topics
@@ -261,7 +261,7 @@ def run_plain(topic: Topic, broker, target: RedisTarget | None = None, settings:
 
     if target is not None:
         target.client.flushall()
-    per_entry = topic.fmt in ("kv", "proto")
+    per_entry = not registry.get(topic.fmt).batched
     assert target is None or not per_entry, "the Redis peer decodes v1"
     bootstrap = broker.bootstrap
     roles = {"bench process": [psutil.Process()], "broker": [psutil.Process(broker.pid)]}
