@@ -164,25 +164,18 @@ func (r control) age(w int) *float64 {
 }
 
 // worker is a worker row in use, judged (section 14, "The workers").
-type worker struct {
-	state   string  // a WORKER_STATES word
-	stale   bool    // up, its heartbeat older than the live supervisor's bound
-	ageS    float64 // its heartbeat's age
-	waiting int64   // the bucket whose lock, held by another live process, it waits for; -1 none
-	row     WorkerStatus
-}
-
-// down is why a partition's worker applies nothing now; nil: up and beating.
-func (w *worker) down() *string {
+// down is why a partition's worker (nil: no such row in use) applies nothing now; nil: up
+// and beating. A stale worker has a heartbeat, so its age.
+func down(w *WorkerStatus) *string {
 	switch {
 	case w == nil:
 		return ptr("not running")
-	case w.state != "up":
-		return ptr(w.state)
-	case w.stale:
-		return ptr(fmt.Sprintf("stale, no heartbeat for %.0f s", w.ageS))
-	case w.waiting >= 0:
-		return ptr(fmt.Sprintf("waiting for bucket %d's lock, held by another live process", w.waiting))
+	case w.State != "up":
+		return ptr(w.State)
+	case w.Stale:
+		return ptr(fmt.Sprintf("stale, no heartbeat for %.0f s", *w.HeartbeatAgeS))
+	case w.WaitingForBucket != nil:
+		return ptr(fmt.Sprintf("waiting for bucket %d's lock, held by another live process", *w.WaitingForBucket))
 	}
 	return nil
 }
@@ -235,19 +228,18 @@ func status(s *segment, name string) Status {
 		}
 		st.Assigned = append(st.Assigned, ps)
 	}
-	workers := r.workers(st.SupervisorAlive)
-	for i := range maxWorkers {
-		if w := workers[i]; w != nil {
-			st.Workers = append(st.Workers, w.row)
-		}
+	st.Workers = r.workers(st.SupervisorAlive, st.Workers)
+	byIndex := map[int]*WorkerStatus{}
+	for i := range st.Workers {
+		byIndex[st.Workers[i].Worker] = &st.Workers[i]
 	}
 	for i := range st.Assigned {
 		p := &st.Assigned[i]
-		var w *worker
+		var w *WorkerStatus
 		if p.Worker != nil {
-			w = workers[*p.Worker]
+			w = byIndex[*p.Worker]
 		}
-		p.WorkerDown = w.down()
+		p.WorkerDown = down(w)
 		p.CaughtUp = p.CaughtUp && p.WorkerDown == nil
 	}
 	for p := range n {
@@ -292,8 +284,8 @@ func status(s *segment, name string) Status {
 	return st
 }
 
-// workers judges each worker row in use, by index.
-func (r control) workers(supAlive bool) map[int]*worker {
+// workers appends each worker row in use to out, in row order, judged as section 14 says.
+func (r control) workers(supAlive bool, out []WorkerStatus) []WorkerStatus {
 	s := r.s
 	bound := int64(0)
 	if supAlive {
@@ -306,7 +298,6 @@ func (r control) workers(supAlive bool) map[int]*worker {
 			waits[o] = wait
 		}
 	}
-	out := map[int]*worker{}
 	for i := range maxWorkers {
 		row := s.workers[i*rowWords : (i+1)*rowWords]
 		owner, beat := atomic.LoadInt64(&row[kOwner]), atomic.LoadInt64(&row[kHeartbeat])
@@ -322,40 +313,36 @@ func (r control) workers(supAlive bool) map[int]*worker {
 			}
 			failures, restartAt = handle>>8&0xFFFF, handle>>24
 		}
-		w := &worker{waiting: -1, ageS: float64(r.now-beat) / 1e9}
-		switch {
-		case alive && (published == "stopping" || published == "backing-off"):
-			w.state = published
-		case alive:
-			w.state = "up"
-		case !supAlive:
-			w.state = "stopped"
-		case published == "backing-off" || published == "stopping" || published == "stopped":
-			w.state = published
-		default: // a worker claims its row once it is up; until then its supervisor starts it
-			w.state = "starting"
-		}
-		w.stale = alive && bound > 0 && beat > 0 && r.now-beat > bound
-		if wait, ok := waits[owner]; alive && ok {
-			w.waiting = wait - 1
-		}
-		w.row = WorkerStatus{Worker: i, Alive: alive, State: w.state, RestartFailures: failures, Stale: w.stale,
+		w := WorkerStatus{Worker: i, Alive: alive, RestartFailures: failures,
+			Stale:  alive && bound > 0 && beat > 0 && r.now-beat > bound,
 			Starts: atomic.LoadInt64(&row[kStarts]), Adds: atomic.LoadInt64(&row[kAdds]),
 			Deletes: atomic.LoadInt64(&row[kDeletes]), Messages: atomic.LoadInt64(&row[kMessages]),
 			Malformed: atomic.LoadInt64(&row[kMalformed]), UnknownActions: atomic.LoadInt64(&row[kUnknown])}
+		switch {
+		case alive && (published == "stopping" || published == "backing-off"):
+			w.State = published
+		case alive:
+			w.State = "up"
+		case !supAlive:
+			w.State = "stopped"
+		case published == "backing-off" || published == "stopping" || published == "stopped":
+			w.State = published
+		default: // a worker claims its row once it is up; until then its supervisor starts it
+			w.State = "starting"
+		}
 		if owner != 0 {
-			w.row.PID = ptr(owner >> 32)
+			w.PID = ptr(owner >> 32)
 		}
 		if restartAt > 0 && published == "backing-off" {
-			w.row.NextRestartS = ptr(float64(restartAt) / 10)
+			w.NextRestartS = ptr(float64(restartAt) / 10)
 		}
 		if beat != 0 {
-			w.row.HeartbeatAgeS = ptr(w.ageS)
+			w.HeartbeatAgeS = ptr(float64(r.now-beat) / 1e9)
 		}
-		if w.waiting >= 0 {
-			w.row.WaitingForBucket = ptr(w.waiting)
+		if wait, ok := waits[owner]; alive && ok {
+			w.WaitingForBucket = ptr(wait - 1)
 		}
-		out[i] = w
+		out = append(out, w)
 	}
 	return out
 }
