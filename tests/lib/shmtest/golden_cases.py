@@ -5,11 +5,10 @@ them to golden/."""
 
 from __future__ import annotations
 
-import gzip
 import json
 
 from shmtest.golden_segments import (CREATED_NS, CREATION_ID, DEAD_OWNER, GOLDEN, MAX_VALUE, Keys, Segment, _make_segment,
-                     _script, parts)
+                     _script, parts, write_cases)
 
 from shmcache.engine import layout as L
 
@@ -163,10 +162,5 @@ def write_all() -> None:
     from shmtest.golden_control import write_all as write_control
 
     cases = build()
-    GOLDEN.mkdir(exist_ok=True)
-    for old in GOLDEN.glob("*.shm.gz"):
-        old.unlink()
-    for name, (data, _) in cases.items():
-        (GOLDEN / f"{name}.shm.gz").write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-    (GOLDEN / "expect.json").write_text(expectations(cases))
+    write_cases(GOLDEN, cases, expectations(cases))
     write_control(cases["base"][0])

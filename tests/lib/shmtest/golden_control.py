@@ -28,7 +28,7 @@ import gzip
 import json
 import os
 
-from shmtest.golden_segments import CREATED_NS, DEAD_OWNER, GOLDEN, Segment
+from shmtest.golden_segments import CREATED_NS, DEAD_OWNER, GOLDEN, Segment, write_cases
 
 # Owner words of processes in another PID namespace: pid 1 of a container (here pid 1 is
 # init, whose start stamp is another), and a worker's pid there.
@@ -249,12 +249,7 @@ def expectations(cases) -> str:
 
 def write_all(base: bytes) -> None:
     cases = build(base)
-    CONTROL.mkdir(exist_ok=True)
-    for old in CONTROL.glob("*.shm.gz"):
-        old.unlink()
-    for name, (data, _) in cases.items():
-        (CONTROL / f"{name}.shm.gz").write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-    (CONTROL / "expect.json").write_text(expectations(cases))
+    write_cases(CONTROL, cases, expectations(cases))
 
 
 def load() -> dict:

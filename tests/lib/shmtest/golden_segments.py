@@ -20,10 +20,12 @@ give-up bound).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import struct
 import uuid
+from pathlib import Path
 
 import xxhash
 
@@ -181,6 +183,17 @@ class Segment:
     def record(self, key: bytes) -> int:
         """File offset of the key's record."""
         return self.geo.ring_off + parts(key)[1] * self.geo.ring + self.slot_of(key)[1]
+
+
+def write_cases(directory: Path, cases: dict, expect: str) -> None:
+    """A directory of golden files made anew: each case's bytes as NAME.shm.gz (gzip with no
+    time in it, so a file changes only with its bytes), the old ones removed, and expect.json."""
+    directory.mkdir(exist_ok=True)
+    for old in directory.glob("*.shm.gz"):
+        old.unlink()
+    for name, (data, _) in cases.items():
+        (directory / f"{name}.shm.gz").write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+    (directory / "expect.json").write_text(expect)
 
 
 if __name__ == "__main__":
