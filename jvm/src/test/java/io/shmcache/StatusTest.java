@@ -18,6 +18,7 @@ import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
@@ -191,7 +192,7 @@ class StatusTest {
             List<String> names = new ArrayList<>(), javaNames = new ArrayList<>();
             a.fieldNames().forEachRemaining(names::add);
             b.fieldNames().forEachRemaining(javaNames::add);
-            assertEquals(new java.util.TreeSet<>(names), new java.util.TreeSet<>(javaNames), what + ": worker " + i);
+            assertEquals(new TreeSet<>(names), new TreeSet<>(javaNames), what + ": worker " + i);
             for (String f : names) {
                 if (f.equals("heartbeat_age_s") && !a.get(f).isNull() && !b.get(f).isNull()) {
                     assertEquals(a.get(f).asDouble(), b.get(f).asDouble(), apart + 0.5, what + ": worker " + i + " " + f);
