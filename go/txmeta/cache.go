@@ -22,16 +22,13 @@ const (
 	// Miss: not in the cache (never written, deleted, or evicted). The caller asks the
 	// store of record, as after a miss of Teranode's GetMetaCached.
 	Miss Outcome = iota
-	// Hit: found, a txmeta value, within the horizon; its Meta is decoded.
+	// Hit: found, a txmeta value; its Meta is decoded.
 	Hit
-	// Old: found, but its block height is below the horizon (Teranode's hit_old_tx): a
-	// miss to the caller, counted apart. Its Meta is decoded all the same.
-	Old
 	// Malformed: found, but not a txmeta value: a miss to the caller, counted apart.
 	Malformed
 )
 
-var outcomeNames = [...]string{Miss: "miss", Hit: "hit", Old: "old", Malformed: "malformed"}
+var outcomeNames = [...]string{Miss: "miss", Hit: "hit", Malformed: "malformed"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -40,38 +37,20 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// Config is how a Cache reads what it finds.
-type Config struct {
-	// GlobalBlockHeightRetention is Teranode's setting of that name: the horizon keeps
-	// BlocksToKeep(GlobalBlockHeightRetention) blocks below the height SetBlockHeight gave.
-	GlobalBlockHeightRetention uint32
-}
-
-// percentOfRetention: the horizon keeps a tenth of GlobalBlockHeightRetention, as
-// Teranode's txmetacache does (percentageOfGlobalBlockHeightRetentionToKeep).
-const percentOfRetention = 10
-
-// BlocksToKeep is the horizon's depth for a GlobalBlockHeightRetention: a tenth of it,
-// at least 1 block.
-func BlocksToKeep(retention uint32) uint32 {
-	if retention < percentOfRetention {
-		return 1
-	}
-	return retention / percentOfRetention
-}
-
 // Cache is Teranode's txmeta cache over a shmcache reader: lookups of decoded metadata by
-// tx hash, the block-height horizon, health and stats. It only reads; the supervisor
-// writes. Safe for concurrent use; each goroutine uses its own Batch and Meta.
+// tx hash, health and stats. It only reads; the supervisor writes. Safe for concurrent
+// use; each goroutine uses its own Batch and Meta.
+//
+// It has no block-height horizon: Teranode's in-process cache appends its own tip to a
+// value when it caches it, and the txmeta topic carries none, so on a cache filled from
+// the topic no value could ever be below one (docs/teranode.md, "No horizon").
 type Cache struct {
-	r      *shmcache.Cache
-	owned  bool // Close closes r
-	keep   uint32
-	height atomic.Uint32 // the tip SetBlockHeight gave; 0: no horizon yet
+	r     *shmcache.Cache
+	owned bool // Close closes r
 
-	hits, misses, old, malformed atomic.Uint64 // this handle's, as Teranode's metrics are its instance's
+	hits, misses, malformed atomic.Uint64 // this handle's, as Teranode's metrics are its instance's
 
-	singles sync.Pool // *single, for GetMetaCached
+	singles sync.Pool // *single, for Lookup and GetMetaCached
 }
 
 type single struct {
@@ -81,20 +60,19 @@ type single struct {
 
 // Attach attaches cache name read-only (shmcache.Attach, with its options, e.g.
 // shmcache.WithOwner("shmcache")) and reads it as txmeta.
-func Attach(name string, cfg Config, opts ...shmcache.Option) (*Cache, error) {
+func Attach(name string, opts ...shmcache.Option) (*Cache, error) {
 	r, err := shmcache.Attach(name, opts...)
 	if err != nil {
 		return nil, err
 	}
-	c := New(r, cfg)
+	c := New(r)
 	c.owned = true
 	return c, nil
 }
 
 // New reads r, a handle the caller attached, as txmeta; Close leaves r open.
-func New(r *shmcache.Cache, cfg Config) *Cache {
-	return &Cache{r: r, keep: BlocksToKeep(cfg.GlobalBlockHeightRetention),
-		singles: sync.Pool{New: func() any { return new(single) }}}
+func New(r *shmcache.Cache) *Cache {
+	return &Cache{r: r, singles: sync.Pool{New: func() any { return new(single) }}}
 }
 
 // Reader is the shmcache handle underneath (its Stats, Status, GetMany).
@@ -122,43 +100,22 @@ func (c *Cache) WaitReady(ctx context.Context) error {
 	return err
 }
 
-// SetBlockHeight sets the chain's tip for the horizon: a value whose block height is
-// below height - BlocksToKeep is Old. Until it is called (or with a height of at most
-// BlocksToKeep) nothing is old. It never fails; the error is Teranode's signature.
-func (c *Cache) SetBlockHeight(height uint32) error {
-	c.height.Store(height)
-	return nil
-}
-
-// GetBlockHeight is the tip SetBlockHeight gave last.
-func (c *Cache) GetBlockHeight() uint32 { return c.height.Load() }
-
-// BlocksToKeep is the horizon's depth, from Config.GlobalBlockHeightRetention.
-func (c *Cache) BlocksToKeep() uint32 { return c.keep }
-
-// isOld is Teranode's horizon rule: a value is old if the tip is above the depth kept and
-// the value's height is below tip - keep. A value that carries no height is never old.
-func (c *Cache) isOld(m *Meta, tip uint32) bool {
-	return m.HasHeight && tip > c.keep && m.BlockHeight < tip-c.keep
-}
-
-func (c *Cache) classify(found bool, v []byte, m *Meta, tip uint32) Outcome {
+func classify(found bool, v []byte, m *Meta) Outcome {
 	switch {
 	case !found:
 		m.Reset()
 		return Miss
 	case m.decode(v) != "":
 		return Malformed
-	case c.isOld(m, tip):
-		return Old
 	}
 	return Hit
 }
 
-// GetMetaCached looks one tx hash up into m (decoded for Hit and Old). The error is for
-// the handle (closed, the cache destroyed or cut short) or ctx's end, never for a miss.
-// chainhash.Hash is a [32]byte: pass it as it is. Batches are many times faster a hash.
-func (c *Cache) GetMetaCached(ctx context.Context, hash [HashSize]byte, m *Meta) (Outcome, error) {
+// Lookup looks one tx hash up into m (decoded for a Hit), allocating nothing once m has
+// grown. The error is for the handle (closed, the cache destroyed or cut short) or ctx's
+// end, never for a miss. chainhash.Hash is a [32]byte: pass it as it is. Batches
+// (GetMetaCachedBatch) are many times faster a hash.
+func (c *Cache) Lookup(ctx context.Context, hash [HashSize]byte, m *Meta) (Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return Miss, c.ended(err)
 	}
@@ -168,9 +125,38 @@ func (c *Cache) GetMetaCached(ctx context.Context, hash [HashSize]byte, m *Meta)
 	if err := c.r.GetMany(s.key[:], &s.b); err != nil {
 		return Miss, err
 	}
-	o := c.classify(s.b.Has(0), s.b.Value(0), m, c.height.Load())
+	o := classify(s.b.Has(0), s.b.Value(0), m)
 	c.count(o, 1)
 	return o, nil
+}
+
+// GetMetaCached is Teranode's call, with its results: the decoded metadata of a hit (a new
+// Meta: the caller keeps it), nil and a nil error for a miss, nil and a *MalformedError
+// for a value that is not txmeta (errors.Is(err, ErrMalformed)), nil and the reader's
+// error when the handle cannot read the cache or ctx is done. Subtree validation's loop
+// (processTxMetaUsingCache) counts every nil as a miss and logs the errors, as it does
+// with its own cache's.
+func (c *Cache) GetMetaCached(ctx context.Context, hash [HashSize]byte) (*Meta, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.ended(err)
+	}
+	s := c.singles.Get().(*single)
+	defer c.singles.Put(s)
+	s.key = hash
+	if err := c.r.GetMany(s.key[:], &s.b); err != nil {
+		return nil, err
+	}
+	if !s.b.Has(0) {
+		c.count(Miss, 1)
+		return nil, nil
+	}
+	m := new(Meta)
+	if err := m.Decode(s.b.Value(0)); err != nil {
+		c.count(Malformed, 1)
+		return nil, err
+	}
+	c.count(Hit, 1)
+	return m, nil
 }
 
 func (c *Cache) count(o Outcome, n uint64) {
@@ -179,8 +165,6 @@ func (c *Cache) count(o Outcome, n uint64) {
 		c.hits.Add(n)
 	case Miss:
 		c.misses.Add(n)
-	case Old:
-		c.old.Add(n)
 	case Malformed:
 		c.malformed.Add(n)
 	}
@@ -190,10 +174,10 @@ func (c *Cache) count(o Outcome, n uint64) {
 // and nothing is allocated once its buffers have grown to the batch's size and values.
 type Batch struct {
 	Outcomes []Outcome // per hash, in order
-	Metas    []Meta    // per hash: decoded for Hit and Old, reset for Miss and Malformed
+	Metas    []Meta    // per hash: decoded for Hit, reset for Miss and Malformed
 	// Counts of the last call's outcomes.
-	Hits, Misses, Old, Malformed int
-	raw                          shmcache.Batch
+	Hits, Misses, Malformed int
+	raw                     shmcache.Batch
 }
 
 // Len is the number of hashes of the last call.
@@ -219,7 +203,7 @@ func Keys[H ~[HashSize]byte](hashes []H) []byte {
 }
 
 // GetMetaCachedBatch looks hashes up into out, in one call to the reader: for each its
-// Outcome and, for Hit (and Old), its decoded Meta. hashes is []chainhash.Hash or
+// Outcome and, for a Hit, its decoded Meta. hashes is []chainhash.Hash or
 // [][32]byte as it is, never copied. The error is for the whole call: ctx's end, the
 // handle closed, the cache destroyed or cut short.
 func GetMetaCachedBatch[H ~[HashSize]byte](ctx context.Context, c *Cache, hashes []H, out *Batch) error {
@@ -236,25 +220,21 @@ func (c *Cache) getBatch(ctx context.Context, keys []byte, out *Batch) error {
 	n := out.raw.Len()
 	out.Outcomes = grow(out.Outcomes, n)
 	out.Metas = growMetas(out.Metas, n)
-	out.Hits, out.Misses, out.Old, out.Malformed = 0, 0, 0, 0
-	tip := c.height.Load()
+	out.Hits, out.Misses, out.Malformed = 0, 0, 0
 	for i := range n {
-		o := c.classify(out.raw.Has(i), out.raw.Value(i), &out.Metas[i], tip)
+		o := classify(out.raw.Has(i), out.raw.Value(i), &out.Metas[i])
 		out.Outcomes[i] = o
 		switch o {
 		case Hit:
 			out.Hits++
 		case Miss:
 			out.Misses++
-		case Old:
-			out.Old++
 		case Malformed:
 			out.Malformed++
 		}
 	}
 	c.hits.Add(uint64(out.Hits))
 	c.misses.Add(uint64(out.Misses))
-	c.old.Add(uint64(out.Old))
 	c.malformed.Add(uint64(out.Malformed))
 	return nil
 }
@@ -292,9 +272,10 @@ func (c *Cache) Health(ctx context.Context, checkLiveness bool) (int, string, er
 	return http.StatusOK, fmt.Sprintf("txmeta cache '%s': ready", c.r.Name()), nil
 }
 
-// CacheStats is a snapshot under the names of Teranode's txmetacache: its CacheStats
-// fields, and its Prometheus metrics (teranode_tx_meta_cache_NAME) as the JSON names.
-// Hits, Misses, HitOldTx and Malformed are this handle's, as Teranode's are its
+// CacheStats is a snapshot under the names of Teranode's txmetacache: the fields of its
+// CacheStats (EntriesCount, TrimCount, TotalMapSize, TotalElementsAdded, at the commit
+// docs/teranode.md names), and its Prometheus metrics (teranode_tx_meta_cache_NAME) as the
+// JSON names. Hits, Misses and Malformed are this handle's, as Teranode's are its
 // instance's; the rest is the whole cache's, from the shared segment.
 type CacheStats struct {
 	EntriesCount       uint64 `json:"size"`                 // live entries
@@ -305,15 +286,13 @@ type CacheStats struct {
 	Evictions          uint64 `json:"evictions"`            // entries overwritten for room
 	Hits               uint64 `json:"hits"`
 	Misses             uint64 `json:"misses"`
-	HitOldTx           uint64 `json:"hit_old_tx"` // found, but below the horizon
 	// shmcache's own, with no Teranode name
 	Deletes   uint64 `json:"deletes"`   // DELETEs the supervisor applied (Teranode's Delete counts as an eviction)
 	Malformed uint64 `json:"malformed"` // found, but not a txmeta value
 }
 
-// GetCacheStats reads the cache's counters now; an error only if the handle cannot read
-// the cache.
-func (c *Cache) GetCacheStats() (*CacheStats, error) {
+// Stats reads the cache's counters now; an error only if the handle cannot read the cache.
+func (c *Cache) Stats() (*CacheStats, error) {
 	st, err := c.r.Stats()
 	if err != nil {
 		return nil, err
@@ -321,9 +300,18 @@ func (c *Cache) GetCacheStats() (*CacheStats, error) {
 	return &CacheStats{
 		EntriesCount: uint64(st.Entries), TotalMapSize: uint64(st.Entries),
 		TotalElementsAdded: uint64(st.Sets), Insertions: uint64(st.Sets), Evictions: uint64(st.Evictions),
-		Hits: c.hits.Load(), Misses: c.misses.Load(), HitOldTx: c.old.Load(),
-		Deletes: uint64(st.Deletes), Malformed: c.malformed.Load(),
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Deletes: uint64(st.Deletes), Malformed: c.malformed.Load(),
 	}, nil
+}
+
+// GetCacheStats is Teranode's call, with its result: Stats, where a cache the handle
+// cannot read (destroyed, cut short, the handle closed) gives 0 for the whole cache's
+// counts, and this handle's counts as ever. Health says why; Stats returns the error.
+func (c *Cache) GetCacheStats() *CacheStats {
+	if st, err := c.Stats(); err == nil {
+		return st
+	}
+	return &CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Malformed: c.malformed.Load()}
 }
 
 // ended is ctx's end as the reader's errors are (docs/go.md, Errors): a *shmcache.Error of

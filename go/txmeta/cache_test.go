@@ -96,99 +96,94 @@ func (f *filled) keys(absent int) [][32]byte {
 	return keys
 }
 
-// want is the outcome of case i with the tip at tip and keep blocks kept: the horizon rule
-// applied to the golden decode.
-func (f *filled) want(i int, tip, keep uint32) Outcome {
+// want is the outcome of case i: Hit for a valid golden value (with a block height or
+// not: nothing is old), Malformed for a malformed one, Miss past the goldens.
+func (f *filled) want(i int) Outcome {
 	if i >= len(f.cases) {
 		return Miss
 	}
-	c := &f.cases[i]
-	switch {
-	case !c.valid():
+	if !f.cases[i].valid() {
 		return Malformed
-	case c.Expect.BlockHeight != nil && tip > keep && *c.Expect.BlockHeight < tip-keep:
-		return Old
 	}
 	return Hit
 }
 
-// Every golden value read through the cache: valid ones decode as expected, malformed
-// ones are Malformed, absent keys Miss; then the horizon makes the old ones Old, in a batch
-// and one hash at a time, and the counts of each land in the Batch and in GetCacheStats.
+// Every golden value read through the cache: valid ones decode as expected (those with a
+// block height too: there is no horizon), malformed ones are Malformed, absent keys Miss;
+// in a batch, one hash at a time into a Meta (Lookup) and with Teranode's results
+// (GetMetaCached); the counts of each land in the Batch and in GetCacheStats.
 func TestGoldenValuesThroughTheCache(t *testing.T) {
 	f := fillGoldens(t)
-	c, err := Attach(f.name, Config{GlobalBlockHeightRetention: 1000})
+	c, err := Attach(f.name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.BlocksToKeep() != 100 {
-		t.Fatalf("BlocksToKeep %d, want a tenth of 1000", c.BlocksToKeep())
-	}
 	keys := f.keys(50)
 	ctx := context.Background()
 	var b Batch
 	var m Meta
-	var total [4]int
-	for _, tip := range []uint32{0, 100, 850_100, 900_101, 1<<32 - 1} { // 0 and 100: no horizon yet
-		if err := c.SetBlockHeight(tip); err != nil || c.GetBlockHeight() != tip {
-			t.Fatal(err)
-		}
-		if err := GetMetaCachedBatch(ctx, c, keys, &b); err != nil {
-			t.Fatal(err)
-		}
-		var counts [4]int
-		for i := range keys {
-			want := f.want(i, tip, c.BlocksToKeep())
-			counts[want]++
-			if b.Outcomes[i] != want {
-				t.Errorf("tip %d: %s: %v, want %v", tip, f.cases[min(i, len(f.cases)-1)].Name, b.Outcomes[i], want)
-				continue
-			}
-			if want == Hit || want == Old {
-				if diff := sameAsExpected(&f.cases[i], &b.Metas[i]); diff != "" {
-					t.Errorf("%s: %s differ from the golden decode", f.cases[i].Name, diff)
-				}
-			}
-			if (b.Meta(i) != nil) != (want == Hit) {
-				t.Errorf("%s: Meta(i) is %v for %v", f.cases[min(i, len(f.cases)-1)].Name, b.Meta(i), want)
-			}
-			o, err := c.GetMetaCached(ctx, keys[i], &m) // one at a time: the same outcome and decode
-			if err != nil || o != want {
-				t.Errorf("tip %d: GetMetaCached of key %d: %v %v, want %v", tip, i, o, err, want)
-			} else if want == Hit && sameAsExpected(&f.cases[i], &m) != "" {
-				t.Errorf("%s: GetMetaCached decoded otherwise", f.cases[i].Name)
-			}
-		}
-		if got := [4]int{b.Misses, b.Hits, b.Old, b.Malformed}; got != counts {
-			t.Errorf("tip %d: the batch counts miss/hit/old/malformed %v, want %v", tip, got, counts)
-		}
-		if tip == 850_100 && (counts[Old] == 0 || counts[Hit] == 0) {
-			t.Fatalf("the tip %d should make some golden values old and keep others: %v", tip, counts)
-		}
-		for k := range total {
-			total[k] += 2 * counts[k] // the batch and the single lookups
-		}
-	}
-	st, err := c.GetCacheStats()
-	if err != nil {
+	if err := GetMetaCachedBatch(ctx, c, keys, &b); err != nil {
 		t.Fatal(err)
 	}
-	if got := [4]uint64{st.Misses, st.Hits, st.HitOldTx, st.Malformed}; got != [4]uint64{
-		uint64(total[0]), uint64(total[1]), uint64(total[2]), uint64(total[3])} {
-		t.Errorf("GetCacheStats miss/hit/old/malformed %v, want %v", got, total)
+	var counts [3]int
+	heights := 0
+	for i := range keys {
+		want := f.want(i)
+		counts[want]++
+		name := f.cases[min(i, len(f.cases)-1)].Name
+		if b.Outcomes[i] != want {
+			t.Errorf("%s: %v, want %v", name, b.Outcomes[i], want)
+			continue
+		}
+		if want == Hit {
+			if diff := sameAsExpected(&f.cases[i], &b.Metas[i]); diff != "" {
+				t.Errorf("%s: %s differ from the golden decode", name, diff)
+			}
+			if b.Metas[i].HasHeight {
+				heights++
+			}
+		}
+		if (b.Meta(i) != nil) != (want == Hit) {
+			t.Errorf("%s: Meta(i) is %v for %v", name, b.Meta(i), want)
+		}
+		o, err := c.Lookup(ctx, keys[i], &m) // one at a time: the same outcome and decode
+		if err != nil || o != want {
+			t.Errorf("Lookup of key %d: %v %v, want %v", i, o, err, want)
+		} else if want == Hit && sameAsExpected(&f.cases[i], &m) != "" {
+			t.Errorf("%s: Lookup decoded otherwise", name)
+		}
+		got, err := c.GetMetaCached(ctx, keys[i]) // Teranode's results
+		switch want {
+		case Hit:
+			if err != nil || got == nil || sameAsExpected(&f.cases[i], got) != "" {
+				t.Errorf("%s: GetMetaCached of a hit: %v, %v", name, got, err)
+			}
+		case Miss:
+			if got != nil || err != nil {
+				t.Errorf("GetMetaCached of absent key %d: %v, %v, want nil, nil", i, got, err)
+			}
+		case Malformed:
+			var me *MalformedError
+			if got != nil || !errors.Is(err, ErrMalformed) || !errors.As(err, &me) {
+				t.Errorf("%s: GetMetaCached of a malformed value: %v, %v", name, got, err)
+			}
+		}
+	}
+	if got := [3]int{b.Misses, b.Hits, b.Malformed}; got != counts {
+		t.Errorf("the batch counts miss/hit/malformed %v, want %v", got, counts)
+	}
+	if heights == 0 || counts[Hit] == heights || counts[Malformed] == 0 {
+		t.Fatalf("the goldens should hold hits with and without a height, and malformed values: %v, %d heights",
+			counts, heights)
+	}
+	st := c.GetCacheStats()
+	if got := [3]uint64{st.Misses, st.Hits, st.Malformed}; got != [3]uint64{
+		3 * uint64(counts[0]), 3 * uint64(counts[1]), 3 * uint64(counts[2])} {
+		t.Errorf("GetCacheStats miss/hit/malformed %v, want 3 x %v (batch, Lookup, GetMetaCached)", got, counts)
 	}
 	if st.EntriesCount != uint64(len(f.cases)+generated) || st.TotalElementsAdded < st.EntriesCount || st.Evictions != 0 {
 		t.Errorf("GetCacheStats: %+v, for %d entries set", st, len(f.cases))
-	}
-}
-
-// Teranode's rule: a tenth of the retention, at least one block.
-func TestBlocksToKeep(t *testing.T) {
-	for retention, want := range map[uint32]uint32{0: 1, 9: 1, 10: 1, 19: 1, 20: 2, 288: 28, 1<<32 - 1: 429496729} {
-		if got := BlocksToKeep(retention); got != want {
-			t.Errorf("BlocksToKeep(%d) = %d, want %d", retention, got, want)
-		}
 	}
 }
 
@@ -197,12 +192,11 @@ func TestBlocksToKeep(t *testing.T) {
 // than what a slot held before).
 func TestBatchAllocatesNothing(t *testing.T) {
 	f := fillGoldens(t)
-	c, err := Attach(f.name, Config{GlobalBlockHeightRetention: 1000})
+	c, err := Attach(f.name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetBlockHeight(850_100)
 	keys := f.keys(BatchSize)[:len(f.cases)]
 	hashes := make([][32]byte, BatchSize)
 	for i := range hashes {
@@ -216,17 +210,17 @@ func TestBatchAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if b.Hits == 0 || b.Old == 0 || b.Malformed == 0 {
-		t.Fatalf("the batch should mix outcomes: %d hits, %d old, %d malformed", b.Hits, b.Old, b.Malformed)
+	if b.Hits == 0 || b.Misses != 0 || b.Malformed == 0 {
+		t.Fatalf("the batch should mix outcomes: %d hits, %d malformed", b.Hits, b.Malformed)
 	}
 	if a := testing.AllocsPerRun(50, func() { _ = GetMetaCachedBatch(ctx, c, hashes, &b) }); a != 0 {
 		t.Errorf("GetMetaCachedBatch of the same %d hashes again: %v allocations", BatchSize, a)
 	}
 	for _, h := range hashes {
-		c.GetMetaCached(ctx, h, &m)
+		c.Lookup(ctx, h, &m)
 	}
-	if a := testing.AllocsPerRun(50, func() { _, _ = c.GetMetaCached(ctx, hashes[3], &m) }); a != 0 && !raceEnabled {
-		t.Errorf("GetMetaCached: %v allocations", a)
+	if a := testing.AllocsPerRun(50, func() { _, _ = c.Lookup(ctx, hashes[3], &m) }); a != 0 && !raceEnabled {
+		t.Errorf("Lookup: %v allocations", a)
 	}
 
 	gen := make([][32]byte, generated)
@@ -234,17 +228,17 @@ func TestBatchAllocatesNothing(t *testing.T) {
 		gen[i] = generatedKey(i)
 	}
 	var fresh Batch
-	if err := GetMetaCachedBatch(ctx, c, gen[:BatchSize], &fresh); err != nil || fresh.Hits+fresh.Old != BatchSize {
-		t.Fatalf("the generated values: %v, %d hits and %d old of %d", err, fresh.Hits, fresh.Old, BatchSize)
+	if err := GetMetaCachedBatch(ctx, c, gen[:BatchSize], &fresh); err != nil || fresh.Hits != BatchSize {
+		t.Fatalf("the generated values: %v, %d hits of %d", err, fresh.Hits, BatchSize)
 	}
 	next := 1
 	a := testing.AllocsPerRun(generated/BatchSize-2, func() {
 		_ = GetMetaCachedBatch(ctx, c, gen[next*BatchSize:(next+1)*BatchSize], &fresh)
 		next++
 	})
-	if a != 0 || fresh.Hits+fresh.Old != BatchSize {
+	if a != 0 || fresh.Hits != BatchSize {
 		t.Errorf("batches of Teranode-shaped values not met before: %v allocations a batch (%d found)", a,
-			fresh.Hits+fresh.Old)
+			fresh.Hits)
 	}
 }
 
@@ -266,7 +260,7 @@ func TestKeysIsAViewOfTheHashes(t *testing.T) {
 // A batch of a named hash type finds what [][32]byte finds.
 func TestNamedHashType(t *testing.T) {
 	f := fillGoldens(t)
-	c, err := Attach(f.name, Config{})
+	c, err := Attach(f.name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +288,7 @@ func TestNamedHashType(t *testing.T) {
 // A lookup after ctx's end is its error.
 func TestHealthAndContext(t *testing.T) {
 	f := fillGoldens(t)
-	c, err := Attach(f.name, Config{})
+	c, err := Attach(f.name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,13 +321,19 @@ func TestHealthAndContext(t *testing.T) {
 	if err := GetMetaCachedBatch(done, c, f.keys(1), &b); !ended(err) {
 		t.Errorf("a batch after ctx's end: %v", err)
 	}
-	if _, err := c.GetMetaCached(done, caseKey(0), &m); !ended(err) {
+	if _, err := c.Lookup(done, caseKey(0), &m); !ended(err) {
 		t.Errorf("a lookup after ctx's end: %v", err)
+	}
+	if got, err := c.GetMetaCached(done, caseKey(0)); got != nil || !ended(err) {
+		t.Errorf("GetMetaCached after ctx's end: %v, %v", got, err)
 	}
 	if code, _, err := c.Health(done, false); code != http.StatusServiceUnavailable || !ended(err) {
 		t.Errorf("health after ctx's end: %d %v", code, err)
 	}
 
+	if err := GetMetaCachedBatch(ctx, c, f.keys(1), &b); err != nil || b.Hits == 0 {
+		t.Fatalf("a batch before the cache is destroyed: %v, %d hits", err, b.Hits)
+	}
 	f.stop(t) // the writer destroys the cache; the handle follows the name
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -355,15 +355,22 @@ func TestHealthAndContext(t *testing.T) {
 	if err := GetMetaCachedBatch(ctx, c, f.keys(1), &b); !errors.Is(err, shmcache.ErrNotFound) {
 		t.Errorf("a batch on a destroyed cache: %v", err)
 	}
-	if _, err := c.GetCacheStats(); !errors.Is(err, shmcache.ErrNotFound) {
+	if _, err := c.Stats(); !errors.Is(err, shmcache.ErrNotFound) {
 		t.Errorf("stats of a destroyed cache: %v", err)
+	}
+	if got, err := c.GetMetaCached(ctx, caseKey(0)); got != nil || !errors.Is(err, shmcache.ErrNotFound) {
+		t.Errorf("GetMetaCached on a destroyed cache: %v, %v", got, err)
+	}
+	// Teranode's shape has no error: the whole cache's counts are 0, this handle's stay
+	if st := c.GetCacheStats(); st.EntriesCount != 0 || st.TotalElementsAdded != 0 || st.Hits == 0 {
+		t.Errorf("GetCacheStats of a destroyed cache: %+v", st)
 	}
 }
 
 // TestCloseOfAFailedAttachIsNothing: the package example's `defer c.Close()` after a failed
 // Attach (a nil *Cache) returns nil instead of panicking, as the reader's Close does.
 func TestCloseOfAFailedAttachIsNothing(t *testing.T) {
-	c, err := Attach("t-txmeta-no-such-cache-"+t.Name(), Config{})
+	c, err := Attach("t-txmeta-no-such-cache-" + t.Name())
 	if err == nil || c != nil {
 		t.Fatalf("Attach of no cache: %v, %v", c, err)
 	}

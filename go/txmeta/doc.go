@@ -1,17 +1,16 @@
 // Package txmeta reads Teranode's transaction metadata from a shmcache cache: the decoder
 // of the txmeta value (Meta, Decode) and a cache shaped like Teranode's txmetacache as
-// subtree validation calls it (Cache: GetMetaCached, GetMetaCachedBatch, a block-height
-// horizon, Health, GetCacheStats).
+// subtree validation calls it at the Teranode commit docs/teranode.md names (Cache:
+// GetMetaCached, GetMetaCachedBatch, Health, GetCacheStats).
 //
 // The cache is filled by the shmcache supervisor (`shmcache run`) from the txmeta Kafka
 // topic; this package only reads. Every Go service of the machine attaches the same copy,
 // which outlives their restarts.
 //
-//	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288})
+//	c, err := txmeta.Attach("txmeta")
 //	if err != nil { return err }                          // shmcache.Kind(err) says why
 //	defer c.Close()
 //	err = c.WaitReady(ctx)                                // the whole topic applied
-//	c.SetBlockHeight(tip)                                 // the horizon: older values are "old"
 //	var b txmeta.Batch                                    // reused: no allocation per batch
 //	err = txmeta.GetMetaCachedBatch(ctx, c, hashes, &b)   // hashes: []chainhash.Hash or [][32]byte
 //	for i := range b.Len() { if b.Outcomes[i] == txmeta.Hit { m := &b.Metas[i] } }

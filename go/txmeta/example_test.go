@@ -18,10 +18,9 @@ import (
 var cacheName = "txmeta"
 
 // Attach the machine's txmeta cache, refusing one the shmcache user does not own, and wait
-// until it holds the whole topic. The horizon keeps a tenth of Teranode's
-// GlobalBlockHeightRetention below the tip.
+// until it holds the whole topic.
 func ExampleAttach() {
-	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288}, shmcache.WithOwner("shmcache"))
+	c, err := txmeta.Attach("txmeta", shmcache.WithOwner("shmcache"))
 	if errors.Is(err, shmcache.ErrNotFound) {
 		return // no cache of that name on this machine: `shmcache run --name txmeta ...` makes it
 	} else if err != nil {
@@ -33,15 +32,14 @@ func ExampleAttach() {
 	if err := c.WaitReady(ctx); err != nil {
 		log.Fatal(err) // not ready in 30 s: the error says why (no supervisor, lagging partitions, ...)
 	}
-	c.SetBlockHeight(870_000) // the chain's tip; call it again on each new block
 }
 
 // A service's start and its lookups, as subtree validation's processTxMetaUsingCache
-// makes them: attach, wait until the cache holds the whole topic, set the horizon's tip,
-// then a batch of tx hashes a call into a Batch reused from call to call. hashes may be a
-// []chainhash.Hash as it is.
+// makes them: attach, wait until the cache holds the whole topic, then a batch of tx
+// hashes a call into a Batch reused from call to call. hashes may be a []chainhash.Hash as
+// it is.
 func ExampleGetMetaCachedBatch() {
-	c, err := txmeta.Attach("txmeta", txmeta.Config{GlobalBlockHeightRetention: 288})
+	c, err := txmeta.Attach("txmeta")
 	if errors.Is(err, shmcache.ErrNotFound) {
 		return // no cache of that name on this machine
 	} else if err != nil {
@@ -53,7 +51,6 @@ func ExampleGetMetaCachedBatch() {
 	if err := c.WaitReady(ctx); err != nil {
 		log.Fatal(err) // not ready in 30 s: the error says why
 	}
-	c.SetBlockHeight(870_000)                    // the tip; again on each new block
 	hashes := make([][32]byte, txmeta.BatchSize) // the subtree's tx hashes
 	var b txmeta.Batch                           // one a goroutine, reused: no allocation a batch
 	if err := txmeta.GetMetaCachedBatch(ctx, c, hashes, &b); err != nil {
@@ -62,9 +59,9 @@ func ExampleGetMetaCachedBatch() {
 	for i := range b.Len() {
 		if m := b.Meta(i); m != nil {
 			_ = m.Fee // a hit: m.Parents, m.ParentVouts, ... (b's until the next call)
-		} // else b.Outcomes[i] is Miss, Old or Malformed: ask the store of record
+		} // else b.Outcomes[i] is Miss or Malformed: ask the store of record
 	}
-	fmt.Println(b.Hits, b.Misses, b.Old, b.Malformed)
+	fmt.Println(b.Hits, b.Misses, b.Malformed)
 }
 
 // Decode a txmeta value (here: fee 1234, size 225, one parent spending vout 1, block
@@ -87,7 +84,7 @@ func ExampleMeta_Decode() {
 // Answer a load balancer's probes: liveness while the cache is readable, readiness once
 // it is ready, with the reason when it is not (here: a cache no supervisor fills).
 func ExampleCache_Health() {
-	c, err := txmeta.Attach(cacheName, txmeta.Config{GlobalBlockHeightRetention: 288})
+	c, err := txmeta.Attach(cacheName)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -4,10 +4,10 @@
 // lives in the bench module (go/bench) so that fastcache is never a dependency of the
 // reader's module.
 //
-//	teranodebench attach NAME KEYS                       look every key up; "ready HITS OLD"; wait for EOF
-//	teranodebench fastcache KEYS OFFSETS VALUES          a private fastcache of the entries, looked up: "ready HITS OLD"; wait for EOF
+//	teranodebench attach NAME KEYS                       look every key up; "ready HITS"; wait for EOF
+//	teranodebench fastcache KEYS OFFSETS VALUES          a private fastcache of the entries, looked up: "ready HITS"; wait for EOF
 //	teranodebench loop NAME KEYS OFFSETS VALUES ROUNDS MS   the lookup-and-decode loop, both ways: JSON lines
-//	teranodebench serve NAME KEYS                        attach, wait ready, decorate one batch: "serving HITS OLD"
+//	teranodebench serve NAME KEYS                        attach, wait ready, decorate one batch: "serving HITS"
 //
 // KEYS: n 32-byte keys back to back; OFFSETS: n + 1 int64 LE, value i is
 // VALUES[OFFSETS[i]:OFFSETS[i+1]] (what bench/test_teranode.py writes).
@@ -30,12 +30,6 @@ import (
 
 	"github.com/VictoriaMetrics/fastcache"
 	"github.com/shmcache/shmcache/go/txmeta"
-)
-
-// The horizon both ways: the tip and Teranode's retention (a tenth kept).
-const (
-	tip       = 850_100
-	retention = 1000
 )
 
 func fail(format string, args ...any) {
@@ -68,13 +62,11 @@ func main() {
 	switch os.Args[1] {
 	case "attach":
 		c := attach(args[0])
-		hits, old := batches(keysOf(args[1]), shmcacheLookup(c))
-		holding(hits, old)
+		holding(batches(keysOf(args[1]), shmcacheLookup(c)))
 		runtime.KeepAlive(c)
 	case "fastcache":
 		fc, keys := fill(args[0], args[1], args[2])
-		hits, old := batches(keys, fastcacheLookup(fc))
-		holding(hits, old)
+		holding(batches(keys, fastcacheLookup(fc)))
 		runtime.KeepAlive(fc)
 	case "loop":
 		rounds, _ := strconv.Atoi(args[4])
@@ -87,22 +79,21 @@ func main() {
 	}
 }
 
-// holding says "ready HITS OLD" once only the cache is held (the keys and files read are
+// holding says "ready HITS" once only the cache is held (the keys and files read are
 // garbage, collected and handed back to the OS, so PSS counts the cache and the runtime),
 // and holds it until stdin ends.
-func holding(hits, old int) {
+func holding(hits int) {
 	runtime.GC()
 	debug.FreeOSMemory()
-	fmt.Println("ready", hits, old)
+	fmt.Println("ready", hits)
 	io.Copy(io.Discard, os.Stdin)
 }
 
 func attach(name string) *txmeta.Cache {
-	c, err := txmeta.Attach(name, txmeta.Config{GlobalBlockHeightRetention: retention})
+	c, err := txmeta.Attach(name)
 	if err != nil {
 		fail("%v", err)
 	}
-	c.SetBlockHeight(tip)
 	return c
 }
 
@@ -118,33 +109,32 @@ func fill(keysPath, offsetsPath, valuesPath string) (*fastcache.Cache, [][32]byt
 	return fc, keys
 }
 
-// lookup is one batch of lookups and decodes, either way: its Hit and Old outcomes.
-type lookup func(keys [][32]byte) (hits, old int)
+// lookup is one batch of lookups and decodes, either way: its hits.
+type lookup func(keys [][32]byte) (hits int)
 
 func shmcacheLookup(c *txmeta.Cache) lookup {
 	var b txmeta.Batch
 	ctx := context.Background()
-	return func(keys [][32]byte) (int, int) {
+	return func(keys [][32]byte) int {
 		if err := txmeta.GetMetaCachedBatch(ctx, c, keys, &b); err != nil {
 			fail("%v", err)
 		}
-		return b.Hits, b.Old
+		return b.Hits
 	}
 }
 
-// fastcacheLookup is Get of each key into one reused buffer and the same decode and
-// horizon into a reused Meta a key, as GetMetaCachedBatch does after its lookup.
+// fastcacheLookup is Get of each key into one reused buffer and the same decode into a
+// reused Meta a key, as GetMetaCachedBatch does after its lookup.
 func fastcacheLookup(fc *fastcache.Cache) lookup {
 	metas := make([]txmeta.Meta, txmeta.BatchSize)
 	outcomes := make([]txmeta.Outcome, txmeta.BatchSize)
 	var dst []byte
-	keep := txmeta.BlocksToKeep(retention)
-	return func(keys [][32]byte) (int, int) {
+	return func(keys [][32]byte) int {
 		if len(metas) < len(keys) {
 			metas = append(metas, make([]txmeta.Meta, len(keys)-len(metas))...)
 			outcomes = make([]txmeta.Outcome, len(keys))
 		}
-		hits, old := 0, 0
+		hits := 0
 		for i := range keys {
 			var ok bool
 			dst, ok = fc.HasGet(dst[:0], keys[i][:])
@@ -155,25 +145,21 @@ func fastcacheLookup(fc *fastcache.Cache) lookup {
 				outcomes[i] = txmeta.Miss
 			case m.Decode(dst) != nil:
 				outcomes[i] = txmeta.Malformed
-			case m.HasHeight && tip > keep && m.BlockHeight < tip-keep:
-				outcomes[i] = txmeta.Old
-				old++
 			default:
 				outcomes[i] = txmeta.Hit
 				hits++
 			}
 		}
-		return hits, old
+		return hits
 	}
 }
 
-// batches looks keys up a batch at a time: the hits and old entries.
-func batches(keys [][32]byte, f lookup) (hits, old int) {
+// batches looks keys up a batch at a time: the hits.
+func batches(keys [][32]byte, f lookup) (hits int) {
 	for i := 0; i < len(keys); i += txmeta.BatchSize {
-		h, o := f(keys[i:min(i+txmeta.BatchSize, len(keys))])
-		hits, old = hits+h, old+o
+		hits += f(keys[i:min(i+txmeta.BatchSize, len(keys))])
 	}
-	return hits, old
+	return hits
 }
 
 // result is one timed run of the loop, a JSON line.
@@ -222,7 +208,7 @@ func timed(impl string, g int, d time.Duration, keys [][32]byte, newLookup func(
 			for time.Now().Before(deadline) {
 				for range 16 {
 					b := pos % n
-					h, _ := fs[j](keys[b*txmeta.BatchSize : (b+1)*txmeta.BatchSize])
+					h := fs[j](keys[b*txmeta.BatchSize : (b+1)*txmeta.BatchSize])
 					counts[j][1] += int64(h)
 					counts[j][0]++
 					pos++
@@ -282,8 +268,8 @@ func serve(name, keysPath string) {
 		fail("%v", err)
 	}
 	keys := keysOf(keysPath)
-	hits, old := shmcacheLookup(c)(keys[:min(len(keys), txmeta.BatchSize)])
+	hits := shmcacheLookup(c)(keys[:min(len(keys), txmeta.BatchSize)])
 	w := bufio.NewWriter(os.Stdout)
-	fmt.Fprintln(w, "serving", hits, old)
+	fmt.Fprintln(w, "serving", hits)
 	w.Flush()
 }

@@ -1,16 +1,15 @@
 // Command txmeta-validate plays Teranode's subtree validation loop against a shmcache
 // txmeta cache: it takes tx hashes (a file, or generated), decorates them with their
 // metadata in batches of 1,024 from N goroutines, as processTxMetaUsingCache does, and
-// reports hits, misses, old and malformed entries and the rate.
+// reports hits, misses and malformed entries and the rate.
 //
-//	txmeta-validate -cache txmeta -owner shmcache -hashes subtree.bin -goroutines 2 -tip 870000 -retention 288
+//	txmeta-validate -cache txmeta -owner shmcache -hashes subtree.bin -goroutines 2
 //	txmeta-validate -cache txmeta -generate 1000000 -rounds 5 -json
 //
 // -hashes FILE: 32-byte hashes back to back (-format bin), or one 64-digit hex hash a line
 // (-format hex), each the key's bytes as they are (not chainhash's reversed display order).
-// -wait D waits up to D for the cache to be ready first (exit 1 if it is not); -tip and
-// -retention set the block-height horizon (GlobalBlockHeightRetention). -outcomes FILE
-// writes one letter a hash, in order (h hit, m miss, o old, x malformed); -owner refuses a
+// -wait D waits up to D for the cache to be ready first (exit 1 if it is not). -outcomes
+// FILE writes one letter a hash, in order (h hit, m miss, x malformed); -owner refuses a
 // cache another user owns. The report is a line of text, or of JSON with -json. A bad
 // argument or a cache that cannot be read: one line on stderr, "txmeta-validate: KIND:
 // message" with the readers' contract's word, and exit 2.
@@ -41,7 +40,6 @@ type options struct {
 	outcomes                     string
 	generate, goroutines, batch  int
 	rounds                       int
-	tip, retention               uint
 	seed                         uint64
 	wait                         time.Duration
 	json                         bool
@@ -54,11 +52,8 @@ type Report struct {
 	Rounds     int                `json:"rounds"`
 	Goroutines int                `json:"goroutines"`
 	Batch      int                `json:"batch"`
-	Tip        uint32             `json:"tip"`
-	Keep       uint32             `json:"blocks_to_keep"`
 	Hits       int64              `json:"hits"` // over every round
 	Misses     int64              `json:"misses"`
-	Old        int64              `json:"old"`
 	Malformed  int64              `json:"malformed"`
 	FeeSum     uint64             `json:"fee_sum"` // the hits' fees, modulo 2**64: a check of the decode
 	Parents    int64              `json:"parents"` // the hits' parents
@@ -98,10 +93,8 @@ func main() {
 	flag.IntVar(&o.goroutines, "goroutines", 2, "goroutines decorating batches")
 	flag.IntVar(&o.batch, "batch", txmeta.BatchSize, "hashes a batch")
 	flag.IntVar(&o.rounds, "rounds", 1, "times through the hashes")
-	flag.UintVar(&o.tip, "tip", 0, "the chain's tip for the horizon (0: none)")
-	flag.UintVar(&o.retention, "retention", 0, "Teranode's GlobalBlockHeightRetention; the horizon keeps a tenth")
 	flag.DurationVar(&o.wait, "wait", 0, "wait this long for the cache to be ready first (0: do not wait)")
-	flag.StringVar(&o.outcomes, "outcomes", "", "write a letter a hash here (h, m, o, x), in order")
+	flag.StringVar(&o.outcomes, "outcomes", "", "write a letter a hash here (h, m, x), in order")
 	flag.BoolVar(&o.json, "json", false, "report as one line of JSON")
 	flag.Parse()
 	switch {
@@ -111,8 +104,6 @@ func main() {
 		fail("bad-argument: give -hashes FILE or -generate N (one of them)")
 	case o.generate < 0 || o.goroutines < 1 || o.batch < 1 || o.rounds < 1:
 		fail("bad-argument: -generate, -goroutines, -batch and -rounds must be positive")
-	case o.tip > 1<<32-1 || o.retention > 1<<32-1:
-		fail("bad-argument: -tip and -retention are block heights (at most 2**32-1)")
 	case o.format != "bin" && o.format != "hex":
 		fail("bad-argument: -format is bin or hex, not %q", o.format)
 	}
@@ -124,7 +115,7 @@ func main() {
 	if o.owner != "" {
 		opts = append(opts, shmcache.WithOwner(o.owner))
 	}
-	c, err := txmeta.Attach(o.cache, txmeta.Config{GlobalBlockHeightRetention: uint32(o.retention)}, opts...)
+	c, err := txmeta.Attach(o.cache, opts...)
 	if err != nil {
 		failErr(err)
 	}
@@ -141,7 +132,6 @@ func main() {
 			failErr(err)
 		}
 	}
-	c.SetBlockHeight(uint32(o.tip))
 	r, outcomes, err := run(ctx, c, hashes, o)
 	if err != nil {
 		failErr(err)
@@ -160,12 +150,12 @@ func main() {
 		fmt.Println(string(out))
 		return
 	}
-	fmt.Printf("%s: %d hashes x %d rounds on %d goroutines in batches of %d: %d hits, %d misses, %d old, "+
+	fmt.Printf("%s: %d hashes x %d rounds on %d goroutines in batches of %d: %d hits, %d misses, "+
 		"%d malformed in %.3f s (%.2f M hashes/s); health %d %s\n", r.Cache, r.Hashes, r.Rounds, r.Goroutines,
-		r.Batch, r.Hits, r.Misses, r.Old, r.Malformed, r.Seconds, r.Rate/1e6, r.Health.Code, r.Health.Message)
+		r.Batch, r.Hits, r.Misses, r.Malformed, r.Seconds, r.Rate/1e6, r.Health.Code, r.Health.Message)
 }
 
-var letter = [...]byte{txmeta.Hit: 'h', txmeta.Miss: 'm', txmeta.Old: 'o', txmeta.Malformed: 'x'}
+var letter = [...]byte{txmeta.Hit: 'h', txmeta.Miss: 'm', txmeta.Malformed: 'x'}
 
 // load reads or generates the hashes.
 func load(o options) ([][32]byte, error) {
@@ -213,17 +203,16 @@ func load(o options) ([][32]byte, error) {
 // the batches in turn (processTxMetaUsingCache's errgroup over batches); each goroutine
 // reuses one Batch. It returns the last round's outcomes too, in order.
 func run(ctx context.Context, c *txmeta.Cache, hashes [][32]byte, o options) (*Report, []txmeta.Outcome, error) {
-	r := &Report{Cache: c.Name(), Hashes: len(hashes), Rounds: o.rounds, Goroutines: o.goroutines, Batch: o.batch,
-		Tip: c.GetBlockHeight(), Keep: c.BlocksToKeep()}
+	r := &Report{Cache: c.Name(), Hashes: len(hashes), Rounds: o.rounds, Goroutines: o.goroutines, Batch: o.batch}
 	outcomes := make([]txmeta.Outcome, len(hashes))
 	batches := (len(hashes) + o.batch - 1) / o.batch
 	total := int64(batches * o.rounds)
 	var (
-		next, hits, misses, old, malformed, parents atomic.Int64
-		fees                                        atomic.Uint64
-		errOnce                                     sync.Once
-		firstErr                                    error
-		wg                                          sync.WaitGroup
+		next, hits, misses, malformed, parents atomic.Int64
+		fees                                   atomic.Uint64
+		errOnce                                sync.Once
+		firstErr                               error
+		wg                                     sync.WaitGroup
 	)
 	t0 := time.Now()
 	for range o.goroutines {
@@ -249,7 +238,6 @@ func run(ctx context.Context, c *txmeta.Cache, hashes [][32]byte, o options) (*R
 				}
 				h += int64(b.Hits)
 				misses.Add(int64(b.Misses))
-				old.Add(int64(b.Old))
 				malformed.Add(int64(b.Malformed))
 				if k >= total-int64(batches) { // the last round
 					copy(outcomes[lo:hi], b.Outcomes)
@@ -266,11 +254,11 @@ func run(ctx context.Context, c *txmeta.Cache, hashes [][32]byte, o options) (*R
 	}
 	r.Seconds = time.Since(t0).Seconds()
 	r.Rate = float64(len(hashes)*o.rounds) / r.Seconds
-	r.Hits, r.Misses, r.Old, r.Malformed = hits.Load(), misses.Load(), old.Load(), malformed.Load()
+	r.Hits, r.Misses, r.Malformed = hits.Load(), misses.Load(), malformed.Load()
 	r.FeeSum, r.Parents = fees.Load(), parents.Load()
 	code, msg, _ := c.Health(ctx, false)
 	r.Health = health{Code: code, Message: msg}
-	if st, err := c.GetCacheStats(); err == nil {
+	if st, err := c.Stats(); err == nil {
 		r.Stats = st
 	}
 	return r, outcomes, nil
