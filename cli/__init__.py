@@ -52,6 +52,7 @@ COMMANDS = (  # (command, module in shmcache.cli)
     ("top", "top"),
     ("spark", "spark"),
     ("warm", "warm"),
+    ("size", "size"),
 )
 
 
