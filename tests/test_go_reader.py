@@ -1,5 +1,5 @@
 """The Go reader (go/, issues 41, 45 and 46) in the suite: gofmt, go vet, a CGO_ENABLED=0
-build of its module and of its bench module (go/bench), its tests (the golden segments and
+build of its module and of its bench and metrics modules (go/bench, go/metrics), its tests (the golden segments and
 golden control areas, byte flips, a truncated file, a real Python writer under Go readers,
 readiness against the Python reader's, a followed name, the owner and mode checks, the
 shmcache-go commands, the examples; the goldens again without prefetching), the writer and
@@ -22,13 +22,14 @@ from shmtest.toolchains import GO, GO_DIR
 from shmtest.toolchains import go as _go
 
 BENCH_DIR = GO_DIR / "bench"
+METRICS_DIR = GO_DIR / "metrics"  # its own module: the Prometheus client stays out of the reader's
 pytestmark = pytest.mark.skipif(GO is None, reason="go is not installed: the Go reader (go/) is not built or tested")
 
 
 def test_gofmt_vet_and_a_pure_go_build():
     fmt = subprocess.run([str(Path(GO).with_name("gofmt")), "-l", "."], cwd=GO_DIR, capture_output=True, text=True)
     assert fmt.returncode == 0 and fmt.stdout == "", f"not gofmt'ed: {fmt.stdout}{fmt.stderr}"
-    for d in (GO_DIR, BENCH_DIR):  # go/bench is a module of its own, left out of go/'s ./...
+    for d in (GO_DIR, BENCH_DIR, METRICS_DIR):  # modules of their own, left out of go/'s ./...
         _go("vet", "./...", cwd=d)
         _go("build", "./...", cwd=d)
 
@@ -58,6 +59,12 @@ def test_a_consumer_gets_only_what_a_reader_needs(tmp_path):
 
 def test_go_tests():
     _go("test", "-count=1", "./...")
+
+
+def test_go_metrics_tests():
+    """go/metrics: Teranode's gauges against the cache's stats, the supervisor's figures
+    against the Python reader's status of the same control area."""
+    _go("test", "-count=1", "./...", cwd=METRICS_DIR)
 
 
 def test_go_tests_without_prefetch():
