@@ -179,9 +179,8 @@ def test_loop(program, entries):
 
     runs = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(runs) == ROUNDS * 2 * 2
-    share = entries["expect"][0] / N  # the share of hits the heights give
-    for r in runs:
-        assert r["batches"] > 0 and abs(r["hits"] / (r["batches"] * P.BATCH) - share) < 0.05, r
+    for r in runs:  # every key is there: every lookup a hit
+        assert r["batches"] > 0 and r["hits"] == r["batches"] * P.BATCH, r
     for g in (1, 2):
         of = {impl: [r for r in runs if r["goroutines"] == g and r["impl"] == impl] for impl in ("shmcache", "fastcache")}
         fig = {impl: f"{statistics.median(r['hashes_per_s'] for r in rs) / 1e6:.2f} M hashes/s, "
