@@ -40,7 +40,7 @@ class Scratch:
     """What decode_many writes into, kept by the caller and reused: the messages' bytes back
     to back, and the decoded entries' arrays, sized for the most entries those bytes can
     hold (one per _MIN_ENTRY bytes; the pages of rows never written are never touched).
-    Grows, never shrinks. A Batch decoded into it is valid until the next decode_many
+    Grows until release() (a worker's, when it goes idle). A Batch decoded into it is valid until the next decode_many
     with the same Scratch."""
 
     def __init__(self) -> None:
@@ -50,6 +50,12 @@ class Scratch:
         self.starts = np.empty(0, np.int64)
         self.lens = np.empty(0, np.int32)
         self.hashes = np.empty(0, np.uint64)
+
+    def release(self) -> int:
+        """Drop the buffers (the next take() grows them again); the bytes they held."""
+        held = sum(a.nbytes for a in (self.buf, self.keys, self.actions, self.starts, self.lens, self.hashes))
+        self.__init__()
+        return held
 
     def take(self, n: int) -> np.ndarray:
         """n bytes of the buffer, and rows for every entry n bytes of messages can hold."""

@@ -3,4 +3,5 @@ other, and nothing of a cache's content. Named shared-memory segments opened saf
 (segment.py) and mapped at 2 MiB-aligned addresses, guarded against a file cut short
 (mapping.py, sigbus.py); atomic words for numba kernels (atomics.py); owner words and
 stops by pid (liveness.py); this machine's name (machine.py); numba's kernel cache
-stamped with the sources each kernel imports (jitcache.py)."""
+stamped with the sources each kernel imports (jitcache.py); the C heap a process freed,
+handed back (heap.py)."""

@@ -60,6 +60,7 @@ from shmcache.consumer.supervisor.watermarks import WatermarkWatch
 from shmcache.consumer.supervisor.worker_handle import WorkerHandle, stop_all
 from shmcache.engine import layout as L
 from shmcache.errors import ShmcacheError
+from shmcache.ipc import heap
 
 log = logging.getLogger("shmcache.supervisor")
 
@@ -332,6 +333,7 @@ def run(cfg: RunConfig) -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
     log.info("shmcache supervisor pid %d", os.getpid())
+    heap.limit_arenas()  # before librdkafka's threads: two arenas between them (ipc/heap.py)
     sup = Supervisor(cfg, snapshot_dir_fd)
     code = 1
     try:

@@ -7,13 +7,17 @@ loads them itself, after the warm-up."""
 try:
     from shmcache.consumer import warm
     from shmcache.consumer.worker import forkserver, loop
-    from shmcache.ipc import liveness
+    from shmcache.ipc import heap, liveness
 
     liveness.set_process_name(forkserver.NAME)  # what ps and top show of the fork server
+    heap.limit_arenas()  # the workers' librdkafka threads: two arenas between them (ipc/heap.py)
     forkserver.die_with_supervisor()
     if warm.is_warm():
         from shmcache.formats import registry
 
         loop.load_decoders([f for f in registry.FORMATS.values() if f.preload])
+    import gc
+
+    gc.freeze()  # what was loaded stays out of the collector's passes: its pages stay shared with the workers
 except Exception:  # noqa: BLE001 - a fork server that died here would fail every worker's start
     pass

@@ -44,9 +44,13 @@ from shmcache.formats import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker.profile import Profile
 from shmcache.engine.table import open_writer  # imported here: the fork server preloads it for every worker
-from shmcache.ipc import liveness
+from shmcache.ipc import heap, liveness
 
 log = logging.getLogger("shmcache.worker")
+
+# A worker that goes idle after a consume() batch of more than this many bytes gives back
+# what the burst grew (Worker._idle): ~70 MiB a worker after a catch-up of 1,000,000 entries.
+IDLE_RELEASE = 1 << 20
 
 
 class Worker:
@@ -63,6 +67,7 @@ class Worker:
         self.cache.on_wait = lock_wait.LockWait(index, self.me, self.parent)  # beats while a live writer's lock holds it
         self.format = wire_formats.get(cfg.format)  # its decoder (formats/registry.py)
         self.scratch = wire_batch.Scratch()  # the bytes of the consume() batch being applied
+        self.busy = False  # applied a batch since it last went idle (_idle)
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
         self.me.claim(liveness.owner_word())
         # group.id only because librdkafka wants one; assign() never joins the group
@@ -156,6 +161,9 @@ class Worker:
                     prof.mark("fetch" if msgs else "idle")
                     if msgs:
                         self._apply(msgs)
+                        self.busy = True
+                    elif self.busy:
+                        self._idle()
                     self._publish()
                     self._flow_control()
                 self.me.beat()
@@ -166,6 +174,15 @@ class Worker:
             self.me.release()
             del self.me, self.rows  # views of the mapping
             self.cache.close()
+
+    def _idle(self) -> None:
+        """The topic is drained for now: give back what a burst grew (the decode's buffers,
+        and the C heap librdkafka and numpy freed: ipc/heap.py), once a burst of more than
+        IDLE_RELEASE bytes; a trickle of small batches keeps its small buffers."""
+        self.busy = False
+        if self.scratch.buf.nbytes > IDLE_RELEASE:
+            self.scratch.release()
+            heap.trim()
 
     def _tps(self):
         from confluent_kafka import TopicPartition

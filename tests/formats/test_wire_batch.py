@@ -172,3 +172,15 @@ def test_a_v2_batch_carries_its_verified_hashes_to_the_table():
             w.close()
         for n in names:
             shmcache.destroy(n)
+
+
+def test_a_released_scratch_decodes_the_same_again():
+    """A worker releases its scratch when it goes idle (consumer/worker/loop.py): what it
+    held is given back, and the next burst decodes into it as before."""
+    rng = np.random.default_rng(3)
+    msgs = [wire.encode_v1(*_entries(rng, 200)) for _ in range(20)]
+    s = wire_batch.Scratch()
+    before = _rows(wire_batch.decode_many(msgs, s))
+    held = s.release()
+    assert held >= sum(len(m) for m in msgs) and s.buf.nbytes == s.keys.nbytes == 0
+    assert _rows(wire_batch.decode_many(msgs, s)) == before and s.buf.nbytes > 0
