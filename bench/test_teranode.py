@@ -29,20 +29,18 @@ with the load average).
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
 from shmtest.bench import peers as P
+from shmtest.bench.node import GO, Procs, build_program, mib as _mib, pss as _pss, stop_tree as _stop_tree, supervisor
 import shmcache
 from shmcache.formats import txmeta
 
@@ -50,23 +48,14 @@ N = P.bench_n()
 ROUNDS = P.bench_rounds()
 LOOP_MS = int(os.environ.get("SHMCACHE_TERANODE_LOOP_MS", "1000" if N >= 200_000 else "100"))
 PROCS = 4
-GO = shutil.which("go")
-GO_DIR = Path(__file__).resolve().parents[1] / "go" / "bench"  # its own module: fastcache stays out of go/'s
 FIGURES: dict[str, dict] = {}
-
-
-def _mib(b: float) -> str:
-    return f"{b / 2**20:.1f} MiB"
 
 
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> str:
     if GO is None:
         pytest.skip("go is not installed: go/bench/teranodebench is not built")
-    exe = tmp_path_factory.mktemp("teranodebench") / "teranodebench"
-    subprocess.run([GO, "build", "-o", str(exe), "./teranodebench"], cwd=GO_DIR, check=True,
-                   env={**os.environ, "CGO_ENABLED": "0"}, timeout=300)
-    yield str(exe)
+    yield build_program(tmp_path_factory.mktemp("teranodebench"))
     if FIGURES:
         print(f"\nteranode (N={N:,}, load average {os.getloadavg()[0]:.1f}):", file=sys.stderr)
         for k, v in FIGURES.items():
@@ -99,43 +88,6 @@ def entries(tmp_path_factory):
     finally:
         w.close()
         shmcache.destroy(name, force=True)
-
-
-def _pss(pid: int) -> dict[str, int]:
-    """The PSS fields of /proc/PID/smaps_rollup, in bytes."""
-    out = {}
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        k, _, v = line.partition(":")
-        if k.startswith("Pss"):
-            out[k] = int(v.split()[0]) * 1024
-    return out
-
-
-class Procs:
-    """Child processes started by this module, stopped by pid (stdin closed, then killed)."""
-
-    def __init__(self):
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str]) -> tuple[subprocess.Popen, str]:
-        """Start one and wait for its first line (its "ready"): (the process, the line)."""
-        p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.procs.append(p)
-        line = p.stdout.readline()  # the line, or "" once it died
-        assert line, f"{argv[1]} exited with {p.wait()} before saying ready"
-        return p, line.split()
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.stdin:
-                p.stdin.close()
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs.clear()
 
 
 @pytest.fixture
@@ -193,49 +145,6 @@ def test_loop(program, entries):
         FIGURES[f"loop, {g} goroutine{'s' if g > 1 else ''}"] = fig
 
 
-def _supervisor(name: str, topic: str, bootstrap: str, log: Path) -> tuple[subprocess.Popen, object, float]:
-    """`shmcache run` on a fresh cache, polled until ready: (the process, a reader, seconds to ready)."""
-    argv = [sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", bootstrap, "--topic", topic,
-            "--group", f"bench-teranode-{uuid.uuid4().hex[:12]}", "--workers", "2",
-            "--memory", str(max(256 << 20, N * 320)), "--format", "v1"]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
-    deadline = t0 + 1200
-    r = None
-    while True:
-        assert proc.poll() is None, f"shmcache run exited with {proc.returncode}: {log.read_text()[-3000:]}"
-        assert time.perf_counter() < deadline, "shmcache run not ready in 1200 s"
-        if r is None:
-            try:
-                r = shmcache.attach(name)
-            except (OSError, shmcache.ShmcacheError):
-                pass
-        if r is not None and r.status()["ready"]:
-            return proc, r, time.perf_counter() - t0
-        time.sleep(0.02)
-
-
-def _stop_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM the supervisor, wait; then kill whatever of its tree is left, by pid."""
-    try:
-        kids = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        kids = []
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    for k in kids:
-        try:
-            if k.is_running():
-                k.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(kids, timeout=10)
-
-
 def test_warm_start(program, kafka_broker, kafka_admin, tmp_path):
     from shmtest.bench import consume_runs as C
     from shmtest.bench.consume_topics import Topic
@@ -261,7 +170,7 @@ def test_warm_start(program, kafka_broker, kafka_admin, tmp_path):
 
         cache = f"bench-{os.getpid()}-teranode-warm"
         caches.append(cache)
-        sup, r, ready_s = _supervisor(cache, name, kafka_broker.bootstrap, tmp_path / "sup.log")
+        sup, r, ready_s = supervisor(cache, name, kafka_broker.bootstrap, tmp_path / "sup.log", max(256 << 20, N * 320))
         try:
             tree = [_pss(p.pid) for p in [psutil.Process(sup.pid), *psutil.Process(sup.pid).children(recursive=True)]]
             sup_pss = {k: sum(x.get(k, 0) for x in tree) for k in ("Pss", "Pss_Shmem")}
