@@ -75,7 +75,7 @@ _GROUP_WEIGHT = {
     "tests/spark/test_java25.py": 150, "tests/consumer/test_pipeline_rebalance.py": 135,
     "tests/consumer/supervisor/test_snapshots.py": 130, "tests/faults/test_faults.py": 160,
     "tests/consumer/supervisor/test_broker_outage.py": 110, "tests/conformance/test_across_namespaces.py": 120,
-    "tests/consumer/test_kit.py": 75, "tests/conformance/test_arguments.py": 90,
+    "tests/consumer/test_kit.py": 75, "tests/conformance/test_arguments.py": 90, "bench/test_restart_hits.py": 55,
 }
 
 
