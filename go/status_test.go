@@ -40,7 +40,7 @@ func startControl(t *testing.T, what string) *pyControl {
 }
 
 func startControlNamed(t *testing.T, name string) *pyControl {
-	cmd := exec.Command(python(t), "-P", "-m", "shmtest.control_writer", name)
+	cmd := exec.Command(helpers(t), "-P", "-m", "shmtest.control_writer", name)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

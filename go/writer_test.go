@@ -32,6 +32,23 @@ func python(t *testing.T) string {
 	return p
 }
 
+// helpers is python(t) when it can import the test helpers (shmtest, which scripts/setup
+// installs with the rest), else the test skips, saying so.
+func helpers(t *testing.T) string {
+	p := python(t)
+	ok, seen := importable.Load(p)
+	if !seen {
+		ok = exec.Command(p, "-c", "import shmtest").Run() == nil
+		importable.Store(p, ok)
+	}
+	if !ok.(bool) {
+		t.Skipf("%s cannot import the test helpers, shmtest (run scripts/setup)", p)
+	}
+	return p
+}
+
+var importable sync.Map // interpreter -> whether it imports shmtest
+
 func testKey(i int) []byte {
 	k := sha256.Sum256([]byte(fmt.Sprintf("go writer test %d", i)))
 	return k[:]
