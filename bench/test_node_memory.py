@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from shmtest.bench import peers as P
-from shmtest.bench.node import GO, Procs, build_program, mib, pss, supervisor, stop_tree, tree_pss
+from shmtest.bench.node import GO, Procs, build_program, mib, pss, remove, supervisor, stop_tree, tree_pss
 import shmcache
 
 N = P.bench_n()
@@ -112,13 +112,7 @@ def test_node_memory(program, kafka_broker, kafka_admin, tmp_path):
             r.close()
         if sup is not None:
             stop_tree(sup)
-        if shmcache.exists(cache):
-            shmcache.destroy(cache, force=True)
-        for fut in kafka_admin.delete_topics([topic], operation_timeout=10).values():
-            try:
-                fut.result(timeout=15)
-            except Exception:
-                pass
+        remove(kafka_admin, [topic], [cache])
 
     total = {n: shared[n]["daemon"]["Pss"] + shared[n]["services"]["Pss"] for n in COUNTS}
     each_shared = (total[4] - total[1]) / 3  # one more service

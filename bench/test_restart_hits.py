@@ -34,8 +34,7 @@ import uuid
 import numpy as np
 
 from shmtest.bench import peers as P
-from shmtest.bench.node import stop_tree, supervisor
-import shmcache
+from shmtest.bench.node import remove, stop_tree, supervisor
 
 FULL = P.bench_n() >= 200_000
 RETENTION_S = 60 if FULL else 10
@@ -215,13 +214,7 @@ def test_restart_hit_rate(kafka_broker, kafka_admin, tmp_path):
             r.close()
         if sup is not None:
             stop_tree(sup)
-        if shmcache.exists(cache):
-            shmcache.destroy(cache, force=True)
-        for fut in kafka_admin.delete_topics([topic], operation_timeout=10).values():
-            try:
-                fut.result(timeout=15)
-            except Exception:
-                pass
+        remove(kafka_admin, [topic], [cache])
     lines = [f"restart hit rate (retention {RETENTION_S} s, {HISTORY:,} older transactions, {RATE:,} tx/s, "
              f"{OLD_SHARE:.0%} of the parents older than the retention; load average {os.getloadavg()[0]:.1f}): "
              "after the restart"]

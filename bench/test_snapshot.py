@@ -41,12 +41,12 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
 import shmcache
 from shmtest.bench import consume_topics as CT  # the consume benchmark's data
 from shmtest.bench import consume_runs as TC  # the consume benchmark's runs and topic maker
+from shmtest.bench.node import stop_tree
 from shmcache.kafka import topics
 from shmcache.consumer.config import RunConfig
 from shmcache.engine import units
@@ -179,21 +179,7 @@ def _run(name: str, topic, bootstrap: str, memory: str, log: Path, snaps: Path) 
 
 def _stop(proc: subprocess.Popen) -> int | None:
     """SIGTERM, wait; SIGKILL the tree if it stays (every process it started is gone after)."""
-    kids = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
-    proc.send_signal(signal.SIGTERM) if proc.poll() is None else None
-    try:
-        rc = proc.wait(120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait(10)
-    for k in kids:
-        try:
-            if k.is_running():
-                k.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(kids, timeout=10)
-    return rc
+    return stop_tree(proc, wait=120)
 
 
 def _check(name: str, topic) -> None:

@@ -40,7 +40,7 @@ import psutil
 import pytest
 
 from shmtest.bench import peers as P
-from shmtest.bench.node import GO, Procs, build_program, mib as _mib, pss as _pss, stop_tree as _stop_tree, supervisor
+from shmtest.bench.node import GO, Procs, build_program, mib as _mib, pss as _pss, stop_tree as _stop_tree, supervisor, remove
 import shmcache
 from shmcache.formats import txmeta
 
@@ -199,11 +199,4 @@ def test_warm_start(program, kafka_broker, kafka_admin, tmp_path):
             "sum of PSS": f"{_mib(sup_pss['Pss'])} (its segment's share {_mib(sup_pss['Pss_Shmem'])})",
             "spawn to ready": f"{ready_s:.2f} s"}
     finally:
-        for c in caches:
-            if shmcache.exists(c):
-                shmcache.destroy(c, force=True)
-        for fut in kafka_admin.delete_topics([name], operation_timeout=10).values():
-            try:
-                fut.result(timeout=15)
-            except Exception:
-                pass
+        remove(kafka_admin, [name], caches)

@@ -116,15 +116,11 @@ func classify(found bool, v []byte, m *Meta) Outcome {
 // end, never for a miss. chainhash.Hash is a [32]byte: pass it as it is. Batches
 // (GetMetaCachedBatch) are many times faster a hash.
 func (c *Cache) Lookup(ctx context.Context, hash [HashSize]byte, m *Meta) (Outcome, error) {
-	if err := ctx.Err(); err != nil {
-		return Miss, c.ended(err)
-	}
-	s := c.singles.Get().(*single)
-	defer c.singles.Put(s)
-	s.key = hash
-	if err := c.r.GetMany(s.key[:], &s.b); err != nil {
+	s, err := c.one(ctx, hash)
+	if err != nil {
 		return Miss, err
 	}
+	defer c.singles.Put(s)
 	o := classify(s.b.Has(0), s.b.Value(0), m)
 	c.count(o, 1)
 	return o, nil
@@ -137,15 +133,11 @@ func (c *Cache) Lookup(ctx context.Context, hash [HashSize]byte, m *Meta) (Outco
 // (processTxMetaUsingCache) counts every nil as a miss and logs the errors, as it does
 // with its own cache's.
 func (c *Cache) GetMetaCached(ctx context.Context, hash [HashSize]byte) (*Meta, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, c.ended(err)
-	}
-	s := c.singles.Get().(*single)
-	defer c.singles.Put(s)
-	s.key = hash
-	if err := c.r.GetMany(s.key[:], &s.b); err != nil {
+	s, err := c.one(ctx, hash)
+	if err != nil {
 		return nil, err
 	}
+	defer c.singles.Put(s)
 	if !s.b.Has(0) {
 		c.count(Miss, 1)
 		return nil, nil
@@ -157,6 +149,21 @@ func (c *Cache) GetMetaCached(ctx context.Context, hash [HashSize]byte) (*Meta, 
 	}
 	c.count(Hit, 1)
 	return m, nil
+}
+
+// one looks hash up into a pooled single (the caller puts it back), or ctx's end or the
+// reader's error.
+func (c *Cache) one(ctx context.Context, hash [HashSize]byte) (*single, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, c.ended(err)
+	}
+	s := c.singles.Get().(*single)
+	s.key = hash
+	if err := c.r.GetMany(s.key[:], &s.b); err != nil {
+		c.singles.Put(s)
+		return nil, err
+	}
+	return s, nil
 }
 
 func (c *Cache) count(o Outcome, n uint64) {

@@ -107,18 +107,16 @@ def supervisor(name: str, topic: str, bootstrap: str, log: Path, memory: int, wo
         time.sleep(0.02)
 
 
-def stop_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM the supervisor, wait; then kill whatever of its tree is left, by pid."""
+def stop_tree(proc: subprocess.Popen, wait: float = 60) -> int | None:
+    """SIGTERM the supervisor, wait; then kill whatever of its tree is left, by pid. Its exit code."""
+    kids = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
     try:
-        kids = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        kids = []
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
+        rc = proc.wait(wait)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
+        rc = proc.wait(10)
     for k in kids:
         try:
             if k.is_running():
@@ -126,3 +124,18 @@ def stop_tree(proc: subprocess.Popen) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(kids, timeout=10)
+    return rc
+
+
+def remove(kafka_admin, topics: list[str], caches: list[str]) -> None:
+    """A benchmark's caches destroyed and its topics deleted, whatever is left of them."""
+    import shmcache
+
+    for c in caches:
+        if shmcache.exists(c):
+            shmcache.destroy(c, force=True)
+    for fut in kafka_admin.delete_topics(topics, operation_timeout=10).values():
+        try:
+            fut.result(timeout=15)
+        except Exception:  # noqa: BLE001 - gone already, or the broker going: nothing left to do
+            pass
