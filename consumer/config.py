@@ -111,7 +111,7 @@ class RunConfig:
     # for a cache this run creates (create_memory); a cache restored from a snapshot keeps the
     # snapshot's own size unless this is given
     memory: str = setting("", f"cache size if it must be created (default {DEFAULT_MEMORY}; a restored "
-                              "snapshot's own)")
+                              "snapshot's own; `shmcache size` says what N entries need)")
     # None = an existing cache's own, else layout's default for a new one; given, an existing
     # cache's must match. Workers decode against the cache's own.
     max_value: int | None = setting(None, f"largest value if the cache must be created (default "
