@@ -19,8 +19,10 @@ cache is looked up as it stands. Then, every tick, the parents of the transactio
 in that tick are looked up both ways: the hit rate per window of the measured period.
 
 Sizes: SHMCACHE_BENCH_N below 200,000 (the suite's smoke size) runs with a 10 s retention
-for 15 s; else 60 s for 180 s. Asserted: the shared cache hits every lookup; the private
-one misses every old parent. Never a time or a rate.
+for 15 s; else 60 s for 180 s. Asserted: the shared cache holds every parent once the
+daemon applied what was produced (a lookup before that counts as a miss in the figure);
+the private one misses every parent of the history retention deleted before its restart.
+Never a time or a rate.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from shmtest.bench import peers as P
 from shmtest.bench.node import remove, stop_tree, supervisor
+from shmtest.waits import wait_applied
 
 FULL = P.bench_n() >= 200_000
 RETENTION_S = 60 if FULL else 10
@@ -66,6 +69,7 @@ class Producer:
         self.tick = 0
 
     def _parents(self, now: float, n: int) -> np.ndarray:
+        """The indices of n parents, by the mix of old and recent."""
         old = np.flatnonzero(self.times < now - OLD_AGE_S)
         recent = np.flatnonzero((self.times >= now - RETENTION_S) & (self.times < now - RECENT_MIN_S))
         pick_old = self.rng.random(n) < OLD_SHARE
@@ -75,7 +79,7 @@ class Producer:
             pick_old[:] = len(old) > 0
         idx = np.where(pick_old, old[self.rng.integers(0, max(1, len(old)), n)] if len(old) else 0,
                        recent[self.rng.integers(0, max(1, len(recent)), n)] if len(recent) else 0)
-        return self.keys[idx], self.times[idx]
+        return idx
 
     def history(self, n: int) -> None:
         """n transactions produced with times of the last two hours, all older than
@@ -95,9 +99,9 @@ class Producer:
         self.p.flush(60)
         self.keys, self.times = keys, times
 
-    def step(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """One tick's transactions, produced: their parents' keys and times (None before any
-        transaction is old enough to be a parent)."""
+    def step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """One tick's transactions, produced: their parents' keys, times and indices (None
+        before any transaction is old enough to be a parent)."""
         from shmcache.formats import txmeta, wire
 
         now = time.time()
@@ -106,9 +110,9 @@ class Producer:
         meta = txmeta.generate(n, self.rng)
         lookups = None
         if have:
-            parents, old = self._parents(now, len(meta.parents))
-            meta.parents[:] = parents
-            lookups = (parents, old)
+            idx = self._parents(now, len(meta.parents))
+            meta.parents[:] = self.keys[idx]
+            lookups = (self.keys[idx], self.times[idx], idx)
         keys = self.rng.integers(0, 256, (n, 32), np.uint8)
         self.p.produce(self.topic, wire.encode_v1(keys, np.zeros(n, np.uint8), txmeta.encode(meta)),
                        partition=self.tick % PARTITIONS)
@@ -193,12 +197,16 @@ def test_restart_hit_rate(kafka_broker, kafka_admin, tmp_path):
         while time.time() - t0 < MEASURE_S:
             got = prod.step()
             if got is not None:
-                keys, times = got
+                keys, times, idx = got
                 now = time.time()
                 shared = r.get_many_packed(keys).found
-                assert shared.all(), f"the shared cache missed {int((~shared).sum())} parents it had applied"
+                if not shared.all():  # not applied yet on a busy host: once applied, every one is there
+                    prod.p.flush(30)
+                    wait_applied(r, _offsets(kafka_broker.bootstrap, topic)[1], 120)
+                    missed = keys[~shared]
+                    assert r.get_many_packed(missed).found.all(), "the shared cache lost parents it had applied"
                 priv = private.hits(keys)
-                gone = times < t0 - OLD_AGE_S  # deleted by retention before the restart
+                gone = idx < HISTORY  # the history: deleted by retention before the restart (waited for)
                 window = [a + b for a, b in zip(window, (len(keys), int(priv.sum()), int(shared.sum()),
                                                          int((times < now - OLD_AGE_S).sum()),
                                                          int((priv & gone).sum())))]
@@ -223,5 +231,5 @@ def test_restart_hit_rate(kafka_broker, kafka_admin, tmp_path):
                      f"shared {100 * shared / n:5.1f} %   ({n:,} lookups, {100 * old / n:.0f} % old)")
     print("\n" + "\n".join(lines), file=sys.stderr)
     total = [sum(w[i] for w in windows) for i in range(5)]
-    assert total[0] > 0 and total[2] == total[0] and total[3] > 0
+    assert total[0] > 0 and total[3] > 0
     assert total[4] == 0, f"the private cache found {total[4]} parents the topic had deleted before it restarted"
