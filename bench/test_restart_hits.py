@@ -8,10 +8,11 @@ Teranode's txmeta topic keeps 60 s (retention.ms=60000; the broker applies reten
 5 s, scripts/kafka). Transactions are produced at a steady RATE a second, each with 1-3
 parents, OLD_SHARE of them older than the retention (as a block's parents mostly are) and
 the rest from the last retention period but at least 2 s old (an old one is older than
-OLD_AGE_S: past the retention, its segment's roll and the broker's next look). `shmcache run` applies the
-topic into the shared cache from the start. Once retention has deleted the topic's first
-segments (every partition's log start offset above 0) and some transaction is old
-(both waited for, not timed), the service
+OLD_AGE_S: past the retention, its segment's roll and the broker's next look). HISTORY
+older transactions come first, with times of the last two hours, on a topic that keeps
+everything until `shmcache run` has applied them (ready); then the topic keeps
+RETENTION_S, and once retention has deleted the whole history (every partition's log start
+offset past the history's end: waited for, not timed), the service
 restarts: its private cache starts empty and is refilled by a consumer from the oldest
 offset the topic still has, as a private cache filled from the topic must be (a set of the
 keys read: a fastcache large enough to evict nothing holds just those), while the shared
@@ -159,6 +160,16 @@ class PrivateCache:
         self.c.close()
 
 
+def _retain(admin, topic: str, ms: int) -> None:
+    """The topic keeps `ms` from now on (retention.ms, as Teranode's txmeta topic does)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", str(ms), incremental_operation=AlterConfigOpType.SET)])
+    for fut in admin.incremental_alter_configs([res]).values():
+        fut.result(timeout=30)
+
+
 def _offsets(bootstrap: str, topic: str) -> tuple[list[int], list[int]]:
     """Each partition's log start offset and end offset."""
     from confluent_kafka import Consumer, TopicPartition
@@ -177,8 +188,9 @@ def test_restart_hit_rate(kafka_broker, kafka_admin, tmp_path):
 
     topic = f"bench-restart-{uuid.uuid4().hex[:12]}"
     cache = f"bench-{os.getpid()}-restart"
+    # kept for good until the daemon has applied the history: retention set after (_retain)
     topics.create_topic(kafka_broker.bootstrap, topic, PARTITIONS, config={
-        "retention.ms": str(RETENTION_S * 1000), "segment.ms": str(RETENTION_S * 1000 // 6)})
+        "retention.ms": "-1", "segment.ms": str(RETENTION_S * 1000 // 6)})
     prod = Producer(kafka_broker.bootstrap, topic)
     sup = r = private = None
     windows: list[tuple[int, ...]] = []  # lookups, private hits, shared hits, old, private hits of gone
@@ -187,8 +199,14 @@ def test_restart_hit_rate(kafka_broker, kafka_admin, tmp_path):
         ends = _offsets(kafka_broker.bootstrap, topic)[1]
         memory = sizing.memory_for(int(HISTORY + RATE * (2 * OLD_AGE_S + MEASURE_S)), 141).memory
         sup, r, _ = supervisor(cache, topic, kafka_broker.bootstrap, tmp_path / "sup.log", memory)  # has it all
+        _retain(kafka_admin, topic, RETENTION_S * 1000)
         # live records roll the history's segments; retention then deletes them: waited for
-        while any(lo < end for lo, end in zip(_offsets(kafka_broker.bootstrap, topic)[0], ends)):
+        deadline = time.monotonic() + 300
+        while True:
+            lows = _offsets(kafka_broker.bootstrap, topic)[0]
+            if all(lo >= end for lo, end in zip(lows, ends)):
+                break
+            assert time.monotonic() < deadline, f"retention left the history: log starts {lows}, history ends {ends}"
             prod.step()
             time.sleep(TICK_S)
         private = PrivateCache(kafka_broker.bootstrap, topic)  # the service restarts
