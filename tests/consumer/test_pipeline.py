@@ -19,7 +19,6 @@ import pytest
 from confluent_kafka import Producer
 
 import shmcache
-from shmcache.consumer import warm
 from shmcache.formats import registry, wire
 
 from shmtest.supervisors import harness  # noqa: F401
@@ -40,7 +39,6 @@ def test_table_equals_model(harness, kafka_topic, fmt):
     backlog.start()
     backlog.finish()
     name = harness.cache_name(f"model-{fmt}")
-    warm_install = warm.is_warm()  # scripts/setup ran `shmcache warm`: its supervisor skips the warm-up
     sup = harness.supervisor(name, topic, harness.group("model"), fmt=fmt)
     r = harness.attach(name, sup=sup)
     ends = produce_and_wait(harness, topic, model, PARTITIONS, rate=100, max_batches=60)
@@ -59,8 +57,12 @@ def test_table_equals_model(harness, kafka_topic, fmt):
     assert sum(w["deletes"] for w in st["workers"]) > 0
     assert sup.running()
     assert sup.terminate() == 0
-    started = "workers start at once" if warm_install else "shmcache warm: "
-    assert started in sup.log_text(), sup.log_text()[-3000:]
+    # the supervisor says how its workers start, once: at once on a warm install, else after
+    # its warm-up. Which one is its own judgement at its start: tests/consumer/test_warm.py
+    # moves the install's marker away and back in another worker of the run, so a look of
+    # this test's own at the marker may see the other state (as it did in a CI run)
+    log = sup.log_text()
+    assert ("workers start at once" in log) + ("shmcache warm: " in log) == 1, log[-3000:]
 
 
 @pytest.mark.parametrize("fmt", [f.name for f in registry.FORMATS.values() if f.batched])
