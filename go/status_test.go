@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/shmcache/shmcache/go/internal/goldencache"
+	"github.com/shmcache/shmcache/go/internal/testpython"
 	"io"
 	"math"
 	"os"
@@ -40,7 +41,7 @@ func startControl(t *testing.T, what string) *pyControl {
 }
 
 func startControlNamed(t *testing.T, name string) *pyControl {
-	cmd := exec.Command(helpers(t), "-P", "-m", "shmtest.control_writer", name)
+	cmd := exec.Command(testpython.WithHelpers(t), "-P", "-m", "shmtest.control_writer", name)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

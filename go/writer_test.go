@@ -11,43 +11,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shmcache/shmcache/go/internal/testpython"
 )
-
-// python is the repo's virtualenv interpreter (scripts/setup makes it); tests that need a
-// real Python writer skip, saying so, without it.
-func python(t *testing.T) string {
-	p, _ := filepath.Abs("../.venv/bin/python")
-	if env := os.Getenv("SHMCACHE_PYTHON"); env != "" {
-		p = env
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no Python with shmcache at %s (run scripts/setup, or set SHMCACHE_PYTHON)", p)
-	}
-	return p
-}
-
-// helpers is python(t) when it can import the test helpers (shmtest, which scripts/setup
-// installs with the rest), else the test skips, saying so.
-func helpers(t *testing.T) string {
-	p := python(t)
-	ok, seen := importable.Load(p)
-	if !seen {
-		ok = exec.Command(p, "-c", "import shmtest").Run() == nil
-		importable.Store(p, ok)
-	}
-	if !ok.(bool) {
-		t.Skipf("%s cannot import the test helpers, shmtest (run scripts/setup)", p)
-	}
-	return p
-}
-
-var importable sync.Map // interpreter -> whether it imports shmtest
 
 func testKey(i int) []byte {
 	k := sha256.Sum256([]byte(fmt.Sprintf("go writer test %d", i)))
@@ -81,7 +52,7 @@ type pyWriter struct {
 // startWriter starts testdata/writer.py on cache name with n keys and waits for its
 // "ready"; the process is stopped by pid and its segments removed when the test ends.
 func startWriter(t *testing.T, name string, n int) *pyWriter {
-	cmd := exec.Command(python(t), "testdata/writer.py", name, strconv.Itoa(n))
+	cmd := exec.Command(testpython.Path(t), "testdata/writer.py", name, strconv.Itoa(n))
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

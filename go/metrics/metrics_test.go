@@ -9,27 +9,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/shmcache/shmcache/go/internal/testpython"
 	"github.com/shmcache/shmcache/go/txmeta"
 )
-
-// python is the repo's virtualenv interpreter (scripts/setup makes it, with the shmtest
-// helpers); the tests skip, saying so, without it.
-func python(t *testing.T) string {
-	p, _ := filepath.Abs("../../.venv/bin/python")
-	if env := os.Getenv("SHMCACHE_PYTHON"); env != "" {
-		p = env
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no Python with shmcache at %s (run scripts/setup, or set SHMCACHE_PYTHON)", p)
-	}
-	return p
-}
 
 // writer is a Python process that made cache name and answers lines (its first one is
 // "ready"); it is stopped by pid, and the cache's files removed, when the test ends.
@@ -40,7 +27,7 @@ type writer struct {
 }
 
 func start(t *testing.T, name string, argv ...string) *writer {
-	cmd := exec.Command(python(t), argv...)
+	cmd := exec.Command(testpython.Path(t), argv...)
 	stdin, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -166,9 +153,7 @@ func TestTeranodeGaugesAreTheCacheStats(t *testing.T) {
 // offset, the workers' summed counts and how many are up.
 func TestSupervisorFiguresAreThePythonStatus(t *testing.T) {
 	name := cacheName(t)
-	if exec.Command(python(t), "-c", "import shmtest").Run() != nil {
-		t.Skip("the Python has not the test helpers, shmtest (run scripts/setup)")
-	}
+	testpython.WithHelpers(t)
 	w := start(t, name, "-P", "-m", "shmtest.control_writer", name)
 	fmt.Fprintln(w.stdin, "scenario lagging")
 	if !w.lines.Scan() {

@@ -10,27 +10,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	shmcache "github.com/shmcache/shmcache/go"
+	"github.com/shmcache/shmcache/go/internal/testpython"
 )
-
-// python is the repo's virtualenv interpreter; the tests that need a real writer skip,
-// saying so, without it.
-func python(t *testing.T) string {
-	p, _ := filepath.Abs("../../.venv/bin/python")
-	if env := os.Getenv("SHMCACHE_PYTHON"); env != "" {
-		p = env
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no Python with shmcache at %s (run scripts/setup, or set SHMCACHE_PYTHON)", p)
-	}
-	return p
-}
 
 func caseKey(i int) [32]byte { return sha256.Sum256([]byte(fmt.Sprintf("txmeta go test %d", i))) }
 
@@ -54,7 +41,7 @@ type filled struct {
 func fillGoldens(t *testing.T) *filled {
 	f := &filled{name: fmt.Sprintf("txmeta-go-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")),
 		cases: goldenCases(t)}
-	f.cmd = exec.Command(python(t), "testdata/fill.py", f.name, goldenPath, fmt.Sprint(generated))
+	f.cmd = exec.Command(testpython.Path(t), "testdata/fill.py", f.name, goldenPath, fmt.Sprint(generated))
 	f.stdin, _ = f.cmd.StdinPipe()
 	out, _ := f.cmd.StdoutPipe()
 	f.cmd.Stderr = os.Stderr
