@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from shmtest.bench import peers as P
-from shmtest.bench.node import GO, Procs, build_program, mib, pss, remove, supervisor, stop_tree, tree_pss
+from shmtest.bench.node import GO, Procs, build_program, mib, remove, sum_pss, supervisor, stop_tree, tree_pss
 import shmcache
 
 N = P.bench_n()
@@ -58,14 +58,6 @@ def _entries(cache: str, keys: np.ndarray, d) -> None:
     keys.tofile(d / "keys.bin")
     offsets.tofile(d / "offsets.bin")
     np.concatenate(data).tofile(d / "values.bin")
-
-
-def _sum(pids) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for pid in pids:
-        for k, v in pss(pid).items():
-            out[k] = out.get(k, 0) + v
-    return out
 
 
 def test_node_memory(program, kafka_broker, kafka_admin, tmp_path):
@@ -97,14 +89,14 @@ def test_node_memory(program, kafka_broker, kafka_admin, tmp_path):
             while len(procs.procs) < n:
                 _, line = procs.start(attach)
                 assert line == ["ready", str(len(keys))], line
-            shared[n] = {"daemon": tree_pss(sup.pid), "services": _sum(p.pid for p in procs.procs)}
+            shared[n] = {"daemon": tree_pss(sup.pid), "services": sum_pss(p.pid for p in procs.procs)}
         procs.stop()
         fill = [program, "fastcache", *(str(tmp_path / f) for f in ("keys.bin", "offsets.bin", "values.bin"))]
         for n in COUNTS:
             while len(procs.procs) < n:
                 _, line = procs.start(fill)
                 assert line == ["ready", str(len(keys))], line
-            private[n] = _sum(p.pid for p in procs.procs)
+            private[n] = sum_pss(p.pid for p in procs.procs)
         procs.stop()
     finally:
         procs.stop()

@@ -40,16 +40,24 @@ def pss(pid: int) -> dict[str, int]:
     return out
 
 
-def tree_pss(pid: int) -> dict[str, int]:
-    """pss() summed over process pid and all its descendants."""
+def sum_pss(pids, gone_ok: bool = False) -> dict[str, int]:
+    """pss() summed over the processes `pids`; one that exited meanwhile is left out if
+    gone_ok, else its error is raised."""
     total: dict[str, int] = {}
-    for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+    for pid in pids:
         try:
-            for k, v in pss(p.pid).items():
+            for k, v in pss(pid).items():
                 total[k] = total.get(k, 0) + v
         except (FileNotFoundError, ProcessLookupError):
-            pass
+            if not gone_ok:
+                raise
     return total
+
+
+def tree_pss(pid: int) -> dict[str, int]:
+    """pss() summed over process pid and all its descendants (those that exit meanwhile left out)."""
+    root = psutil.Process(pid)
+    return sum_pss([pid, *(p.pid for p in root.children(recursive=True))], gone_ok=True)
 
 
 def mib(b: float) -> str:
