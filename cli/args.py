@@ -1,15 +1,17 @@
 """Argument helpers for the command line: the bottom of the command-line layer.
 
-Standard library only, so any command module may import it; nothing below the
-command line needs it (the commands' bodies live in this package).
+The standard library and the contract's grammar (engine/control/bound.py), so any command
+module may import it; nothing below the command line needs it (the commands' bodies live in
+this package).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import NoReturn
+
+from shmcache.engine.control import bound
 
 
 def usage_error(message: str) -> NoReturn:
@@ -44,17 +46,23 @@ def one_line(message: str) -> str:
     return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
-# What a number of seconds is (watch's SECONDS, wait-ready's --timeout): golden/contract.json
-_SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
-
-
 def seconds_arg(text: str, what: str) -> float:
-    """A number of seconds as the contract has it: 1-9 ASCII digits, optionally a point and
-    1-9 more; no sign, exponent, underscore, space or infinity. A bad-argument otherwise."""
-    if not _SECONDS.fullmatch(text):
-        contract_error(f"{what} {text!r} is not a number of seconds (digits, optionally a point and more digits, "
-                       f"under 10^9)")
-    return float(text)
+    """A number of seconds as the contract has it (watch's SECONDS, wait-ready's --timeout and
+    --max-behind): 1-9 ASCII digits, optionally a point and 1-9 more; no sign, exponent,
+    underscore, space or infinity. A bad-argument otherwise."""
+    try:
+        return bound.seconds(text, what)
+    except ValueError as e:
+        contract_error(str(e))
+
+
+def count_arg(text: str, what: str) -> int:
+    """A count as the contract has it (wait-ready's --max-lag): 1-18 ASCII digits (under
+    10^18); no sign, point, exponent, underscore or space. A bad-argument otherwise."""
+    try:
+        return bound.count(text, what)
+    except ValueError as e:
+        contract_error(str(e))
 
 
 def hex_arg(text: str, what: str) -> bytes:

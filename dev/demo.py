@@ -269,9 +269,10 @@ class Demo:
 
     def _committed(self) -> dict[int, int]:
         from shmcache.engine.control import layout as C
+        from shmcache.engine.control.rows import committed_of
 
         rows = self.reader.control.partitions
-        return {p: int(rows[p, C.P_COMMITTED]) for p in range(self.partitions)}
+        return {p: committed_of(rows[p, C.P_COMMITTED]) for p in range(self.partitions)}
 
     def summarize(self) -> None:
         """The checks on what the table holds and the summary table (dev/demo_report.py)."""

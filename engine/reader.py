@@ -474,8 +474,11 @@ class Reader:
         self._check_open()
         return self.control.status()
 
-    def wait_ready(self, timeout: float | None = None) -> dict:
+    def wait_ready(self, timeout: float | None = None, max_lag: int | None = None,
+                   max_behind: float | None = None) -> dict:
         """Block until every partition of the topic is assigned to this cache and has caught up
-        with the high watermark seen at assignment; raises CacheNotReadyError on timeout."""
+        with the high watermark seen at assignment and, with a bound, no partition is more than
+        max_lag messages or max_behind seconds behind its topic; raises CacheNotReadyError on
+        timeout."""
         self._check_open()
-        return self.control.wait_ready(timeout)
+        return self.control.wait_ready(timeout, max_lag=max_lag, max_behind=max_behind)

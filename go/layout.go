@@ -48,6 +48,7 @@ const (
 	hAssigning           = 54
 	hAcceptGaps          = 57
 	hWorkerStaleNS       = 58
+	hPartitionTimes      = 63
 	hBrokerState         = 60
 	hBrokerSince         = 61
 	hGroupMembers        = 96
@@ -119,6 +120,7 @@ const (
 	pOwner       = 2
 	pCaughtUp    = 3
 	pAssigned    = 5
+	pAppliedTime = 6
 	pLatest      = 7
 )
 

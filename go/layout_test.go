@@ -40,7 +40,7 @@ var docConstants = map[string]int64{
 	"H_GROUP_TEXT": hGroupText, "GROUP_TEXT_MAX": groupTextMax, "H_LOOKUP_FAILING_SINCE": hLookupFailingSince,
 	"H_LOOKUP_TEXT_LEN": hLookupTextLen, "H_LOOKUP_TEXT": hLookupText, "LOOKUP_TEXT_MAX": lookupTextMax,
 	"H_ELSEWHERE": hElsewhere, "H_GAP_OFFSETS": hGapOffsets, "P_LATEST": pLatest, "H_OWNER_LOCKS": hOwnerLocks,
-	"reader_stats.LOCKS_SINCE": companionLocks,
+	"reader_stats.LOCKS_SINCE": companionLocks, "H_PARTITION_TIMES": hPartitionTimes, "P_APPLIED_TIME": pAppliedTime,
 }
 
 // The tables' lists of names, in order.

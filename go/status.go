@@ -20,15 +20,16 @@ import (
 
 // PartitionStatus is one partition assigned to this cache.
 type PartitionStatus struct {
-	Partition     int     `json:"partition"`
-	Worker        *int    `json:"worker"` // its worker's index, nil none
-	Applied       int64   `json:"applied"`
-	HighWatermark int64   `json:"high_watermark"` // the readiness target (-1 unknown)
-	Latest        int64   `json:"latest"`         // the newest high watermark seen, never below applied
-	Lag           *int64  `json:"lag"`            // latest - applied, nil unknown
-	CaughtUp      bool    `json:"caught_up"`      // its flag, and its worker up and beating
-	WorkerDown    *string `json:"worker_down"`    // why its worker applies nothing now; nil: up and beating
-	Gap           bool    `json:"gap"`            // retention deleted offsets this table never had
+	Partition     int      `json:"partition"`
+	Worker        *int     `json:"worker"` // its worker's index, nil none
+	Applied       int64    `json:"applied"`
+	HighWatermark int64    `json:"high_watermark"` // the readiness target (-1 unknown)
+	Latest        int64    `json:"latest"`         // the newest high watermark seen, never below applied
+	Lag           *int64   `json:"lag"`            // latest - applied, nil unknown
+	BehindS       *float64 `json:"behind_s"`       // seconds since the last message applied was produced, 0 without lag; nil unknown
+	CaughtUp      bool     `json:"caught_up"`      // its flag, and its worker up and beating
+	WorkerDown    *string  `json:"worker_down"`    // why its worker applies nothing now; nil: up and beating
+	Gap           bool     `json:"gap"`            // retention deleted offsets this table never had
 }
 
 // GroupMember is another member of the cache's consumer group, as the supervisor last saw it.
@@ -112,25 +113,92 @@ func (c *Cache) Status() (st Status, err error) {
 	return st, nil
 }
 
-// WaitReady polls Status every 0.05 s until the cache is ready or ctx is done. While
-// nothing is at the name (the cache being destroyed and created again) it goes on
-// waiting; any other error ends it. Past ctx, its error is ErrNotReady, saying why not,
-// and ctx's error: errors.Is(err, context.DeadlineExceeded) (or context.Canceled) holds.
-func (c *Cache) WaitReady(ctx context.Context) (Status, error) {
+// A Limit bounds how far behind its topic a ready cache may be, partition by partition
+// (format section 14, "The readiness bound"): MaxLag in messages, MaxBehind in time.
+// Readiness alone is a latch, right for "the cache holds the whole topic"; a limit also
+// asks "and is no more than this behind it".
+type Limit func(*limits)
+
+type limits struct {
+	lag, behind bool
+	maxLag      int64
+	maxBehindS  float64
+}
+
+// MaxLag: no partition more than n messages behind its topic's newest offset (a lag not
+// known is more).
+func MaxLag(n int64) Limit { return func(l *limits) { l.lag, l.maxLag = true, n } }
+
+// MaxBehind: no partition more than d behind, measured from when the last message it
+// applied was produced (its BehindS; 0 without lag, and one not known is more).
+func MaxBehind(d time.Duration) Limit {
+	return func(l *limits) { l.behind, l.maxBehindS = true, d.Seconds() }
+}
+
+// Beyond says which partitions assigned here are further behind the topic than the
+// limits, in the words every reader uses ("" when none is, or none is given). It judges a
+// ready status; Why says why one is not ready.
+func (st *Status) Beyond(limit ...Limit) string {
+	var l limits
+	for _, f := range limit {
+		f(&l)
+	}
+	var said []string
+	if l.lag {
+		var over []string
+		for _, p := range st.Assigned {
+			switch {
+			case p.Lag == nil:
+				over = append(over, fmt.Sprintf("%d (lag unknown)", p.Partition))
+			case *p.Lag > l.maxLag:
+				over = append(over, fmt.Sprintf("%d (lag %d)", p.Partition, *p.Lag))
+			}
+		}
+		if len(over) > 0 {
+			said = append(said, fmt.Sprintf("partitions more than %d messages behind: %s", l.maxLag,
+				strings.Join(over[:min(20, len(over))], ", ")))
+		}
+	}
+	if l.behind {
+		var over []string
+		for _, p := range st.Assigned {
+			switch {
+			case p.BehindS == nil:
+				over = append(over, fmt.Sprintf("%d (unknown)", p.Partition))
+			case *p.BehindS > l.maxBehindS:
+				over = append(over, fmt.Sprintf("%d (%.0f s)", p.Partition, *p.BehindS))
+			}
+		}
+		if len(over) > 0 {
+			said = append(said, fmt.Sprintf("partitions more than %.1f s behind: %s", l.maxBehindS,
+				strings.Join(over[:min(20, len(over))], ", ")))
+		}
+	}
+	return strings.Join(said, "; ")
+}
+
+// WaitReady polls Status every 0.05 s until the cache is ready and within the limits, if
+// any are given, or ctx is done. While nothing is at the name (the cache being destroyed
+// and created again) it goes on waiting; any other error ends it. Past ctx, its error is
+// ErrNotReady, saying why not, and ctx's error: errors.Is(err, context.DeadlineExceeded)
+// (or context.Canceled) holds.
+func (c *Cache) WaitReady(ctx context.Context, limit ...Limit) (Status, error) {
 	start := time.Now()
 	tick := time.NewTicker(waitReadyPollNS)
 	defer tick.Stop()
 	for {
 		st, err := c.Status()
+		why := st.Why
 		if err == nil && st.Ready {
-			return st, nil
+			if why = st.Beyond(limit...); why == "" {
+				return st, nil
+			}
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return st, err
 		}
 		select {
 		case <-ctx.Done():
-			why := st.Why
 			var e *Error
 			if errors.As(err, &e) {
 				why = e.Detail
@@ -208,6 +276,9 @@ func status(s *segment, name string) Status {
 	if sup > 0 {
 		st.SupervisorPID = ptr(sup >> 32)
 	}
+	// the applied times, kept by the supervisor H_PARTITION_TIMES names: trusted only while it is the cache's
+	timed := sup != 0 && r.word(hPartitionTimes) == sup
+	nowMS := time.Now().UnixMilli()
 	// the partition rows before the worker rows: a worker counts before it publishes
 	here := make([]bool, n)
 	for p := range n {
@@ -225,6 +296,11 @@ func status(s *segment, name string) Status {
 		}
 		if ps.Latest >= 0 {
 			ps.Lag = ptr(max(0, ps.Latest-max(applied, 0)))
+			if t := atomic.LoadInt64(&row[pAppliedTime]); *ps.Lag == 0 {
+				ps.BehindS = ptr(0.0)
+			} else if timed && t > 0 {
+				ps.BehindS = ptr(max(0, float64(nowMS-t)/1e3))
+			}
 		}
 		st.Assigned = append(st.Assigned, ps)
 	}

@@ -3,7 +3,6 @@ package shmcache
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,6 +177,11 @@ func sameStatus(t *testing.T, what string, gov, pyv map[string]any) {
 							b = seconds.ReplaceAllString(bs, "N s")
 						}
 					}
+					if af, ok := a.(float64); ok && pf == "behind_s" { // an age: the two read at different times
+						if bf, ok := b.(float64); ok && math.Abs(af-bf) <= 2 {
+							continue
+						}
+					}
 					if !reflect.DeepEqual(a, b) {
 						t.Errorf("%s: partition %v: %s: Go %#v, Python %#v", what, pp["partition"], pf, a, b)
 					}
@@ -260,18 +264,19 @@ func TestStatusIsThePythonReaders(t *testing.T) {
 	}
 }
 
-// goldenControl is a case of golden/control/expect.json (docs/segment-format.md, 14).
-type goldenControl struct {
-	File   string             `json:"file"`
-	Live   map[string]string  `json:"live"`   // file offset -> the role of a live process whose owner word goes there
-	Locked []int64            `json:"locked"` // file offsets whose owner lock the test holds (section 13)
-	Ages   map[string]float64 `json:"ages"`   // file offset -> seconds before now, on CLOCK_MONOTONIC
-	Status struct {
-		Ready    bool   `json:"ready"`
-		CaughtUp bool   `json:"caught_up"`
-		Reason   string `json:"reason"`
-		Why      string `json:"why"`
-	} `json:"status"`
+// fmtPtr writes a pointer's value, or null.
+func fmtPtr[T any](v *T) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprint(*v)
+}
+
+// secondsPattern is a golden's why as a regular expression: {supervisor_pid} the pid,
+// {s} any whole number of seconds.
+func secondsPattern(why string, supPID int) *regexp.Regexp {
+	return regexp.MustCompile("^" + strings.ReplaceAll(regexp.QuoteMeta(strings.ReplaceAll(why, "{supervisor_pid}",
+		strconv.Itoa(supPID))), regexp.QuoteMeta("{s}"), `\d+`) + "$")
 }
 
 // liveRole starts a process for a role of the golden control areas (killed by pid when the
@@ -298,40 +303,28 @@ func holdLocks(t *testing.T, path string, offsets []int64) {
 // The golden control areas, live owners and ages filled: the Go reader gives each case's
 // expected ready, caught_up, reason and why, and the Python reader's status field by field.
 func TestGoldenControlAreas(t *testing.T) {
-	raw, err := os.ReadFile("../golden/control/expect.json")
+	cases, err := goldencache.ControlCases("../golden/control")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Cases map[string]goldenControl `json:"cases"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	if len(doc.Cases) < 15 {
-		t.Fatalf("only %d golden control areas", len(doc.Cases))
+	if len(cases) < 15 {
+		t.Fatalf("only %d golden control areas", len(cases))
 	}
 	supPID, supWord := liveRole(t)
 	_, workerWord := liveRole(t)
 	owners := map[string]int64{"supervisor": supWord, "worker": workerWord}
 	py := startControl(t, "golden-control-py")
-	names := make([]string, 0, len(doc.Cases))
-	for n := range doc.Cases {
+	names := make([]string, 0, len(cases))
+	for n := range cases {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		gc := doc.Cases[n]
+		gc := cases[n]
 		t.Run(n, func(t *testing.T) {
-			data := goldenBytes(t, "control/"+gc.File)
-			for off, role := range gc.Live {
-				o, _ := strconv.Atoi(off)
-				binary.LittleEndian.PutUint64(data[o:], uint64(owners[role]))
-			}
-			now := monotonicNS()
-			for off, s := range gc.Ages {
-				o, _ := strconv.Atoi(off)
-				binary.LittleEndian.PutUint64(data[o:], uint64(now-int64(s*1e9)))
+			data, err := gc.Image("../golden/control", owners)
+			if err != nil {
+				t.Fatal(err)
 			}
 			name, path := shmName(t, "golden-control")
 			replaceAt(t, path, data, 0o600)
@@ -346,12 +339,29 @@ func TestGoldenControlAreas(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := gc.Status
-			pattern := "^" + strings.ReplaceAll(regexp.QuoteMeta(strings.ReplaceAll(want.Why, "{supervisor_pid}",
-				strconv.Itoa(supPID))), regexp.QuoteMeta("{s}"), `\d+`) + "$"
 			if st.Ready != want.Ready || st.CaughtUp != want.CaughtUp || st.Reason != want.Reason ||
-				!regexp.MustCompile(pattern).MatchString(st.Why) {
+				!secondsPattern(want.Why, supPID).MatchString(st.Why) {
 				t.Errorf("got ready %v, caught_up %v, reason %q, why %q\nwant %+v", st.Ready, st.CaughtUp, st.Reason,
 					st.Why, want)
+			}
+			for _, p := range st.Assigned {
+				w, ok := want.BehindS[strconv.Itoa(p.Partition)]
+				if ok && !((w == nil && p.BehindS == nil) ||
+					(w != nil && p.BehindS != nil && *w <= *p.BehindS && *p.BehindS <= *w+goldencache.BehindSlackS)) {
+					t.Errorf("partition %d: behind_s %v, want %v", p.Partition, fmtPtr(p.BehindS), fmtPtr(w))
+				}
+			}
+			for _, b := range gc.Bounds {
+				var limit []Limit
+				if b.MaxLag != nil {
+					limit = append(limit, MaxLag(*b.MaxLag))
+				}
+				if b.MaxBehind != nil {
+					limit = append(limit, MaxBehind(time.Duration(*b.MaxBehind*float64(time.Second))))
+				}
+				if got := st.Beyond(limit...); !secondsPattern(b.Why, supPID).MatchString(got) {
+					t.Errorf("bound %v/%v: %q, want %q", fmtPtr(b.MaxLag), fmtPtr(b.MaxBehind), got, b.Why)
+				}
 			}
 			sameStatus(t, n, asJSON(t, st), py.ask(t, "status "+name))
 		})
@@ -402,5 +412,57 @@ func TestWaitReadyWaitsForARecreatedCache(t *testing.T) {
 	second.ask(t, "scenario ready")
 	if err := <-done; err != nil {
 		t.Fatalf("WaitReady across the re-creation: %v", err)
+	}
+}
+
+// installBehind puts golden/control's control_ready_behind at a name of the test's own:
+// ready, partition 1 40 messages and 90 s behind, partition 2 3 messages behind, its time
+// unknown.
+func installBehind(t *testing.T) string {
+	cases, err := goldencache.ControlCases("../golden/control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sup := liveRole(t)
+	_, worker := liveRole(t)
+	name, _ := shmName(t, "behind")
+	remove, err := cases["control_ready_behind"].Install("../golden/control", name,
+		map[string]int64{"supervisor": sup, "worker": worker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	return name
+}
+
+// WaitReady with limits: a ready cache within them returns at once; past them, at its
+// context's end, ErrNotReady (and the context's error) naming the partitions over them,
+// in the contract's words.
+func TestWaitReadyWithinLimits(t *testing.T) {
+	c, err := Attach(installBehind(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if st, err := c.WaitReady(ctx, MaxLag(40)); err != nil || !st.Ready {
+		t.Fatalf("within MaxLag(40): %v", err)
+	}
+	for _, tc := range []struct {
+		limit []Limit
+		says  string
+	}{
+		{[]Limit{MaxLag(39)}, ": partitions more than 39 messages behind: 1 (lag 40)"},
+		{[]Limit{MaxBehind(time.Minute)}, ": partitions more than 60.0 s behind: 1 (9"},
+		{[]Limit{MaxLag(3), MaxBehind(time.Hour)},
+			"partitions more than 3 messages behind: 1 (lag 40); partitions more than 3600.0 s behind: 2 (unknown)"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		_, err := c.WaitReady(ctx, tc.limit...)
+		cancel()
+		if !errors.Is(err, ErrNotReady) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("past the limits: %v; want it to say %q", err, tc.says)
+		}
 	}
 }

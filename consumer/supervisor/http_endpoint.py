@@ -5,6 +5,11 @@
                   wait_ready would give: no live supervisor, waiting for the broker,
                   partitions not assigned or not caught up, ...); 503 too when the
                   cache does not exist
+    GET /ready?max_lag=N&max_behind=S   the same, and 503 while a partition is more than N
+                  messages or S seconds behind its topic (wait-ready's --max-lag and
+                  --max-behind, either or both; engine/control/bound.py); 400 naming
+                  the parameter for one it does not take, one given twice, or a value
+                  the contract's grammar refuses
     GET anything else: the Prometheus exposition (prometheus-client's WSGI app)
     HEAD: the same headers, no body; any other method: 405 (Allow: GET, HEAD)
 
@@ -22,8 +27,9 @@ same while others hold connections open without finishing their requests:
   Only MAX_CONNECTIONS connections each being answered at once (whole requests whose
   clients do not read the answers) make a new one wait, up to REQUEST_S, then close it.
 
-For a load balancer's health check or a Kubernetes readinessProbe (httpGet /ready):
-a machine whose replica is not whole, or behind, takes no traffic. The readiness is
+For a load balancer's health check or a Kubernetes readinessProbe (httpGet /ready, or
+/ready?max_lag=10000 for one that must also be close behind): a machine whose replica is
+not whole, or behind, takes no traffic. The readiness is
 read from the segment at request time (control.wait_ready with timeout 0), no state
 of its own.
 """
@@ -68,7 +74,13 @@ def app(collector, metrics_app):
             start_response("405 Method Not Allowed", [("Allow", ", ".join(METHODS)), *_plain(body)])
             return [body]
         if environ.get("PATH_INFO") == PATH:
-            ok, why = collector.readiness()
+            try:
+                max_lag, max_behind = _bound(environ.get("QUERY_STRING", ""))
+            except ValueError as e:
+                body = f"{e}\n".encode()
+                start_response("400 Bad Request", _plain(body))
+                return [] if method == "HEAD" else [body]
+            ok, why = collector.readiness(max_lag, max_behind)
             body = (why + "\n").encode()
             start_response("200 OK" if ok else "503 Service Unavailable", _plain(body))
             out = [body]
@@ -77,6 +89,28 @@ def app(collector, metrics_app):
         return [] if method == "HEAD" else out
 
     return serve
+
+
+def _bound(query: str) -> tuple[int | None, float | None]:
+    """/ready's query: max_lag and max_behind, each at most once, in the contract's grammar;
+    ValueError naming what is wrong."""
+    from urllib.parse import parse_qs
+
+    from shmcache.engine.control import bound
+
+    try:
+        given = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=2)
+    except ValueError:
+        raise ValueError(f"/ready takes max_lag=N and max_behind=S, not {query[:200]!r}") from None
+    unknown = sorted(set(given) - {"max_lag", "max_behind"})
+    if unknown:
+        raise ValueError(f"/ready takes max_lag=N and max_behind=S, not {unknown[0][:100]!r}")
+    twice = [k for k, v in given.items() if len(v) > 1]
+    if twice:
+        raise ValueError(f"/ready: {twice[0]} given {len(given[twice[0]])} times")
+    lag, behind = given.get("max_lag"), given.get("max_behind")
+    return (None if lag is None else bound.count(lag[0], "max_lag"),
+            None if behind is None else bound.seconds(behind[0], "max_behind"))
 
 
 def _plain(body: bytes) -> list[tuple[str, str]]:

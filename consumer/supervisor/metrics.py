@@ -85,6 +85,9 @@ class CacheCollector:
         yield gauge("partition_lag_messages", "High watermark of the partition's last fetch minus the applied offset.",
                     None, ["partition"],
                     [((p["partition"],), p["lag"]) for p in parts if p["lag"] is not None])
+        yield gauge("partition_behind_seconds", "Seconds since the last message the partition applied was produced, "
+                    "while it lags (0 without lag); absent when not known.", None, ["partition"],
+                    [((p["partition"],), p["behind_s"]) for p in parts if p["behind_s"] is not None])
         yield gauge("partition_caught_up", "1 once the partition applied up to its high watermark at assignment.",
                     None, ["partition"], [((p["partition"],), int(p["caught_up"])) for p in parts])
         yield gauge("partition_applied_offset", "Next offset to apply: every message before it is in the table.",
@@ -140,14 +143,15 @@ class CacheCollector:
             yield gauge("supervisor_start_time_seconds", "Unix time the current supervisor started.",
                         st["supervisor_started_s"])
 
-    def readiness(self) -> tuple[bool, str]:
-        """(True, why) when wait_ready would return now, else (False, why): for GET /ready."""
+    def readiness(self, max_lag: int | None = None, max_behind: float | None = None) -> tuple[bool, str]:
+        """(True, why) when wait_ready (with the bound, if given) would return now, else (False,
+        why): for GET /ready."""
         with self._lock:
             r = self._attach()
             if r is None:
                 return False, self._why
             try:
-                r.wait_ready(timeout=0)
+                r.wait_ready(timeout=0, max_lag=max_lag, max_behind=max_behind)
             except CacheNotReadyError as e:
                 return False, str(e)
         return True, f"cache {self.name!r} ready"

@@ -76,6 +76,7 @@ class Worker:
                                                           **kafka_client.client_settings()}))
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
         self.next: dict[int, int] = {}  # partition -> the offset its next message must have (consumer/worker/log_replaced.py)
+        self.times: dict[int, int] = {}  # partition -> Kafka timestamp (ms) of the last message applied
         self.stopping = False
         self.orphaned = False  # the supervisor died (its pipe closed, or the fork server died with it)
         self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
@@ -127,6 +128,7 @@ class Worker:
             self.consumer.incremental_unassign(tps)
         for p in mine:
             del self.owned[p], self.next[p]
+            self.times.pop(p, None)
         return {p: self.rows.applied(p) for p in mine}
 
     def _cmd_revoke(self, parts) -> None:
@@ -220,6 +222,8 @@ class Worker:
         good, replaced = log_replaced.split(fetched, self.next)
         if good:
             self._apply_messages(good)
+            for m in good:  # a message, not an entry: what _publish says with the offset after it
+                self.times[m.partition()] = m.timestamp()[1]
             self.me.count_messages(len(good))
             self.prof.messages += len(good)
             self.prof.batches += 1
@@ -271,7 +275,7 @@ class Worker:
                 _, hi = self.consumer.get_watermark_offsets(tp, cached=True)  # -1001 until a fetch brought one
             except KafkaException:
                 hi = -1
-            if rows.publish(p, pos, hi):
+            if rows.publish(p, pos, hi, max(0, self.times.get(p, 0))):
                 log.info("partition %d caught up at offset %d", p, rows.applied(p))
 
 

@@ -7,6 +7,7 @@ table in the same segment.
                 Writer's: the view plus named writes, one per fact the supervisor publishes)
     rows.py     the worker and partition rows' writes, through their owners
     status.py   status() and wait_ready(), assembled from the view; the readiness rule
+    bound.py    the readiness bound (max lag, max behind): its words and its grammar
 
 A folder of its own, inside engine/: the table's handles build the view (a Reader's
 `status()`, `wait_ready()` and `control` are public), so it sits below them, and it reads

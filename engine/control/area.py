@@ -226,11 +226,13 @@ class ControlView:
             self._intact()
         return st
 
-    def wait_ready(self, timeout: float | None = None, poll: float = 0.05) -> dict:
-        """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10).
+    def wait_ready(self, timeout: float | None = None, poll: float = 0.05, max_lag: int | None = None,
+                   max_behind: float | None = None) -> dict:
+        """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10)
+        and, with a bound, none more than max_lag messages or max_behind seconds behind.
 
         Returns the status; raises CacheNotReadyError naming the lagging partitions on timeout."""
-        return control_status.wait_ready(self, timeout, poll)
+        return control_status.wait_ready(self, timeout, poll, max_lag, max_behind)
 
 
 class ControlArea(ControlView):
@@ -413,8 +415,12 @@ class ControlArea(ControlView):
         self.partition_rows.reset()
 
     def disown_partitions(self) -> None:
-        """A supervisor starts: nothing the last one assigned is assigned now (PartitionRows.disown_all)."""
+        """A supervisor starts: nothing the last one assigned is assigned now
+        (PartitionRows.disown_all), and no applied time is known until one of its workers
+        publishes it; then H_PARTITION_TIMES names this supervisor, the one that keeps them."""
         self.partition_rows.disown_all()
+        self.partition_rows.clear_times()
+        self._h[C.H_PARTITION_TIMES] = int(load_word(self._h, C.H_SUPERVISOR))
 
     def set_assigning(self, on: bool) -> None:
         """An assignment is being published (rows half-written) or no longer: not ready meanwhile."""

@@ -64,6 +64,9 @@ H_BROKER_SINCE = 61  # the current wait for the broker began, on the age clock; 
 BROKER_UNKNOWN, BROKER_UP, BROKER_WAITING = 0, 1, 2
 BROKER_STATE_NAMES = {BROKER_UNKNOWN: "connecting", BROKER_UP: "up", BROKER_WAITING: "waiting for the broker"}
 H_START_KILLS = 62  # workers it killed for not coming up within its worker_start_timeout
+# The owner word of the supervisor whose workers keep P_APPLIED_TIME, written at its start
+# after it cleared those words: a reader trusts them only while this is H_SUPERVISOR's.
+H_PARTITION_TIMES = 63
 # The consumer group as the supervisor last saw it (ControlArea.set_group): who else holds
 # partitions of the topic. Written by the supervisor only; H_GROUP_CHECKED is -1 while it
 # writes them and the time of the look after, so a reader can tell a torn read.
@@ -130,9 +133,19 @@ P_APPLIED = 0  # next offset to apply: every message before it is in the table; 
 P_HIGH_WATERMARK = 1
 P_OWNER = 2  # worker index + 1 that owns the partition now; 0 unowned
 P_CAUGHT_UP = 3  # 1 once applied >= the readiness target
-P_COMMITTED = 4  # last offset the supervisor committed to Kafka; -1 none
+# What the supervisor alone writes of a partition besides its target, in one word (rows.py
+# reads and writes it): the last offset it committed to Kafka, + 1 (0: none), in bits 0-47,
+# and the generation of the partition's assignment in bits 48-62, bumped at each assignment
+# (modulo 2**15) so that a stale worker's publish is told from a current one. Only the
+# Python reader reads it (status's committed). An offset past 2**48 - 2 is shown as none.
+P_COMMITTED = 4
+COMMITTED_BITS = 48
+GENERATION_MOD = 1 << 15
 P_ASSIGNED = 5  # 1 while this node's consumer group assigns the partition here
-P_GENERATION = 6  # bumped at each assignment: tells a stale worker's publish from a current one
+# Kafka timestamp (ms since the epoch) of the last message applied, written by the owning
+# worker with P_APPLIED; 0 unknown. Readers trust it only while H_PARTITION_TIMES names the
+# live supervisor: an older supervisor wrote its generation here.
+P_APPLIED_TIME = 6
 P_LATEST = 7  # newest high watermark seen: by the supervisor at assignment, then by the owning worker's fetches
 
 

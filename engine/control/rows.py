@@ -7,11 +7,13 @@ Who writes which word (one writer per word at a time, so no locks are needed):
 - a worker's row: that worker (its claim, heartbeat and counters); the supervisor its
   start count;
 - a partition's row: the supervisor assigns it (start, readiness target, latest
-  watermark, caught-up flag, committed offset, owner, generation, assigned flag),
+  watermark, caught-up flag, committed offset and generation (one word), owner, assigned
+  flag),
   releases it, records commits, and raises the readiness target and sets or clears the
   caught-up flag while no live worker can be trusted with them (consumer/supervisor/watermarks.py);
   the owning worker, while the row's generation is the one it was assigned with,
-  publishes its applied offset, latest watermark and caught-up flag after each batch,
+  publishes its applied offset (and the Kafka time of the last message applied), latest
+  watermark and caught-up flag after each batch,
   and starts the partition over when its log was replaced (consumer/worker/log_replaced.py).
 
 Values are published with plain aligned 8-byte stores, which x86 makes atomic, in the
@@ -28,6 +30,23 @@ import time
 import numpy as np
 
 from shmcache.engine.control import layout as C
+
+_LOW = (1 << C.COMMITTED_BITS) - 1
+
+
+def committed_of(word: int) -> int:
+    """The committed offset P_COMMITTED's word holds; -1 none."""
+    return (int(word) & _LOW) - 1
+
+
+def generation_of(word: int) -> int:
+    """The assignment's generation P_COMMITTED's word holds."""
+    return (int(word) >> C.COMMITTED_BITS) % C.GENERATION_MOD
+
+
+def _packed(generation: int, committed: int) -> int:
+    low = committed + 1 if 0 <= committed + 1 <= _LOW else 0  # past 2**48 - 2: shown as none
+    return (generation % C.GENERATION_MOD) << C.COMMITTED_BITS | low
 
 
 class WorkerRow:
@@ -110,7 +129,11 @@ class PartitionRows:
 
     def generation(self, p: int) -> int:
         """The generation of partition p's current assignment."""
-        return int(self._rows[p, C.P_GENERATION])
+        return generation_of(self._rows[p, C.P_COMMITTED])
+
+    def committed(self, p: int) -> int:
+        """The last offset the supervisor committed of partition p; -1 none."""
+        return committed_of(self._rows[p, C.P_COMMITTED])
 
     def caught_up(self, p: int) -> bool:
         return bool(self._rows[p, C.P_CAUGHT_UP])
@@ -123,15 +146,15 @@ class PartitionRows:
         """(partition, applied offset) of each of `parts` whose applied offset is not the last committed."""
         rows = self._rows
         return [(p, int(rows[p, C.P_APPLIED])) for p in parts
-                if rows[p, C.P_APPLIED] >= 0 and rows[p, C.P_APPLIED] != rows[p, C.P_COMMITTED]]
+                if rows[p, C.P_APPLIED] >= 0 and rows[p, C.P_APPLIED] != self.committed(p)]
 
     # -- the supervisor's writes --------------------------------------------------------------
 
     def reset(self) -> None:
         """A new topic for this segment: no progress, no target, nothing committed or seen."""
         rows = self._rows
-        rows[:] = 0
-        rows[:, [C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_COMMITTED, C.P_LATEST]] = -1
+        rows[:] = 0  # nothing committed, generation 0, no applied time
+        rows[:, [C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_LATEST]] = -1
 
     def disown_all(self) -> None:
         """A supervisor starts: nothing the last one assigned is assigned now (DESIGN invariant 10).
@@ -142,7 +165,8 @@ class PartitionRows:
         rows = self._rows
         rows[:, [C.P_ASSIGNED, C.P_OWNER, C.P_CAUGHT_UP]] = 0
         rows[:, C.P_HIGH_WATERMARK] = -1
-        rows[:, C.P_GENERATION] += 1
+        for p in range(len(rows)):
+            self._bump(p)
 
     def assign(self, p: int, start: int, high_watermark: int, committed: int, worker: int) -> int:
         """Publish partition p's assignment to worker index `worker`, from offset `start`, with the
@@ -154,18 +178,16 @@ class PartitionRows:
         row[C.P_HIGH_WATERMARK] = high_watermark
         row[C.P_LATEST] = high_watermark
         row[C.P_CAUGHT_UP] = int(start >= high_watermark)
-        row[C.P_COMMITTED] = committed
+        row[C.P_COMMITTED] = _packed(self.generation(p) + 1, committed)
         row[C.P_OWNER] = worker + 1
-        row[C.P_GENERATION] += 1
         row[C.P_ASSIGNED] = 1
-        return int(row[C.P_GENERATION])
+        return self.generation(p)
 
     def reassign(self, p: int) -> tuple[int, int]:
         """Partition p goes to its restarted worker again: a new generation. Returns (applied
         offset, generation), where the worker starts and what it is assigned with."""
-        row = self._rows[p]
-        row[C.P_GENERATION] += 1
-        return int(row[C.P_APPLIED]), int(row[C.P_GENERATION])
+        self._bump(p)
+        return int(self._rows[p, C.P_APPLIED]), self.generation(p)
 
     def release(self, p: int) -> None:
         """Partition p left this node (revoked or lost): not assigned, no owner, not caught up."""
@@ -184,14 +206,26 @@ class PartitionRows:
         """A restored snapshot's applied offsets, partition by partition: where a supervisor
         started on the restored cache resumes each partition."""
         self._rows[:len(offsets), C.P_APPLIED] = offsets
+        self._rows[:, C.P_APPLIED_TIME] = 0  # unknown: a snapshot does not say
 
     def forget_applied(self) -> None:
         """The topic was re-created: no partition has anything of the new log applied."""
         self._rows[:, C.P_APPLIED] = -1
+        self._rows[:, C.P_APPLIED_TIME] = 0
 
     def record_commit(self, p: int, offset: int) -> None:
         """Kafka accepted the commit of `offset` for partition p."""
-        self._rows[p, C.P_COMMITTED] = offset
+        self._rows[p, C.P_COMMITTED] = _packed(self.generation(p), offset)
+
+    def _bump(self, p: int) -> None:
+        """A new generation of partition p's assignment (what it committed stays)."""
+        w = self._rows[p, C.P_COMMITTED]
+        self._rows[p, C.P_COMMITTED] = _packed(generation_of(w) + 1, committed_of(w))
+
+    def clear_times(self) -> None:
+        """A supervisor starts that keeps the applied times: none is known until a worker
+        of its publishes one (an older supervisor kept its generations in that word)."""
+        self._rows[:, C.P_APPLIED_TIME] = 0
 
     def worker_restarting(self, p: int) -> None:
         """Partition p's restarted worker is about to get it back: the readiness target is
@@ -224,13 +258,16 @@ class PartitionRows:
 
     # -- the owning worker's writes -------------------------------------------------------------
 
-    def publish(self, p: int, position: int, high_watermark: int) -> bool:
+    def publish(self, p: int, position: int, high_watermark: int, time_ms: int = 0) -> bool:
         """After a batch: partition p is applied up to `position` (every message before it is
-        in the table; never moved back), and its fetches saw `high_watermark` (-1 none: the
-        latest watermark is then never below the applied offset). True if it became caught
-        up now. The caller checked that the row's generation is its own."""
+        in the table; never moved back), the last of them with Kafka timestamp `time_ms` (0
+        unknown), and its fetches saw `high_watermark` (-1 none: the latest watermark is then
+        never below the applied offset). True if it became caught up now. The caller checked
+        that the row's generation is its own."""
         row = self._rows[p]
         if position > row[C.P_APPLIED]:
+            if time_ms > 0:
+                row[C.P_APPLIED_TIME] = time_ms
             row[C.P_APPLIED] = position
         latest = max(high_watermark, int(row[C.P_APPLIED]))
         if latest > row[C.P_LATEST]:
@@ -248,4 +285,5 @@ class PartitionRows:
         row[C.P_CAUGHT_UP] = 0
         row[C.P_HIGH_WATERMARK] = high_watermark
         row[C.P_LATEST] = high_watermark
+        row[C.P_APPLIED_TIME] = 0
         row[C.P_APPLIED] = start

@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 
 from shmcache.engine.control import layout as C
+from shmcache.engine.control.bound import beyond
+from shmcache.engine.control.rows import committed_of
 from shmcache.engine import layout as L
 from shmcache.errors import CacheNotReadyError
 from shmcache.ipc import liveness
@@ -48,8 +50,12 @@ def _worker_down(w: dict | None) -> str | None:
     return None
 
 
-def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> list[dict]:
+def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str], now_ms: int) -> list[dict]:
     wrows = view.workers
+    # the applied times are kept by the supervisor H_PARTITION_TIMES names (an older one kept
+    # its generations in that word): trusted only while it is the cache's supervisor
+    sup = view.word(C.H_SUPERVISOR)
+    timed = sup != 0 and view.word(C.H_PARTITION_TIMES) == sup
     parts = []
     for p in range(nparts):
         r = view.partitions[p].tolist()
@@ -61,6 +67,8 @@ def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> 
             owner = -1
         applied = r[C.P_APPLIED]
         latest = max(r[C.P_LATEST], r[C.P_HIGH_WATERMARK], applied)  # never shown below applied
+        lag = max(0, latest - max(applied, 0)) if latest >= 0 else None
+        t = r[C.P_APPLIED_TIME] if timed else 0
         parts.append({
             "partition": p,
             "worker": owner if owner >= 0 else None,
@@ -68,8 +76,11 @@ def _partition_rows(view, nparts: int, gapped: set[int], damaged: list[str]) -> 
             "applied": applied,
             "high_watermark": r[C.P_HIGH_WATERMARK],
             "latest": latest,
-            "lag": max(0, latest - max(applied, 0)) if latest >= 0 else None,
-            "committed": r[C.P_COMMITTED],
+            "lag": lag,
+            # seconds since the last message applied was produced, while there is lag (0 without;
+            # None unknown): how far behind the topic the table is in time
+            "behind_s": (0.0 if lag == 0 else max(0.0, (now_ms - t) / 1e3) if lag and t > 0 else None),
+            "committed": committed_of(r[C.P_COMMITTED]),
             "caught_up": bool(r[C.P_CAUGHT_UP]),  # and its worker up and beating: _judge_workers
             "worker_down": None,  # why its worker applies nothing now (None: up and beating)
             "gap": p in gapped,  # retention deleted offsets this table never had
@@ -146,7 +157,7 @@ def status(view) -> dict:
     sup_alive = view.supervisor_alive()
     # the partition rows before the worker rows: a worker counts a batch's entries before it
     # publishes the offsets after it, so counters read after the offsets include them all
-    parts = _partition_rows(view, nparts, set(gap_parts), damaged)
+    parts = _partition_rows(view, nparts, set(gap_parts), damaged, now // 1_000_000)
     ws = _worker_rows(view, sup_alive, age_now)
     _judge_workers(parts, ws)
     here = {p["partition"] for p in parts}
@@ -228,17 +239,21 @@ def snapshot_fields(view, gap_parts: list[int], now: int) -> dict:
     }
 
 
-def wait_ready(view, timeout: float | None = None, poll: float = 0.05) -> dict:
-    """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10).
+def wait_ready(view, timeout: float | None = None, poll: float = 0.05, max_lag: int | None = None,
+               max_behind: float | None = None) -> dict:
+    """Block until every partition of the topic is assigned here and caught up (DESIGN invariants 7, 10)
+    and, with a bound, no partition is more than max_lag messages or max_behind seconds behind
+    (engine/control/bound.py).
 
     Returns the status; raises CacheNotReadyError naming the lagging partitions on timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         st = view.status()
-        if st["ready"]:
+        over = beyond(st, max_lag, max_behind) if st["ready"] else ""
+        if st["ready"] and not over:
             return st
         if deadline is not None and time.monotonic() >= deadline:
-            raise CacheNotReadyError(f"cache {view.name!r} not ready after {timeout:.1f} s: {why(st)}")
+            raise CacheNotReadyError(f"cache {view.name!r} not ready after {timeout:.1f} s: {over or why(st)}")
         time.sleep(poll)
 
 

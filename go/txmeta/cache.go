@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -51,6 +52,8 @@ type Cache struct {
 	hits, misses, malformed atomic.Uint64 // this handle's, as Teranode's metrics are its instance's
 
 	singles sync.Pool // *single, for Lookup and GetMetaCached
+
+	limits atomic.Pointer[[]shmcache.Limit] // Health's readiness bound (SetReadyLimits)
 }
 
 type single struct {
@@ -94,10 +97,20 @@ func (c *Cache) Close() error {
 }
 
 // WaitReady returns once the cache holds the whole topic (every partition applied up to
-// its target by a live supervisor), or ctx's end with an error saying why it is not.
-func (c *Cache) WaitReady(ctx context.Context) error {
-	_, err := c.r.WaitReady(ctx)
+// its target by a live supervisor) and is within the limits given (shmcache.MaxLag,
+// shmcache.MaxBehind), or ctx's end with an error saying why it is not.
+func (c *Cache) WaitReady(ctx context.Context, limit ...shmcache.Limit) error {
+	_, err := c.r.WaitReady(ctx, limit...)
 	return err
+}
+
+// SetReadyLimits bounds how far behind its topic Health's readiness lets the cache be:
+// Health(ctx, false) is 503 while a partition is more than shmcache.MaxLag messages or
+// shmcache.MaxBehind behind, though the cache is ready. None given: no bound (the
+// default). Safe to call while others call Health.
+func (c *Cache) SetReadyLimits(limit ...shmcache.Limit) {
+	l := slices.Clone(limit)
+	c.limits.Store(&l)
 }
 
 func classify(found bool, v []byte, m *Meta) Outcome {
@@ -258,9 +271,10 @@ func growMetas(s []Meta, n int) []Meta {
 
 // Health is Teranode's health check of a store. checkLiveness: 200 while the handle reads
 // the cache (its control area answers), whatever the readiness. Otherwise readiness: 200
-// once the cache is ready, 503 with why it is not (the reader's Status(): the reason's
-// word and its sentence). A handle that cannot read the cache (destroyed, cut short,
-// closed) is 503 with the error.
+// once the cache is ready and within SetReadyLimits' bound, 503 with why it is not (the
+// reader's Status(): the reason's word and its sentence; or the partitions past the
+// bound). A handle that cannot read the cache (destroyed, cut short, closed) is 503 with
+// the error.
 func (c *Cache) Health(ctx context.Context, checkLiveness bool) (int, string, error) {
 	if err := ctx.Err(); err != nil {
 		err = c.ended(err)
@@ -275,6 +289,12 @@ func (c *Cache) Health(ctx context.Context, checkLiveness bool) (int, string, er
 	case !st.Ready:
 		return http.StatusServiceUnavailable, fmt.Sprintf("txmeta cache '%s': not ready (%s): %s", c.r.Name(),
 			st.Reason, st.Why), nil
+	}
+	if l := c.limits.Load(); l != nil {
+		if over := st.Beyond(*l...); over != "" {
+			return http.StatusServiceUnavailable, fmt.Sprintf("txmeta cache '%s': ready, but behind: %s",
+				c.r.Name(), over), nil
+		}
 	}
 	return http.StatusOK, fmt.Sprintf("txmeta cache '%s': ready", c.r.Name()), nil
 }

@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	shmcache "github.com/shmcache/shmcache/go"
+	"github.com/shmcache/shmcache/go/internal/goldencache"
 	"github.com/shmcache/shmcache/go/internal/testpython"
 )
 
@@ -363,5 +364,64 @@ func TestCloseOfAFailedAttachIsNothing(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close of a nil *Cache: %v", err)
+	}
+}
+
+// Health with SetReadyLimits: a cache that is ready, but 40 messages behind on partition
+// 1 (golden/control's control_ready_behind), is 200 without limits and within MaxLag(40),
+// and 503 naming the partition past MaxLag(39); WaitReady takes the same limits.
+func TestHealthWithReadyLimits(t *testing.T) {
+	cases, err := goldencache.ControlCases("../../golden/control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]int64{}
+	for _, role := range []string{"supervisor", "worker"} {
+		p := exec.Command("sleep", "600")
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Process.Kill(); p.Wait() }) // by pid: only the processes this test started
+		owners[role] = shmcache.OwnerWord(p.Process.Pid)
+	}
+	name := fmt.Sprintf("txmeta-go-limits-%d", os.Getpid())
+	remove, err := cases["control_ready_behind"].Install("../../golden/control", name, owners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	c, err := Attach(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		limit []shmcache.Limit
+		code  int
+		says  string
+	}{
+		{nil, http.StatusOK, "ready"},
+		{[]shmcache.Limit{shmcache.MaxLag(40)}, http.StatusOK, "ready"},
+		{[]shmcache.Limit{shmcache.MaxLag(39)}, http.StatusServiceUnavailable,
+			"': ready, but behind: partitions more than 39 messages behind: 1 (lag 40)"},
+		{[]shmcache.Limit{shmcache.MaxBehind(10 * time.Minute)}, http.StatusServiceUnavailable,
+			"partitions more than 600.0 s behind: 2 (unknown)"},
+		{nil, http.StatusOK, "ready"}, // the limits set again: none
+	} {
+		c.SetReadyLimits(tc.limit...)
+		code, msg, err := c.Health(ctx, false)
+		if code != tc.code || err != nil || !strings.HasSuffix(msg, tc.says) {
+			t.Errorf("limits %d: %d %q %v; want %d ending %q", len(tc.limit), code, msg, err, tc.code, tc.says)
+		}
+		if code, _, _ := c.Health(ctx, true); code != http.StatusOK {
+			t.Errorf("liveness with limits %d: %d", len(tc.limit), code)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := c.WaitReady(wctx, shmcache.MaxLag(2)); !errors.Is(err, shmcache.ErrNotReady) ||
+		!strings.Contains(err.Error(), "partitions more than 2 messages behind: 1 (lag 40), 2 (lag 3)") {
+		t.Errorf("WaitReady past MaxLag(2): %v", err)
 	}
 }

@@ -93,12 +93,28 @@ def test_owners_the_contract_takes_are_taken(readers, cache):
 def test_seconds_the_contract_refuses_are_bad_arguments(readers, cache):
     _refused(readers, [(f"SECONDS {t!r}", ["watch", cache.name, S.key("k").hex(), t])
                        for t in ARGS["seconds"]["refused"]]
-             + [(f"--timeout {t!r}", ["wait-ready", "--timeout", t, cache.name]) for t in ARGS["seconds"]["refused"]])
+             + [(f"--timeout {t!r}", ["wait-ready", "--timeout", t, cache.name]) for t in ARGS["seconds"]["refused"]]
+             + [(f"--max-behind {t!r}", ["wait-ready", "--max-behind", t, cache.name])
+                for t in ARGS["seconds"]["refused"]])
 
 
 def test_seconds_the_contract_takes_are_taken(readers, cache):
-    # a ready cache: the wait ends at once, whatever the timeout
-    _taken(readers, [(f"--timeout {t}", ["wait-ready", "--timeout", t, cache.name]) for t in ARGS["seconds"]["taken"]])
+    # a ready cache with no lag: the wait ends at once, whatever the timeout or the bound
+    _taken(readers, [(f"--timeout {t}", ["wait-ready", "--timeout", t, cache.name]) for t in ARGS["seconds"]["taken"]]
+           + [(f"--max-behind {t}", ["wait-ready", "--timeout", "0.2", f"--max-behind={t}", cache.name])
+              for t in ARGS["seconds"]["taken"]])
+
+
+def test_counts_the_contract_refuses_are_bad_arguments(readers, cache):
+    for t in ARGS["count"]["refused"]:
+        assert not re.fullmatch(ARGS["count"]["pattern"], t), t
+    _refused(readers, [(f"--max-lag {t!r}", ["wait-ready", "--max-lag", t, cache.name])
+                       for t in ARGS["count"]["refused"]])
+
+
+def test_counts_the_contract_takes_are_taken(readers, cache):
+    _taken(readers, [(f"--max-lag {t}", ["wait-ready", "--timeout", "0.2", "--max-lag", t, cache.name])
+                     for t in ARGS["count"]["taken"]])
 
 
 def test_pythons_kinds_are_the_contracts():

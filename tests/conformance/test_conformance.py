@@ -197,6 +197,7 @@ def test_status_of_a_golden_control_area(readers, scene, roles, case):
         want = {k: exp["status"][k] for k in got}
         if got != want or not pattern.match(str(st.get("why"))):
             bad.append(f"{r}: {got} why={st.get('why')!r}; wanted {want} why={exp['status']['why']!r}")
+        bad += [f"{r}: {w}" for w in golden_control.behind_wrong(exp, st)]
         missing = [f for f in CONTRACT_STATUS_FIELDS if f not in st]
         missing += sorted({f"assigned[].{f}" for a in st.get("assigned") or [] for f in CONTRACT["status"]["partition_fields"]
                            if f not in a})
@@ -205,6 +206,47 @@ def test_status_of_a_golden_control_area(readers, scene, roles, case):
         if missing:
             bad.append(f"{r}: status lacks {missing}")
     assert not bad, exp["about"] + "\n" + "\n".join(bad)
+
+
+BOUNDS = [(case, b) for case in sorted(CONTROL) for b in CONTROL[case].get("bounds", [])]
+
+
+def _bound_args(b: dict) -> list[str]:
+    return [*(["--max-lag", str(b["max_lag"])] if "max_lag" in b else []),
+            *(["--max-behind", str(b["max_behind"])] if "max_behind" in b else [])]
+
+
+@pytest.mark.contract
+def test_wait_ready_with_a_bound_over_the_golden_control_areas(readers, scene, roles):
+    """Each readiness bound of the goldens (golden/control/expect.json's `bounds`), as
+    `wait-ready --max-lag N --max-behind S`, from every reader: within it, the status and exit
+    0 at once; past it, exit 1 (not-ready) at the timeout, with the bound's why, partition by
+    partition, in the same words."""
+    assert len(BOUNDS) >= 8, "the goldens' readiness bounds"
+    bad = []
+    for case in sorted({c for c, _ in BOUNDS}):
+        exp = CONTROL[case]
+        s = scene("bound")
+        s.install_control(exp, {r: w for r, (_, w) in roles.items()})
+        s.keep_ages(exp)  # heartbeats kept fresh: ready however long the readers take to start
+        bounds = [b for c, b in BOUNDS if c == case]
+        lines = [["wait-ready", "--timeout", "60" if not b["why"] else "0.3", *_bound_args(b), s.name] for b in bounds]
+        for (r, i), p in R.run_many(readers, lines).items():
+            b = bounds[i]
+            what = f"{r} {case} {' '.join(_bound_args(b))}"
+            if not b["why"]:
+                ok = p.returncode == 0 and json.loads(p.stdout or "{}").get("ready") is True
+                if not ok:
+                    bad.append(f"{what}: exit {p.returncode}, {p.stdout[-200:]!r} {p.stderr[-300:]!r}")
+                continue
+            wrong = R.error_line(r, p, "not-ready")
+            pattern = golden_control.why_pattern(exp, roles["supervisor"][0], b["why"])
+            if not re.search(": " + pattern[1:], p.stderr.strip()):
+                wrong.append(f"the message does not end with {b['why']!r}")
+            if wrong:
+                bad.append(f"{what}: {'; '.join(wrong)}; stderr {p.stderr[-300:]!r}")
+        s.clear()
+    assert not bad, "\n".join(bad)
 
 
 CONTRACT = json.loads((HERE.parents[1] / "golden" / "contract.json").read_text())  # the contract as data

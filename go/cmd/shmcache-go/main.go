@@ -6,12 +6,13 @@
 //	shmcache-go watch [--owner USER] NAME HEXKEY SECONDS   a line each time the outcome changes
 //	shmcache-go stats [--owner USER] [--json] NAME         the stats, one JSON object
 //	shmcache-go status [--owner USER] [--json] NAME        readiness, one JSON object
-//	shmcache-go wait-ready [--owner USER] [--timeout S] NAME
+//	shmcache-go wait-ready [--owner USER] [--timeout S] [--max-lag N] [--max-behind S] NAME
 //
 // get --decode txmeta prints each value found as its txmeta decode, one JSON object
 // (txmeta.Meta's MarshalJSON), or {"valid":false} for a value that is not one. get exits 0
 // when every key hit, 1 when some missed; wait-ready exits 1 when the cache
-// is not ready by the timeout. An error is one line on stderr, `shmcache-go: KIND:
+// is not ready by the timeout, or not within --max-lag messages or --max-behind seconds of
+// its topic. An error is one line on stderr, `shmcache-go: KIND:
 // message` (KIND as shmcache.Kind gives it), and exit status 2.
 //
 // [the readers' contract]: https://github.com/shmcache/shmcache/blob/main/docs/reader-contract.md#the-commands
@@ -40,7 +41,7 @@ const (
 	usage       = "usage: shmcache-go get [--owner USER] [--decode txmeta] NAME HEXKEY... | " +
 		"watch [--owner USER] NAME HEXKEY SECONDS | " +
 		"stats [--owner USER] [--json] NAME | status [--owner USER] [--json] NAME | " +
-		"wait-ready [--owner USER] [--timeout S] NAME"
+		"wait-ready [--owner USER] [--timeout S] [--max-lag N] [--max-behind S] NAME"
 )
 
 // exit is how a command ends: a status, and a line for stderr (none if "").
@@ -70,14 +71,15 @@ type command struct {
 	owner   *string
 	json    bool
 	timeout *float64
-	decode  string   // get --decode: "txmeta", or "" for the values in hex
-	args    []string // the positional arguments
+	limits  []shmcache.Limit // wait-ready's --max-lag and --max-behind
+	decode  string           // get --decode: "txmeta", or "" for the values in hex
+	args    []string         // the positional arguments
 }
 
 // options are the options each command takes.
 var options = map[string][]string{
 	"get": {"--owner", "--decode"}, "watch": {"--owner"}, "stats": {"--owner", "--json"}, "status": {"--owner", "--json"},
-	"wait-ready": {"--owner", "--timeout"},
+	"wait-ready": {"--owner", "--timeout", "--max-lag", "--max-behind"},
 }
 
 func parse(argv []string) (*command, *exit) {
@@ -136,6 +138,18 @@ func parse(argv []string) (*command, *exit) {
 				return nil, badArgument("--timeout %q is %v", value, err)
 			}
 			c.timeout = &s
+		case "--max-lag":
+			if !countRE.MatchString(value) {
+				return nil, badArgument("--max-lag %q is not a count (1-18 digits)", value)
+			}
+			n, _ := strconv.ParseInt(value, 10, 64) // 18 digits: under 10^18, in range
+			c.limits = append(c.limits, shmcache.MaxLag(n))
+		case "--max-behind":
+			s, err := seconds(value)
+			if err != nil {
+				return nil, badArgument("--max-behind %q is %v", value, err)
+			}
+			c.limits = append(c.limits, shmcache.MaxBehind(time.Duration(s*float64(time.Second))))
 		}
 	}
 	want := map[string]string{"get": "NAME HEXKEY...", "watch": "NAME HEXKEY SECONDS", "stats": "NAME",
@@ -146,6 +160,9 @@ func parse(argv []string) (*command, *exit) {
 	}
 	return c, nil
 }
+
+// countRE is what a count is (golden/contract.json): 1-18 ASCII digits.
+var countRE = regexp.MustCompile(`^[0-9]{1,18}$`)
 
 // secondsRE is what a number of seconds is (golden/contract.json): 1-9 ASCII digits,
 // optionally a point and 1-9 more; no sign, exponent, underscore, space or infinity.
@@ -342,9 +359,12 @@ func waitReady(c *command, out io.Writer) *exit {
 		if r != nil {
 			var st shmcache.Status
 			if st, err = r.Status(); err == nil && st.Ready {
-				return printJSON(out, st)
+				if why = st.Beyond(c.limits...); why == "" {
+					return printJSON(out, st)
+				}
+			} else {
+				why = st.Why
 			}
-			why = st.Why
 		}
 		if err != nil {
 			if !errors.Is(err, shmcache.ErrNotFound) {
@@ -373,7 +393,9 @@ Reads a shmcache cache with the Go reader (the readers' contract: docs/reader-co
   watch [--owner USER] NAME HEXKEY SECONDS              a line each time the outcome changes
   stats [--owner USER] [--json] NAME                    the stats, one JSON object
   status [--owner USER] [--json] NAME                   readiness, one JSON object
-  wait-ready [--owner USER] [--timeout S] NAME          exit 0 once ready, 1 at the timeout
+  wait-ready [--owner USER] [--timeout S] [--max-lag N] [--max-behind S] NAME
+                                                        exit 0 once ready (and no partition more than N
+                                                        messages or S seconds behind), 1 at the timeout
 
 Exit status: 0, 1 (get: a key missed; wait-ready: not ready in time), 2 (an error, one line
 on stderr: shmcache-go: KIND: message).

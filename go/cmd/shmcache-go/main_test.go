@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -398,23 +397,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// controlReady puts golden/control's ready case at path, its live owners two processes
+// controlReady puts golden/control's ready case at the name, its live owners two processes
 // this test starts (killed by pid at its end) and its ages now.
-func controlReady(t *testing.T, path string) {
-	raw, _ := os.ReadFile("../../../golden/control/expect.json")
-	var doc struct {
-		Cases map[string]struct {
-			File   string             `json:"file"`
-			Live   map[string]string  `json:"live"`
-			Ages   map[string]float64 `json:"ages"`
-			Locked []int64            `json:"locked"`
-		} `json:"cases"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
+func controlReady(t *testing.T, name string) {
+	cases, err := goldencache.ControlCases("../../../golden/control")
+	if err != nil {
 		t.Fatal(err)
 	}
-	c := doc.Cases["control_ready"]
-	data := gunzip(t, "../../../golden/control/"+c.File)
 	owners := map[string]int64{}
 	for _, role := range []string{"supervisor", "worker"} {
 		p := exec.Command("sleep", "600")
@@ -424,22 +413,11 @@ func controlReady(t *testing.T, path string) {
 		t.Cleanup(func() { p.Process.Kill(); p.Wait() })
 		owners[role] = shmcache.OwnerWord(p.Process.Pid)
 	}
-	for off, role := range c.Live {
-		o, _ := strconv.Atoi(off)
-		binary.LittleEndian.PutUint64(data[o:], uint64(owners[role]))
-	}
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	for off, s := range c.Ages {
-		o, _ := strconv.Atoi(off)
-		binary.LittleEndian.PutUint64(data[o:], uint64(ts.Nano()-int64(s*1e9)))
-	}
-	put(t, path, data, 0o600)
-	release, err := goldencache.HoldLocks(path, c.Locked) // as its live owners would (format section 13)
+	remove, err := cases["control_ready"].Install("../../../golden/control", name, owners)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(release)
+	t.Cleanup(remove)
 }
 
 // wait-ready: not ready by the timeout is exit 1 saying why; a cache that becomes ready
@@ -451,9 +429,9 @@ func TestWaitReady(t *testing.T) {
 		!strings.Contains(errs, "no live supervisor") || strings.Count(errs, "\n") != 1 {
 		t.Fatalf("no supervisor: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	later, path := shmName(t, "wait-later")
+	later, _ := shmName(t, "wait-later")
 	w := start(t, "wait-ready", "--timeout", "60", later)
-	controlReady(t, path)
+	controlReady(t, later)
 	select {
 	case line := <-w.ch:
 		var st map[string]any

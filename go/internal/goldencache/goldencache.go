@@ -5,9 +5,14 @@ package goldencache
 
 import (
 	"compress/gzip"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,4 +66,111 @@ func HoldLocks(path string, offsets []int64) (release func(), err error) {
 		}
 	}
 	return func() { unix.Close(fd) }, nil
+}
+
+// Control is a case of golden/control/expect.json: a golden control area
+// (docs/segment-format.md, section 14), the words only a live process or the clock can make
+// left for the test to fill, and the status every reader must give
+// (tests/lib/shmtest/golden_control.py).
+type Control struct {
+	File   string             `json:"file"`
+	Live   map[string]string  `json:"live"`   // file offset -> the role of a live process whose owner word goes there
+	Locked []int64            `json:"locked"` // file offsets whose owner lock the test holds (section 13)
+	Ages   map[string]float64 `json:"ages"`   // file offset -> seconds before now, on CLOCK_MONOTONIC
+	Times  map[string]float64 `json:"times"`  // file offset -> seconds before now, a Kafka timestamp (unix ms)
+	Status struct {
+		Ready    bool                `json:"ready"`
+		CaughtUp bool                `json:"caught_up"`
+		Reason   string              `json:"reason"`
+		Why      string              `json:"why"`
+		BehindS  map[string]*float64 `json:"behind_s"` // by partition: at least this, within BehindSlackS; nil unknown
+	} `json:"status"`
+	Bounds []struct { // readiness bounds, and the why each gives ("" within it)
+		MaxLag    *int64   `json:"max_lag"`
+		MaxBehind *float64 `json:"max_behind"`
+		Why       string   `json:"why"`
+	} `json:"bounds"`
+}
+
+// BehindSlackS is how far past a golden's behind_s a reading may be (golden_control.BEHIND_SLACK_S).
+const BehindSlackS = 60
+
+// ControlCases reads the golden control areas' expectations from dir (the repository's
+// golden/control).
+func ControlCases(dir string) (map[string]Control, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "expect.json"))
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Cases map[string]Control `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "expect.json"), err)
+	}
+	return doc.Cases, nil
+}
+
+// Image is case c's control area, read from dir, with its live owner words (owners: role
+// -> the owner word of a live process), ages and times filled as of now.
+func (c Control) Image(dir string, owners map[string]int64) ([]byte, error) {
+	f, err := os.Open(filepath.Join(dir, c.File))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(z)
+	if err != nil {
+		return nil, err
+	}
+	put := func(off string, v int64) {
+		o, _ := strconv.Atoi(off)
+		binary.LittleEndian.PutUint64(data[o:], uint64(v))
+	}
+	for off, role := range c.Live {
+		put(off, owners[role])
+	}
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	for off, s := range c.Ages {
+		put(off, ts.Nano()-int64(s*1e9))
+	}
+	nowMS := time.Now().UnixMilli()
+	for off, s := range c.Times {
+		put(off, nowMS-int64(s*1000))
+	}
+	return data, nil
+}
+
+// Install puts case c's control area (Image) at /dev/shm/NAME, mode 0600, by a
+// rename (a reader following the name sees it whole), and holds its owner locks; remove
+// drops them and removes the file and its readers' companion.
+func (c Control) Install(dir, name string, owners map[string]int64) (remove func(), err error) {
+	data, err := c.Image(dir, owners)
+	if err != nil {
+		return nil, err
+	}
+	path := "/dev/shm/" + name
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	release, err := HoldLocks(path, c.Locked)
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	return func() {
+		release()
+		os.Remove(path)
+		os.Remove("/dev/shm/.shmcache-" + name + ".readers")
+	}, nil
 }

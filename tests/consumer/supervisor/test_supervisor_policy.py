@@ -117,13 +117,13 @@ def test_a_second_periodic_commit_waits_for_the_one_in_flight(committer):
     c.periodic([0])  # no poll in between: the first one's result cannot have come
     assert c.inflight == {0: 5}
     _served(c)
-    assert rows[0, C.P_COMMITTED] == 5 and control.word(C.H_COMMITS) == 1
+    assert control.partition_rows.committed(0) == 5 and control.word(C.H_COMMITS) == 1
     assert control.word(C.H_COMMIT_PENDING_SINCE) == 0
     assert _broker_committed(c, topic) == 5
     c.periodic([0])  # now the newer offset goes
     assert c.inflight == {0: 7}
     _served(c)
-    assert rows[0, C.P_COMMITTED] == 7 and control.word(C.H_COMMITS) == 2 and _broker_committed(c, topic) == 7
+    assert control.partition_rows.committed(0) == 7 and control.word(C.H_COMMITS) == 2 and _broker_committed(c, topic) == 7
     c.periodic([0])  # nothing new applied: nothing sent
     assert c.inflight is None and control.word(C.H_COMMITS) == 2
 
@@ -133,7 +133,7 @@ def test_the_revoke_callbacks_commit_is_synchronous(committer):
     control.partitions[0, C.P_APPLIED] = 11
     c.in_callback([0])
     assert c.inflight is None  # done on return, no poll needed
-    assert control.partitions[0, C.P_COMMITTED] == 11 and control.word(C.H_COMMITS) == 1
+    assert control.partition_rows.committed(0) == 11 and control.word(C.H_COMMITS) == 1
     assert _broker_committed(c, topic) == 11
 
 

@@ -139,7 +139,8 @@ def test_reset_supervisor_zeroes_a_runs_words_and_keeps_the_segments(handles):
     w, r = handles
     c = w.control
     c.set_topic("the-topic", 4)
-    c.partitions[2, [C.P_APPLIED, C.P_COMMITTED]] = [99, 90]
+    c.partitions[2, C.P_APPLIED] = 99
+    c.partition_rows.record_commit(2, 90)
     for word, v in SEGMENT_WORDS.items():
         poke(w, word, v)
     assert c.flag_gap(3, 50) and c.flag_gap(64, 5)
@@ -168,7 +169,7 @@ def test_reset_supervisor_zeroes_a_runs_words_and_keeps_the_segments(handles):
     # what lives with the segment stays
     assert {word: v.word(word) for word in SEGMENT_WORDS} == SEGMENT_WORDS
     assert (v.topic, v.npartitions) == ("the-topic", 4)
-    assert v.partitions[2, C.P_APPLIED] == 99 and v.partitions[2, C.P_COMMITTED] == 90
+    assert v.partitions[2, C.P_APPLIED] == 99 and v.status()["assigned"] == [] and c.partition_rows.committed(2) == 90
     assert v.has_gap(3) and v.has_gap(64) and not v.has_gap(2) and v.word(C.H_GAP_OFFSETS) == 55
     c.reset_supervisor(accept_gaps=True)
     assert v.word(C.H_ACCEPT_GAPS) == 1 and v.has_gap(3)
@@ -249,7 +250,7 @@ def _assign(c, p: int, applied: int, hw: int, caught_up: bool) -> None:
     row = c.partitions[p]
     row[[C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_LATEST, C.P_OWNER]] = [applied, hw, hw, 1]
     row[C.P_CAUGHT_UP] = int(caught_up)
-    row[C.P_GENERATION] += 1
+    c.partition_rows.reassign(p)
     row[C.P_ASSIGNED] = 1
 
 

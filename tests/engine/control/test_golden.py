@@ -1,6 +1,7 @@
 """The golden control areas (golden/control/, made by tests/lib/shmtest/golden_control.py;
 docs/segment-format.md section 14): the committed files are what the generator makes, and
-the Python reader's status gives every case's expected ready, caught_up, reason and why.
+the Python reader's status gives every case's expected ready, caught_up, reason and why, its
+partitions' behind_s, and the why of each of its readiness bounds.
 The conformance suite (tests/conformance/) asks the Go and Java readers the same."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import uuid
 import pytest
 
 import shmcache
+from shmcache.engine.control.bound import beyond
 from shmcache.ipc import liveness
 
 from shmtest import golden_control as G
@@ -61,5 +63,9 @@ def test_the_python_reader_gives_each_cases_status(case, roles):
         got = {k: st[k] for k in ("ready", "caught_up", "reason")}
         assert got == {k: exp["status"][k] for k in got}, (case, st["why"])
         assert re.match(G.why_pattern(exp, roles["supervisor"][0]), st["why"]), (case, st["why"])
+        assert not G.behind_wrong(exp, st), (case, G.behind_wrong(exp, st))
+        for b in exp.get("bounds", []):
+            said = beyond(st, b.get("max_lag"), b.get("max_behind"))
+            assert re.match(G.why_pattern(exp, 0, b["why"]), said), (case, b, said)
     finally:
         os.unlink(f"/dev/shm/{name}")

@@ -201,6 +201,10 @@ def scenario(w, s: str, workers: list[int]) -> None:
         w.control.writers[63, [L.W_OWNER, L.W_WAIT]] = [workers[4], 18]
         for p in range(25):
             assign(w, p, 100 * p, 100 * p + p % 3, p % 3 == 0, owner=1 + p % 6)
+        # the Kafka time of the last message applied: a minute and p seconds ago, unknown on every fourth
+        c._h[C.H_PARTITION_TIMES] = c._h[C.H_SUPERVISOR]
+        for p in range(25):
+            c.partitions[p, C.P_APPLIED_TIME] = 0 if p % 4 == 3 else int(time.time() * 1000) - (60 + p) * 1000
         assign(w, 6, -1, -1, False, owner=0, latest=-1)  # no worker, lag unknown
         assign(w, 7, 5, 2, False, owner=99, latest=3)  # owner out of range, applied past the target
     elif s == "worker-stale":  # every partition caught up, its one worker's heartbeat 30 s old

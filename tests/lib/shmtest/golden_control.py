@@ -12,10 +12,17 @@ fill, and listed in the case's expectation:
   PID namespace" words already in the file that name a process of another namespace
   (pid 1, which here is someone else): alive by their locks, never by their pids;
 - `ages`: {file offset: seconds}: a time that many seconds before now on CLOCK_MONOTONIC
-  (every case's H_AGE_CLOCK is AGE_CLOCK_MONOTONIC).
+  (every case's H_AGE_CLOCK is AGE_CLOCK_MONOTONIC);
+- `times`: {file offset: seconds}: a Kafka timestamp (unix milliseconds, the wall clock)
+  that many seconds before now: a partition's P_APPLIED_TIME.
+Not every live word is locked: H_PARTITION_TIMES holds the supervisor's owner word, but only
+for readers to compare with H_SUPERVISOR's; its owner lock is H_SUPERVISOR's.
 The expected status (`ready`, `caught_up`, `reason`, `why`) comes from how the case was
 built, never from reading it. In `why`, `{supervisor_pid}` stands for the pid of the
 supervisor's process and `{s}` for a whole number of seconds (an age the clock moves).
+`behind_s` (where given) is each assigned partition's, by partition ({s}-like: within
+BEHIND_SLACK_S of it, or null); `bounds` (where given) are readiness bounds with the `why`
+each gives (engine/control/bound.py: "" within it).
 
     .venv/bin/python -m shmtest.golden_control   # rewrite golden/control/
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import time
 
 from shmtest.golden_segments import CREATED_NS, DEAD_OWNER, GOLDEN, Segment, write_cases
 
@@ -53,6 +61,8 @@ class Case:
         self.foreign: set[int] = set()  # offsets of words of another namespace's live processes
         self.locks = True  # the test holds the owner locks of the live words
         self.ages: dict[int, float] = {}
+        self.times: dict[int, float] = {}
+        self.unlocked: set[int] = set()  # live words whose owner lock is another word's
 
     def h(self, word: int, value: int) -> None:
         self.s.set(word * L.WORD, value)
@@ -65,6 +75,12 @@ class Case:
         self.h(word, 0)
         self.ages[word * L.WORD] = seconds
 
+    def h_times_kept(self) -> None:
+        """H_PARTITION_TIMES: the live supervisor keeps the applied times (readers compare the
+        word with H_SUPERVISOR; its lock is H_SUPERVISOR's)."""
+        self.h_live(C.H_PARTITION_TIMES, "supervisor")
+        self.unlocked.add(C.H_PARTITION_TIMES * L.WORD)
+
     def text(self, word: int, data: bytes) -> None:
         self.s.data[word * L.WORD:word * L.WORD + len(data)] = data
 
@@ -73,8 +89,14 @@ class Case:
         self.s.set(off, value)
         return off
 
-    def partition(self, p: int, k: int, value: int) -> None:
-        self.s.set(self.s.geo.partitions_off + (p * L.ROW_WORDS + k) * L.WORD, value)
+    def partition(self, p: int, k: int, value: int) -> int:
+        off = self.s.geo.partitions_off + (p * L.ROW_WORDS + k) * L.WORD
+        self.s.set(off, value)
+        return off
+
+    def applied_time(self, p: int, seconds_ago: float) -> None:
+        """Partition p's last message applied was produced that many seconds before now."""
+        self.times[self.partition(p, C.P_APPLIED_TIME, 0)] = seconds_ago
 
     def writer(self, i: int, k: int, value: int) -> int:
         off = self.s.geo.writers_off + (i * L.ROW_WORDS + k) * L.WORD
@@ -102,8 +124,9 @@ def _ready(base: bytes, nparts: int = 2, assigned: int | None = None) -> Case:
     for p in range(nparts if assigned is None else assigned):
         c.partition(p, C.P_ASSIGNED, 1)
         c.partition(p, C.P_OWNER, 1)
-        for k in (C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_LATEST, C.P_COMMITTED):
+        for k in (C.P_APPLIED, C.P_HIGH_WATERMARK, C.P_LATEST):
             c.partition(p, k, 100 + p)
+        c.partition(p, C.P_COMMITTED, 1 << C.COMMITTED_BITS | 100 + p + 1)  # generation 1, committed 100 + p
         c.partition(p, C.P_CAUGHT_UP, 1)
     return c
 
@@ -111,14 +134,18 @@ def _ready(base: bytes, nparts: int = 2, assigned: int | None = None) -> Case:
 def build(base: bytes) -> dict[str, tuple[bytes, dict]]:
     cases: dict[str, tuple[bytes, dict]] = {}
 
-    def add(name: str, c: Case, reason: str, why: str, about: str, caught_up: bool | None = None) -> None:
+    def add(name: str, c: Case, reason: str, why: str, about: str, caught_up: bool | None = None,
+            behind_s: dict[int, float | None] | None = None, bounds: list[dict] | None = None) -> None:
         ready = reason == "ready"
+        status = {"ready": ready, "caught_up": ready if caught_up is None else caught_up, "reason": reason, "why": why}
+        if behind_s is not None:
+            status["behind_s"] = {str(p): v for p, v in behind_s.items()}
         cases[f"control_{name}"] = (bytes(c.s.data), {
             "about": about, "live": {str(k): v for k, v in sorted(c.live.items())},
-            "locked": sorted(set(c.live) | c.foreign) if c.locks else [],
+            "locked": sorted((set(c.live) - c.unlocked) | c.foreign) if c.locks else [],
             "ages": {str(k): v for k, v in sorted(c.ages.items())},
-            "status": {"ready": ready, "caught_up": ready if caught_up is None else caught_up, "reason": reason,
-                       "why": why}})
+            "times": {str(k): v for k, v in sorted(c.times.items())},
+            "status": status, **({"bounds": bounds} if bounds else {})})
 
     add("ready", _ready(base), "ready", "", "two partitions assigned to a live worker, caught up")
 
@@ -133,6 +160,34 @@ def build(base: bytes) -> dict[str, tuple[bytes, dict]]:
     c.partition(2, C.P_HIGH_WATERMARK, -1)
     add("lagging", c, "lagging", "partitions not caught up: 1 (lag 25), 2 (lag unknown, no worker)",
         "partition 1 behind its newest watermark; partition 2's owner word out of range (no worker), its lag unknown")
+
+    c = _ready(base, 3)  # ready (a latch), but partitions 1 and 2 behind their newest watermarks
+    c.h_times_kept()
+    c.applied_time(0, 30)  # no lag: 0 s behind, whenever its last message was produced
+    c.partition(1, C.P_LATEST, 141)  # applied 101: lag 40
+    c.applied_time(1, 90)
+    c.partition(2, C.P_LATEST, 105)  # applied 102: lag 3; its applied time unknown (0)
+    add("ready_behind", c, "ready", "",
+        "ready, partition 1 40 messages and 90 s behind, partition 2 3 messages behind and its time unknown: "
+        "within some readiness bounds, past others", behind_s={0: 0, 1: 90, 2: None}, bounds=[
+            {"max_lag": 40, "why": ""},
+            {"max_lag": 39, "why": "partitions more than 39 messages behind: 1 (lag 40)"},
+            {"max_lag": 0, "why": "partitions more than 0 messages behind: 1 (lag 40), 2 (lag 3)"},
+            {"max_behind": 600, "why": "partitions more than 600.0 s behind: 2 (unknown)"},
+            {"max_behind": 30.5, "why": "partitions more than 30.5 s behind: 1 ({s} s), 2 (unknown)"},
+            {"max_lag": 3, "max_behind": 600,
+             "why": "partitions more than 3 messages behind: 1 (lag 40); partitions more than 600.0 s behind: "
+                    "2 (unknown)"}])
+
+    c = _ready(base, 2)  # partition times kept by a supervisor gone: unknown, however recent
+    c.h(C.H_PARTITION_TIMES, DEAD_OWNER)
+    c.partition(1, C.P_LATEST, 111)  # applied 101: lag 10
+    c.applied_time(1, 1)
+    add("ready_times_untrusted", c, "ready", "",
+        "ready, partition 1 10 messages behind; its applied time was kept by a supervisor no longer the cache's",
+        behind_s={0: 0, 1: None}, bounds=[
+            {"max_lag": 10, "why": ""},
+            {"max_behind": 3600, "why": "partitions more than 3600.0 s behind: 1 (unknown)"}])
 
     c = _ready(base)
     c.h(C.H_SUPERVISOR, DEAD_OWNER)
@@ -258,14 +313,17 @@ def load() -> dict:
 
 
 def image(case: dict, owners: dict[str, int], now_ns: int) -> bytearray:
-    """A case's segment with its live owner words and ages filled: owners {role: owner
-    word of a live process}, now_ns CLOCK_MONOTONIC now."""
+    """A case's segment with its live owner words, ages and times filled: owners {role:
+    owner word of a live process}, now_ns CLOCK_MONOTONIC now (times: the wall clock's)."""
     data = bytearray(gzip.decompress((CONTROL / case["file"]).read_bytes()))
     s = Segment(data)
     for off, role in case["live"].items():
         s.set(int(off), owners[role])
     for off, seconds in case["ages"].items():
         s.set(int(off), now_ns - int(seconds * 1e9))
+    now_ms = time.time_ns() // 10**6
+    for off, seconds in case.get("times", {}).items():
+        s.set(int(off), now_ms - int(seconds * 1000))
     return data
 
 
@@ -280,12 +338,34 @@ def hold_locks(path: str, case: dict) -> int:
     return fd
 
 
-def why_pattern(case: dict, supervisor_pid: int) -> str:
-    """The case's expected `why` as a regular expression ({s}: any whole number of seconds)."""
+def why_pattern(case: dict, supervisor_pid: int, why: str | None = None) -> str:
+    """The case's expected `why` (or this one, a bound's) as a regular expression ({s}: any whole
+    number of seconds)."""
     import re
 
-    text = case["status"]["why"].replace("{supervisor_pid}", str(supervisor_pid))
+    text = (case["status"]["why"] if why is None else why).replace("{supervisor_pid}", str(supervisor_pid))
     return "^" + re.escape(text).replace(re.escape("{s}"), r"\d+") + "$"
+
+
+BEHIND_SLACK_S = 60.0  # a golden's behind_s read within this of what it was built with (a loaded host)
+
+
+def behind_wrong(case: dict, st: dict) -> list[str]:
+    """How a status' behind_s differ from the case's (where it gives them): [] when they do not."""
+    want = case["status"].get("behind_s")
+    if want is None:
+        return []
+    got = {str(p["partition"]): p.get("behind_s") for p in st.get("assigned") or []}
+    wrong = []
+    for p, w in want.items():
+        g = got.get(p, "absent")
+        if w is None or g is None or g == "absent":
+            ok = g is None and w is None
+        else:
+            ok = w <= g <= w + BEHIND_SLACK_S
+        if not ok:
+            wrong.append(f"partition {p}: behind_s {g}, wanted {w}")
+    return wrong
 
 
 if __name__ == "__main__":

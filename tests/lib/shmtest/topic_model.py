@@ -207,9 +207,11 @@ def produce_and_wait(harness, topic: str, model: "Model", partitions: int, **kw)
         probe.close()
 
 
-def produce_entries(bootstrap: str, topic: str, counts: dict[int, int], rng) -> dict[bytes, bytes]:
-    """One-entry v1 messages (ADD of a new random key), counts[p] of them to partition p;
-    returns {key: value} sent, once every message is acknowledged."""
+def produce_entries(bootstrap: str, topic: str, counts: dict[int, int], rng,
+                    timestamp_ms: int = 0) -> dict[bytes, bytes]:
+    """One-entry v1 messages (ADD of a new random key), counts[p] of them to partition p,
+    with that Kafka timestamp (CreateTime, unix ms; 0: now); returns {key: value} sent, once
+    every message is acknowledged."""
     from confluent_kafka import Producer
 
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -217,7 +219,7 @@ def produce_entries(bootstrap: str, topic: str, counts: dict[int, int], rng) -> 
     for p, n in counts.items():
         for _ in range(n):
             key, value = rng.bytes(32), rng.bytes(80)
-            prod.produce(topic, wire.encode_v1([key], [ADD], [value]), partition=p)
+            prod.produce(topic, wire.encode_v1([key], [ADD], [value]), partition=p, timestamp=timestamp_ms)
             sent[key] = value
     assert prod.flush(30) == 0
     return sent

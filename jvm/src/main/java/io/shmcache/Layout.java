@@ -75,6 +75,7 @@ final class Layout {
     static final int H_ASSIGNING = 54;
     static final int H_ACCEPT_GAPS = 57;
     static final int H_WORKER_STALE_NS = 58;
+    static final int H_PARTITION_TIMES = 63;
     static final int H_BROKER_STATE = 60;
     static final int H_BROKER_SINCE = 61;
     static final long BROKER_UNKNOWN = 0;
@@ -100,6 +101,7 @@ final class Layout {
     static final int P_OWNER = 2;
     static final int P_CAUGHT_UP = 3;
     static final int P_ASSIGNED = 5;
+    static final int P_APPLIED_TIME = 6;
     static final int P_LATEST = 7;
     static final int K_OWNER = 0;
     static final int K_HEARTBEAT = 1;

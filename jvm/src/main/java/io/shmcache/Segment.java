@@ -271,6 +271,15 @@ public final class Segment implements AutoCloseable {
      * (a cache being destroyed and created again) it goes on waiting; any other error ends it.
      */
     public Status waitReady(double timeoutSeconds) {
+        return waitReady(timeoutSeconds, Status.Bound.NONE);
+    }
+
+    /**
+     * Waits as {@link #waitReady(double)} does until the cache is ready and, besides, within
+     * the bound: no partition more than its messages or seconds behind the topic
+     * ({@link Status#beyond}).
+     */
+    public Status waitReady(double timeoutSeconds, Status.Bound bound) {
         long start = System.nanoTime();
         boolean interrupted = false;
         try {
@@ -281,12 +290,13 @@ public final class Segment implements AutoCloseable {
                 } catch (ShmcacheException.NotFound e) {
                     // being re-created: wait on
                 }
-                if (st != null && st.ready()) {
+                String over = st != null && st.ready() ? st.beyond(bound) : "";
+                if (st != null && st.ready() && over.isEmpty()) {
                     return st;
                 }
                 if (interrupted || (System.nanoTime() - start) / 1e9 >= timeoutSeconds) {
                     throw new ShmcacheException.NotReady(name, "shmcache: cache '" + name + "' not ready after "
-                            + Status.fixed(timeoutSeconds, 1) + " s: " + (st != null ? st.why()
+                            + Status.fixed(timeoutSeconds, 1) + " s: " + (st != null ? (over.isEmpty() ? st.why() : over)
                             : "it does not exist (no " + path + ")") + (interrupted ? " (interrupted)" : ""), st);
                 }
                 try {

@@ -76,12 +76,13 @@ public record Status(String name, String topic, int partitions, Long supervisorP
      * @param highWatermark the readiness target (-1 unknown)
      * @param latest the newest high watermark seen (never below applied)
      * @param lag latest - applied (null: unknown)
+     * @param behindS seconds since the last message applied was produced, 0 without lag (null: unknown)
      * @param caughtUp applied up to the target, its worker up and beating
      * @param workerDown why its worker applies nothing now (null: it is up and beating)
      * @param gap retention deleted offsets of it before this table had them
      */
     public record Partition(int partition, Integer worker, long applied, long highWatermark, long latest, Long lag,
-                            boolean caughtUp, String workerDown, boolean gap) {}
+                            Double behindS, boolean caughtUp, String workerDown, boolean gap) {}
 
     /**
      * A worker row in use: the supervisor's worker process, its state, and what it applied
@@ -109,6 +110,54 @@ public record Status(String name, String topic, int partitions, Long supervisorP
 
     /** Another member of the consumer group, and the partitions of the topic it holds. */
     public record Member(String clientId, String host, String instanceId, List<Integer> partitions) {}
+
+    /**
+     * How far behind its topic a ready cache may be, partition by partition (format section
+     * 14, "The readiness bound"): readiness alone is a latch, right for "the cache holds the
+     * whole topic"; a bound also asks "and is no more than this behind it".
+     *
+     * @param maxLag no partition more than this many messages behind (a lag not known is more); null: no bound
+     * @param maxBehindS no partition more than this many seconds behind, measured from when the
+     *     last message it applied was produced (behind_s; one not known is more); null: no bound
+     */
+    public record Bound(Long maxLag, Double maxBehindS) {
+        /** No bound: ready is enough. */
+        public static final Bound NONE = new Bound(null, null);
+    }
+
+    /**
+     * Which partitions assigned here are further behind the topic than the bound, in the words
+     * every reader uses ("" when none is, or the bound has no limit). It judges a ready status;
+     * {@link #why()} says why one is not ready.
+     */
+    public String beyond(Bound bound) {
+        List<String> said = new ArrayList<>();
+        if (bound.maxLag() != null) {
+            List<String> over = new ArrayList<>();
+            for (Partition p : assigned) {
+                if (p.lag == null || p.lag > bound.maxLag()) {
+                    over.add(p.partition + " (lag " + (p.lag == null ? "unknown" : p.lag.toString()) + ")");
+                }
+            }
+            if (!over.isEmpty()) {
+                said.add("partitions more than " + bound.maxLag() + " messages behind: "
+                        + String.join(", ", over.subList(0, Math.min(20, over.size()))));
+            }
+        }
+        if (bound.maxBehindS() != null) {
+            List<String> over = new ArrayList<>();
+            for (Partition p : assigned) {
+                if (p.behindS == null || p.behindS > bound.maxBehindS()) {
+                    over.add(p.partition + " (" + (p.behindS == null ? "unknown" : fixed(p.behindS, 0) + " s") + ")");
+                }
+            }
+            if (!over.isEmpty()) {
+                said.add("partitions more than " + fixed(bound.maxBehindS(), 1) + " s behind: "
+                        + String.join(", ", over.subList(0, Math.min(20, over.size()))));
+            }
+        }
+        return String.join("; ", said);
+    }
 
     /** This status as the contract's JSON object (snake-case field names). */
     public String toJson() {
@@ -179,6 +228,9 @@ public record Status(String name, String topic, int partitions, Long supervisorP
                 }
             }
             boolean supAlive = m.alive(sup, H_SUPERVISOR);
+            // the applied times, kept by the supervisor H_PARTITION_TIMES names: trusted only while it is the cache's
+            boolean timed = sup != 0 && h(H_PARTITION_TIMES) == sup;
+            long nowMs = System.currentTimeMillis();
             List<long[]> rows = partitionRows(n);
             Map<Integer, Worker> workers = workers(supAlive);
             List<Partition> parts = new ArrayList<>();
@@ -193,9 +245,12 @@ public record Status(String name, String topic, int partitions, Long supervisorP
                 long applied = r[1 + P_APPLIED], hw = r[1 + P_HIGH_WATERMARK];
                 long latest = Math.max(Math.max(r[1 + P_LATEST], hw), applied);
                 Long lag = latest >= 0 ? Math.max(0, latest - Math.max(applied, 0)) : null;
+                long t = timed ? r[1 + P_APPLIED_TIME] : 0;
+                Double behind = lag == null ? null : lag == 0 ? Double.valueOf(0.0)
+                        : t > 0 ? Double.valueOf(Math.max(0.0, (nowMs - t) / 1e3)) : null;
                 String down = workerDown(workers.get(worker == null ? -1 : worker));
-                parts.add(new Partition(p, worker, applied, hw, latest, lag, r[1 + P_CAUGHT_UP] != 0 && down == null,
-                        down, gapped[p]));
+                parts.add(new Partition(p, worker, applied, hw, latest, lag, behind,
+                        r[1 + P_CAUGHT_UP] != 0 && down == null, down, gapped[p]));
                 here.add(p);
             }
             List<Integer> unassigned = new ArrayList<>();

@@ -127,12 +127,44 @@ class StatusTest {
             Map.Entry<String, JsonNode> e = it.next();
             Goldens.putWord(data, Long.parseLong(e.getKey()), now - (long) (e.getValue().asDouble() * 1e9));
         }
+        long nowMs = System.currentTimeMillis(); // the times: Kafka timestamps, unix ms
+        for (Iterator<Map.Entry<String, JsonNode>> it = c.path("times").fields(); it.hasNext();) {
+            Map.Entry<String, JsonNode> e = it.next();
+            Goldens.putWord(data, Long.parseLong(e.getKey()), nowMs - (long) (e.getValue().asDouble() * 1000));
+        }
         return data;
     }
 
     static String whyPattern(JsonNode c) {
-        String text = c.get("status").get("why").asText().replace("{supervisor_pid}", Long.toString(supervisor.pid()));
+        return whyPattern(c.get("status").get("why").asText());
+    }
+
+    static String whyPattern(String why) {
+        String text = why.replace("{supervisor_pid}", Long.toString(supervisor.pid()));
         return "^" + Pattern.quote(text).replace("{s}", "\\E\\d+\\Q") + "$";
+    }
+
+    /** golden_control.BEHIND_SLACK_S: how far past a golden's behind_s a reading may be. */
+    static final double BEHIND_SLACK_S = 60;
+
+    /** A case's behind_s (where it gives them) and the why of each of its readiness bounds. */
+    static void assertBehindAndBounds(JsonNode c, Status st, String what) {
+        JsonNode behind = c.get("status").path("behind_s");
+        for (Status.Partition p : st.assigned()) {
+            JsonNode w = behind.get(Integer.toString(p.partition()));
+            if (w == null) {
+                continue;
+            }
+            boolean ok = w.isNull() ? p.behindS() == null : p.behindS() != null && w.asDouble() <= p.behindS()
+                    && p.behindS() <= w.asDouble() + BEHIND_SLACK_S;
+            assertTrue(ok, what + ": partition " + p.partition() + ": behind_s " + p.behindS() + ", want " + w);
+        }
+        for (JsonNode b : c.path("bounds")) {
+            Status.Bound bound = new Status.Bound(b.has("max_lag") ? b.get("max_lag").asLong() : null,
+                    b.has("max_behind") ? b.get("max_behind").asDouble() : null);
+            String said = st.beyond(bound);
+            assertTrue(Pattern.matches(whyPattern(b.get("why").asText()), said), what + ": " + bound + ": " + said);
+        }
     }
 
     /**
@@ -167,6 +199,8 @@ class StatusTest {
                 JsonNode a = py.get("assigned").get(i).get(f), b = java.get("assigned").get(i).get(f);
                 if (f.equals("worker_down") && a.isTextual() && b.isTextual()) { // "stale, no heartbeat for N s"
                     assertEquals(seconds(a.asText()), seconds(b.asText()), what + ": assigned[" + i + "]." + f);
+                } else if (f.equals("behind_s") && a.isNumber() && b.isNumber()) { // an age, read apart
+                    assertEquals(a.asDouble(), b.asDouble(), apart + 0.5, what + ": assigned[" + i + "]." + f);
                 } else {
                     assertEquals(a, b, what + ": assigned[" + i + "]." + f);
                 }
@@ -234,6 +268,7 @@ class StatusTest {
                 assertEquals(want.get("caught_up").asBoolean(), st.caughtUp(), e.getKey() + ": caught_up");
                 assertEquals(want.get("reason").asText(), st.reason(), e.getKey() + ": reason; why " + st.why());
                 assertTrue(Pattern.matches(whyPattern(c), st.why()), e.getKey() + ": why " + st.why());
+                assertBehindAndBounds(c, st, e.getKey());
                 JsonNode python = pythonSays(out, in, "status " + name);
                 assertSameStatus(python, JSON.readTree(st.toJson()), (System.nanoTime() - t0) / 1e9, e.getKey());
             }
@@ -274,6 +309,31 @@ class StatusTest {
             if (!py.waitFor(60, TimeUnit.SECONDS)) {
                 py.destroyForcibly().waitFor();
             }
+        }
+    }
+
+    /**
+     * waitReady with a bound: a ready cache 40 messages behind on partition 1 (control_ready_behind)
+     * returns at once within maxLag 40; past maxLag 39 it gives up at its timeout naming the
+     * partition, in the contract's words, with the status it judged.
+     */
+    @Test
+    void waitReadyWithABoundSaysWhichPartitionsArePastIt() throws Exception {
+        JsonNode c = cases().get("control_ready_behind");
+        String name = shm.name("wait-bound");
+        Path at = Path.of(Layout.SHM_DIR, name);
+        Goldens.write(at, image(c));
+        holder.hold(at, locked(c));
+        try (Segment r = Segment.attach(name)) {
+            assertTrue(r.waitReady(30, new Status.Bound(40L, null)).ready());
+            ShmcacheException.NotReady e = assertThrows(ShmcacheException.NotReady.class,
+                    () -> r.waitReady(0.2, new Status.Bound(39L, null)));
+            assertTrue(e.getMessage().endsWith("not ready after 0.2 s: partitions more than 39 messages behind: "
+                    + "1 (lag 40)"), e.getMessage());
+            assertTrue(e.status().ready(), "the status judged was ready");
+            e = assertThrows(ShmcacheException.NotReady.class, () -> r.waitReady(0.2, new Status.Bound(3L, 3600.0)));
+            assertTrue(e.getMessage().endsWith(": partitions more than 3 messages behind: 1 (lag 40); partitions more "
+                    + "than 3600.0 s behind: 2 (unknown)"), e.getMessage());
         }
     }
 

@@ -7,9 +7,11 @@ import io.shmcache.Status;
 import io.shmcache.TxMetaValue;
 import java.io.PrintStream;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 
 /**
  * {@code shmcache-jvm}: the commands every reader gives in the same words
@@ -20,7 +22,8 @@ import java.util.Locale;
  * watch [--owner USER] NAME HEXKEY SECONDS   a line at each change of outcome: ELAPSED hit HEX | miss | error KIND: message
  * stats [--owner USER] [--json] NAME         the cache's figures, one JSON object
  * status [--owner USER] [--json] NAME        readiness and progress, one JSON object
- * wait-ready [--owner USER] [--timeout S] NAME   the status once ready (exit 0); exit 1 not ready by the timeout
+ * wait-ready [--owner USER] [--timeout S] [--max-lag N] [--max-behind S] NAME   the status once ready, and no
+ *     partition more than N messages or S seconds behind (exit 0); exit 1 not so by the timeout
  * </pre>
  * An error is one line on stderr, {@code shmcache-jvm: KIND: message} (KIND as
  * {@link ShmcacheException#kind()} names it), and exit status 2. JSON is printed with or
@@ -85,7 +88,8 @@ public final class Main {
     }
 
     /** The parsed command line: the command, its options and its positional arguments. */
-    private record Args(String command, String owner, boolean json, String timeout, String decode, List<String> rest) {}
+    private record Args(String command, String owner, boolean json, String timeout, String maxLag, String maxBehind,
+                        String decode, List<String> rest) {}
 
     /** What --help prints: the usage, a command a line. */
     static final String HELP = String.join("\n",
@@ -97,7 +101,9 @@ public final class Main {
             "  watch [--owner USER] NAME HEXKEY SECONDS              a line each time the outcome changes",
             "  stats [--owner USER] [--json] NAME                    the stats, one JSON object",
             "  status [--owner USER] [--json] NAME                   readiness, one JSON object",
-            "  wait-ready [--owner USER] [--timeout S] NAME          exit 0 once ready, 1 at the timeout",
+            "  wait-ready [--owner USER] [--timeout S] [--max-lag N] [--max-behind S] NAME",
+            "                                                        exit 0 once ready (and no partition more than N",
+            "                                                        messages or S seconds behind), 1 at the timeout",
             "",
             "Exit status: 0, 1 (get: a key missed; wait-ready: not ready in time), 2 (an error, one line",
             "on stderr: shmcache-jvm: KIND: message).",
@@ -134,34 +140,36 @@ public final class Main {
         };
     }
 
+    /** The options that take a value, and the commands that take each. */
+    private static final Map<String, List<String>> VALUED = Map.of(
+            "--owner", List.of("get", "watch", "stats", "status", "wait-ready"),
+            "--timeout", List.of("wait-ready"),
+            "--max-lag", List.of("wait-ready"),
+            "--max-behind", List.of("wait-ready"),
+            "--decode", List.of("get"));
+
     private static Args parse(String[] argv) {
         if (argv.length == 0) {
             throw new Usage("a command is needed: get, watch, stats, status or wait-ready");
         }
-        String command = argv[0], owner = null, timeout = null, decode = null;
+        String command = argv[0];
+        Map<String, String> given = new HashMap<>();
         boolean json = false, options = true;
         List<String> rest = new ArrayList<>();
         for (int i = 1; i < argv.length; i++) {
             String s = argv[i];
+            String flag = s.contains("=") ? s.substring(0, s.indexOf('=')) : s;
             if (options && s.equals("--")) {
                 options = false;
-            } else if (options && (s.equals("--owner") || s.equals("--timeout") || s.equals("--decode"))) {
-                if (i + 1 >= argv.length) {
-                    throw new Usage(command + ": " + s + " needs a value");
-                }
-                if (s.equals("--owner")) {
-                    owner = argv[++i];
-                } else if (s.equals("--timeout")) {
-                    timeout = argv[++i];
+            } else if (options && VALUED.containsKey(flag)) {
+                if (flag.equals(s)) {
+                    if (i + 1 >= argv.length) {
+                        throw new Usage(command + ": " + s + " needs a value");
+                    }
+                    given.put(flag, argv[++i]);
                 } else {
-                    decode = argv[++i];
+                    given.put(flag, s.substring(flag.length() + 1));
                 }
-            } else if (options && s.startsWith("--owner=")) {
-                owner = s.substring("--owner=".length());
-            } else if (options && s.startsWith("--timeout=")) {
-                timeout = s.substring("--timeout=".length());
-            } else if (options && s.startsWith("--decode=")) {
-                decode = s.substring("--decode=".length());
             } else if (options && s.equals("--json")) {
                 json = true;
             } else if (options && s.startsWith("-") && s.length() > 1) {
@@ -170,19 +178,20 @@ public final class Main {
                 rest.add(s);
             }
         }
-        if (timeout != null && !command.equals("wait-ready")) {
-            throw new Usage(command + ": unknown option --timeout");
+        for (String flag : given.keySet()) {
+            if (!VALUED.get(flag).contains(command)) {
+                throw new Usage(command + ": unknown option " + flag);
+            }
         }
         if (json && (command.equals("get") || command.equals("watch"))) {
             throw new Usage(command + ": unknown option --json");
         }
-        if (decode != null && !command.equals("get")) {
-            throw new Usage(command + ": unknown option --decode");
-        }
+        String decode = given.get("--decode");
         if (decode != null && !decode.equals("txmeta")) {
             throw new Usage("get: --decode '" + decode + "': the one format it decodes is txmeta");
         }
-        return new Args(command, owner, json, timeout, decode, rest);
+        return new Args(command, given.get("--owner"), json, given.get("--timeout"), given.get("--max-lag"),
+                given.get("--max-behind"), decode, rest);
     }
 
     private static void need(Args a, int least, int most, String usage) {
@@ -202,6 +211,16 @@ public final class Main {
 
     /** What a number of seconds is (golden/contract.json). */
     private static final java.util.regex.Pattern SECONDS = java.util.regex.Pattern.compile("[0-9]{1,9}(\\.[0-9]{1,9})?");
+
+    /** What a count is (golden/contract.json): 1-18 ASCII digits, under 10^18. */
+    private static final java.util.regex.Pattern COUNT = java.util.regex.Pattern.compile("[0-9]{1,18}");
+
+    private static long count(String what, String text) {
+        if (!COUNT.matcher(text).matches()) {
+            throw new Usage(what + " '" + text + "' is not a count (1-18 digits)");
+        }
+        return Long.parseLong(text);
+    }
 
     /**
      * A number of seconds as the contract has it: 1-9 ASCII digits, optionally a point and
@@ -304,8 +323,10 @@ public final class Main {
     private static int waitReady(Args a, Owner owner, PrintStream out) {
         need(a, 1, 1, "NAME");
         double timeout = a.timeout == null ? Double.POSITIVE_INFINITY : seconds("--timeout", a.timeout);
+        Status.Bound bound = new Status.Bound(a.maxLag == null ? null : count("--max-lag", a.maxLag),
+                a.maxBehind == null ? null : seconds("--max-behind", a.maxBehind));
         try (Segment seg = Segment.follow(a.rest.get(0), owner)) {
-            Status st = seg.waitReady(timeout);
+            Status st = seg.waitReady(timeout, bound);
             out.println(st.toJson());
             return 0;
         } catch (ShmcacheException.NotReady e) {
