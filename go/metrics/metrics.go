@@ -47,7 +47,7 @@ type Collector struct {
 	teranode []*prometheus.Desc
 
 	up, ready, malformedValues, deletes                       *prometheus.Desc
-	lag, caughtUp, applied                                    *prometheus.Desc
+	lag, behind, caughtUp, applied                            *prometheus.Desc
 	appliedMessages, malformedMessages, unknownActions, alive *prometheus.Desc
 }
 
@@ -67,6 +67,8 @@ func New(c *txmeta.Cache) *Collector {
 	x.deletes = d("deletes", "DELETEs the supervisor's workers applied since the cache was created.")
 	x.lag = d("partition_lag_messages", "High watermark of the partition's last fetch minus the applied offset.",
 		"partition")
+	x.behind = d("partition_behind_seconds", "Seconds since the last message the partition applied was produced, "+
+		"while it lags (0 without lag); absent when not known.", "partition")
 	x.caughtUp = d("partition_caught_up", "1 once the partition applied up to its readiness target.", "partition")
 	x.applied = d("partition_applied_offset", "Next offset to apply: every message before it is in the table.",
 		"partition")
@@ -82,7 +84,7 @@ func (x *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range x.teranode {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{x.up, x.ready, x.malformedValues, x.deletes, x.lag, x.caughtUp, x.applied,
+	for _, d := range []*prometheus.Desc{x.up, x.ready, x.malformedValues, x.deletes, x.lag, x.behind, x.caughtUp, x.applied,
 		x.appliedMessages, x.malformedMessages, x.unknownActions, x.alive} {
 		ch <- d
 	}
@@ -117,6 +119,9 @@ func (x *Collector) Collect(ch chan<- prometheus.Metric) {
 		part := strconv.Itoa(p.Partition)
 		if p.Lag != nil {
 			gauge(x.lag, float64(*p.Lag), part)
+		}
+		if p.BehindS != nil {
+			gauge(x.behind, *p.BehindS, part)
 		}
 		gauge(x.caughtUp, b2f(p.CaughtUp), part)
 		gauge(x.applied, float64(p.Applied), part)

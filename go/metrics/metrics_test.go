@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -162,10 +163,11 @@ func TestSupervisorFiguresAreThePythonStatus(t *testing.T) {
 	var py struct {
 		Ready    bool `json:"ready"`
 		Assigned []struct {
-			Partition int    `json:"partition"`
-			Applied   int64  `json:"applied"`
-			Lag       *int64 `json:"lag"`
-			CaughtUp  bool   `json:"caught_up"`
+			Partition int      `json:"partition"`
+			Applied   int64    `json:"applied"`
+			Lag       *int64   `json:"lag"`
+			BehindS   *float64 `json:"behind_s"`
+			CaughtUp  bool     `json:"caught_up"`
 		} `json:"assigned"`
 		Workers []struct {
 			State          string `json:"state"`
@@ -187,7 +189,7 @@ func TestSupervisorFiguresAreThePythonStatus(t *testing.T) {
 	if got["shmcache_ready"][""] != 0 || py.Ready {
 		t.Errorf("ready: %v, Python's %v", got["shmcache_ready"], py.Ready)
 	}
-	unknownLag := 0
+	unknownLag, unknownBehind := 0, 0
 	for _, p := range py.Assigned {
 		part := fmt.Sprint(p.Partition)
 		lag, ok := got["shmcache_partition_lag_messages"][part]
@@ -199,11 +201,23 @@ func TestSupervisorFiguresAreThePythonStatus(t *testing.T) {
 		case !ok || lag != float64(*p.Lag):
 			t.Errorf("partition %s: lag %v, Python's %d", part, lag, *p.Lag)
 		}
+		behind, ok := got["shmcache_partition_behind_seconds"][part]
+		switch {
+		case p.BehindS == nil && ok:
+			t.Errorf("partition %s: behind %v sent, unknown to Python", part, behind)
+		case p.BehindS == nil:
+			unknownBehind++
+		case !ok || math.Abs(behind-*p.BehindS) > 5: // read a moment apart
+			t.Errorf("partition %s: behind %v s, Python's %v", part, behind, *p.BehindS)
+		}
 		if got["shmcache_partition_caught_up"][part] != b2f(p.CaughtUp) ||
 			got["shmcache_partition_applied_offset"][part] != float64(p.Applied) {
 			t.Errorf("partition %s: caught up %v, applied %v; Python's %+v", part,
 				got["shmcache_partition_caught_up"][part], got["shmcache_partition_applied_offset"][part], p)
 		}
+	}
+	if unknownBehind == 0 || unknownBehind == 25 {
+		t.Errorf("%d of 25 partitions of unknown behind_s: the scenario has both", unknownBehind)
 	}
 	if len(py.Assigned) != 25 || unknownLag != 1 || len(got["shmcache_partition_applied_offset"]) != 25 {
 		t.Errorf("%d partitions, %d of unknown lag, %d sent", len(py.Assigned), unknownLag,

@@ -96,6 +96,7 @@ def test_scrape_during_a_run_agrees_with_stats_and_status(harness, kafka_topic, 
     for p in st["assigned"]:
         part = p["partition"]
         assert one("shmcache_partition_lag_messages", partition=part) == p["lag"] == 0
+        assert one("shmcache_partition_behind_seconds", partition=part) == p["behind_s"] == 0  # no lag
         assert one("shmcache_partition_caught_up", partition=part) == 1
         assert one("shmcache_partition_applied_offset", partition=part) == p["applied"] == ends[part]
         assert one("shmcache_partition_committed_offset", partition=part) == p["committed"] == ends[part]
