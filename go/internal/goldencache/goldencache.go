@@ -20,21 +20,16 @@ import (
 // Install writes the gzip'd segment golden at /dev/shm/NAME, mode 0600 (the name must be
 // free), and returns a function that removes it and its readers' companion.
 func Install(golden, name string) (remove func(), err error) {
+	data, err := gunzip(golden)
+	if err != nil {
+		return nil, err
+	}
 	path := "/dev/shm/" + name
-	f, err := os.Open(golden)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, err
-	}
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := io.Copy(out, z); err != nil {
+	if _, err := out.Write(data); err != nil {
 		out.Close()
 		os.Remove(path)
 		return nil, err
@@ -47,6 +42,20 @@ func Install(golden, name string) (remove func(), err error) {
 		os.Remove(path)
 		os.Remove("/dev/shm/.shmcache-" + name + ".readers")
 	}, nil
+}
+
+// gunzip reads the gzip'd file at path whole.
+func gunzip(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(z)
 }
 
 // HoldLocks takes the owner locks (docs/segment-format.md, section 13) of the words at
@@ -114,16 +123,7 @@ func ControlCases(dir string) (map[string]Control, error) {
 // Image is case c's control area, read from dir, with its live owner words (owners: role
 // -> the owner word of a live process), ages and times filled as of now.
 func (c Control) Image(dir string, owners map[string]int64) ([]byte, error) {
-	f, err := os.Open(filepath.Join(dir, c.File))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(z)
+	data, err := gunzip(filepath.Join(dir, c.File))
 	if err != nil {
 		return nil, err
 	}
