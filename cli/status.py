@@ -45,11 +45,12 @@ def run(a) -> int:
     if not st["ready"]:
         console.print(Text(f"not ready: {why(st)}"))
     t = Table()
-    for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "committed", "caught up"):
+    for col in ("partition", "worker", "pid", "applied", "high watermark", "lag", "behind", "committed", "caught up"):
         t.add_column(col, justify="right")
     for p in st["assigned"]:
         t.add_row(str(p["partition"]), str(p["worker"]), str(p["worker_pid"]), f"{p['applied']:,}",
-                  f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
+                  f"{p['high_watermark']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", behind_text(p),
+                  f"{p['committed']:,}",
                   "yes" if p["caught_up"] else f"no (worker {p['worker_down']})" if p.get("worker_down") else "no")
     console.print(t)
     for what, value, _ in snapshot_policy.summary_rows(st):
@@ -88,6 +89,11 @@ def backoff_text(w: dict) -> str:
     if w.get("next_restart_s") is not None:
         text += f", restart in {max(0.0, w['next_restart_s'] - time.time()):.1f} s"
     return text
+
+
+def behind_text(p: dict) -> str:
+    """A partition's behind_s for a table: `12 s`, `-` when not known."""
+    return "-" if p.get("behind_s") is None else f"{p['behind_s']:,.0f} s"
 
 
 def group_lines(st: dict) -> list[str]:

@@ -148,21 +148,25 @@ def render(name: str, cur: Snapshot, prev: Snapshot | None = None) -> Group:
         ("partitions lost", f"{st['partitions_lost']:,}", ""),
         *snapshot_policy.summary_rows(st),
     ])
+    from shmcache.cli.status import backoff_text, behind_text, group_lines, heartbeat_text
+
     parts = Table(title="partitions", title_justify="left")
-    for col in ("partition", "worker", "applied", "latest", "lag", "committed", "caught up"):
+    for col in ("partition", "worker", "applied", "latest", "lag", "behind", "committed", "caught up"):
         parts.add_column(col, justify="right")
     for p in st["assigned"][:MAX_PARTITION_ROWS]:
         parts.add_row(str(p["partition"]), "-" if p["worker"] is None else str(p["worker"]), f"{p['applied']:,}",
-                      f"{p['latest']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", f"{p['committed']:,}",
+                      f"{p['latest']:,}", "-" if p["lag"] is None else f"{p['lag']:,}", behind_text(p),
+                      f"{p['committed']:,}",
                       Text("yes", "green") if p["caught_up"] else Text("no", "yellow"))
     more = st["assigned"][MAX_PARTITION_ROWS:]
     if more:
         lag = sum(p["lag"] or 0 for p in more)
-        parts.add_row(f"+{len(more)}", "", "", "", f"{lag:,}", "", f"{sum(p['caught_up'] for p in more)} yes")
+        known = [p["behind_s"] for p in more if p.get("behind_s") is not None]
+        parts.add_row(f"+{len(more)}", "", "", "", f"{lag:,}", f"{max(known):,.0f} s" if known else "-", "",
+                      f"{sum(p['caught_up'] for p in more)} yes")
     workers = Table(title="workers", title_justify="left")
     for col in ("worker", "pid", "state", "heartbeat", "restarts", "backoff", "ADD", "DELETE", "messages"):
         workers.add_column(col, justify="right")
-    from shmcache.cli.status import backoff_text, group_lines, heartbeat_text
 
     for w in st["workers"]:
         workers.add_row(str(w["worker"]), str(w["pid"] or "-"),

@@ -7,6 +7,7 @@ S seconds, behind" (engine/control/bound.py).
   runs 7 messages ahead, the cache is still ready but past `--max-lag 6` and past 60 s
   (its last message applied was produced an hour ago), in the Python API, the command line
   and the daemon's /ready?max_lag=&max_behind=; within them all at 7 messages and 2 hours;
+  `shmcache status` and `top` show the partition's seconds behind beside its lag;
   once the worker runs again, within a bound of 0 messages and 0 seconds.
 - /ready's query over a golden control area (control_ready_behind), no broker: the bounds and
   the words, and a 400 naming what is wrong for every query the contract's grammar refuses.
@@ -15,6 +16,7 @@ S seconds, behind" (engine/control/bound.py).
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import subprocess
 import sys
@@ -88,6 +90,11 @@ def test_a_live_daemon_ready_but_behind_is_past_its_bound_everywhere(harness, ka
             past.stderr
         within = _wait_ready(name, "--max-lag", "7", "--max-behind", "7200")
         assert within.returncode == 0 and '"ready": true' in within.stdout, within
+        for view in (["status", name], ["top", "--once", name]):  # the tables: a behind column beside the lag
+            shown = subprocess.run([sys.executable, "-m", "shmcache", *view], capture_output=True, text=True,
+                                   timeout=120, env={**os.environ, "COLUMNS": "200"})
+            assert shown.returncode == 0 and "behind" in shown.stdout, shown
+            assert re.search(r"\b7\W+3,6\d\d s\b", shown.stdout), shown.stdout  # lag 7, then behind
 
         # the daemon's /ready
         assert _get(port, "/ready")[0] == 200
