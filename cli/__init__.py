@@ -56,10 +56,19 @@ COMMANDS = (  # (command, module in shmcache.cli)
 )
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. For a line that names its command first (`shmcache
+    wait-ready ...`), only that command's module is imported and its arguments known: the
+    others are names only, and a line is judged, and refused, without importing what
+    the other commands need (the table's kernels, Kafka, Spark). Otherwise (`shmcache
+    --help`, no command) every command's."""
+    chosen = argv[0] if argv and argv[0] in dict(COMMANDS) else None
     p = ArgParser(prog="shmcache", description="A cache in POSIX shared memory, kept filled from Kafka.")
     sub = p.add_subparsers(dest="command", required=True)
     for command, module in COMMANDS:
+        if chosen is not None and command != chosen:
+            sub.add_parser(command)  # a name only: the line names another command
+            continue
         mod = importlib.import_module(f"shmcache.cli.{module}")
         sp = sub.add_parser(command, help=mod.HELP)
         mod.add_arguments(sp)
@@ -74,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         from shmcache.consumer.worker import forkserver
 
         forkserver.prestart()
-    a = parser().parse_args(argv)
+    a = parser(args).parse_args(args)
     if a.command != "run":  # run has its own
         stop.install(signal.SIGTERM, signal.SIGHUP)
     try:

@@ -101,7 +101,7 @@ def cache_arguments(p, *, json: bool = False) -> None:
 
 def attach(a):
     """The cache a reading command names, checked to be --owner's (shmcache.attach)."""
-    import shmcache  # here, not above: this module is standard library only for its importers
+    import shmcache  # here, not above: a line is judged before the engine is imported
 
     return shmcache.attach(a.name, owner=a.owner)
 

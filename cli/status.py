@@ -16,8 +16,6 @@ from rich.table import Table
 from rich.text import Text
 
 from shmcache.cli.args import attach, cache_arguments
-from shmcache.consumer.supervisor import snapshot_policy
-from shmcache.engine.control.status import why
 
 HELP = "per-partition progress and readiness of a cache"
 SLOW_COMMIT_S = 5.0  # a commit in flight longer than this is shown
@@ -28,6 +26,8 @@ def add_arguments(su) -> None:
 
 
 def run(a) -> int:
+    from shmcache.engine.control.status import why  # the engine's, when run: parsing the line needs none of it
+
     with attach(a) as r:
         st = r.status()
     if a.json:
@@ -53,6 +53,8 @@ def run(a) -> int:
                   f"{p['committed']:,}",
                   "yes" if p["caught_up"] else f"no (worker {p['worker_down']})" if p.get("worker_down") else "no")
     console.print(t)
+    from shmcache.consumer.supervisor import snapshot_policy  # the snapshots' kernels: when run, not when parsed
+
     for what, value, _ in snapshot_policy.summary_rows(st):
         console.print(Text(f"{what}: {value}"))
     for line in group_lines(st):
@@ -111,4 +113,6 @@ def group_lines(st: dict) -> list[str]:
                    + (f" (+{len(st['unassigned']) - 32})" if len(st["unassigned"]) > 32 else ""))
     if st.get("damaged"):
         out.append("damaged control words: " + "; ".join(st["damaged"]))
+    from shmcache.consumer.supervisor import snapshot_policy
+
     return out + snapshot_policy.warning_lines(st)

@@ -15,11 +15,7 @@ import sys
 import time
 
 from shmcache.cli.args import cache_arguments, count_arg, seconds_arg
-from shmcache.engine.control.bound import beyond
-from shmcache.engine.control.status import why
-from shmcache.engine.reattach import follow
 from shmcache.errors import CacheNotFoundError
-from shmcache.ipc.segment import path_of
 
 HELP = ("wait until the cache holds its whole topic, within --max-lag/--max-behind if given (exit 0), or say why "
         "not at --timeout (exit 1)")
@@ -38,6 +34,12 @@ def run(a) -> int:
     timeout = math.inf if a.timeout is None else seconds_arg(a.timeout, "--timeout")
     max_lag = None if a.max_lag is None else count_arg(a.max_lag, "--max-lag")
     max_behind = None if a.max_behind is None else seconds_arg(a.max_behind, "--max-behind")
+    # the engine's, once the line is taken: a line refused costs none of it
+    from shmcache.engine.control.bound import beyond
+    from shmcache.engine.control.status import why
+    from shmcache.engine.reattach import follow
+    from shmcache.ipc.segment import path_of
+
     deadline = time.monotonic() + timeout
     followed = follow(a.name, owner=a.owner)  # a bad name or owner: bad-argument, exit 2
     try:

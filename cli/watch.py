@@ -12,9 +12,7 @@ import time
 
 from shmcache.cli.args import cache_arguments, one_line, seconds_arg
 from shmcache.cli.get_key import hex_keys
-from shmcache.engine.reattach import Followed, follow
 from shmcache.errors import ShmcacheError, error_kind
-from shmcache.ipc.segment import path_of
 
 HELP = "look a key up in a loop for SECONDS, printing each change of outcome"
 PACE_S = 0.01  # between lookups
@@ -26,11 +24,13 @@ def add_arguments(w) -> None:
     w.add_argument("seconds", metavar="SECONDS", help="how long to watch")
 
 
-def outcome(followed: Followed, key: bytes) -> tuple[str, str]:
+def outcome(followed, key: bytes) -> tuple[str, str]:
     """(what, detail): ("hit", hex), ("miss", "") or ("error", "KIND: message") of one lookup."""
     try:
         r = followed.reader()
         if r is None:
+            from shmcache.ipc.segment import path_of
+
             return "error", f"not-found: cache {followed.name!r} does not exist (no {path_of(followed.name)})"
         v = r.get(key)
     except (ShmcacheError, ValueError, OSError) as e:
@@ -41,6 +41,8 @@ def outcome(followed: Followed, key: bytes) -> tuple[str, str]:
 def run(a) -> int:
     key = hex_keys([a.key])[0]
     seconds = seconds_arg(a.seconds, "SECONDS")
+    from shmcache.engine.reattach import follow  # the engine's, once the line is taken
+
     followed = follow(a.name, owner=a.owner)  # a bad name or owner: bad-argument, exit 2
     start = time.monotonic()
     last = None

@@ -9,8 +9,8 @@
     control/                     the control area, in the same segment (a sub-package)
 
 The kernels' modules are the engine's own (`_*`: nothing outside engine/ imports them);
-snapshots/ and everything above reach a table through the handles."""
+snapshots/ and everything above reach a table through the handles.
 
-from shmcache.ipc import jitcache
-
-jitcache.install()  # before any kernel is decorated: numba's cache stamped with the sources each kernel imports
+Importing the package imports no numba: each kernel module installs numba's cache
+locators first (ipc/jitcache.py), so that layout.py, units.py and control/ cost what
+they read."""

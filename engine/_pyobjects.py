@@ -35,6 +35,10 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
+from shmcache.ipc import jitcache
+
+jitcache.install()  # before this module's kernels are decorated: it may be the first of the package imported
+
 _SIZE = 16  # PyVarObject.ob_size
 _ITEMS = 24  # PyListObject.ob_item
 _TYPE = 8  # PyObject.ob_type

@@ -19,6 +19,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shmcache.ipc import jitcache
+
+jitcache.install()  # before this module's kernels are decorated: it may be the first of the package imported
+
 P1 = np.uint64(0x9E3779B185EBCA87)
 P2 = np.uint64(0xC2B2AE3D27D4EB4F)
 P3 = np.uint64(0x165667B19E3779F9)

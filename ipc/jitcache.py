@@ -27,8 +27,10 @@ must run before the first of them is: a kernel decorated earlier keeps numba's o
 stamp, and a process that then loads it overwrites the cache entry that processes
 with this stamp keep, which compile it again, and so on. It lives in ipc/, the
 lowest layer, so that every module with kernels can call it first, whichever of
-them a process imports first (ipc/atomics.py and engine/__init__.py do; the rest
-import one of those before their kernels).
+them a process imports first (ipc/atomics.py, engine/xxh64.py and engine/_pyobjects.py
+do; the rest import one of those before their kernels; tests/ipc/test_jitcache.py imports
+each alone). Nothing else calls it: importing the package, or its constants, imports no
+numba (the command line parses its arguments without it).
 Compiling happens on first use, or ahead of it with `shmcache warm` (consumer/warm.py),
 which scripts/setup and the supervisor run.
 """
@@ -174,10 +176,12 @@ def _private(base):
     return Locator
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)  # once a process: the locators go in once
 def install() -> bool:
     """Put the package-stamped locators first in numba's list; False (numba's defaults
-    stay) if this numba does not have the locators by the names known here."""
+    stay) if this numba does not have the locators by the names known here. Every module
+    with a `cache=True` kernel calls it (or imports one that does) before its kernels are
+    decorated."""
     from numba.core import caching
 
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)

@@ -27,7 +27,6 @@ import time
 
 import psutil
 
-from shmcache.ipc.atomics import cas_word, load_word
 
 _STAMP_MASK = 0xFFFFFFFF
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -160,6 +159,8 @@ def claim_row(words, nrows: int, stride: int, me: int, *, share_own: bool = Fals
     array `words`) holds its owner word: a free row (0) first, else one whose owner
     died (its counters stay, so totals never drop). With share_own, a row this owner
     already holds is returned as is. Returns the row, or -1 if live owners hold all."""
+    from shmcache.ipc.atomics import cas_word, load_word  # numba's: here, not for what else imports liveness
+
     for want_free in (True, False):
         for row in range(nrows):
             idx = row * stride

@@ -145,3 +145,23 @@ def test_a_closed_pipe_is_a_quiet_exit(cache, argv):
     finally:
         os.close(write)
     assert (p.returncode, p.stderr) == (128 + 13, ""), p
+
+
+@pytest.mark.parametrize("line", [
+    ["wait-ready", "--max-lag", "-1", "x"],
+    ["wait-ready", "--timeout", "1e3", "x"],
+    ["get", "x", "zz"],
+    ["watch", "x", "61", "-1"],
+    ["status", "--bogus", "x"],
+    ["stats"],
+])
+def test_a_line_refused_imports_neither_numpy_nor_numba(line):
+    """A line the command line refuses is judged before the engine is imported: one line and
+    exit 2 in the time Python starts in (the table's kernels, numpy and numba, took a
+    second of every mistake, and of every refused line of the readers' contract suite)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "shmcache", *line], capture_output=True,
+                       text=True, timeout=90, cwd=REPO)
+    said = [x for x in p.stderr.splitlines() if not x.startswith("import time:")]
+    imported = {x.rsplit("|", 1)[-1].strip() for x in p.stderr.splitlines() if x.startswith("import time:")}
+    assert p.returncode == 2 and len(said) == 1 and said[0].startswith("shmcache: bad-argument: "), p.stderr[-2000:]
+    assert not {"numpy", "numba"} & imported, sorted({"numpy", "numba"} & imported)
