@@ -235,10 +235,10 @@ def test_ready_means_readable(harness, kafka_topic):
     for line in out.stdout.splitlines():
         cells = [c.strip() for c in line.replace("┃", "│").split("│")]
         cells = [c for c in cells if c]
-        if len(cells) in (8, 10) and cells[0].isdigit():  # a partition's row, a worker's row (with its backoff)
-            (rows if len(cells) == 8 else workers)[int(cells[0])] = cells
+        if len(cells) in (9, 10) and cells[0].isdigit():  # a partition's row, a worker's row (with its backoff)
+            (rows if len(cells) == 9 else workers)[int(cells[0])] = cells
     assert sorted(rows) == list(range(PARTITIONS)), out.stdout
-    assert all(c[-1] == "yes" for c in rows.values()), out.stdout
+    assert all(c[-1] == "yes" and c[6] == "0 s" for c in rows.values()), out.stdout  # caught up, 0 s behind
     assert sorted(workers) == [0, 1], out.stdout
     ws = {w["worker"]: w for w in r.status()["workers"]}
     for i, c in workers.items():
