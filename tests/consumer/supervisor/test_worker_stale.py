@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import psutil
 
@@ -142,13 +143,32 @@ def test_a_crash_looping_worker_keeps_the_cache_not_ready(harness, kafka_topic):
     st = seen[-1]
     assert all(not p["caught_up"] and p["worker_down"] in ("backing-off", "starting") for p in st["assigned"]), st
     assert max(p["lag"] for p in st["assigned"]) > 0, st["assigned"]  # the broker's watermarks, asked by the supervisor
-    why = _not_ready(r)
-    assert why and "worker 0 backing-off" in why, why
-    out = subprocess.run([sys.executable, "-m", "shmcache", "status", name], capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
-    assert out.returncode == 0, out.stderr
-    assert "not ready: partitions not caught up: 0 (lag" in out.stdout and "worker 0 backing-off" in out.stdout, \
-        out.stdout
+    # wait_ready and `shmcache status` say why, while the loop goes on (the killing goes on
+    # meanwhile: a worker restarted between the look above and a process' look would be up)
+    stop = threading.Event()
+
+    def keep_killing() -> None:
+        while not stop.wait(0.01):
+            kill_new()
+
+    killer = threading.Thread(target=keep_killing, daemon=True)
+    killer.start()
+    try:
+        poll_until(lambda: "worker 0 backing-off" in (_not_ready(r) or ""), 120,
+                   lambda: f"wait_ready to name the backing-off worker: {_not_ready(r)}")
+        said = []
+
+        def status_says() -> bool:
+            out = subprocess.run([sys.executable, "-m", "shmcache", "status", name], capture_output=True,
+                                 text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+            assert out.returncode == 0, out.stderr
+            said[:] = [out.stdout]
+            return "not ready: partitions not caught up: 0 (lag" in out.stdout and "worker 0 backing-off" in out.stdout
+
+        poll_until(status_says, 120, lambda: f"`shmcache status` to name the backing-off worker: {said}")
+    finally:
+        stop.set()
+        killer.join(10)
     # the killing stops: the worker comes up and catches up; ready again, with every entry
     _finish(harness, topic, model, prod, r, sup)
     assert sup.terminate() == 0, sup.log_text()[-3000:]
