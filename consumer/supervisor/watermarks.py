@@ -23,6 +23,19 @@ call it caught up against an old one; the last known stays in P_LATEST, where th
 is read from). It is caught up again once the applied offset reaches a high watermark
 asked for after the restart: the worker says so after a batch, the supervisor when the
 answer comes (nothing new arrived, so the worker fetched nothing to say it with).
+
+A stalled fetch: librdkafka 2.16's consumer can stop fetching a partition after the broker
+restarts (a CI run saw two of a worker's three partitions fetch nothing for minutes, the
+worker beating all along; librdkafka issues 5153 and 4492), with no error, and its cached
+high watermark then stays what it was, so the partition showed no lag and stayed ready
+with the new messages missing. So every STALL_LOOK_S the look takes in every assigned
+partition, and a partition under a trusted worker is stalled when a look asked after its
+worker last moved it on (its applied offset, or the high watermark its fetches saw) found
+more at the broker, and the worker has not moved it on STALL_S after that look. Its
+readiness target rises to the look's answer (status shows the lag; caught up stays, a
+latch), and its worker is told to fetch its partitions through a new consumer
+(consumer/worker/loop.py, "refetch"), with one warning line. A partition that stalls again
+unmoved is refetched after twice as long each time, up to REFETCH_MAX_S.
 """
 
 from __future__ import annotations
@@ -39,6 +52,12 @@ log = logging.getLogger("shmcache.supervisor")
 REFRESH_S = 1.0  # between two looks
 SLOW_S = 1.0  # an up worker's heartbeat older than this (10 idle loops): its partitions are looked at
 TIMEOUT_S = 10.0  # a look's request timeout; one unanswered for twice this is dropped
+STALL_LOOK_S = 5.0  # between two looks that take in every assigned partition
+# a partition its worker has not moved on this long after a look found more: stalled. Longer than
+# librdkafka's longest reconnect backoff (reconnect.backoff.max.ms, 10 s), so a consumer
+# reconnecting after the broker came back is not taken for a stuck one
+STALL_S = 15.0
+REFETCH_MAX_S = 300.0  # the longest wait before a partition stalled again, unmoved, is refetched again
 
 
 class WatermarkWatch:
@@ -48,6 +67,12 @@ class WatermarkWatch:
         self.look = AdminLook(cfg, TIMEOUT_S)  # {partition: future} while a look is out
         self.next = 0.0  # monotonic time of the next look
         self.restarted: dict[int, float] = {}  # partition -> monotonic time of its worker's restart
+        self.next_all = 0.0  # monotonic time of the next look at every assigned partition
+        # partition under a trusted worker -> (applied, latest watermark, monotonic time they were first seen so)
+        self.moved: dict[int, tuple[int, int, float]] = {}
+        self.behind: dict[int, tuple[float, int]] = {}  # partition -> (asked, answer) of a look that found more
+        self.refetches: dict[int, int] = {}  # partition -> refetches since its worker last moved it on
+        self.untrusted: set[int] = set()  # of the look out, the partitions asked for as untrusted or restarted
 
     def restarting(self, parts) -> None:
         """A restarted worker is about to get these partitions back (before it is told)."""
@@ -67,6 +92,7 @@ class WatermarkWatch:
                 rows.worker_lost(p)  # applied up to the end no more
         for p in [p for p in self.restarted if p not in assigned]:
             del self.restarted[p]  # revoked: a new assignment sets its own target
+        self._follow(assigned, workers, now, broker_down)
         if self.look.out:
             answers = self.look.answers()
             if answers is None:
@@ -76,9 +102,57 @@ class WatermarkWatch:
             return
         self.next = now + REFRESH_S
         watched = [p for p, i in assigned.items() if p in self.restarted or not self._trusted(workers[i])]
+        self.untrusted = set(watched)  # what the answer may raise targets of; the others only stall looks
+        if now >= self.next_all:
+            self.next_all = now + STALL_LOOK_S
+            watched = list(assigned)
         if watched:
             self.look.ask(lambda admin, timeout: self._list_offsets(admin, timeout, watched),
                           f"asking for the high watermarks of {watched} failed")
+
+    def _follow(self, assigned: dict[int, int], workers: list, now: float, broker_down: bool) -> None:
+        """Note when each partition under a trusted worker was last moved on; refetch those
+        stalled (see the module's doc). While the broker is away nothing is stalled: nobody fetches."""
+        rows = self.control.partition_rows
+        stalled: dict[int, list[int]] = {}
+        for p, i in assigned.items():
+            if p in self.restarted or not self._trusted(workers[i]):
+                self.moved.pop(p, None)
+                self.behind.pop(p, None)
+                continue
+            seen = (rows.applied(p), rows.latest(p))
+            was = self.moved.get(p)
+            if was is None or was[:2] != seen or broker_down:
+                self.moved[p] = (*seen, now)
+                self.behind.pop(p, None)
+                self.refetches.pop(p, None)
+                continue
+            look = self.behind.get(p)
+            if look is not None and now - look[0] >= min(STALL_S * 2 ** self.refetches.get(p, 0), REFETCH_MAX_S):
+                stalled.setdefault(i, []).append(p)
+        for gone in [p for p in self.moved if p not in assigned]:
+            self.moved.pop(gone)
+            self.behind.pop(gone, None)
+            self.refetches.pop(gone, None)
+        for i, parts in stalled.items():
+            ends = {}
+            for p in parts:
+                _, ends[p] = self.behind.pop(p)
+                self.refetches[p] = self.refetches.get(p, 0) + 1
+                if rows.caught_up(p):
+                    rows.raise_target(p, ends[p])  # the lag shows; caught up stays (a latch)
+            log.warning("partitions %s of worker %d fetched nothing for %.0f s while the broker held more (%s): its "
+                        "Kafka consumer is stuck; the worker fetches them again through a new one", parts, i,
+                        now - min(self.moved[p][2] for p in parts),
+                        ", ".join(f"{p}: applied {rows.applied(p)}, the broker's end {ends[p]}" for p in parts))
+            workers[i].tell(("refetch", parts))
+
+    def _stall_look(self, p: int, hi: int, asked: float) -> None:
+        """A look asked at `asked` found partition p's high watermark `hi`: more than its trusted
+        worker had seen, if that worker has not moved it on since before the look."""
+        was = self.moved.get(p)
+        if was is not None and was[2] <= asked and hi > max(was[0], was[1]) and p not in self.behind:
+            self.behind[p] = (asked, hi)
 
     @staticmethod
     def _trusted(w) -> bool:
@@ -106,6 +180,9 @@ class WatermarkWatch:
             if p not in assigned:
                 continue
             w = workers[assigned[p]]
+            self._stall_look(p, hi, asked)
+            if p not in self.untrusted:
+                continue  # a stall look's: the target of a partition under a trusted worker is its assignment's
             since = self.restarted.get(p)
             if since is not None and asked < since:
                 continue  # asked before the restart: no target for the new worker

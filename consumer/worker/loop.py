@@ -24,8 +24,16 @@ stop always finds every fetched message applied:
     ("assign", [(partition, offset, generation), ...])  (no reply)
     ("revoke", [partition, ...])                        -> ("revoked", ({partition: applied}, paused))
     ("stop",)                                           -> ("stopped", {partition: applied})
+    ("refetch", [partition, ...])                       (no reply)
 An assignment has no reply: the supervisor does not wait for it (a worker still starting,
 or hung, would hold its loop), and the pipe's order puts it before any later command.
+
+A refetch comes when the supervisor saw partitions of this worker fetch nothing for a while
+though the broker holds more (consumer/supervisor/watermarks.py: librdkafka 2.16's fetcher
+can stay stuck after the broker restarts, with no error and the worker beating): the worker
+closes its Kafka consumer and fetches every partition it owns through a new one, from the
+offset its next message must have. Nothing is applied twice or skipped: the old consumer's
+unapplied messages go with it.
 """
 
 from __future__ import annotations
@@ -55,8 +63,6 @@ IDLE_RELEASE = 1 << 20
 
 class Worker:
     def __init__(self, cfg: RunConfig, index: int, conn):
-        from confluent_kafka import Consumer
-
         self.cfg = cfg
         self.index = index
         self.conn = conn
@@ -70,10 +76,7 @@ class Worker:
         self.busy = False  # applied a batch since it last went idle (_idle)
         self._load_kernels()  # before the row says "up": a worker that shows up can apply at once
         self.me.claim(liveness.owner_word())
-        # group.id only because librdkafka wants one; assign() never joins the group
-        # librdkafka's log and errors go to debug: the supervisor reports the broker's state
-        self.consumer = Consumer(cfg.consumer_settings(**{"group.id": f"{cfg.group}.worker",
-                                                          **kafka_client.client_settings()}))
+        self.consumer = self._consumer()
         self.owned: dict[int, int] = {}  # partition -> generation it was assigned with
         self.next: dict[int, int] = {}  # partition -> the offset its next message must have (consumer/worker/log_replaced.py)
         self.times: dict[int, int] = {}  # partition -> Kafka timestamp (ms) of the last message applied
@@ -83,6 +86,17 @@ class Worker:
         self.window_start = time.monotonic()
         self.window_entries = 0
         self.prof = Profile()  # where the loop's time goes, logged at exit (consumer/worker/profile.py)
+
+    def _consumer(self):
+        """A Kafka consumer of this worker's: group.id only because librdkafka wants one (assign()
+        never joins the group); named as the supervisor's clients are, then /worker-<index>, so a
+        broker's logs tell them apart; librdkafka's log and errors to debug (the supervisor
+        reports the broker's state)."""
+        from confluent_kafka import Consumer
+
+        return Consumer(self.cfg.consumer_settings(**{"group.id": f"{self.cfg.group}.worker",
+                                                      "client.id": f"{self.cfg.client_id}/worker-{self.index}",
+                                                      **kafka_client.client_settings()}))
 
     def _load_kernels(self) -> None:
         """Decode and apply an empty batch of this worker's format: numba loads the decode and
@@ -137,6 +151,25 @@ class Worker:
         log.info("worker %d: released partitions %s at applied offsets %s%s", self.index, list(applied), applied,
                  " (paused by flow control)" if paused else "")
         self.conn.send(("revoked", (applied, paused)))
+
+    def _cmd_refetch(self, stalled) -> None:
+        """Fetch every owned partition through a new consumer (see the module's doc), each from
+        the offset after the last message applied (past a transaction's marker, if position()
+        is there already); `stalled`: the partitions the supervisor saw stalled."""
+        from confluent_kafka import TopicPartition
+
+        if not self.owned:
+            return
+        tps = [TopicPartition(self.cfg.topic, p) for p in self.owned]
+        at = {tp.partition: tp.offset for tp in self.consumer.position(tps)}
+        starts = {p: max(self.next[p], at.get(p, -1)) for p in self.owned}
+        self.consumer.close()  # its fetched, unapplied messages with it
+        self.consumer = self._consumer()
+        self.consumer.incremental_assign([TopicPartition(self.cfg.topic, p, o) for p, o in starts.items()])
+        if self.paused_until:
+            self.consumer.pause(tps)  # flow control's pause goes on
+        log.warning("worker %d: partitions %s fetched nothing while the broker held more: fetching %s through a new "
+                    "Kafka consumer from offsets %s", self.index, list(stalled), sorted(self.owned), starts)
 
     def _cmd_stop(self) -> None:
         applied = self._drop(list(self.owned))

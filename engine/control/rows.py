@@ -142,6 +142,10 @@ class PartitionRows:
         """Partition p's readiness target; -1 unknown."""
         return int(self._rows[p, C.P_HIGH_WATERMARK])
 
+    def latest(self, p: int) -> int:
+        """The newest high watermark partition p's fetches (or the supervisor's looks) saw; -1 none."""
+        return int(self._rows[p, C.P_LATEST])
+
     def uncommitted(self, parts) -> list[tuple[int, int]]:
         """(partition, applied offset) of each of `parts` whose applied offset is not the last committed."""
         rows = self._rows
