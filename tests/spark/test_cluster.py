@@ -45,7 +45,8 @@ def test_two_machines_each_with_its_own_replica(kafka_broker, kafka_admin, tmp_p
     assert lines, p.stderr[-4000:]
     rep = json.loads(lines[-1])
     steps = "\n".join(ln for ln in p.stderr.splitlines() if not ln.startswith(("\t", "26/", "WARN")))[-4000:]
-    assert p.returncode == 0 and rep["passed"] and "error" not in rep, (rep.get("error"), steps)
+    assert p.returncode == 0 and rep["passed"] and "error" not in rep, \
+        f"error: {rep.get('error')}; failed checks: {rep.get('failed')}\n{steps}"
     name = rep["name"]
 
     # lookup on the cluster, before and after the rebuild: every source row, exactly, from both machines,

@@ -36,6 +36,11 @@ def _restored(name: str):
         return None
 
 
+def _said(log: Path, line: str) -> bool:
+    """The supervisor logs its restore after the segment says "restored": a reader may see it first."""
+    return line in log.read_text()
+
+
 def _run(name: str, snaps: Path, log: Path, *memory: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "shmcache", "run", "--name", name, "--bootstrap", "127.0.0.1:1",
                              "--topic", "t", "--snapshot-dir", str(snaps), *memory], cwd=REPO,
@@ -60,8 +65,9 @@ def test_the_start_restores_at_the_snapshots_size_unless_told_and_says_what_a_sm
         # no --memory: the snapshot's own geometry, a straight copy, nothing evicted
         p = _run(name, snaps, tmp_path / "own.log")
         procs.append(p)
-        st, stats = poll_until(lambda: p.poll() is None and _restored(name), 120,
-                           lambda: f"the restore: {(tmp_path / 'own.log').read_text()[-2000:]}")
+        st, stats = poll_until(lambda: p.poll() is None and _said(tmp_path / "own.log", " entries from ")
+                               and _restored(name), 120,
+                               lambda: f"the restore: {(tmp_path / 'own.log').read_text()[-2000:]}")
         assert stats["memory"] == size and stats["entries"] == ENTRIES, stats
         assert st["restore"]["entries"] == ENTRIES and st["restore"]["evictions"] == 0
         assert "(copy," in (tmp_path / "own.log").read_text()
@@ -72,8 +78,9 @@ def test_the_start_restores_at_the_snapshots_size_unless_told_and_says_what_a_sm
         # --memory 40MiB given: re-inserted into the smaller table; what it evicted is said
         p = _run(name, snaps, tmp_path / "small.log", "--memory", "40MiB")
         procs.append(p)
-        st, stats = poll_until(lambda: p.poll() is None and _restored(name), 120,
-                           lambda: f"the restore: {(tmp_path / 'small.log').read_text()[-2000:]}")
+        st, stats = poll_until(lambda: p.poll() is None and _said(tmp_path / "small.log", "the restore evicted")
+                               and _restored(name), 120,
+                               lambda: f"the restore: {(tmp_path / 'small.log').read_text()[-2000:]}")
         evicted = st["restore"]["evictions"]
         assert stats["memory"] < size and evicted > 0 and stats["entries"] + evicted == ENTRIES, (st["restore"], stats)
         log = (tmp_path / "small.log").read_text()
