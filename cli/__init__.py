@@ -53,6 +53,7 @@ COMMANDS = (  # (command, module in shmcache.cli)
     ("spark", "spark"),
     ("warm", "warm"),
     ("size", "size"),
+    ("resize", "resize"),
 )
 
 

@@ -258,6 +258,20 @@ class Reader:
         same name has another (a handle that follows the name tells them apart by it)."""
         return int(self._header[L.H_CREATION_ID])
 
+    @property
+    def created_ns(self) -> int:
+        """time.time_ns() when the cache was created (a resize's new segment keeps it)."""
+        return int(self._header[L.H_CREATED_NS])
+
+    def file_stat(self) -> os.stat_result:
+        """Engine-internal: fstat(2) of the file this handle maps (its mode, owner and group)."""
+        self._check_open()
+        return os.fstat(self._seg.fd)
+
+    def renamed(self, path: str) -> None:
+        """Engine-internal: the file this handle maps is at `path` now (a resize's swap)."""
+        self._seg.path = path
+
     def segment_arrays(self) -> SegmentArrays:
         """Engine-internal: the mapped sections of the segment (see SegmentArrays)."""
         self._check_open()

@@ -87,22 +87,7 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         return _existing(name, key_size, max_value, exist_ok)
     creation_id = secrets.randbits(63)
     try:
-        h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
-        h[L.H_KEY_SIZE] = key_size
-        h[L.H_MAX_VALUE] = max_value
-        h[L.H_NBUCKETS] = L.NBUCKETS
-        h[L.H_SLOTS] = geo.slots
-        h[L.H_RING] = geo.ring
-        h[L.H_SIZE] = geo.size
-        h[L.H_CREATION_ID] = creation_id
-        h[L.H_CREATED_NS] = time.time_ns()
-        h[C.H_AGE_CLOCK] = C.AGE_CLOCK_MONOTONIC
-        h[L.H_OWNER_LOCKS] = 1  # every owner of this segment holds its word's lock (engine/owners.py)
-        h[L.H_VERSION] = L.LAYOUT_VERSION
-        if loading is not None:
-            loading.join()
-        store_word(h, L.H_MAGIC, L.MAGIC)
-        del h
+        write_header(seg, geo, creation_id, time.time_ns(), loading)
         if group is not None:  # before the name: a reader of the group never meets it without access
             try:
                 os.fchown(seg.fd, -1, group)
@@ -132,6 +117,26 @@ def create(name: str, memory: int | str = "256MiB", *, key_size: int = L.DEFAULT
         seg.close()
         reader_stats.unlink(name, creation_id)
         raise
+
+
+def write_header(seg: Segment, geo: L.Geometry, creation_id: int, created_ns: int, loading=None) -> None:
+    """A new segment's header: its geometry, who it is, its clocks and owner locks, the magic
+    last (an attacher of the named file finds it whole). `loading`: load_beside()'s thread."""
+    h = np.frombuffer(seg.mm, np.int64, L.HEADER_WORDS, 0)
+    h[L.H_KEY_SIZE] = geo.key_size
+    h[L.H_MAX_VALUE] = geo.max_value
+    h[L.H_NBUCKETS] = L.NBUCKETS
+    h[L.H_SLOTS] = geo.slots
+    h[L.H_RING] = geo.ring
+    h[L.H_SIZE] = geo.size
+    h[L.H_CREATION_ID] = creation_id
+    h[L.H_CREATED_NS] = created_ns
+    h[C.H_AGE_CLOCK] = C.AGE_CLOCK_MONOTONIC
+    h[L.H_OWNER_LOCKS] = 1  # every owner of this segment holds its word's lock (engine/owners.py)
+    h[L.H_VERSION] = L.LAYOUT_VERSION
+    if loading is not None:
+        loading.join()
+    store_word(h, L.H_MAGIC, L.MAGIC)
 
 
 def _make_companion(name: str, mode: int, creation_id: int) -> None:

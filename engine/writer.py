@@ -103,6 +103,25 @@ class Writer(Reader):
             self._slot = -1
         super().close()
 
+    def take_over(self, other: "Writer") -> "Writer":
+        """Engine-internal (an online resize, engine/resizing.py): this handle and `other` trade
+        segments. This handle maps `other`'s from now on, and `other` this handle's old one
+        (still mapped, its writer slot and owner locks still held: close it when its last
+        readers have moved on). Each keeps its ControlArea object, now over the other's
+        words, so whatever holds `handle.control` follows its handle. Returns `other`."""
+        mine, theirs = dict(self.__dict__), dict(other.__dict__)
+        mine_ctl, theirs_ctl = mine.pop("control"), theirs.pop("control")
+        mine_words, theirs_words = dict(mine_ctl.__dict__), dict(theirs_ctl.__dict__)
+        mine_ctl.__dict__.clear()
+        mine_ctl.__dict__.update(theirs_words)
+        theirs_ctl.__dict__.clear()
+        theirs_ctl.__dict__.update(mine_words)
+        self.__dict__.clear()
+        self.__dict__.update(theirs, control=mine_ctl)
+        other.__dict__.clear()
+        other.__dict__.update(mine, control=theirs_ctl)
+        return other
+
     # -- the one write path ---------------------------------------------------------------------
 
     def apply(self, keys, actions, values=None, *, hashes=None) -> None:

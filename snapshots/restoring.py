@@ -77,7 +77,7 @@ def restore(path, name: str, *, memory=None, max_value: int | None = None, mode:
                 if same:
                     _copy_in(w, b0, nb, buf, me)
                 else:
-                    dropped += _reinsert(w, src, nb, buf)
+                    dropped += reinsert(w, src, nb, buf)
                 if progress is not None:
                     progress(b0 + nb, L.NBUCKETS, f.tell())
             _publish(w, info)
@@ -111,7 +111,7 @@ def _copy_in(w, b0: int, nb: int, buf: Buffers, me: int) -> None:
         w.rebuild_bucket(b0 + i)
 
 
-def _reinsert(w, src: L.Geometry, nb: int, buf: Buffers) -> int:
+def reinsert(w, src: L.Geometry, nb: int, buf: Buffers) -> int:
     """Apply the chunk's live records through the writer (another geometry); returns how
     many were dropped for a value over the new max_value."""
     most = int(buf.lens.sum()) // L.record_size(src.key_size, 0) + 1

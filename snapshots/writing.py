@@ -112,7 +112,7 @@ def write(handle, path: str, *, progress=None, rate: int = 0, cancel=None) -> Sn
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came meanwhile is raised here
         out.write(HEAD.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + struct.pack("<Q", xxhash.xxh3_64_intdigest(raw)))
         for b0 in range(0, L.NBUCKETS, nb):
-            _copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path)
+            copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path)
             n = int(buf.lens.sum())
             views = (buf.meta, buf.index, buf.lens, buf.ring[:n])
             h = xxhash.xxh3_64()
@@ -200,7 +200,7 @@ def _not_written(e: OSError, path: str, what: str) -> OSError:
     return OSError(message) if e.errno is None else OSError(e.errno, message)
 
 
-def _copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path) -> None:
+def copy_chunk(handle, meta, index, ring8, geo, b0, nb, buf, counts, cancel, path) -> None:
     """Copy buckets b0..b0+nb of `handle`'s segment into buf, each consistently; yield to writers in between.
     SnapshotCancelled once `cancel` is set (before the copy, and while a bucket is waited for)."""
     i, force, stuck_at, since = 0, -1, -1, 0.0

@@ -56,6 +56,7 @@ from shmcache.consumer.supervisor import startup
 from shmcache.consumer.supervisor import stop as stop_mod
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.supervisor.rebalance import Assignment
+from shmcache.consumer.supervisor.resizing import Resizer
 from shmcache.consumer.supervisor.watermarks import WatermarkWatch
 from shmcache.consumer.supervisor.worker_handle import WorkerHandle, stop_all
 from shmcache.engine import layout as L
@@ -88,7 +89,7 @@ class Supervisor:
         self._stop_reason = ""
         self._exit_code = 0
         self._fatal = False  # the consumer hit a fatal error: it can neither commit nor leave
-        self._segment_id = None  # (st_dev, st_ino) of /dev/shm/NAME when this supervisor opened it
+        self.segment_id = None  # (st_dev, st_ino) of /dev/shm/NAME when this supervisor opened it
         self._last_segment_check = 0.0
         self.commits = None  # consumer/supervisor/commits.py Committer, once the cache is open
         # the interpreter's exit could wait without a bound: librdkafka's close did not return in
@@ -98,6 +99,7 @@ class Supervisor:
         self.group_watch = None
         self.watermarks = None  # consumer/supervisor/watermarks.py WatermarkWatch, once the cache is open
         self.snapshots = None  # snapshot_policy.SnapshotPolicy, made in run()
+        self.resizer = Resizer(self)  # an online resize, when `shmcache resize` asks for one
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -125,7 +127,7 @@ class Supervisor:
             existed = table.exists(self.cfg.name)
             self.snapshots = snapshot_policy.SnapshotPolicy(self.cfg, self._snapshot_dir_fd)
             restored = None if existed else self.snapshots.restore_at_start()
-            self.cache, self._segment_id = startup.open_cache(self.cfg)
+            self.cache, self.segment_id = startup.open_cache(self.cfg)
             self.snapshots.opened(self.cache, restored is not None)
             # this run made the cache (its restore, or the create itself; never a look beforehand,
             # which races with another creator): a start that fails removes it
@@ -157,7 +159,7 @@ class Supervisor:
 
         path = path_of(self.cfg.name)
         now = identity(self.cfg.name)
-        if now == self._segment_id:
+        if now == self.segment_id:
             return
         what = "was removed (unlinked)" if now is None else "was replaced by another file"
         log.error("cache %r: %s %s while this supervisor filled it; readers can no longer attach to what it "
@@ -251,6 +253,7 @@ class Supervisor:
                 self.exit_at_once = True
         if self.metrics is not None:  # before the cache closes: a scrape reads it
             self.metrics.close()
+        self.resizer.close()  # the segment a resize replaced, if still kept
         if self.cache is not None:
             if clean and self.cfg.snapshot_dir and not budget.left():
                 log.warning("no snapshot at this stop: its budget (stop_timeout %g s) is spent; the previous "
@@ -315,6 +318,7 @@ class Supervisor:
             self.group_watch.tick()
             self.assignment.watch_topic()
         self.snapshots.tick(lambda: self.cache.control.status()["caught_up"])
+        self.resizer.tick()
 
     def _restart(self, w: WorkerHandle) -> None:
         """A worker died: repair what it left locked, start a new one from its applied offsets."""

@@ -157,6 +157,10 @@ class SnapshotPolicy:
         self._thread = threading.Thread(target=self._periodic, name="shmcache-snapshot", daemon=True)
         self._thread.start()
 
+    def writing(self) -> bool:
+        """A periodic snapshot is being written now (its thread reads the cache)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def _periodic(self) -> None:
         how = snapshots.lower_priority()  # this thread only, and it ends with the snapshot
         log.debug("periodic snapshot thread at %s, %s", how,

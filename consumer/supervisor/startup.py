@@ -45,6 +45,20 @@ ORPHAN_WAIT_S = 10.0  # how long a starting supervisor waits for a dead one's wo
 # -- the cache ---------------------------------------------------------------------------------
 
 
+def forget_resize(name: str, cache) -> None:
+    """What a resize whose supervisor was killed before its swap left (consumer/supervisor/resizing.py):
+    the new segment's half at its hidden name, removed; the ask it had taken, answered as
+    refused (the command that asked sees it). The cache at the name is whole either way."""
+    from shmcache.engine import resizing
+
+    if resizing.remove_leftover(name):
+        log.warning("cache %r: removed %s, the new segment of a resize whose supervisor stopped before it was put "
+                    "at the name; the cache is as it was before that resize", name, resizing.path_beside(name))
+    if cache.control.word(C.H_RESIZE_ASK) < 0:
+        cache.control.resize_refused("the supervisor doing the resize stopped before it was done; the cache is as "
+                                     "it was: ask again")
+
+
 def open_cache(cfg):
     """Create or open the cache and make this process its supervisor.
 
@@ -67,6 +81,7 @@ def open_cache(cfg):
         raise ShmcacheError(f"cache {cfg.name!r} already has a live supervisor, {owners.pid_text(other)}")
     # at once: nothing the last one assigned counts under this process's live word (DESIGN invariant 10)
     cache.control.disown_partitions()
+    forget_resize(cfg.name, cache)
     if mode is not None or gid is not None:  # created, restored or found: who may read it is the run's say
         from shmcache.engine.lifecycle import set_access
 

@@ -25,6 +25,9 @@ stop always finds every fetched message applied:
     ("revoke", [partition, ...])                        -> ("revoked", ({partition: applied}, paused))
     ("stop",)                                           -> ("stopped", {partition: applied})
     ("refetch", [partition, ...])                       (no reply)
+    ("hold",)                                           -> ("held", {partition: applied})
+    ("switch",)                                         -> ("switched", True)
+    ("resume",)                                         (no reply)
 An assignment has no reply: the supervisor does not wait for it (a worker still starting,
 or hung, would hold its loop), and the pipe's order puts it before any later command.
 
@@ -34,6 +37,12 @@ can stay stuck after the broker restarts, with no error and the worker beating):
 closes its Kafka consumer and fetches every partition it owns through a new one, from the
 offset its next message must have. Nothing is applied twice or skipped: the old consumer's
 unapplied messages go with it.
+
+An online resize (consumer/supervisor/resizing.py): "hold" makes the worker apply nothing
+more once its batch is done (it goes on beating and reading its pipe; librdkafka goes on
+fetching into its queue); "switch" moves it to the resize's new segment, at its hidden
+name (engine/resizing.py), its row claimed there before the swap; "resume" lets it apply
+again, into whatever segment it holds. Its Kafka consumer is untouched throughout.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from shmcache.formats import registry as wire_formats
 from shmcache.formats import wire, wire_batch
 from shmcache.consumer.config import RunConfig
 from shmcache.consumer.worker.profile import Profile
+from shmcache.engine import resizing
 from shmcache.engine.table import open_writer  # imported here: the fork server preloads it for every worker
 from shmcache.ipc import heap, liveness
 
@@ -81,6 +91,9 @@ class Worker:
         self.next: dict[int, int] = {}  # partition -> the offset its next message must have (consumer/worker/log_replaced.py)
         self.times: dict[int, int] = {}  # partition -> Kafka timestamp (ms) of the last message applied
         self.stopping = False
+        self.held = False  # an online resize holds it: it applies nothing until told to resume
+        self.retired = None  # (handle, row) of the segment a resize replaced, kept RETIRE_S after its resume
+        self.retire_at = 0.0
         self.orphaned = False  # the supervisor died (its pipe closed, or the fork server died with it)
         self.paused_until = 0.0  # flow control: monotonic time to resume at, 0 if running
         self.window_start = time.monotonic()
@@ -171,6 +184,36 @@ class Worker:
         log.warning("worker %d: partitions %s fetched nothing while the broker held more: fetching %s through a new "
                     "Kafka consumer from offsets %s", self.index, list(stalled), sorted(self.owned), starts)
 
+    def _cmd_hold(self) -> None:
+        self.held = True
+        self.conn.send(("held", {p: self.rows.applied(p) for p in self.owned}))
+
+    def _cmd_switch(self) -> None:
+        """Move to the resize's new segment: its row there claimed (the supervisor copied it, this
+        process's owner word in it), then the old mapping closed."""
+        new = resizing.open_beside(self.cfg.name)
+        me = new.control.worker_row(self.index)
+        me.claim(liveness.owner_word())
+        self.retired = (self.cache, self.me)  # beaten in until RETIRE_S after the resume, then closed
+        self.cache, self.rows, self.me = new, new.control.partition_rows, me
+        new.on_wait = lock_wait.LockWait(self.index, me, self.parent)
+        self.conn.send(("switched", True))
+
+    def _cmd_resume(self) -> None:
+        self.held = False
+        self.retire_at = time.monotonic() + resizing.RETIRE_S
+
+    def _retire(self) -> None:
+        """Beat in the segment a resize replaced until RETIRE_S after the resume (a reader that
+        still maps it finds this worker up), then close it."""
+        cache, me = self.retired
+        if self.held or time.monotonic() < self.retire_at:  # engine/resizing.py RETIRE_S
+            me.beat()
+            return
+        self.retired = None
+        del me
+        cache.close()
+
     def _cmd_stop(self) -> None:
         applied = self._drop(list(self.owned))
         self.conn.send(("stopped", applied))
@@ -191,7 +234,9 @@ class Worker:
                     # not an error of ours: exit 0, in one line (a restarted supervisor starts new workers)
                     log.warning("worker %d: its supervisor is gone; exiting without publishing more", self.index)
                     return
-                if self.owned:
+                if self.held:
+                    self._commands(0.05)  # beats below; applies nothing until "resume"
+                elif self.owned:
                     msgs = self.consumer.consume(num_messages=self.cfg.batch_messages, timeout=0.05)
                     prof.mark("fetch" if msgs else "idle")
                     if msgs:
@@ -202,6 +247,8 @@ class Worker:
                     self._publish()
                     self._flow_control()
                 self.me.beat()
+                if self.retired is not None:
+                    self._retire()
                 prof.mark("publish")
         finally:
             prof.report(self.index)
@@ -209,6 +256,8 @@ class Worker:
             self.me.release()
             del self.me, self.rows  # views of the mapping
             self.cache.close()
+            if self.retired is not None:
+                self.retired[0].close()
 
     def _idle(self) -> None:
         """The topic is drained for now: give back what a burst grew (the decode's buffers,

@@ -166,6 +166,27 @@ class ControlView:
                         "lookup_failing_s": max(0.0, (self.age_now_ns() - since) / 1e9)}
         return {"lookup_error": "", "lookup_failing_s": None}
 
+    def resize(self) -> dict:
+        """The online resizes of this cache (engine/resizing.py): how many were done, and the last
+        one's sizes, time, pause and entries; `resize_asked` the bytes a resize asks for now
+        (being done, or waiting for the supervisor), 0 none; `resize_refused` the last refusal's words."""
+        h = self._h
+        n = min(max(int(h[C.H_RESIZE_TEXT_LEN]), 0), C.RESIZE_TEXT_MAX)  # the segment is untrusted
+        done = max(int(h[C.H_RESIZES]), 0)
+        return {
+            "resizes": done,
+            "resize_asked": abs(int(h[C.H_RESIZE_ASK])),
+            "last_resize": {
+                "from": int(h[C.H_RESIZE_FROM]),
+                "to": int(h[L.H_SIZE]),
+                "at_s": int(h[C.H_RESIZE_AT_NS]) / 1e9,
+                "pause_s": int(h[C.H_RESIZE_PAUSE_NS]) / 1e9,
+                "copy_s": int(h[C.H_RESIZE_COPY_NS]) / 1e9,
+                "entries": int(h[C.H_RESIZE_ENTRIES]),
+            } if done else None,
+            "resize_refused": self._bytes(C.H_RESIZE_TEXT, n).tobytes().decode("utf-8", "replace"),
+        }
+
     def group(self, nparts: int, damaged: list[str]) -> dict:
         """The group words, read between two looks at their version; a torn read is retried."""
         h = self._h
@@ -441,6 +462,61 @@ class ControlArea(ControlView):
         area[:len(raw)] = np.frombuffer(raw, np.uint8)
         h[C.H_LOOKUP_TEXT_LEN] = len(raw)
         h[C.H_LOOKUP_FAILING_SINCE] = since_ns
+
+    # -- an online resize (engine/resizing.py) ----------------------------------------------------
+
+    def resize_asked(self) -> int:
+        """The bytes `shmcache resize` asks for and no supervisor has taken yet; 0 none."""
+        return max(int(load_word(self._h, C.H_RESIZE_ASK)), 0)
+
+    def take_resize(self, nbytes: int) -> bool:
+        """The supervisor takes the ask of `nbytes` (the word negated: being done); False if the
+        command withdrew it meanwhile."""
+        return int(cas_word(self._h, C.H_RESIZE_ASK, nbytes, -nbytes)) == nbytes
+
+    def resize_refused(self, text: str) -> None:
+        """The resize taken was refused, for `text` (cut to fit at a character's boundary): the
+        words first, then the count the command waits on, then the ask cleared."""
+        h = self._h
+        raw = text.encode()[:C.RESIZE_TEXT_MAX].decode("utf-8", "ignore").encode()
+        area = self._bytes(C.H_RESIZE_TEXT, C.RESIZE_TEXT_MAX)
+        area[:] = 0
+        area[:len(raw)] = np.frombuffer(raw, np.uint8)
+        h[C.H_RESIZE_TEXT_LEN] = len(raw)
+        h[C.H_RESIZE_ANSWERED] += 1
+        h[C.H_RESIZE_ASK] = 0
+
+    def copy_from(self, other: "ControlView") -> None:
+        """A resize's new segment takes every control word of the old one's (`other`): the
+        topic, the supervisor's words and counters, the worker and partition rows, the writers'
+        counters (their owner words left free: each writer takes a row of its own here), the
+        restore and snapshot words, the last resizes. Owner words keep their values; their
+        owners take their owner locks on this file themselves (claim_supervisor, a worker's
+        claim), before the swap. Not the geometry, the creation words, nor an ask."""
+        h, o = self._h, other._h
+        h[C.H_SUPERVISOR:L.H_OWNER_LOCKS] = o[C.H_SUPERVISOR:L.H_OWNER_LOCKS]
+        h[L.H_OWNER_LOCKS + 1:] = o[L.H_OWNER_LOCKS + 1:]
+        h[C.H_RESIZE_ASK] = 0
+        self.workers[:] = other.workers
+        self.partitions[:] = other.partitions
+        self.writers[:] = other.writers
+        self.writers[:, L.W_OWNER] = 0
+        self.writers[:, L.W_WAIT] = 0
+
+    def resized(self, from_size: int, pause_ns: int, copy_ns: int, entries: int) -> None:
+        """The resize that made this segment is done: it serves at the name."""
+        h = self._h
+        h[C.H_RESIZE_FROM] = from_size
+        h[C.H_RESIZE_AT_NS] = time.time_ns()
+        h[C.H_RESIZE_PAUSE_NS] = pause_ns
+        h[C.H_RESIZE_COPY_NS] = copy_ns
+        h[C.H_RESIZE_ENTRIES] = entries
+        h[C.H_RESIZE_TEXT_LEN] = 0
+        h[C.H_RESIZES] += 1
+
+    def set_resize_pause(self, pause_ns: int) -> None:
+        """The last resize's workers applied nothing for `pause_ns` in all (its swap to its resume)."""
+        self._h[C.H_RESIZE_PAUSE_NS] = pause_ns
 
     def set_group(self, members: int, others: list[dict], elsewhere: dict[int, int]) -> None:
         """Publish the consumer group as the supervisor saw it: `members` in all (0 unknown),

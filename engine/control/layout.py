@@ -67,6 +67,23 @@ H_START_KILLS = 62  # workers it killed for not coming up within its worker_star
 # The owner word of the supervisor whose workers keep P_APPLIED_TIME, written at its start
 # after it cleared those words: a reader trusts them only while this is H_SUPERVISOR's.
 H_PARTITION_TIMES = 63
+# An online resize (engine/resizing.py, consumer/supervisor/resizing.py). H_RESIZE_ASK is
+# `shmcache resize`'s: the bytes it asks for, by a compare-and-swap from 0; the supervisor
+# negates it when it takes the ask, and clears it when it refuses (its words in
+# H_RESIZE_TEXT, H_RESIZE_ANSWERED counted up); a resize done is answered by the new
+# segment at the name, which starts with no ask. The others are the supervisor's, carried
+# from segment to segment: the last resize done and how many were.
+H_RESIZE_ASK = 64
+H_RESIZE_ANSWERED = 65  # refusals answered (the command waits for this to move)
+H_RESIZES = 66  # resizes done, this cache's whole life
+H_RESIZE_FROM = 67  # the segment's size before the last resize, bytes
+H_RESIZE_AT_NS = 68  # time.time_ns() the last resize put its segment at the name
+H_RESIZE_PAUSE_NS = 69  # how long the workers applied nothing during it
+H_RESIZE_COPY_NS = 70  # how long its copy of the entries took
+H_RESIZE_ENTRIES = 71  # entries it copied
+H_RESIZE_TEXT_LEN = 72
+H_RESIZE_TEXT = 73  # words 73..95: the last refusal's words, utf-8, cut to RESIZE_TEXT_MAX
+RESIZE_TEXT_MAX = 23 * WORD
 # The consumer group as the supervisor last saw it (ControlArea.set_group): who else holds
 # partitions of the topic. Written by the supervisor only; H_GROUP_CHECKED is -1 while it
 # writes them and the time of the look after, so a reader can tell a torn read.

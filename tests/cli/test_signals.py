@@ -154,7 +154,7 @@ class Finalizer:
         for _ in range(10000):  # the handler runs in here
             pass
 
-copy_chunk, calls = writing._copy_chunk, []
+copy_chunk, calls = writing.copy_chunk, []
 
 def first_chunk_frees_a_finalizer(*args):
     calls.append(1)
@@ -162,7 +162,7 @@ def first_chunk_frees_a_finalizer(*args):
         Finalizer()
     return copy_chunk(*args)
 
-writing._copy_chunk = first_chunk_frees_a_finalizer
+writing.copy_chunk = first_chunk_frees_a_finalizer
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
 from shmcache.cli import main
 sys.exit(main(sys.argv[1:]))

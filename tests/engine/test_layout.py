@@ -55,6 +55,9 @@ GOLDEN_HEADER = {
     "H_COMMIT_PENDING_SINCE": 56, "H_ACCEPT_GAPS": 57, "H_WORKER_STALE_NS": 58,
     "H_STALE_KILLS": 59, "H_BROKER_STATE": 60, "H_BROKER_SINCE": 61,
     "H_START_KILLS": 62, "H_PARTITION_TIMES": 63,
+    "H_RESIZE_ASK": 64, "H_RESIZE_ANSWERED": 65, "H_RESIZES": 66, "H_RESIZE_FROM": 67, "H_RESIZE_AT_NS": 68,
+    "H_RESIZE_PAUSE_NS": 69, "H_RESIZE_COPY_NS": 70, "H_RESIZE_ENTRIES": 71, "H_RESIZE_TEXT_LEN": 72,
+    "H_RESIZE_TEXT": 73,
     "H_GROUP_MEMBERS": 96, "H_GROUP_CHECKED": 97, "H_COMMITS_DEFERRED": 98, "H_GROUP_TEXT_LEN": 99,
     "H_GROUP_TEXT": 128, "H_WORKER_HANDLES": 192, "H_ELSEWHERE": 256,
     "H_RESTORE_STATE": 400, "H_RESTORE_ENTRIES": 401, "H_RESTORE_NS": 402, "H_RESTORE_EVICTIONS": 403,
@@ -144,6 +147,7 @@ def test_header_words_and_ranges_do_not_overlap_and_fit_the_header():
         "H_GAP_BITS": L.MAX_PARTITIONS // 64,  # a bit per partition
         "H_TOPIC_ID": 2,  # a UUID's two halves
         "H_LOOKUP_TEXT": C.LOOKUP_TEXT_MAX // L.WORD,
+        "H_RESIZE_TEXT": C.RESIZE_TEXT_MAX // L.WORD,
     }
     owner: dict[int, str] = {}
     for name, start in _named("H_").items():

@@ -1,0 +1,178 @@
+"""An online resize, the supervisor's side: `shmcache resize NAME --memory SIZE` asks for it in
+the cache's header (engine/resizing.py), the supervisor's loop takes the ask and does it.
+
+The steps, each with the promise it keeps:
+
+1. Checks: every worker up, no snapshot being written, a size other than the cache's
+   own, and room beside the cache for the new segment (in /dev/shm, and in this
+   process's memory limit); else refused, nothing changed.
+2. The new segment, made at its hidden name (engine/resizing.py create_beside), before
+   anything pauses: its pages are zeroed while the workers still apply.
+3. Hold: each worker finishes its batch and applies nothing more (it keeps beating and
+   fetching into librdkafka's queue): the old segment stops changing. Readers read it as
+   before; readiness stays (the workers are up and beating).
+4. Copy: every live entry (snapshots/copying.py), each bucket's oldest first, then the
+   control area (the offsets applied, committed, the readiness flags and targets, the
+   counters; engine/control/area.py copy_from); this supervisor takes its word there.
+   A copy that would evict an entry (a shrink below what the entries need) is refused:
+   a resize never loses a live entry. The new segment is thrown away, the workers resume.
+5. Switch: each worker maps the new segment and claims its row there (its owner lock),
+   still holding. The old segment is still the one at the name.
+6. Swap: rename(2) of the new segment over the name: an attacher finds the old cache or
+   the new, each whole. This handle becomes the new one's (engine/writer.py take_over),
+   so the commits, watermarks, metrics and snapshots carry on over it.
+7. Resume: the workers apply into the new segment from where they were. No message was
+   fetched twice or skipped (their Kafka consumers never moved), and the commits, which
+   are of what the rows say was applied, never ran ahead of it.
+
+A supervisor killed (SIGKILL) before step 6 leaves the old cache at the name, whole, and
+its half at the hidden name, which its next start removes (startup); after step 6 the new
+one, whole; its workers, orphaned, exit either way, and a restart goes on from the
+offsets in the cache at the name. A worker that does not hold or switch within
+drain_timeout is killed, the resize given up, and it restarts on the old segment from
+what that holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from shmcache.engine import resizing
+from shmcache.engine.resizing import RETIRE_S
+from shmcache.engine import units
+from shmcache.errors import ShmcacheError
+from shmcache.ipc.segment import identity
+from shmcache.snapshots.copying import copy_entries
+from shmcache.consumer.supervisor.worker_handle import WorkerState, request_all
+
+log = logging.getLogger("shmcache.supervisor")
+
+
+class Refused(Exception):
+    """The resize cannot be done: its words go back to the command that asked."""
+
+
+class Resizer:
+    def __init__(self, sup):
+        self.sup = sup  # consumer/supervisor/policy.py Supervisor: its cache, workers, snapshots, config
+        self.retired = None  # the segment the last resize replaced, kept mapped RETIRE_S
+        self.retire_at = 0.0
+
+    def tick(self) -> None:
+        """From the supervisor's loop: do the resize asked for, if one is; beat in a retired
+        segment, closed RETIRE_S after its swap (an ask waits until then)."""
+        if self.retired is not None:
+            if time.monotonic() < self.retire_at:
+                self.retired.control.beat()
+                return  # an ask waits until it is closed
+            self.close()
+        sup = self.sup
+        ctl = sup.cache.control
+        asked = ctl.resize_asked()
+        if not asked or not ctl.take_resize(asked):
+            return
+        try:
+            self.resize(asked)
+        except Refused as e:
+            log.warning("cache %r: resize to %s refused: %s", sup.cfg.name, units.format_bytes(asked), e)
+            sup.cache.control.resize_refused(str(e))
+
+    def close(self) -> None:
+        """Unmap the retired segment, if one is kept (its file went with the swap's rename)."""
+        if self.retired is not None:
+            self.retired.close()
+            self.retired = None
+
+    def resize(self, nbytes: int) -> None:
+        sup = self.sup
+        cache = sup.cache
+        name = sup.cfg.name
+        t0 = time.monotonic()
+        try:
+            geo = resizing.plan(cache, nbytes)
+        except ShmcacheError as e:
+            raise Refused(str(e)) from None
+        old_size = cache.geometry.size
+        if geo.size == old_size:
+            raise Refused(f"the cache is {units.format_bytes(old_size)} already")
+        down = [f"worker {w.index} is {w.state.value}" for w in sup.workers if w.state is not WorkerState.UP]
+        if down:
+            raise Refused(f"{', '.join(down)}: a resize moves every worker; ask again once all are up")
+        if sup.snapshots.writing():
+            raise Refused("a snapshot is being written: ask again once it is done")
+        try:
+            new = resizing.create_beside(cache, geo)
+        except (ShmcacheError, OSError) as e:
+            raise Refused(str(e)) from None
+        log.info("cache %r: resizing from %s to %s: the new segment is made; holding the workers", name,
+                 units.format_bytes(old_size), units.format_bytes(geo.size))
+        try:
+            self._move(new, old_size, t0)
+        except BaseException:
+            new.close()
+            resizing.remove_leftover(name)
+            raise
+
+    def _move(self, new, old_size: int, t0: float) -> None:
+        sup = self.sup
+        cache, name, timeout = sup.cache, sup.cfg.name, sup.cfg.drain_timeout
+        held_at = time.monotonic()
+        if not self._ask_all(("hold",), "held", timeout):
+            self._resume()
+            raise Refused(f"a worker did not pause within {timeout:g} s (drain_timeout); it was killed and "
+                          "restarts; ask again")
+        try:
+            copied = copy_entries(cache, new, progress=lambda done, all_: cache.control.beat())
+            if copied["evictions"]:
+                live = cache.stats()["entries"]
+                raise Refused(f"a cache of {units.format_bytes(new.geometry.size)} holds {copied['entries']:,} of "
+                              f"its {live:,} live entries (its rings are smaller, and a resize never evicts a live "
+                              "entry): ask for more")
+            new.control.copy_from(cache.control)
+            new.control.claim_supervisor()
+            new.control.beat()
+        except BaseException:
+            self._resume()
+            raise
+        if not self._ask_all(("switch",), "switched", timeout):
+            # some workers map the new segment, others the old: every one is killed and
+            # restarts on the old segment, which holds everything applied
+            self._kill_all("did not move to the resized segment")
+            raise Refused(f"a worker did not move to the new segment within {timeout:g} s (drain_timeout); the "
+                          "workers restart on the old one; ask again")
+        # what the command reads once the name holds the new segment: written before it does
+        new.control.resized(old_size, int((time.monotonic() - held_at) * 1e9), int(copied["seconds"] * 1e9),
+                            copied["entries"])
+        try:
+            resizing.swap(new, sup.segment_id)
+        except (ShmcacheError, OSError) as e:
+            self._kill_all("was on a resized segment that never reached the name")
+            raise Refused(str(e)) from None
+        self.retired = cache.take_over(new)  # the old segment, still mapped: see RETIRE_S
+        self.retire_at = time.monotonic() + RETIRE_S
+        sup.segment_id = identity(name)
+        self._resume()
+        pause = time.monotonic() - held_at
+        cache.control.set_resize_pause(int(pause * 1e9))
+        log.info("cache %r: resized from %s to %s in %.2f s: %d entries copied in %.2f s, the workers paused "
+                 "%.2f s", name, units.format_bytes(old_size), units.format_bytes(cache.geometry.size),
+                 time.monotonic() - t0, copied["entries"], copied["seconds"], pause)
+
+    def _ask_all(self, cmd: tuple, reply: str, timeout: float) -> bool:
+        """Every worker told `cmd` and answered `reply` within `timeout`; those that did not are
+        killed (they restart from what the cache at the name holds)."""
+        workers = self.sup.workers
+        answers = request_all([(w, cmd) for w in workers], reply, timeout)
+        late = [w for w, a in zip(workers, answers) if a is None]
+        for w in late:
+            w.kill_unanswered(f"a resize's {cmd[0]!r}", timeout)
+        return not late
+
+    def _resume(self) -> None:
+        for w in self.sup.workers:
+            w.tell(("resume",))
+
+    def _kill_all(self, why: str) -> None:
+        for w in self.sup.workers:
+            w.kill_unanswered(f"a resize's switch ({why})", self.sup.cfg.drain_timeout)

@@ -1,0 +1,216 @@
+"""An online resize (issue 56): `shmcache resize NAME --memory SIZE` against a cache a live
+supervisor serves (engine/resizing.py, consumer/supervisor/resizing.py), on the real broker.
+
+- Grown under ingest: a reader that follows the name in another process looks up every key
+  it knows of all along, and never misses one nor reads a wrong value; readiness never
+  flaps; the workers are the same processes before and after; every message produced
+  before, during and after is in the table, once (the table equals what was sent).
+- Shrunk while the rings still hold every live entry: done. Shrunk below that: refused
+  (exit 2, one line saying how many it would hold), the cache untouched.
+- Refused, nothing changed: no room beside the cache, no live supervisor, a size too small
+  for the key and value sizes; and the command's line errors.
+- A supervisor SIGKILLed during a resize: the old cache at the name, whole; the new one's
+  half at its hidden name, removed by the next start, which goes on from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import psutil
+
+import shmcache
+from shmcache.engine import resizing
+from shmcache.ipc.segment import identity
+
+from shmtest.supervisors import harness  # noqa: F401
+from shmtest.topic_model import check_table, produce_entries
+from shmtest.waits import applied, assert_no_worker_restarted, poll_until
+
+PARTITIONS = 3
+WATCHER = r"""
+import json, sys, time
+import numpy as np
+import shmcache
+name, keys_path, stop_path = sys.argv[1:4]
+sent = json.load(open(keys_path))
+keys = [bytes.fromhex(k) for k in sent]
+values = [bytes.fromhex(v) for v in sent.values()]
+f = shmcache.follow(name)
+out = {"rounds": 0, "misses": 0, "wrong": 0, "not_ready": 0, "sizes": [], "attached": 0}
+import os
+while not os.path.exists(stop_path):
+    r = f.reader()
+    out["attached"] += f.attached_now
+    size = r.geometry.size
+    if not out["sizes"] or out["sizes"][-1] != size:
+        out["sizes"].append(size)
+    got = r.get_many(keys)
+    out["misses"] += sum(g is None for g in got)
+    out["wrong"] += sum(g is not None and g != v for g, v in zip(got, values))
+    out["not_ready"] += not r.status()["ready"]
+    out["rounds"] += 1
+print(json.dumps(out))
+"""
+
+
+def _resize(name: str, memory: str, *more: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shmcache", "resize", name, "--memory", memory, *more],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def _pids(r) -> list[int]:
+    return sorted(w["pid"] for w in r.status()["workers"])
+
+
+def test_a_cache_grows_and_shrinks_online_under_ingest_with_no_miss_and_no_flap(harness, kafka_topic, tmp_path):
+    topic = kafka_topic(PARTITIONS)
+    rng = np.random.default_rng(56)
+    sent = produce_entries(harness.bootstrap, topic, {p: 3000 for p in range(PARTITIONS)}, rng)
+    name = harness.cache_name("resize")
+    sup = harness.supervisor(name, topic, harness.group("resize"), memory="64MiB")
+    r = harness.attach(name, sup=sup)
+    r.wait_ready(timeout=120)
+    check_table(r, sent)
+    pids = _pids(r)
+    before = r.geometry.size
+
+    (tmp_path / "keys.json").write_text(json.dumps({k.hex(): v.hex() for k, v in sent.items()}))
+    stop = tmp_path / "stop"
+    hits = r.stats()["reader_hits"]
+    log_path = tmp_path / "watcher.out"
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER, name, str(tmp_path / "keys.json"), str(stop)],
+                               stdout=open(log_path, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    more: dict[bytes, bytes] = {}
+    ingest_stop = threading.Event()
+
+    def ingest():
+        g = np.random.default_rng(57)
+        while not ingest_stop.is_set():
+            more.update(produce_entries(harness.bootstrap, topic, {p: 50 for p in range(PARTITIONS)}, g))
+
+    t = threading.Thread(target=ingest, daemon=True)
+    try:
+        poll_until(lambda: r.stats()["reader_hits"] >= hits + len(sent) or watcher.poll() is not None, 60,
+                   "the watcher's first round of lookups")
+        t.start()
+        grown = _resize(name, "128MiB")
+        assert grown.returncode == 0, grown.stderr
+        assert grown.stdout.startswith(f"resized {name} from 63.9 MiB to 127.9 MiB: "), grown.stdout
+        shrunk = _resize(name, "64MiB", "--json")
+        assert shrunk.returncode == 0, shrunk.stderr
+        out = json.loads(shrunk.stdout)
+        assert out["resized"] and out["from"] > out["size"] == before and out["entries"] >= len(sent), out
+    finally:
+        ingest_stop.set()
+        t.join(60)
+        stop.write_text("")
+        try:
+            watcher.wait(60)
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+    assert watcher.returncode == 0, log_path.read_text()
+    seen = json.loads(log_path.read_text().strip().splitlines()[-1])
+    assert seen["misses"] == 0 and seen["wrong"] == 0 and seen["not_ready"] == 0, seen
+    assert seen["rounds"] > 10 and len(seen["sizes"]) == 3 and seen["sizes"][0] == seen["sizes"][2] == before, seen
+
+    expected = PARTITIONS * 3000 + len(more)  # one message an entry
+    with shmcache.follow(name).reader() as now:
+        poll_until(lambda: sum(applied(now, PARTITIONS)) >= expected, 120, "every message applied")
+    with shmcache.attach(name) as now:  # the segment at the name now: the third
+        assert sum(applied(now, PARTITIONS)) == expected  # every message applied, once each
+        st = now.status()
+        assert st["ready"] and now.geometry.size == before, st["why"]
+        assert _pids(now) == pids  # the same worker processes: nothing restarted
+        assert_no_worker_restarted(now)
+        last = now.control.resize()
+        assert last["resizes"] == 2 and last["last_resize"]["from"] > before and last["resize_asked"] == 0, last
+        check_table(now, {**sent, **more})
+    assert not os.path.exists(resizing.path_beside(name))
+    log = sup.log_text()
+    assert log.count(f"cache {name!r}: resized from ") == 2, log[-3000:]
+
+
+def test_a_resize_is_refused_with_one_line_and_nothing_changes(harness, kafka_topic):
+    topic = kafka_topic(1)
+    sent = produce_entries(harness.bootstrap, topic, {0: 20_000}, np.random.default_rng(58))
+    name = harness.cache_name("refuse")
+    sup = harness.supervisor(name, topic, harness.group("refuse"), memory="64MiB", workers=1,
+                             args=("--max-value", "96"))
+    r = harness.attach(name, sup=sup)
+    r.wait_ready(timeout=120)
+    was = identity(name)
+
+    # rings too small for the live entries: refused, never evicted
+    small = _resize(name, "3MiB")
+    assert small.returncode == 2 and small.stdout == "", small
+    line = small.stderr.strip()
+    assert "\n" not in line and line.startswith(f"shmcache: cache {name!r}: resize to ") and "refused: a cache of " \
+        in line and "of its 20,000 live entries" in line and "ask for more" in line, line
+    # no room beside it in /dev/shm
+    huge = _resize(name, "100TiB")
+    assert huge.returncode == 2 and "no room for a 100.0 TiB segment beside it" in huge.stderr, huge.stderr
+    # the same size, and one too small for its key and value sizes
+    same = _resize(name, "64MiB")
+    assert same.returncode == 0 and same.stdout.strip() == f"{name} is 63.9 MiB already", same
+    tiny = _resize(name, "1MiB")
+    assert tiny.returncode == 2 and "memory=1.0 MiB is too small for 8192 buckets" in tiny.stderr, tiny.stderr
+    bad = _resize(name, "lots")
+    assert bad.returncode == 2 and "--memory" in bad.stderr, bad.stderr
+    assert identity(name) == was and not os.path.exists(resizing.path_beside(name))
+    check_table(r, sent)
+    assert r.status()["ready"] and r.control.resize()["resizes"] == 0
+
+    # no live supervisor: the command says so
+    other = harness.cache_name("nosup")
+    with shmcache.create(other, memory="64MiB"):
+        pass
+    try:
+        p = _resize(other, "128MiB")
+        assert p.returncode == 2 and "no live supervisor serves it" in p.stderr, p.stderr
+    finally:
+        shmcache.destroy(other)
+
+
+def test_a_supervisor_killed_during_a_resize_leaves_the_old_cache_whole(harness, kafka_topic):
+    topic = kafka_topic(PARTITIONS)
+    sent = produce_entries(harness.bootstrap, topic, {p: 2000 for p in range(PARTITIONS)}, np.random.default_rng(59))
+    name = harness.cache_name("rkill")
+    sup = harness.supervisor(name, topic, harness.group("rkill"), memory="64MiB")
+    r = harness.attach(name, sup=sup)
+    r.wait_ready(timeout=120)
+    was = identity(name)
+    inner = psutil.Process(sup.proc.pid)
+    workers = [psutil.Process(w["pid"]) for w in r.status()["workers"]]
+    for w in workers:
+        w.suspend()  # the resize waits for them to hold (drain_timeout, 30 s): its new segment is made by then
+    cmd = subprocess.Popen([sys.executable, "-m", "shmcache", "resize", name, "--memory", "256MiB"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        poll_until(lambda: os.path.exists(resizing.path_beside(name)) or cmd.poll() is not None, 120,
+                   "the resize's new segment to be made")
+        inner.kill()  # waiting for its workers to hold: after the new segment, before any copy or swap
+        out, err = cmd.communicate(timeout=120)
+    finally:
+        for w in workers:
+            w.resume()  # orphaned: they exit
+        if cmd.poll() is None:
+            cmd.kill()
+    assert cmd.returncode == 2 and "its supervisor stopped during the resize" in err, (out, err)
+    assert identity(name) == was and os.path.exists(resizing.path_beside(name))
+    check_table(r, sent)  # the old cache, whole
+    poll_until(lambda: all(not w["alive"] for w in r.status()["workers"]), 60, "the orphaned workers to exit")
+
+    sup2 = harness.supervisor(name, topic, harness.group("rkill"), memory="64MiB")
+    r.wait_ready(timeout=120)
+    assert not os.path.exists(resizing.path_beside(name))
+    assert "the new segment of a resize whose supervisor stopped" in sup2.log_text()
+    more = produce_entries(harness.bootstrap, topic, {0: 10}, np.random.default_rng(60))
+    poll_until(lambda: sum(applied(r, PARTITIONS)) == PARTITIONS * 2000 + 10, 60, "the new messages applied")
+    check_table(r, {**sent, **more})
