@@ -59,6 +59,7 @@ class CacheCollector:
                 return
             s = r.stats()
             st = r.status()
+            rs = r.control.resize()
         c = [self.name]
 
         def counter(name, doc, value, labels=(), rows=None):
@@ -130,6 +131,10 @@ class CacheCollector:
         yield gauge("table_capacity_bytes", "Ring bytes in all buckets.", s["capacity_bytes"])
         yield gauge("segment_bytes", "Size of the shared-memory segment.", s["memory"])
         yield counter("evictions", "Live records overwritten to make room.", s["evictions"])
+        yield counter("resizes", "Online resizes done (shmcache resize).", rs["resizes"])
+        if rs["last_resize"] is not None:
+            yield gauge("last_resize_pause_seconds", "How long the workers applied nothing during the last online "
+                        "resize.", rs["last_resize"]["pause_s"])
         yield counter("lock_takeovers", "Bucket locks taken over from a dead writer.", s["lock_takeovers"])
         yield counter("corruptions", "Damaged bucket states met in the segment: by writers (each bucket then "
                       "rebuilt) and by readers (each a miss).", s["corruptions"])

@@ -194,6 +194,8 @@ class Worker:
         new = resizing.open_beside(self.cfg.name)
         me = new.control.worker_row(self.index)
         me.claim(liveness.owner_word())
+        if self.retired is not None:  # the resize before this one's, still kept
+            self.retired[0].close()
         self.retired = (self.cache, self.me)  # beaten in until RETIRE_S after the resume, then closed
         self.cache, self.rows, self.me = new, new.control.partition_rows, me
         new.on_wait = lock_wait.LockWait(self.index, me, self.parent)

@@ -489,7 +489,7 @@ class ControlArea(ControlView):
     def copy_from(self, other: "ControlView") -> None:
         """A resize's new segment takes every control word of the old one's (`other`): the
         topic, the supervisor's words and counters, the worker and partition rows, the writers'
-        counters (their owner words left free: each writer takes a row of its own here), the
+        counters (not their owner words: each writer takes a row of its own here), the
         restore and snapshot words, the last resizes. Owner words keep their values; their
         owners take their owner locks on this file themselves (claim_supervisor, a worker's
         claim), before the swap. Not the geometry, the creation words, nor an ask."""
@@ -499,8 +499,9 @@ class ControlArea(ControlView):
         h[C.H_RESIZE_ASK] = 0
         self.workers[:] = other.workers
         self.partitions[:] = other.partitions
+        held = self.writers[:, L.W_OWNER].copy()  # this segment's own writers (its maker's slot)
         self.writers[:] = other.writers
-        self.writers[:, L.W_OWNER] = 0
+        self.writers[:, L.W_OWNER] = held
         self.writers[:, L.W_WAIT] = 0
 
     def resized(self, from_size: int, pause_ns: int, copy_ns: int, entries: int) -> None:

@@ -20,11 +20,13 @@ import os
 import subprocess
 import sys
 import threading
+import urllib.request
 
 import numpy as np
 import psutil
 
 import shmcache
+from shmcache.dev.local_kafka import free_ports
 from shmcache.engine import resizing
 from shmcache.ipc.segment import identity
 
@@ -73,7 +75,8 @@ def test_a_cache_grows_and_shrinks_online_under_ingest_with_no_miss_and_no_flap(
     rng = np.random.default_rng(56)
     sent = produce_entries(harness.bootstrap, topic, {p: 3000 for p in range(PARTITIONS)}, rng)
     name = harness.cache_name("resize")
-    sup = harness.supervisor(name, topic, harness.group("resize"), memory="64MiB")
+    (port,) = free_ports(1)
+    sup = harness.supervisor(name, topic, harness.group("resize"), memory="64MiB", config={"metrics_port": port})
     r = harness.attach(name, sup=sup)
     r.wait_ready(timeout=120)
     check_table(r, sent)
@@ -135,6 +138,9 @@ def test_a_cache_grows_and_shrinks_online_under_ingest_with_no_miss_and_no_flap(
     assert not os.path.exists(resizing.path_beside(name))
     log = sup.log_text()
     assert log.count(f"cache {name!r}: resized from ") == 2, log[-3000:]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20).read().decode()
+    assert f'shmcache_resizes_total{{cache="{name}"}} 2.0' in text, text
+    assert f'shmcache_segment_bytes{{cache="{name}"}} {float(before):.7e}' in text, text
 
 
 def test_a_resize_is_refused_with_one_line_and_nothing_changes(harness, kafka_topic):
