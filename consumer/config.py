@@ -79,6 +79,7 @@ _RANGES = {
     "broker_wait": (0, 30 * DAY, False),  # 0 = wait for ever
     "snapshot_interval": (0, 30 * DAY, True),
     "snapshot_keep": (1, 10_000, False),
+    "grow_below": (0, 365 * DAY, True),
 }
 
 
@@ -117,6 +118,11 @@ class RunConfig:
     max_value: int | None = setting(None, f"largest value if the cache must be created (default "
                                           f"{L.DEFAULT_MAX_VALUE}); an existing cache keeps its own, which must "
                                           "match if this is given", metavar="BYTES")
+    # online growth (consumer/supervisor/resizing.py Grower): "" never
+    memory_max: str = setting("", "grow the cache by itself, online, up to this size when its entries are evicted "
+                                  "young (see --grow-below; default: never)", metavar="SIZE")
+    grow_below: float = setting(3600.0, "with --memory-max: grow (2x) when an entry is evicted less than this "
+                                        "long after it was written (default {default})", metavar="SECONDS")
     # made so at every start, also of a cache restored from a snapshot; None: a new cache's
     # 0o600, a cache that is there keeps its own
     mode: int | str | None = setting(None, "the cache's octal file mode at every start, restores too (640: a "
@@ -202,6 +208,9 @@ class RunConfig:
                 raise ValueError(f"{name}={v!r}: expected {'more than' if above else 'at least'} {_num(lo)} and at "
                                  f"most {_num(hi)}{_MEANING.get(name, '')}")
         units.parse_bytes(self.create_memory, what="memory")  # a clear ValueError now, not at the cache's creation
+        if self.memory_max and self.memory and self.memory_max_bytes < units.parse_bytes(self.memory):
+            raise ValueError(f"memory_max={self.memory_max!r}: less than memory={self.memory!r}; the cache only "
+                             "grows up to it")
         if self.mode is not None:
             from shmcache.engine.lifecycle import check_mode
 
@@ -253,6 +262,11 @@ class RunConfig:
     def create_memory(self) -> str:
         """The size of a cache this run creates: `memory`, or DEFAULT_MEMORY if not given."""
         return self.memory or DEFAULT_MEMORY
+
+    @property
+    def memory_max_bytes(self) -> int:
+        """memory_max in bytes, 0 = the cache never grows by itself."""
+        return units.parse_bytes(self.memory_max, what="memory_max") if self.memory_max else 0
 
     @property
     def snapshot_rate_bytes(self) -> int:

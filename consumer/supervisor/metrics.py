@@ -131,7 +131,11 @@ class CacheCollector:
         yield gauge("table_capacity_bytes", "Ring bytes in all buckets.", s["capacity_bytes"])
         yield gauge("segment_bytes", "Size of the shared-memory segment.", s["memory"])
         yield counter("evictions", "Live records overwritten to make room.", s["evictions"])
-        yield counter("resizes", "Online resizes done (shmcache resize).", rs["resizes"])
+        yield counter("resizes", "Online resizes done (shmcache resize, or growing up to run --memory-max).",
+                      rs["resizes"])
+        if rs["memory_max"]:
+            yield gauge("segment_max_bytes", "The size up to which the supervisor grows the cache by itself "
+                        "(run --memory-max).", rs["memory_max"])
         if rs["last_resize"] is not None:
             yield gauge("last_resize_pause_seconds", "How long the workers applied nothing during the last online "
                         "resize.", rs["last_resize"]["pause_s"])

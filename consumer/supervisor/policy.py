@@ -129,6 +129,7 @@ class Supervisor:
             restored = None if existed else self.snapshots.restore_at_start()
             self.cache, self.segment_id = startup.open_cache(self.cfg)
             self.snapshots.opened(self.cache, restored is not None)
+            self.cache.control.set_memory_max(self.cfg.memory_max_bytes)  # its ceiling, for status and the metrics
             # this run made the cache (its restore, or the create itself; never a look beforehand,
             # which races with another creator): a start that fails removes it
             created = self.cache.creation_id if restored is not None or self.cache.created else None

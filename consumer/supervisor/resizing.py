@@ -49,6 +49,10 @@ from shmcache.consumer.supervisor.worker_handle import WorkerState, request_all
 log = logging.getLogger("shmcache.supervisor")
 
 
+GROW_LOOK_S = 5.0  # between two looks at the evictions, with memory_max set
+GROW_RETRY_S = 60.0  # after a growth that was refused (no room), before the next try
+
+
 class Refused(Exception):
     """The resize cannot be done: its words go back to the command that asked."""
 
@@ -58,6 +62,8 @@ class Resizer:
         self.sup = sup  # consumer/supervisor/policy.py Supervisor: its cache, workers, snapshots, config
         self.retired = None  # the segment the last resize replaced, kept mapped RETIRE_S
         self.retire_at = 0.0
+        self.grow_next = 0.0  # monotonic time of the next look at the evictions (memory_max)
+        self.seen: tuple[float, int] | None = None  # (monotonic time, evictions) at the last look
 
     def tick(self) -> None:
         """From the supervisor's loop: do the resize asked for, if one is; beat in a retired
@@ -70,13 +76,46 @@ class Resizer:
         sup = self.sup
         ctl = sup.cache.control
         asked = ctl.resize_asked()
-        if not asked or not ctl.take_resize(asked):
+        if asked and ctl.take_resize(asked):
+            try:
+                self.resize(asked)
+            except Refused as e:
+                log.warning("cache %r: resize to %s refused: %s", sup.cfg.name, units.format_bytes(asked), e)
+                sup.cache.control.resize_refused(str(e))
             return
-        try:
-            self.resize(asked)
-        except Refused as e:
-            log.warning("cache %r: resize to %s refused: %s", sup.cfg.name, units.format_bytes(asked), e)
-            sup.cache.control.resize_refused(str(e))
+        grow = self._grow_due()
+        if grow:
+            try:
+                self.resize(grow)
+            except Refused as e:
+                log.warning("cache %r: could not grow to %s: %s; trying again in %.0f s", sup.cfg.name,
+                            units.format_bytes(grow), e, GROW_RETRY_S)
+                self.grow_next = time.monotonic() + GROW_RETRY_S
+
+    def _grow_due(self) -> int:
+        """With memory_max: the memory to grow to now, else 0. The rule: an entry is evicted
+        about live entries / evictions a second after it was written (each bucket evicts its
+        oldest first); when that is less than grow_below, the cache grows to twice its size,
+        at most memory_max. Looked at every GROW_LOOK_S, over the time since the last look."""
+        cfg, cache = self.sup.cfg, self.sup.cache
+        ceiling = cfg.memory_max_bytes
+        now = time.monotonic()
+        if not ceiling or now < self.grow_next:
+            return 0
+        self.grow_next = now + GROW_LOOK_S
+        st = cache.stats()
+        was, self.seen = self.seen, (now, st["evictions"])
+        if was is None or st["evictions"] <= was[1]:  # none since (or a new segment's count, from 0)
+            return 0
+        lifetime = st["entries"] / ((st["evictions"] - was[1]) / (now - was[0]))
+        size = cache.geometry.size
+        target = min(2 * size, ceiling)
+        if lifetime >= cfg.grow_below or resizing.plan(cache, target).size <= size:
+            return 0
+        log.info("cache %r: entries are evicted %.0f s after they are written, under grow_below (%g s): growing "
+                 "from %s to %s (memory_max %s)", cfg.name, lifetime, cfg.grow_below, units.format_bytes(size),
+                 units.format_bytes(target), units.format_bytes(ceiling))
+        return target
 
     def close(self) -> None:
         """Unmap the retired segment, if one is kept (its file went with the swap's rename)."""
@@ -155,6 +194,7 @@ class Resizer:
         self._resume()
         pause = time.monotonic() - held_at
         cache.control.set_resize_pause(int(pause * 1e9))
+        self.seen = (time.monotonic(), 0)  # the new segment counts its evictions from 0, from now
         log.info("cache %r: resized from %s to %s in %.2f s: %d entries copied in %.2f s, the workers paused "
                  "%.2f s", name, units.format_bytes(old_size), units.format_bytes(cache.geometry.size),
                  time.monotonic() - t0, copied["entries"], copied["seconds"], pause)
@@ -172,6 +212,7 @@ class Resizer:
     def _resume(self) -> None:
         for w in self.sup.workers:
             w.tell(("resume",))
+        self.sup.watermarks.paused()  # held on purpose: what they did before says nothing of a stalled fetch
 
     def _kill_all(self, why: str) -> None:
         for w in self.sup.workers:

@@ -74,6 +74,12 @@ class WatermarkWatch:
         self.refetches: dict[int, int] = {}  # partition -> refetches since its worker last moved it on
         self.untrusted: set[int] = set()  # of the look out, the partitions asked for as untrusted or restarted
 
+    def paused(self) -> None:
+        """The workers applied nothing for a while, on purpose (an online resize held them): what
+        was seen of their progress before says nothing of a stall now."""
+        self.moved.clear()
+        self.behind.clear()
+
     def restarting(self, parts) -> None:
         """A restarted worker is about to get these partitions back (before it is told)."""
         now = time.monotonic()

@@ -185,6 +185,7 @@ class ControlView:
                 "entries": int(h[C.H_RESIZE_ENTRIES]),
             } if done else None,
             "resize_refused": self._bytes(C.H_RESIZE_TEXT, n).tobytes().decode("utf-8", "replace"),
+            "memory_max": max(int(h[C.H_MEMORY_MAX]), 0),
         }
 
     def group(self, nparts: int, damaged: list[str]) -> dict:
@@ -514,6 +515,10 @@ class ControlArea(ControlView):
         h[C.H_RESIZE_ENTRIES] = entries
         h[C.H_RESIZE_TEXT_LEN] = 0
         h[C.H_RESIZES] += 1
+
+    def set_memory_max(self, nbytes: int) -> None:
+        """The live supervisor grows the cache by itself up to `nbytes` (0: it does not)."""
+        self._h[C.H_MEMORY_MAX] = nbytes
 
     def set_resize_pause(self, pause_ns: int) -> None:
         """The last resize's workers applied nothing for `pause_ns` in all (its swap to its resume)."""

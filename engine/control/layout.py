@@ -82,8 +82,9 @@ H_RESIZE_PAUSE_NS = 69  # how long the workers applied nothing during it
 H_RESIZE_COPY_NS = 70  # how long its copy of the entries took
 H_RESIZE_ENTRIES = 71  # entries it copied
 H_RESIZE_TEXT_LEN = 72
-H_RESIZE_TEXT = 73  # words 73..95: the last refusal's words, utf-8, cut to RESIZE_TEXT_MAX
-RESIZE_TEXT_MAX = 23 * WORD
+H_RESIZE_TEXT = 73  # words 73..94: the last refusal's words, utf-8, cut to RESIZE_TEXT_MAX
+RESIZE_TEXT_MAX = 22 * WORD
+H_MEMORY_MAX = 95  # the live supervisor's ceiling for growing the cache by itself (`run --memory-max`), bytes; 0 none
 # The consumer group as the supervisor last saw it (ControlArea.set_group): who else holds
 # partitions of the topic. Written by the supervisor only; H_GROUP_CHECKED is -1 while it
 # writes them and the time of the look after, so a reader can tell a torn read.

@@ -220,3 +220,43 @@ def test_a_supervisor_killed_during_a_resize_leaves_the_old_cache_whole(harness,
     more = produce_entries(harness.bootstrap, topic, {0: 10}, np.random.default_rng(60))
     poll_until(lambda: sum(applied(r, PARTITIONS)) == PARTITIONS * 2000 + 10, 60, "the new messages applied")
     check_table(r, {**sent, **more})
+
+
+def test_a_cache_grows_by_itself_up_to_memory_max_while_its_entries_are_evicted_young(harness, kafka_topic):
+    """run --memory 3MiB --memory-max 12MiB --grow-below 86400: waves of 20,000 entries evict, at
+    each size short of the ceiling, entries that by the rule's estimate (live entries / evictions a
+    second) lived well under a day, so the cache grows, 2x a time, up to the ceiling and never
+    past it; at the ceiling a wave that fits is all there."""
+    topic = kafka_topic(1)
+    name = harness.cache_name("grow")
+    sup = harness.supervisor(name, topic, harness.group("grow"), memory="3MiB", workers=1,
+                             args=("--max-value", "96", "--memory-max", "12MiB", "--grow-below", "86400"))
+    r = harness.attach(name, sup=sup)
+    r.wait_ready(timeout=120)
+    ceiling = resizing.plan(r, 12 << 20).size
+    follow = shmcache.follow(name)
+    rng = np.random.default_rng(61)
+    sizes = [follow.reader().geometry.size]
+    total = 0
+    for _ in range(8):
+        done = follow.reader().control.resize()["resizes"]
+        produce_entries(harness.bootstrap, topic, {0: 20_000}, rng)
+        total += 20_000
+        poll_until(lambda: applied(follow.reader(), 1)[0] >= total, 60, "the wave applied")
+        if follow.reader().stats()["evictions"]:  # it evicted young entries: a growth comes
+            poll_until(lambda: follow.reader().control.resize()["resizes"] > done, 60,
+                       lambda: f"a growth after {follow.reader().stats()['evictions']} evictions:\n"
+                               f"{sup.log_text()[-2000:]}")
+            sizes.append(follow.reader().geometry.size)
+        if sizes[-1] >= ceiling:
+            break
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1] == ceiling, sizes
+    assert follow.reader().control.resize()["resizes"] >= 2  # 2x a time: 2.9 MiB, 5.8 MiB, then the ceiling
+    last = produce_entries(harness.bootstrap, topic, {0: 5000}, rng)
+    poll_until(lambda: applied(follow.reader(), 1)[0] >= total + 5000, 60, "the last wave applied")
+    got = follow.reader().get_many(list(last))  # at the ceiling: the newest entries are all there (older ones
+    assert got == list(last.values())            # may be evicted: a full bucket evicts its oldest first)
+    assert follow.reader().geometry.size == ceiling
+    log = sup.log_text()
+    assert "entries are evicted" in log and "under grow_below (86400 s): growing from 2.9 MiB to" in log, log[-3000:]
+    follow.close()

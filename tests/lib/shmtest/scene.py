@@ -184,8 +184,29 @@ class Scene:
             os.rename(SHM / t, self.path)
         elif verb == "remove":
             self._remove(self.path)
+        elif verb == "resize":
+            self._resize(arg)
         else:
             raise AssertionError(f"unknown step {action!r}")
+
+    def _resize(self, memory: str) -> None:
+        """The cache at the name given another size as `shmcache resize` gives it (the engine's
+        steps of consumer/supervisor/resizing.py, with no supervisor: nobody writes meanwhile):
+        a new segment beside it, every entry and the control area copied, renamed over the name."""
+        from shmcache.engine import resizing
+        from shmcache.ipc.segment import identity
+        from shmcache.snapshots.copying import copy_entries
+
+        with shmcache.open(self.name) as w:
+            was = identity(self.name)
+            new = resizing.create_beside(w, resizing.plan(w, memory))
+            try:
+                assert copy_entries(w, new)["evictions"] == 0
+                new.control.copy_from(w.control)
+                resizing.swap(new, was)
+            finally:
+                new.close()
+                resizing.remove_leftover(self.name)
 
     # -- churn: the name changing again and again ------------------------------------------------
 
