@@ -208,7 +208,7 @@ class RunConfig:
                 raise ValueError(f"{name}={v!r}: expected {'more than' if above else 'at least'} {_num(lo)} and at "
                                  f"most {_num(hi)}{_MEANING.get(name, '')}")
         units.parse_bytes(self.create_memory, what="memory")  # a clear ValueError now, not at the cache's creation
-        if self.memory_max and self.memory and self.memory_max_bytes < units.parse_bytes(self.memory):
+        if self.memory_max_bytes and self.memory and self.memory_max_bytes < units.parse_bytes(self.memory):
             raise ValueError(f"memory_max={self.memory_max!r}: less than memory={self.memory!r}; the cache only "
                              "grows up to it")
         if self.mode is not None:

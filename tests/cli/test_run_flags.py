@@ -14,7 +14,7 @@ from shmcache.consumer.config import RunConfig
 SETTINGS = [f for f in dataclasses.fields(RunConfig) if "help" in f.metadata]
 # a value for each setting other than its default, as a flag's text and as TOML
 VALUES = {"name": "flags", "bootstrap": "b:1", "topic": "t", "group": "g", "instance_id": "i", "machine": "m",
-          "memory": "8MiB", "max_value": 100, "mode": 0o640, "reader_group": "root", "workers": 3, "format": "v2",
+          "memory": "8MiB", "memory_max": "64MiB", "grow_below": 600.0, "max_value": 100, "mode": 0o640, "reader_group": "root", "workers": 3, "format": "v2",
           "commit_interval": 2.5, "assignment": "range", "max_rate": 10, "metrics_port": 9100,
           "metrics_host": "0.0.0.0", "broker_wait": 5.0, "snapshot_dir": "/tmp/snaps", "snapshot_interval": 60.0,
           "snapshot_keep": 4, "snapshot_rate": "64MiB", "worker_heartbeat_timeout": 7.0,
