@@ -77,20 +77,31 @@ class Resizer:
         ctl = sup.cache.control
         asked = ctl.resize_asked()
         if asked and ctl.take_resize(asked):
-            try:
-                self.resize(asked)
-            except Refused as e:
-                log.warning("cache %r: resize to %s refused: %s", sup.cfg.name, units.format_bytes(asked), e)
-                sup.cache.control.resize_refused(str(e))
+            why = self._try(asked)
+            if why:
+                log.warning("cache %r: resize to %s refused: %s", sup.cfg.name, units.format_bytes(asked), why)
+                sup.cache.control.resize_refused(why)
             return
         grow = self._grow_due()
         if grow:
-            try:
-                self.resize(grow)
-            except Refused as e:
+            why = self._try(grow)
+            if why:
                 log.warning("cache %r: could not grow to %s: %s; trying again in %.0f s", sup.cfg.name,
-                            units.format_bytes(grow), e, GROW_RETRY_S)
+                            units.format_bytes(grow), why, GROW_RETRY_S)
                 self.grow_next = time.monotonic() + GROW_RETRY_S
+
+    def _try(self, nbytes: int) -> str:
+        """Resize to `nbytes`; "" if done, else why not. An error of the resize's own (a damaged
+        segment, a full disk) gives it up, logged with its traceback: the supervisor goes on
+        serving the cache at the name, which is whole either way."""
+        try:
+            self.resize(nbytes)
+            return ""
+        except Refused as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - said, and the supervisor goes on
+            log.exception("cache %r: the resize to %s failed", self.sup.cfg.name, units.format_bytes(nbytes))
+            return f"it failed: {type(e).__name__}: {e}"
 
     def _grow_due(self) -> int:
         """With memory_max: the memory to grow to now, else 0. The rule: an entry is evicted
