@@ -5,10 +5,10 @@ supervisor serves (engine/resizing.py, consumer/supervisor/resizing.py), on the 
   it knows of all along, and never misses one nor reads a wrong value; readiness never
   flaps; the workers are the same processes before and after; every message produced
   before, during and after is in the table, once (the table equals what was sent).
-- Shrunk while the rings still hold every live entry: done. Shrunk below that: refused
-  (exit 2, one line saying how many it would hold), the cache untouched.
-- Refused, nothing changed: no room beside the cache, no live supervisor, a size too small
-  for the key and value sizes; and the command's line errors.
+- Shrunk while the rings still hold every live entry: done. Then, on the same daemon,
+  refused with one line and nothing changed: a shrink below what the entries need (exit 2,
+  saying how many it would hold), no room beside the cache, a size too small for the key
+  and value sizes, not a size. No live supervisor, no cache: refused too.
 - A supervisor SIGKILLed during a resize: the old cache at the name, whole; the new one's
   half at its hidden name, removed by the next start, which goes on from the cache.
 """
@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 import urllib.request
+import uuid
 
 import numpy as np
 import psutil
 
 import shmcache
 from shmcache.dev.local_kafka import free_ports
-from shmcache.engine import resizing
+from shmcache.engine import resizing, units
 from shmcache.ipc.segment import identity
 
 from shmtest.supervisors import harness  # noqa: F401
@@ -76,12 +78,13 @@ def test_a_cache_grows_and_shrinks_online_under_ingest_with_no_miss_and_no_flap(
     sent = produce_entries(harness.bootstrap, topic, {p: 3000 for p in range(PARTITIONS)}, rng)
     name = harness.cache_name("resize")
     (port,) = free_ports(1)
-    sup = harness.supervisor(name, topic, harness.group("resize"), memory="64MiB", config={"metrics_port": port})
+    sup = harness.supervisor(name, topic, harness.group("resize"), memory="64MiB", config={"metrics_port": port},
+                             args=("--max-value", "96"))
     r = harness.attach(name, sup=sup)
     r.wait_ready(timeout=120)
     check_table(r, sent)
     pids = _pids(r)
-    before = r.geometry.size
+    before, larger = r.geometry.size, resizing.plan(r, 128 << 20).size
 
     (tmp_path / "keys.json").write_text(json.dumps({k.hex(): v.hex() for k, v in sent.items()}))
     stop = tmp_path / "stop"
@@ -104,7 +107,8 @@ def test_a_cache_grows_and_shrinks_online_under_ingest_with_no_miss_and_no_flap(
         t.start()
         grown = _resize(name, "128MiB")
         assert grown.returncode == 0, grown.stderr
-        assert grown.stdout.startswith(f"resized {name} from 63.9 MiB to 127.9 MiB: "), grown.stdout
+        assert grown.stdout.startswith(f"resized {name} from {units.format_bytes(before)} to "
+                                       f"{units.format_bytes(larger)}: "), grown.stdout
         shrunk = _resize(name, "64MiB", "--json")
         assert shrunk.returncode == 0, shrunk.stderr
         out = json.loads(shrunk.stdout)
@@ -142,46 +146,43 @@ def test_a_cache_grows_and_shrinks_online_under_ingest_with_no_miss_and_no_flap(
     assert f'shmcache_resizes_total{{cache="{name}"}} 2.0' in text, text
     assert f'shmcache_segment_bytes{{cache="{name}"}} {float(before):.7e}' in text, text
 
-
-def test_a_resize_is_refused_with_one_line_and_nothing_changes(harness, kafka_topic):
-    topic = kafka_topic(1)
-    sent = produce_entries(harness.bootstrap, topic, {0: 20_000}, np.random.default_rng(58))
-    name = harness.cache_name("refuse")
-    sup = harness.supervisor(name, topic, harness.group("refuse"), memory="64MiB", workers=1,
-                             args=("--max-value", "96"))
-    r = harness.attach(name, sup=sup)
-    r.wait_ready(timeout=120)
+    # refused, with one line, and nothing changes: rings too small for the live entries (3 MiB
+    # rings hold one such record a bucket), no room beside it, too small for the key and value
+    # sizes, not a size; the same size says so
     was = identity(name)
-
-    # rings too small for the live entries: refused, never evicted
     small = _resize(name, "3MiB")
     assert small.returncode == 2 and small.stdout == "", small
     line = small.stderr.strip()
-    assert "\n" not in line and line.startswith(f"shmcache: cache {name!r}: resize to ") and "refused: a cache of " \
-        in line and "of its 20,000 live entries" in line and "ask for more" in line, line
-    # no room beside it in /dev/shm
+    assert "\n" not in line and re.fullmatch(rf"shmcache: cache {name!r}: resize to 2\.9 MiB refused: a cache of "
+                                             r"2\.9 MiB holds [\d,]+ of its [\d,]+ live entries \(.*\): ask for more",
+                                             line), line
     huge = _resize(name, "100TiB")
     assert huge.returncode == 2 and "no room for a 100.0 TiB segment beside it" in huge.stderr, huge.stderr
-    # the same size, and one too small for its key and value sizes
-    same = _resize(name, "64MiB")
-    assert same.returncode == 0 and same.stdout.strip() == f"{name} is 63.9 MiB already", same
     tiny = _resize(name, "1MiB")
     assert tiny.returncode == 2 and "memory=1.0 MiB is too small for 8192 buckets" in tiny.stderr, tiny.stderr
     bad = _resize(name, "lots")
     assert bad.returncode == 2 and "--memory" in bad.stderr, bad.stderr
+    same = _resize(name, "64MiB")
+    assert same.returncode == 0 and same.stdout.strip() == f"{name} is {units.format_bytes(before)} already", same
     assert identity(name) == was and not os.path.exists(resizing.path_beside(name))
-    check_table(r, sent)
-    assert r.status()["ready"] and r.control.resize()["resizes"] == 0
+    with shmcache.attach(name) as now:
+        check_table(now, {**sent, **more})
+        assert now.status()["ready"] and now.control.resize()["resizes"] == 2
 
-    # no live supervisor: the command says so
-    other = harness.cache_name("nosup")
-    with shmcache.create(other, memory="64MiB"):
-        pass
+
+def test_a_cache_no_supervisor_serves_is_not_resized(tmp_path):
+    name = f"t-rnosup-{uuid.uuid4().hex[:8]}"
+    with shmcache.create(name, memory="64MiB") as w:
+        w.set(b"k" * 32, b"v")
     try:
-        p = _resize(other, "128MiB")
-        assert p.returncode == 2 and "no live supervisor serves it" in p.stderr, p.stderr
+        p = _resize(name, "128MiB")
+        assert p.returncode == 2 and p.stderr.strip() == (
+            f"shmcache: cache {name!r}: no live supervisor serves it (`shmcache run` resizes the cache it serves; a "
+            "cache nobody fills is made again at the size wanted)"), p.stderr
+        missing = _resize(f"{name}-none", "128MiB")
+        assert missing.returncode == 2 and "does not exist" in missing.stderr, missing.stderr
     finally:
-        shmcache.destroy(other)
+        shmcache.destroy(name)
 
 
 def test_a_supervisor_killed_during_a_resize_leaves_the_old_cache_whole(harness, kafka_topic):
