@@ -81,6 +81,13 @@ def wait_answering(admin, topic: str, partitions, timeout: float) -> dict[int, i
             raise TimeoutError(f"topic {topic!r}: partitions {sorted(silent)} have no leader that answers for them "
                                f"after {timeout:.0f} s ({next(iter(silent.values()))})")
         time.sleep(0.1)
+        # the leaders as the broker says them now: librdkafka's ListOffsets takes them from the
+        # client's metadata, which kept "no leader" from a moment a broker was fenced (thawed
+        # after its session timed out) for all of a 15 s wait, the broker leading again
+        try:
+            admin.list_topics(topic, timeout=max(1.0, min(5.0, deadline - time.monotonic())))
+        except Exception:  # noqa: BLE001 - the next look says what is wrong
+            pass
 
 
 def end_offsets(admin, topic: str, partitions, timeout: float) -> dict[int, int | str]:
