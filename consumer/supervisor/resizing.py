@@ -36,6 +36,7 @@ what that holds.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from shmcache.engine import resizing
@@ -152,7 +153,7 @@ class Resizer:
         if sup.snapshots.writing():
             raise Refused("a snapshot is being written: ask again once it is done")
         try:
-            new = resizing.create_beside(cache, geo)
+            new = self._make(cache, geo)
         except (ShmcacheError, OSError) as e:
             raise Refused(str(e)) from None
         log.info("cache %r: resizing from %s to %s: the new segment is made; holding the workers", name,
@@ -163,6 +164,28 @@ class Resizer:
             new.close()
             resizing.remove_leftover(name)
             raise
+
+    @staticmethod
+    def _make(cache, geo):
+        """resizing.create_beside in a thread of its own, the loop's heartbeat going on meanwhile:
+        zeroing the pages of a 4 GiB segment took 9 s here, near the 10 s after which a
+        supervisor that does not beat is stale (and the cache not ready)."""
+        out: dict = {}
+
+        def make():
+            try:
+                out["new"] = resizing.create_beside(cache, geo)
+            except BaseException as e:  # noqa: BLE001 - raised in the loop's thread below
+                out["error"] = e
+
+        t = threading.Thread(target=make, name="shmcache-resize-make", daemon=True)
+        t.start()
+        while t.is_alive():
+            t.join(0.5)
+            cache.control.beat()
+        if "error" in out:
+            raise out["error"]
+        return out["new"]
 
     def _move(self, new, old_size: int, t0: float) -> None:
         sup = self.sup
