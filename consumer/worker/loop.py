@@ -213,7 +213,6 @@ class Worker:
             me.beat()
             return
         self.retired = None
-        del me
         cache.close()
 
     def _cmd_stop(self) -> None:

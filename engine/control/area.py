@@ -89,6 +89,12 @@ class ControlView:
     def _bytes(self, word: int, n: int) -> np.ndarray:
         return self._h.view(np.uint8)[word * L.WORD:word * L.WORD + n]
 
+    def _text(self, len_word: int, word: int, most: int) -> str:
+        """The text in the header's words from `word`, its length in `len_word` (the segment is
+        untrusted: a length out of 0..`most` is cut to it)."""
+        n = min(max(int(self._h[len_word]), 0), most)
+        return self._bytes(word, n).tobytes().decode("utf-8", "replace")
+
     @property
     def topic(self) -> str:
         n = int(self._h[L.H_TOPIC_LEN])
@@ -159,10 +165,9 @@ class ControlView:
             since = int(h[C.H_LOOKUP_FAILING_SINCE])
             if since == 0:
                 break
-            n = min(max(int(h[C.H_LOOKUP_TEXT_LEN]), 0), C.LOOKUP_TEXT_MAX)  # the segment is untrusted
-            raw = self._bytes(C.H_LOOKUP_TEXT, n).tobytes()
+            said = self._text(C.H_LOOKUP_TEXT_LEN, C.H_LOOKUP_TEXT, C.LOOKUP_TEXT_MAX)
             if since > 0 and int(h[C.H_LOOKUP_FAILING_SINCE]) == since:
-                return {"lookup_error": raw.decode("utf-8", "replace"),
+                return {"lookup_error": said,
                         "lookup_failing_s": max(0.0, (self.age_now_ns() - since) / 1e9)}
         return {"lookup_error": "", "lookup_failing_s": None}
 
@@ -171,7 +176,6 @@ class ControlView:
         one's sizes, time, pause and entries; `resize_asked` the bytes a resize asks for now
         (being done, or waiting for the supervisor), 0 none; `resize_refused` the last refusal's words."""
         h = self._h
-        n = min(max(int(h[C.H_RESIZE_TEXT_LEN]), 0), C.RESIZE_TEXT_MAX)  # the segment is untrusted
         done = max(int(h[C.H_RESIZES]), 0)
         return {
             "resizes": done,
@@ -184,7 +188,7 @@ class ControlView:
                 "copy_s": int(h[C.H_RESIZE_COPY_NS]) / 1e9,
                 "entries": int(h[C.H_RESIZE_ENTRIES]),
             } if done else None,
-            "resize_refused": self._bytes(C.H_RESIZE_TEXT, n).tobytes().decode("utf-8", "replace"),
+            "resize_refused": self._text(C.H_RESIZE_TEXT_LEN, C.H_RESIZE_TEXT, C.RESIZE_TEXT_MAX),
             "memory_max": max(int(h[C.H_MEMORY_MAX]), 0),
         }
 
@@ -457,12 +461,17 @@ class ControlArea(ControlView):
         since `since_ns` (time.monotonic_ns(), the age clock); since_ns 0: none fails."""
         h = self._h
         h[C.H_LOOKUP_FAILING_SINCE] = -1  # writing: a reader retries
-        raw = text.encode()[:C.LOOKUP_TEXT_MAX].decode("utf-8", "ignore").encode() if since_ns else b""
-        area = self._bytes(C.H_LOOKUP_TEXT, C.LOOKUP_TEXT_MAX)
+        self._set_text(C.H_LOOKUP_TEXT_LEN, C.H_LOOKUP_TEXT, C.LOOKUP_TEXT_MAX, text if since_ns else "")
+        h[C.H_LOOKUP_FAILING_SINCE] = since_ns
+
+    def _set_text(self, len_word: int, word: int, most: int, text: str) -> None:
+        """`text` in the header's words from `word`, cut to `most` bytes at a character's
+        boundary, the rest of them zero, its length in `len_word`."""
+        raw = text.encode()[:most].decode("utf-8", "ignore").encode()
+        area = self._bytes(word, most)
         area[:] = 0
         area[:len(raw)] = np.frombuffer(raw, np.uint8)
-        h[C.H_LOOKUP_TEXT_LEN] = len(raw)
-        h[C.H_LOOKUP_FAILING_SINCE] = since_ns
+        self._h[len_word] = len(raw)
 
     # -- an online resize (engine/resizing.py) ----------------------------------------------------
 
@@ -479,11 +488,7 @@ class ControlArea(ControlView):
         """The resize taken was refused, for `text` (cut to fit at a character's boundary): the
         words first, then the count the command waits on, then the ask cleared."""
         h = self._h
-        raw = text.encode()[:C.RESIZE_TEXT_MAX].decode("utf-8", "ignore").encode()
-        area = self._bytes(C.H_RESIZE_TEXT, C.RESIZE_TEXT_MAX)
-        area[:] = 0
-        area[:len(raw)] = np.frombuffer(raw, np.uint8)
-        h[C.H_RESIZE_TEXT_LEN] = len(raw)
+        self._set_text(C.H_RESIZE_TEXT_LEN, C.H_RESIZE_TEXT, C.RESIZE_TEXT_MAX, text)
         h[C.H_RESIZE_ANSWERED] += 1
         h[C.H_RESIZE_ASK] = 0
 
